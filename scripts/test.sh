@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite, from a clean clone: installs what it needs, builds the real backends
+# (Jaeger, OpenTelemetry Collector) from Go modules into a cache outside the repo, runs pytest.
+# Usage: bash scripts/test.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# test: every library integration offline; test-torch: the cross-encoder paths (pulls torch)
+.venv/bin/python -m pip install -q -e '.[test,test-torch]'
+
+# headless Chromium renders the HTML report in tests (Debian's package)
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    || echo "scripts/test.sh: could not install chromium; the report test will say so" >&2
+fi
+
+# real Jaeger and Collector for the e2e tests (cached; a warm run takes seconds)
+if [ -f scripts/build-backends.sh ]; then
+  bash scripts/build-backends.sh
+fi
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+set +e
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "scripts/test.sh: pytest collected no tests" >&2
+  exit 1
+fi
+exit "$status"

@@ -1,0 +1,215 @@
+"""Decorators for custom pipeline code: a thin layer over :mod:`ragtrail.stage`.
+
+Each decorator opens a stage around the call, records the query and a snapshot of the input
+candidates *before* the call (libraries sort and rescore in place), and the output after it.
+The decorated function's result (the same object), exceptions and side effects are exactly the
+undecorated function's: every recording step is guarded, and a call that returns an iterator or
+something that is not a list is left unconsumed and recorded as a finding.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Iterable, TypeVar
+
+from opentelemetry import trace
+
+from ragtrail import semconv as sc
+from ragtrail.candidates import is_candidate_list
+from ragtrail.stage import Stage, _internal_error, current_stage, stage
+
+F = TypeVar("F", bound=Callable[..., Any])
+_QUERY_NAMES = ("query", "query_str", "question", "q", "text", "prompt", "query_text")
+_INPUT_NAMES = ("candidates", "documents", "docs", "nodes", "results", "hits", "passages", "chunks", "items", "contexts")
+
+
+class _Spec:
+    """How one decorated function maps onto a stage: which argument is the query, which the inputs."""
+
+    def __init__(self, fn: Callable[..., Any], kind: str, component: str | None, options: dict[str, Any],
+                 query_arg: str | None, inputs_arg: str | None, takes_inputs: bool) -> None:
+        self.fn = fn
+        self.kind = kind
+        self.component = component or f"{fn.__module__}.{fn.__qualname__}"
+        self.options = options
+        try:
+            self.signature: inspect.Signature | None = inspect.signature(fn)
+            names = list(self.signature.parameters)
+        except (TypeError, ValueError):  # builtins without a signature
+            self.signature, names = None, []
+        self.query_arg = query_arg or next((n for n in names if n in _QUERY_NAMES), None)
+        self.inputs_arg = inputs_arg or (next((n for n in names if n in _INPUT_NAMES), None) if takes_inputs else None)
+        self.takes_inputs = takes_inputs
+
+    def open(self) -> Stage:
+        return stage(self.kind, self.component, **self.options).start()
+
+    def before(self, s: Stage, args: tuple, kwargs: dict) -> None:
+        """Record what the call was given: the query and a snapshot of the input candidates."""
+        if not s.recording:
+            return
+        try:
+            bound = self.signature.bind_partial(*args, **kwargs).arguments if self.signature else {}
+            query = bound.get(self.query_arg) if self.query_arg else None
+            if query is None and self.query_arg is None:
+                query = next((a for a in args if isinstance(a, str)), None)
+            if query is not None:
+                s.query(query)
+            if self.takes_inputs:
+                candidates = bound.get(self.inputs_arg) if self.inputs_arg else next((a for a in args if is_candidate_list(a)), None)
+                if candidates is None:
+                    s.finding("no candidate list among the arguments")
+                elif is_candidate_list(candidates):
+                    s.inputs(candidates)
+                else:
+                    # an iterator the function still has to read: never consume the host's data
+                    s.finding(f"inputs are a {type(candidates).__name__}, not a list: not snapshotted")
+        except Exception as exc:
+            s._error("decorator.before", exc)
+
+    def after(self, s: Stage, result: Any) -> None:
+        if not s.recording:
+            return
+        try:
+            if self.kind == sc.KIND_QUERY_TRANSFORM:
+                variants = [result] if isinstance(result, str) else result if is_candidate_list(result) else None
+                if variants is None:
+                    s.finding(f"query transform returned a {type(result).__name__}, not a query or list of queries")
+                    return
+                transform = self.options_transform
+                for text in variants:
+                    s.add_query_variant(text, transform=transform)
+                return
+            if self.kind == sc.KIND_PIPELINE:
+                return
+            if is_candidate_list(result):
+                s.outputs(result)
+            elif result is None:
+                s.outputs([])
+                s.finding("stage returned None")
+            else:
+                s.finding(f"stage returned a {type(result).__name__}, not a candidate list: outputs not recorded")
+        except Exception as exc:
+            s._error("decorator.after", exc)
+
+    options_transform: str = sc.TRANSFORM_REWRITE
+
+
+def _decorate(fn: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            s = _open(spec)
+            if s is None:
+                return await fn(*args, **kwargs)
+            spec.before(s, args, kwargs)
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException as exc:
+                s.finish(exc)
+                raise
+            spec.after(s, result)
+            s.finish()
+            return result
+
+        return async_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        s = _open(spec)
+        if s is None:
+            return fn(*args, **kwargs)
+        spec.before(s, args, kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            s.finish(exc)
+            raise
+        spec.after(s, result)
+        s.finish()
+        return result
+
+    return wrapper
+
+
+def _open(spec: _Spec) -> Stage | None:
+    try:
+        return spec.open()
+    except Exception as exc:  # pragma: no cover - Stage.start never raises; belt and braces
+        _internal_error("decorator.open", exc)
+        return None
+
+
+def _factory(kind: str, takes_inputs: bool, fn: Callable[..., Any] | None, component: str | None,
+             query_arg: str | None, inputs_arg: str | None, transform: str | None = None, **options: Any) -> Any:
+    options = {k: v for k, v in options.items() if v is not None}
+
+    def decorator(func: F) -> F:
+        spec = _Spec(func, kind, component, options, query_arg, inputs_arg, takes_inputs)
+        if transform is not None:
+            spec.options_transform = transform
+        return _decorate(func, spec)  # type: ignore[return-value]
+
+    return decorator(fn) if fn is not None else decorator
+
+
+def pipeline(fn: Callable[..., Any] | None = None, *, component: str | None = None, query_arg: str | None = None,
+             tracer: trace.Tracer | None = None) -> Any:
+    """The root of one RAG request: hop numbering, coverage and citations are per pipeline."""
+    return _factory(sc.KIND_PIPELINE, False, fn, component, query_arg, None, tracer=tracer)
+
+
+def retriever(fn: Callable[..., Any] | None = None, *, component: str | None = None, top_k: int | None = None,
+              threshold: float | None = None, score_kind: str | None = None, query_arg: str | None = None,
+              tracer: trace.Tracer | None = None) -> Any:
+    """A function ``(query, ...) -> list of candidates``: a ``retrieve`` stage."""
+    return _factory(sc.KIND_RETRIEVE, False, fn, component, query_arg, None, top_k=top_k, threshold=threshold,
+                    score_kind=score_kind, tracer=tracer)
+
+
+def reranker(fn: Callable[..., Any] | None = None, *, component: str | None = None, top_k: int | None = None,
+             threshold: float | None = None, score_kind: str | None = sc.SCORE_RERANK, query_arg: str | None = None,
+             inputs_arg: str | None = None, tracer: trace.Tracer | None = None) -> Any:
+    """A function ``(query, candidates, ...) -> candidates``: a ``rerank`` stage; a top-k cut is
+    ``below_rank_cutoff``, a threshold ``below_score_threshold``."""
+    return _factory(sc.KIND_RERANK, True, fn, component, query_arg, inputs_arg, top_k=top_k, threshold=threshold,
+                    score_kind=score_kind, tracer=tracer)
+
+
+def filter(fn: Callable[..., Any] | None = None, *, component: str | None = None, threshold: float | None = None,
+           query_arg: str | None = None, inputs_arg: str | None = None, tracer: trace.Tracer | None = None) -> Any:  # noqa: A001
+    """A function ``(candidates, ...) -> candidates`` that drops some: a ``filter`` stage. Say why
+    with ``ragtrail.current_stage().exclude(doc, reason)``; what vanished unexplained is said too."""
+    return _factory(sc.KIND_FILTER, True, fn, component, query_arg, inputs_arg, threshold=threshold, tracer=tracer)
+
+
+def budgeter(fn: Callable[..., Any] | None = None, *, component: str | None = None, limit: float | None = None,
+             unit: str | None = None, query_arg: str | None = None, inputs_arg: str | None = None,
+             tracer: trace.Tracer | None = None) -> Any:
+    """A function ``(candidates, ...) -> candidates`` that fits a context budget: a ``budget`` stage;
+    what it drops is ``budget_exceeded``."""
+    return _factory(sc.KIND_BUDGET, True, fn, component, query_arg, inputs_arg, budget_limit=limit,
+                    budget_unit=unit, tracer=tracer)
+
+
+def query_transform(fn: Callable[..., Any] | None = None, *, transform: str = sc.TRANSFORM_REWRITE,
+                    component: str | None = None, query_arg: str | None = None,
+                    tracer: trace.Tracer | None = None) -> Any:
+    """A function ``(query, ...) -> str | list[str]``: each output query becomes a new hop whose
+    parent is the input query's hop."""
+    return _factory(sc.KIND_QUERY_TRANSFORM, False, fn, component, query_arg, None, transform=transform, tracer=tracer)
+
+
+def cite(ids: Iterable[Any], *, component: str = "cite", tracer: trace.Tracer | None = None) -> None:
+    """Record which candidates the answer cited: a ``cite`` stage, counted in the pipeline's coverage."""
+    try:
+        ids = [str(i) for i in ids]
+        with stage(sc.KIND_CITE, component, tracer=tracer) as s:
+            s.outputs([{"id": i} for i in ids])
+            s.cite(ids)
+    except Exception as exc:  # pragma: no cover - stage() never raises
+        _internal_error("cite", exc)
+
+
+__all__ = ["budgeter", "cite", "current_stage", "filter", "pipeline", "query_transform", "reranker", "retriever", "stage"]

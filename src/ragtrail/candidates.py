@@ -1,0 +1,191 @@
+"""Candidates and the adapters that turn library objects into them.
+
+The recorder only ever sees :class:`Candidate`. Library integrations register an adapter for their
+own types with :func:`register_adapter` (by class, resolved along the MRO), so this module imports
+no library. Plain dicts, ``(doc, score)`` tuples, strings and objects with id/content/score/metadata
+attributes work out of the box. Identity is the item's id; an item with no id is identified by
+``sha256:`` of its content, never by string similarity.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping
+
+from ragtrail.receipts import Receipt, canonical_json, content_id, receipt
+
+_MISSING = object()
+_ID_KEYS = ("id", "doc_id", "document_id", "chunk_id", "node_id", "_id", "uuid", "corpus_id")
+_CONTENT_KEYS = ("content", "text", "page_content", "document", "body", "chunk", "passage")
+_SCORE_KEYS = ("score", "relevance_score", "similarity", "distance", "rerank_score")
+_META_KEYS = ("metadata", "meta", "payload")
+
+
+@dataclass
+class Candidate:
+    """One piece of evidence as a stage saw it.
+
+    ``content`` is what the receipt is stamped over (``None`` when the stage never saw it);
+    ``raw`` keeps the original object so nothing needs to be re-adapted."""
+
+    id: str
+    content: Any = None
+    score: Any = None
+    score_kind: str | None = None
+    metadata: Mapping[str, Any] | None = None
+    hop: int | None = None
+    transform_rule: str | None = None
+    derived_from: str | None = None
+    raw: Any = field(default=None, repr=False, compare=False)
+    _receipt: Receipt | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def receipt(self) -> Receipt | None:
+        """The content receipt, computed once (hashing is the recorder's main cost)."""
+        if self._receipt is None and self.content is not None:
+            self._receipt = receipt(self.content)
+        return self._receipt
+
+
+Adapter = Callable[[Any], "Candidate | None"]
+_adapters: dict[type, Adapter] = {}
+_adapters_lock = threading.Lock()
+_resolved: dict[type, Adapter | None] = {}
+
+
+def register_adapter(cls: type, adapter: Adapter) -> None:
+    """Teach the recorder a library type. ``adapter(obj)`` returns a Candidate (or ``None`` when the
+    object is not a candidate after all). Subclasses inherit their base's adapter."""
+    with _adapters_lock:
+        _adapters[cls] = adapter
+        _resolved.clear()
+
+
+def unregister_adapter(cls: type) -> None:
+    with _adapters_lock:
+        _adapters.pop(cls, None)
+        _resolved.clear()
+
+
+def _lookup(cls: type) -> Adapter | None:
+    try:
+        return _resolved[cls]
+    except KeyError:
+        pass
+    found = None
+    for base in cls.__mro__:
+        if base in _adapters:
+            found = _adapters[base]
+            break
+    _resolved[cls] = found
+    return found
+
+
+def normalize_id(value: Any) -> str | None:
+    """Ids on the wire are strings: ints, UUIDs and numpy ints become their decimal/str form."""
+    if value is None or value is _MISSING:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "shape", None) == ():
+        value = item()
+    text = str(value)
+    return text if text else None
+
+
+def _first(mapping: Mapping[str, Any], keys: Iterable[str]) -> Any:
+    get = mapping.get
+    for key in keys:
+        value = get(key)
+        if value is not None:
+            return value
+    return _MISSING
+
+
+def _first_attr(obj: Any, keys: Iterable[str]) -> Any:
+    for key in keys:
+        try:
+            value = getattr(obj, key)
+        except Exception:
+            continue
+        if value is not None and not callable(value):
+            return value
+    return _MISSING
+
+
+def _from_mapping(item: Mapping[str, Any]) -> Candidate:
+    content = _first(item, _CONTENT_KEYS)
+    meta = _first(item, _META_KEYS)
+    score = _first(item, _SCORE_KEYS)
+    kind = "distance" if "distance" in item and "score" not in item else item.get("score_kind")
+    return _make(_first(item, _ID_KEYS), content, score, meta, item, score_kind=kind)
+
+
+def _from_object(item: Any) -> Candidate:
+    content = _first_attr(item, _CONTENT_KEYS)
+    meta = _first_attr(item, _META_KEYS)
+    score = _first_attr(item, _SCORE_KEYS)
+    return _make(_first_attr(item, _ID_KEYS), content, score, meta, item)
+
+
+def _make(id_value: Any, content: Any, score: Any, meta: Any, raw: Any, score_kind: str | None = None) -> Candidate:
+    content = None if content is _MISSING else content
+    score = None if score is _MISSING else score
+    meta = meta if isinstance(meta, Mapping) else None
+    ident = normalize_id(id_value)
+    if ident is None:
+        ident = content_id(content if content is not None else _identity_payload(raw))
+    return Candidate(id=ident, content=content, score=score, metadata=meta, raw=raw, score_kind=score_kind)
+
+
+def _identity_payload(raw: Any) -> str:
+    """What an item with neither id nor content is identified by: its canonical JSON."""
+    return canonical_json(raw)
+
+
+def adapt(item: Any) -> Candidate:
+    """Turn one item into a Candidate. Never raises for odd items: anything unknown is identified by
+    its canonical form, so the recorder can still count it."""
+    if isinstance(item, Candidate):
+        # a copy: the recorder assigns hops and score kinds, and must not touch the caller's object
+        return replace(item, raw=item.raw if item.raw is not None else item)
+    adapter = _lookup(type(item))
+    if adapter is not None:
+        result = adapter(item)
+        if result is not None:
+            if result.raw is None:
+                result.raw = item
+            return result
+    if isinstance(item, str):
+        return Candidate(id=content_id(item), content=item, raw=item)
+    if isinstance(item, (bytes, bytearray)):
+        return Candidate(id=content_id(bytes(item)), content=bytes(item), raw=item)
+    if isinstance(item, Mapping):
+        return _from_mapping(item)
+    if isinstance(item, tuple) and len(item) == 2 and _is_number(item[1]):
+        doc, score = item
+        candidate = adapt(doc)
+        return Candidate(id=candidate.id, content=candidate.content, score=score,
+                         score_kind=candidate.score_kind, metadata=candidate.metadata, raw=item,
+                         hop=candidate.hop)
+    if isinstance(item, (int, float)) and not isinstance(item, bool):
+        return Candidate(id=normalize_id(item) or "", raw=item)
+    return _from_object(item)
+
+
+def _is_number(value: Any) -> bool:
+    if value is None or isinstance(value, bool):
+        return value is None
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, (str, bytes))
+
+
+def is_candidate_list(value: Any) -> bool:
+    """A stage output we can record without consuming anything: a list or tuple (not a string, a
+    mapping, or an iterator that the host still has to read)."""
+    return isinstance(value, (list, tuple))

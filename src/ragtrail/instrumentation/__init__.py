@@ -1,0 +1,1 @@
+"""Per-library auto-instrumentation (one module per library; none imported by ``import ragtrail``)."""

@@ -1,0 +1,102 @@
+"""What every ragtrail library instrumentation shares: patching with wrapt, clean unpatching,
+re-entrancy suppression (no double spans when a wrapped method calls another wrapped one), and a
+guard that keeps instrumentation errors away from the host.
+
+A library module subclasses :class:`RagtrailInstrumentor`, declares ``_instruments`` and implements
+``_patch()`` with :meth:`RagtrailInstrumentor.wrap`; ``uninstrument()`` undoes every wrap it made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+from typing import Any, Callable, Collection, Iterator
+
+import wrapt
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled, unwrap
+
+from ragtrail import __version__
+from ragtrail.stage import _internal_error
+
+_active: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("ragtrail_active_wrappers", default=frozenset())
+
+
+@contextlib.contextmanager
+def suppressed(key: str) -> Iterator[bool]:
+    """Yield True when an outer wrapper with the same ``key`` is already recording in this context
+    (so the inner call must not open a second span); otherwise mark ``key`` active while inside."""
+    active = _active.get()
+    if key in active:
+        yield True
+        return
+    token = _active.set(active | {key})
+    try:
+        yield False
+    finally:
+        _active.reset(token)
+
+
+def is_suppressed(key: str) -> bool:
+    return key in _active.get()
+
+
+def enabled() -> bool:
+    """False inside ``suppress_instrumentation()`` (OTel's own switch); respected by every wrapper."""
+    return is_instrumentation_enabled()
+
+
+def guard(site: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a recording step; an error is counted and logged once, never raised into the app."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        _internal_error(site, exc)
+        return None
+
+
+class RagtrailInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Base for ragtrail's per-library instrumentors."""
+
+    _instruments: Collection[str] = ()
+    _wrapped: list[tuple[Any, str]]
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return self._instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        self.tracer = trace.get_tracer("ragtrail", __version__, tracer_provider=kwargs.get("tracer_provider"))
+        self._wrapped = []
+        self._patch(**kwargs)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        for owner, name in reversed(getattr(self, "_wrapped", [])):
+            unwrap(owner, name)
+        self._wrapped = []
+
+    def _patch(self, **kwargs: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def wrap(self, module: str, name: str, wrapper: Callable[..., Any], *, optional: bool = True) -> bool:
+        """Patch ``module.name`` (``name`` may be ``Class.method``). A missing module or attribute
+        is skipped when ``optional`` (versions differ), so one absent class never blocks the rest.
+        A method defined only on a base class is patched there, not duplicated on the subclass."""
+        try:
+            target = importlib.import_module(module)
+            owner = target
+            parts = name.split(".")
+            for part in parts[:-1]:
+                owner = getattr(owner, part)
+            if parts[-1] not in vars(owner) and isinstance(owner, type):
+                if optional:
+                    return False
+            getattr(owner, parts[-1])
+        except (ImportError, AttributeError):
+            if optional:
+                return False
+            raise
+        wrapt.wrap_function_wrapper(owner, parts[-1], wrapper)
+        self._wrapped.append((owner, parts[-1]))
+        return True

@@ -1,0 +1,232 @@
+"""Every attribute, event and reason-code name ragtrail writes or reads: the one place names live.
+
+These names are public API (users query them in Jaeger and Tempo), mirrored in ``docs/semconv.md``.
+The recorder, the exporters and the inspector all import them from here so that a rename is one edit.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+# --- spans (SPEC §1) -------------------------------------------------------------------------------
+SCHEMA = "ragtrail.schema"
+STAGE_KIND = "ragtrail.stage.kind"
+STAGE_COMPONENT = "ragtrail.stage.component"
+STAGE_STATUS = "ragtrail.stage.status"
+STAGE_FAILURE_CLASS = "ragtrail.stage.failure_class"
+STAGE_FALLBACK = "ragtrail.stage.fallback"
+STAGE_TOP_K = "ragtrail.stage.top_k"
+STAGE_THRESHOLD = "ragtrail.stage.threshold"
+STAGE_BUDGET_LIMIT = "ragtrail.stage.budget.limit"
+STAGE_BUDGET_USED = "ragtrail.stage.budget.used"
+STAGE_BUDGET_UNIT = "ragtrail.stage.budget.unit"
+STAGE_CONTINUATION = "ragtrail.stage.continuation"
+STAGE_CONTINUATION_INDEX = "ragtrail.stage.continuation.index"
+STAGE_FILTER = "ragtrail.stage.filter"
+STAGE_FINDINGS = "ragtrail.stage.findings"
+STAGE_INSTRUMENTATION_ERRORS = "ragtrail.instrumentation.errors"
+# the model a stage ran (a reranker's model id or local path): two runs with different models differ
+STAGE_MODEL = "ragtrail.stage.model"
+CANDIDATES_IN = "ragtrail.candidates.in"
+CANDIDATES_OUT = "ragtrail.candidates.out"
+CANDIDATES_EXCLUDED = "ragtrail.candidates.excluded"
+EVENTS_COUNT = "ragtrail.events.count"
+EVENTS_DIGEST = "ragtrail.events.digest"
+EVENTS_SPANS = "ragtrail.events.spans"
+
+KIND_PIPELINE = "pipeline"
+KIND_QUERY_TRANSFORM = "query_transform"
+KIND_RETRIEVE = "retrieve"
+KIND_FUSE = "fuse"
+KIND_RERANK = "rerank"
+KIND_FILTER = "filter"
+KIND_BUDGET = "budget"
+KIND_GENERATE = "generate"
+KIND_CITE = "cite"
+STAGE_KINDS = (
+    KIND_PIPELINE,
+    KIND_QUERY_TRANSFORM,
+    KIND_RETRIEVE,
+    KIND_FUSE,
+    KIND_RERANK,
+    KIND_FILTER,
+    KIND_BUDGET,
+    KIND_GENERATE,
+    KIND_CITE,
+)
+# stages whose output may contain candidates that were not in their input
+PRODUCING_KINDS = frozenset({KIND_RETRIEVE, KIND_FUSE, KIND_PIPELINE, KIND_QUERY_TRANSFORM, KIND_GENERATE})
+
+STATUS_OK = "ok"
+STATUS_EMPTY = "empty"
+STATUS_DEGRADED = "degraded"
+STATUS_FAILED = "failed"
+STATUSES = (STATUS_OK, STATUS_EMPTY, STATUS_DEGRADED, STATUS_FAILED)
+
+# --- query hops (SPEC §2) --------------------------------------------------------------------------
+QUERY_TEXT = "ragtrail.query.text"
+QUERY_HOP = "ragtrail.query.hop"
+QUERY_PARENT_HOP = "ragtrail.query.parent_hop"
+QUERY_TRANSFORM = "ragtrail.query.transform"
+QUERY_CHARS = "ragtrail.query.chars"
+QUERY_BYTES = "ragtrail.query.bytes"
+QUERY_SHA256 = "ragtrail.query.sha256"
+# a stage that saw several queries (multi-query, decompose) lists the extra hops as events
+EVENT_QUERY = "ragtrail.query"
+# hops whose texts were embedded together (averaged) into the one vector that hit the index (HyDE)
+QUERY_EMBEDDING_HOPS = "ragtrail.query.embedding_hops"
+
+TRANSFORM_NONE = "none"
+TRANSFORM_REWRITE = "rewrite"
+TRANSFORM_EXPAND = "expand"
+TRANSFORM_HYDE = "hyde"
+TRANSFORM_DECOMPOSE = "decompose"
+TRANSFORM_MULTI_QUERY = "multi_query"
+TRANSFORM_FOLLOW_UP = "follow_up"
+# the query changed between two stages and no instrumented transform explains it (a finding)
+TRANSFORM_UNTRACKED = "untracked"
+QUERY_TRANSFORMS = (
+    TRANSFORM_NONE,
+    TRANSFORM_REWRITE,
+    TRANSFORM_EXPAND,
+    TRANSFORM_HYDE,
+    TRANSFORM_DECOMPOSE,
+    TRANSFORM_MULTI_QUERY,
+    TRANSFORM_FOLLOW_UP,
+    TRANSFORM_UNTRACKED,
+)
+
+# --- candidates and exclusions (SPEC §3) -----------------------------------------------------------
+EVENT_CANDIDATE = "ragtrail.candidate"
+EVENT_EXCLUSION = "ragtrail.exclusion"
+CANDIDATE_ID = "ragtrail.candidate.id"
+CANDIDATE_RANK = "ragtrail.candidate.rank"
+CANDIDATE_SCORE = "ragtrail.candidate.score"
+CANDIDATE_SCORE_KIND = "ragtrail.candidate.score_kind"
+CANDIDATE_SCORE_RAW = "ragtrail.candidate.score_raw"
+CANDIDATE_HOP = "ragtrail.candidate.hop"
+CANDIDATE_CONTENT_CHARS = "ragtrail.candidate.content.chars"
+CANDIDATE_CONTENT_BYTES = "ragtrail.candidate.content.bytes"
+CANDIDATE_CONTENT_SHA256 = "ragtrail.candidate.content.sha256"
+CANDIDATE_CONTENT_PREVIEW = "ragtrail.candidate.content.preview"
+CANDIDATE_CONTENT_TEXT = "ragtrail.candidate.content.text"
+CANDIDATE_META_PREFIX = "ragtrail.candidate.meta."
+CANDIDATE_TRANSFORM_RULE = "ragtrail.candidate.transform.rule"
+CANDIDATE_TRANSFORM_DERIVED_FROM = "ragtrail.candidate.transform.derived_from"
+EXCLUSION_REASON = "ragtrail.exclusion.reason"
+EXCLUSION_DETAIL = "ragtrail.exclusion.detail"
+
+SCORE_SIMILARITY = "similarity"
+SCORE_DISTANCE = "distance"
+SCORE_BM25 = "bm25"
+SCORE_RERANK = "rerank"
+SCORE_RRF = "rrf"
+SCORE_NONE = "none"
+# a normalised, weighted fusion score (LlamaIndex QueryFusionRetriever relative_score / dist_based_score)
+SCORE_RELATIVE = "relative"
+SCORE_KINDS = (SCORE_SIMILARITY, SCORE_DISTANCE, SCORE_BM25, SCORE_RERANK, SCORE_RRF, SCORE_RELATIVE, SCORE_NONE)
+
+REASON_BELOW_RANK_CUTOFF = "below_rank_cutoff"
+REASON_BELOW_SCORE_THRESHOLD = "below_score_threshold"
+REASON_FILTERED_BY_METADATA = "filtered_by_metadata"
+REASON_DEDUPLICATED = "deduplicated"
+REASON_SUPERSEDED = "superseded"
+REASON_STALE = "stale"
+REASON_NOT_PERMITTED = "not_permitted"
+REASON_BUDGET_EXCEEDED = "budget_exceeded"
+REASON_SELF_REFERENCE = "self_reference"
+REASON_UNEXPLAINED = "unexplained"
+REASON_CUSTOM_PREFIX = "custom:"
+REASONS = (
+    REASON_BELOW_RANK_CUTOFF,
+    REASON_BELOW_SCORE_THRESHOLD,
+    REASON_FILTERED_BY_METADATA,
+    REASON_DEDUPLICATED,
+    REASON_SUPERSEDED,
+    REASON_STALE,
+    REASON_NOT_PERMITTED,
+    REASON_BUDGET_EXCEEDED,
+    REASON_SELF_REFERENCE,
+    REASON_UNEXPLAINED,
+)
+
+
+def is_valid_reason(reason: str) -> bool:
+    """A reason code is one of SPEC §3's codes or ``custom:<name>`` with a non-empty name."""
+    return reason in REASONS or (reason.startswith(REASON_CUSTOM_PREFIX) and len(reason) > len(REASON_CUSTOM_PREFIX))
+
+
+# --- sampling and completeness (SPEC §5) -----------------------------------------------------------
+SAMPLING_PROBABILITY = "ragtrail.sampling.probability"
+SAMPLING_ADJUSTED_COUNT = "ragtrail.sampling.adjusted_count"
+JAEGER_SAMPLER_TYPE = "sampler.type"
+JAEGER_SAMPLER_PARAM = "sampler.param"
+TRACE_SPAN_COUNT = "ragtrail.trace.span_count"
+TRACE_LATE = "ragtrail.trace.late"
+# spans of a segment flushed at shutdown before its local root ended
+TRACE_INCOMPLETE = "ragtrail.trace.incomplete"
+COVERAGE_CORPUS_SIZE = "ragtrail.coverage.corpus_size"
+COVERAGE_RETRIEVED = "ragtrail.coverage.retrieved"
+COVERAGE_IN_CONTEXT = "ragtrail.coverage.in_context"
+COVERAGE_CITED = "ragtrail.coverage.cited"
+CITED_IDS = "ragtrail.cited.ids"
+
+# loss records: a span named LOSS_SPAN_NAME carrying the counters below
+LOSS_SPAN_NAME = "ragtrail.loss"
+LOSS_TRACES_DROPPED = "ragtrail.loss.traces_dropped"
+LOSS_SPANS_DROPPED = "ragtrail.loss.spans_dropped"
+LOSS_TRACES_EXPORT_FAILED = "ragtrail.loss.traces_export_failed"
+LOSS_SPANS_EXPORT_FAILED = "ragtrail.loss.spans_export_failed"
+LOSS_REASON = "ragtrail.loss.reason"
+LOSS_WINDOW_START = "ragtrail.loss.window_start_unix_nano"
+
+# --- mirrors for other tools (SPEC §6) -------------------------------------------------------------
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_DATA_SOURCE_ID = "gen_ai.data_source.id"
+GEN_AI_REQUEST_TOP_K = "gen_ai.request.top_k"
+GEN_AI_RETRIEVAL_QUERY_TEXT = "gen_ai.retrieval.query.text"
+GEN_AI_OPERATION_RETRIEVAL = "retrieval"
+
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+OI_RETRIEVER = "RETRIEVER"
+OI_RERANKER = "RERANKER"
+OI_CHAIN = "CHAIN"
+OI_INPUT_VALUE = "input.value"
+OI_RETRIEVAL_DOCUMENTS = "retrieval.documents"
+OI_RERANKER_QUERY = "reranker.query"
+OI_RERANKER_TOP_K = "reranker.top_k"
+OI_RERANKER_MODEL_NAME = "reranker.model_name"
+OI_RERANKER_INPUT_DOCUMENTS = "reranker.input_documents"
+OI_RERANKER_OUTPUT_DOCUMENTS = "reranker.output_documents"
+OI_DOCUMENT_ID = "document.id"
+OI_DOCUMENT_SCORE = "document.score"
+OI_DOCUMENT_CONTENT = "document.content"
+
+# --- configuration (environment) -------------------------------------------------------------------
+ENV_CAPTURE_QUERY = "RAGTRAIL_CAPTURE_QUERY"
+ENV_CAPTURE_CONTENT = "RAGTRAIL_CAPTURE_CONTENT"
+ENV_CAPTURE_METADATA = "RAGTRAIL_CAPTURE_METADATA"
+ENV_MIRROR_GENAI = "RAGTRAIL_MIRROR_GENAI"
+ENV_MIRROR_OPENINFERENCE = "RAGTRAIL_MIRROR_OPENINFERENCE"
+ENV_EVENTS_PER_SPAN = "RAGTRAIL_EVENTS_PER_SPAN"
+
+CAPTURE_QUERY_MODES = ("text", "hash", "off")
+CAPTURE_CONTENT_MODES = ("off", "preview", "full")
+
+# transform rules (receipts.py defines their semantics)
+RULE_PREVIEW = "preview@1"
+
+# export path configuration (environment; ragtrail.export reads these)
+ENV_LOCAL_STORE_DIR = "RAGTRAIL_LOCAL_STORE_DIR"
+ENV_LOCAL_STORE_MAX_FILE_BYTES = "RAGTRAIL_LOCAL_STORE_MAX_FILE_BYTES"
+ENV_LOCAL_STORE_MAX_TOTAL_BYTES = "RAGTRAIL_LOCAL_STORE_MAX_TOTAL_BYTES"
+ENV_EXPORT_MAX_TRACES = "RAGTRAIL_EXPORT_MAX_TRACES"
+ENV_EXPORT_MAX_SPANS_PER_TRACE = "RAGTRAIL_EXPORT_MAX_SPANS_PER_TRACE"
+ENV_EXPORT_MAX_BYTES = "RAGTRAIL_EXPORT_MAX_BYTES"
+ENV_EXPORT_GRACE_MILLIS = "RAGTRAIL_EXPORT_GRACE_MILLIS"
+ENV_EXPORT_SCHEDULE_DELAY_MILLIS = "RAGTRAIL_EXPORT_SCHEDULE_DELAY_MILLIS"
+ENV_EXPORT_MAX_BATCH_SPANS = "RAGTRAIL_EXPORT_MAX_BATCH_SPANS"
+ENV_EXPORT_MAX_REQUEST_BYTES = "RAGTRAIL_EXPORT_MAX_REQUEST_BYTES"
+ENV_EXPORT_RETRY_TIMEOUT_MILLIS = "RAGTRAIL_EXPORT_RETRY_TIMEOUT_MILLIS"
+ENV_EXPORT_MAX_TRACE_AGE_MILLIS = "RAGTRAIL_EXPORT_MAX_TRACE_AGE_MILLIS"
+ENV_LOSS_REPORT_INTERVAL_MILLIS = "RAGTRAIL_LOSS_REPORT_INTERVAL_MILLIS"

@@ -1,0 +1,811 @@
+"""The stage recorder: one span per pipeline stage, carrying its retrieval manifest (SPEC §1-3).
+
+It knows no library. Callers (decorators, instrumentations) hand it the query, the candidates that
+entered and left, and any reasons they know; the recorder derives the rest (exclusions by identity,
+counts, receipts) and writes it at the end of the stage, when everything is known:
+
+1. mirror attributes for other tools first (the SDK evicts the oldest attributes first, so they are
+   the ones lost under a tight attribute limit),
+2. the stage's own attributes,
+3. one event per output candidate and per exclusion, spilling into continuation child spans rather
+   than letting the SDK evict the top-ranked candidates,
+4. ``ragtrail.events.count`` and ``ragtrail.events.digest`` last, so they are the last to be lost.
+
+Every method is safe to call in any state: errors inside ragtrail are caught, counted and logged
+once, never raised into the application. When the span is not recording (sampled out) nothing is
+adapted, hashed or built.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from collections import Counter
+from typing import Any, Iterable, Mapping, Sequence
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from ragtrail import config as capture_config
+from ragtrail import semconv as sc
+from ragtrail.candidates import Candidate, adapt, is_candidate_list
+from ragtrail.receipts import PREVIEW_CHARS, canonical_json, events_digest, finite_or_none, receipt
+
+_log = logging.getLogger("ragtrail")
+_TRACER_NAME = "ragtrail"
+_STAGE_ATTRIBUTE_RESERVE = 40  # span attributes kept free for ragtrail's own when mirroring documents
+_MIRROR_ATTRS_PER_DOC = 2
+
+# --- error accounting: caught, counted, logged once per site ---------------------------------------
+_error_lock = threading.Lock()
+_error_counts: Counter[str] = Counter()
+
+
+def _internal_error(site: str, exc: BaseException) -> None:
+    key = f"{site}:{type(exc).__name__}"
+    with _error_lock:
+        _error_counts[key] += 1
+        first = _error_counts[key] == 1
+    if first:
+        _log.warning("ragtrail: internal error in %s (counted, logged once): %r", site, exc, exc_info=True)
+
+
+def internal_error_count() -> int:
+    """How many internal errors ragtrail has caught in this process (never raised into the app)."""
+    with _error_lock:
+        return sum(_error_counts.values())
+
+
+def internal_errors() -> dict[str, int]:
+    with _error_lock:
+        return dict(_error_counts)
+
+
+# --- per-trace state: hop numbering, what was retrieved, what reached the model -------------------
+class PipelineState:
+    """Shared by every stage of one pipeline run (also across threads that copy the context)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.next_hop = 0
+        self.hop_by_sha: dict[str, int] = {}
+        self.hops: dict[int, tuple[int | None, str]] = {}  # hop -> (parent, transform)
+        self.hop_of_candidate: dict[str, int] = {}
+        self.score_kind_of: dict[str, str] = {}
+        self.retrieved: dict[str, None] = {}
+        self.in_context: list[str] | None = None
+        self.cited: dict[str, None] = {}
+        self.corpus_size: int | None = None
+
+    def hop_for(self, sha: str) -> tuple[int, int | None, str, bool]:
+        """The hop of a query text: a known hop, hop 0 for the first query, or a new ``untracked`` hop
+        (the query changed between stages and no instrumented transform explains it)."""
+        with self.lock:
+            if sha in self.hop_by_sha:
+                hop = self.hop_by_sha[sha]
+                parent, transform = self.hops[hop]
+                return hop, parent, transform, False
+            hop = self.next_hop
+            self.next_hop += 1
+            parent = None if hop == 0 else hop - 1
+            transform = sc.TRANSFORM_NONE if hop == 0 else sc.TRANSFORM_UNTRACKED
+            self.hop_by_sha[sha] = hop
+            self.hops[hop] = (parent, transform)
+            return hop, parent, transform, True
+
+    def new_hop(self, sha: str, parent: int | None, transform: str) -> int:
+        with self.lock:
+            hop = self.next_hop
+            self.next_hop += 1
+            self.hop_by_sha[sha] = hop
+            self.hops[hop] = (parent, transform)
+            return hop
+
+
+_pipeline_state: contextvars.ContextVar[PipelineState | None] = contextvars.ContextVar("ragtrail_pipeline", default=None)
+_current_stage: contextvars.ContextVar["Stage | None"] = contextvars.ContextVar("ragtrail_stage", default=None)
+
+
+def current_stage() -> "Stage | None":
+    """The innermost ragtrail stage open in this context (for ``exclude()`` calls inside a decorated function)."""
+    return _current_stage.get()
+
+
+def current_pipeline() -> PipelineState | None:
+    return _pipeline_state.get()
+
+
+def short_component(component: str) -> str:
+    return component.rsplit(".", 1)[-1] if component else "stage"
+
+
+class Stage:
+    """Records one stage. Use it through :func:`ragtrail.stage` or the decorators."""
+
+    def __init__(
+        self,
+        kind: str,
+        component: str | None = None,
+        *,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        budget_limit: float | None = None,
+        budget_unit: str | None = None,
+        score_kind: str | None = None,
+        tracer: trace.Tracer | None = None,
+        span_kind: SpanKind | None = None,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.component = component or kind
+        self.top_k = top_k
+        self.threshold = threshold
+        self.budget_limit = budget_limit
+        self.budget_unit = budget_unit
+        self.budget_used: float | None = None
+        self.score_kind = score_kind
+        self._tracer = tracer
+        self._span_kind = span_kind or (SpanKind.CLIENT if kind == sc.KIND_RETRIEVE else SpanKind.INTERNAL)
+        self._extra = dict(attributes or {})
+        self.span: trace.Span = trace.INVALID_SPAN
+        self.recording = False
+        self._token: object | None = None
+        self._stage_token: contextvars.Token | None = None
+        self._pipeline_token: contextvars.Token | None = None
+        self._state: PipelineState | None = None
+        self._owns_state = False
+        self._closed = False
+        self._errors = 0
+        self._config = None
+        # what the stage saw
+        self._query: tuple[int, int | None, str, str, Any] | None = None  # hop, parent, transform, text, receipt
+        self._variants: list[tuple[int, int | None, str, str, Any]] = []
+        self._inputs: list[Candidate] | None = None
+        self._outputs: list[Candidate] | None = None
+        self._explicit: dict[str, tuple[str, str | None, Candidate | None]] = {}
+        self._status: str | None = None
+        self._failure_class: str | None = None
+        self._fallback: str | None = None
+        self._findings: list[str] = []
+        self._receipt_memo: dict[int, tuple[Any, Any]] = {}
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> "Stage":
+        """Open the span and make it current. Never raises."""
+        try:
+            tracer = self._tracer or trace.get_tracer(_TRACER_NAME)
+            name = f"{self.kind} {short_component(self.component)}"
+            self.span = tracer.start_span(name, kind=self._span_kind)
+            self._token = otel_context.attach(trace.set_span_in_context(self.span))
+            self._stage_token = _current_stage.set(self)
+            self.recording = self.span.is_recording()
+            if self.recording:
+                self._config = capture_config.get()
+                state = _pipeline_state.get()
+                if state is None or self.kind == sc.KIND_PIPELINE:
+                    state = PipelineState()
+                    self._pipeline_token = _pipeline_state.set(state)
+                    self._owns_state = True
+                self._state = state
+        except Exception as exc:  # pragma: no cover - defensive
+            self._error("start", exc)
+        return self
+
+    def __enter__(self) -> "Stage":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.finish(exc)
+
+    async def __aenter__(self) -> "Stage":
+        return self.start()
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        self.finish(exc)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """Write everything and end the span (once). Never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.recording:
+                self._write(exc)
+            elif exc is not None and self.span.is_recording():  # pragma: no cover
+                self.span.set_status(Status(StatusCode.ERROR))
+        except Exception as error:
+            self._error("finish", error)
+            try:
+                self.span.set_attribute(sc.STAGE_INSTRUMENTATION_ERRORS, self._errors)
+            except Exception:  # pragma: no cover
+                pass
+        finally:
+            try:
+                self.span.end()
+            except Exception as error:  # pragma: no cover
+                self._error("end", error)
+            self._detach()
+
+    def _detach(self) -> None:
+        for var, token in ((_pipeline_state, self._pipeline_token), (_current_stage, self._stage_token)):
+            if token is not None:
+                try:
+                    var.reset(token)
+                except ValueError:
+                    # finished in another context (a callback, another task): fall back to clearing
+                    pass
+        if self._token is not None:
+            try:
+                otel_context.detach(self._token)
+            except Exception:  # pragma: no cover - the SDK logs a mismatched detach itself
+                pass
+        self._token = self._stage_token = self._pipeline_token = None
+
+    def _error(self, site: str, exc: BaseException) -> None:
+        self._errors += 1
+        _internal_error(site, exc)
+
+    # --- what the caller tells us ------------------------------------------------------------------
+    def query(self, text: Any, *, transform: str | None = None, parent_hop: int | None = None) -> int | None:
+        """Record the query this stage ran with; returns its hop number (``None`` when not recording).
+
+        A text already seen in this pipeline keeps its hop; the first query is hop 0; a text that
+        appears with no instrumented transform behind it gets a new hop marked ``untracked``."""
+        if not self.recording or text is None:
+            return None
+        try:
+            rec = receipt(text)
+            hop, parent, known_transform, _ = self._state.hop_for(rec.sha256)
+            if parent_hop is not None:
+                parent = parent_hop
+            self._query = (hop, parent, transform or known_transform, text, rec)
+            return hop
+        except Exception as exc:
+            self._error("query", exc)
+            return None
+
+    def add_query_variant(self, text: Any, *, transform: str = sc.TRANSFORM_REWRITE, parent_hop: int | None = None) -> int | None:
+        """Record a query this stage produced (a rewrite, an expansion, one of several multi-query
+        variants, a HyDE document); returns the new hop. Its parent defaults to this stage's query."""
+        if not self.recording or text is None:
+            return None
+        try:
+            rec = receipt(text)
+            if parent_hop is None and self._query is not None:
+                parent_hop = self._query[0]
+            hop = self._state.new_hop(rec.sha256, parent_hop, transform)
+            self._variants.append((hop, parent_hop, transform, text, rec))
+            return hop
+        except Exception as exc:
+            self._error("add_query_variant", exc)
+            return None
+
+    def inputs(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None) -> None:
+        """The candidates that entered the stage, in input order (snapshotted now: some libraries
+        sort or rescore their input in place)."""
+        if not self.recording:
+            return
+        try:
+            self._inputs = self._adapt_all(candidates, score_kind, "inputs", inherit=True)
+        except Exception as exc:
+            self._error("inputs", exc)
+
+    def outputs(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None, hop: int | None = None) -> None:
+        """The candidates the stage handed on, in output order."""
+        if not self.recording:
+            return
+        try:
+            self._outputs = self._adapt_all(candidates, score_kind, "outputs")
+            if hop is not None:
+                for candidate in self._outputs:
+                    if candidate.hop is None:
+                        candidate.hop = hop
+        except Exception as exc:
+            self._error("outputs", exc)
+
+    def exclude(self, candidate: Any, reason: str, detail: Any = None) -> None:
+        """Say why a candidate did not leave the stage. An explicit reason wins over a derived one."""
+        if not self.recording:
+            return
+        try:
+            if not sc.is_valid_reason(reason):
+                self._findings.append(f"invalid reason code {reason!r} replaced by custom:invalid")
+                reason = sc.REASON_CUSTOM_PREFIX + "invalid"
+            if isinstance(candidate, str):
+                ident, adapted = candidate, None
+            else:
+                adapted = adapt(candidate)
+                ident = adapted.id
+            self._explicit[ident] = (reason, None if detail is None else str(detail), adapted)
+        except Exception as exc:
+            self._error("exclude", exc)
+
+    def set_status(self, status: str, *, failure_class: str | None = None, fallback: str | None = None) -> None:
+        """``ok``, ``empty``, ``degraded`` (a fallback ran) or ``failed``; the last two need a failure class."""
+        if not self.recording:
+            return
+        if status not in sc.STATUSES:
+            self._findings.append(f"invalid status {status!r}")
+            return
+        self._status = status
+        if failure_class is not None:
+            self._failure_class = failure_class
+        if fallback is not None:
+            self._fallback = fallback
+
+    def set(self, *, top_k: int | None = None, threshold: float | None = None, budget_limit: float | None = None,
+            budget_used: float | None = None, budget_unit: str | None = None) -> None:
+        """Record the stage's knobs as it actually ran."""
+        if top_k is not None:
+            self.top_k = top_k
+        if threshold is not None:
+            self.threshold = threshold
+        if budget_limit is not None:
+            self.budget_limit = budget_limit
+        if budget_used is not None:
+            self.budget_used = budget_used
+        if budget_unit is not None:
+            self.budget_unit = budget_unit
+
+    def corpus_size(self, size: int | None) -> None:
+        """How many items the searched store holds (for the coverage statement)."""
+        if not self.recording or size is None:
+            return
+        try:
+            size = int(size)
+            self._extra[sc.COVERAGE_CORPUS_SIZE] = size
+            with self._state.lock:
+                self._state.corpus_size = max(size, self._state.corpus_size or 0)
+        except Exception as exc:
+            self._error("corpus_size", exc)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        """An extra attribute (e.g. the filter a vector store applied), written with the stage's own."""
+        if self.recording:
+            self._extra[key] = value
+
+    def finding(self, text: str) -> None:
+        """Something the stage did that a reader should know about (bad input, an odd output)."""
+        if self.recording:
+            self._findings.append(text)
+
+    def cite(self, ids: Iterable[Any]) -> None:
+        if not self.recording:
+            return
+        try:
+            with self._state.lock:
+                for ident in ids:
+                    self._state.cited[str(ident)] = None
+        except Exception as exc:
+            self._error("cite", exc)
+
+    # --- recording ---------------------------------------------------------------------------------
+    def _adapt_all(self, candidates: Iterable[Any] | None, score_kind: str | None, which: str,
+                   inherit: bool = False) -> list[Candidate]:
+        """Adapt every item. Inputs keep the score kind an earlier stage gave them (a reranker's
+        input scores are the retriever's similarities, not rerank scores)."""
+        if candidates is None:
+            return []
+        if isinstance(candidates, (str, bytes, Mapping)):
+            self._findings.append(f"{which} is a {type(candidates).__name__}, not a candidate list")
+            return []
+        items = list(candidates)
+        known = self._state.score_kind_of if inherit else {}
+        kind = score_kind or (None if inherit else self.score_kind)
+        result = []
+        memo = self._receipt_memo
+        for item in items:
+            candidate = adapt(item)
+            if candidate.score_kind is None:
+                candidate.score_kind = kind or known.get(candidate.id)
+            content = candidate.content
+            if content is not None and candidate._receipt is None:
+                # the same content object seen as input and output is hashed once per stage
+                cached = memo.get(id(content))
+                if cached is not None and cached[0] is content:
+                    candidate._receipt = cached[1]
+                else:
+                    memo[id(content)] = (content, candidate.receipt)
+            result.append(candidate)
+        return result
+
+    def _write(self, exc: BaseException | None) -> None:
+        config = self._config
+        span = self.span
+        limits = getattr(span, "_limits", None)
+        outputs = self._outputs or []
+        inputs = self._inputs
+        exclusions = self._exclusions(inputs, outputs)
+        self._assign_hops(outputs)
+        status, failure_class = self._final_status(exc, outputs)
+
+        # 1. mirrors (written first: the first to go under a tight attribute limit)
+        attributes: dict[str, Any] = {}
+        if config.mirror_genai and self.kind == sc.KIND_RETRIEVE:
+            attributes[sc.GEN_AI_OPERATION_NAME] = sc.GEN_AI_OPERATION_RETRIEVAL
+            attributes[sc.GEN_AI_DATA_SOURCE_ID] = self.component
+            if self.top_k is not None:
+                attributes[sc.GEN_AI_REQUEST_TOP_K] = int(self.top_k)
+        if config.mirror_openinference:
+            attributes.update(self._openinference(limits, inputs, outputs))
+        if attributes:
+            span.set_attributes(attributes)
+
+        # 2. the stage's own attributes
+        own: dict[str, Any] = {
+            sc.SCHEMA: sc.SCHEMA_VERSION,
+            sc.STAGE_KIND: self.kind,
+            sc.STAGE_COMPONENT: self.component,
+            sc.STAGE_STATUS: status,
+        }
+        if failure_class:
+            own[sc.STAGE_FAILURE_CLASS] = failure_class
+        if self._fallback:
+            own[sc.STAGE_FALLBACK] = self._fallback
+        for key, value in ((sc.STAGE_TOP_K, self.top_k), (sc.STAGE_THRESHOLD, self.threshold),
+                           (sc.STAGE_BUDGET_LIMIT, self.budget_limit), (sc.STAGE_BUDGET_USED, self.budget_used),
+                           (sc.STAGE_BUDGET_UNIT, self.budget_unit)):
+            if value is not None:
+                own[key] = value
+        if self._query is not None:
+            own.update(self._query_attributes(*self._query))
+        for key, value in self._extra.items():
+            own[key] = _attribute_value(value)
+        if self.kind == sc.KIND_PIPELINE and self._owns_state:
+            own.update(self._coverage())
+        self._track(outputs)
+        n_in = len(inputs) if inputs is not None else 0
+        own[sc.CANDIDATES_IN] = n_in
+        own[sc.CANDIDATES_OUT] = len(outputs)
+        own[sc.CANDIDATES_EXCLUDED] = len(exclusions)
+        if self._findings:
+            own[sc.STAGE_FINDINGS] = list(self._findings)
+        span.set_attributes(own)
+        if exc is not None:
+            self._record_exception(exc)
+
+        # 3. events (spilling into continuation spans), 4. count and digest last
+        events = self._events(outputs, exclusions)
+        spans = self._emit(events, limits)
+        digest_items = [_digest_item(name, attrs) for name, attrs in events]
+        final: dict[str, Any] = {}
+        if self._errors:
+            final[sc.STAGE_INSTRUMENTATION_ERRORS] = self._errors
+        if spans > 1:
+            final[sc.EVENTS_SPANS] = spans
+        final[sc.EVENTS_COUNT] = len(events)
+        final[sc.EVENTS_DIGEST] = events_digest(digest_items)
+        span.set_attributes(final)
+
+    def _final_status(self, exc: BaseException | None, outputs: Sequence[Candidate]) -> tuple[str, str | None]:
+        status = self._status
+        failure_class = self._failure_class
+        if exc is not None:
+            status = sc.STATUS_FAILED
+            if failure_class is None:
+                failure_class = _failure_class_of(exc)
+        elif status is None:
+            status = sc.STATUS_EMPTY if (self._outputs is not None and not outputs and self.kind != sc.KIND_PIPELINE) else sc.STATUS_OK
+        if status in (sc.STATUS_FAILED, sc.STATUS_DEGRADED) and not failure_class:
+            failure_class = "unspecified"
+        return status, failure_class
+
+    def _record_exception(self, exc: BaseException) -> None:
+        if self._config.query == "text":
+            self.span.record_exception(exc)
+            self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        else:
+            # the message may quote the query: in hash/off mode only the type leaves the process
+            self.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+
+    def _query_attributes(self, hop: int, parent: int | None, transform: str, text: Any, rec: Any) -> dict[str, Any]:
+        attributes: dict[str, Any] = {sc.QUERY_HOP: hop, sc.QUERY_TRANSFORM: transform}
+        if parent is not None:
+            attributes[sc.QUERY_PARENT_HOP] = parent
+        mode = self._config.query
+        if mode == "off":
+            return attributes
+        attributes.update(rec.as_attributes("ragtrail.query"))
+        if mode == "text":
+            attributes[sc.QUERY_TEXT] = _text(text)
+        return attributes
+
+    def _exclusions(self, inputs: list[Candidate] | None, outputs: list[Candidate]) -> list[tuple[int, Candidate, str, str | None]]:
+        """(input rank, candidate, reason, detail) for every input that did not leave, by identity.
+        Duplicate ids are matched as a multiset: the surplus copies are ``deduplicated``."""
+        result: list[tuple[int, Candidate, str, str | None]] = []
+        if inputs is None:
+            # no inputs recorded: only explicit exclusions can be said
+            for ident, (reason, detail, candidate) in self._explicit.items():
+                result.append((-1, candidate or Candidate(id=ident), reason, detail))
+            return result
+        remaining = Counter(c.id for c in outputs)
+        seen: dict[str, Candidate] = {}
+        kept_by_sha = {c.receipt.sha256: c.id for c in outputs if c.content is not None}
+        output_ids = set(remaining)
+        explicit_used: set[str] = set()
+        for rank, candidate in enumerate(inputs):
+            if remaining[candidate.id] > 0:
+                remaining[candidate.id] -= 1
+                seen[candidate.id] = candidate
+                continue
+            if candidate.id in self._explicit and candidate.id not in explicit_used:
+                reason, detail, _ = self._explicit[candidate.id]
+                explicit_used.add(candidate.id)
+            elif candidate.id in seen or candidate.id in output_ids:
+                reason, detail = sc.REASON_DEDUPLICATED, f"duplicate id of {candidate.id}"
+            else:
+                reason, detail = self._derive_reason(candidate, outputs, kept_by_sha)
+            seen[candidate.id] = candidate
+            result.append((rank, candidate, reason, detail))
+        for ident, (reason, detail, candidate) in self._explicit.items():
+            if ident not in explicit_used and ident not in output_ids and ident not in seen:
+                # excluded before it was handed to us as input (e.g. a pre-filter): still said
+                self._findings.append(f"exclusion of {ident} that was not among the recorded inputs")
+                result.append((-1, candidate or Candidate(id=ident), reason, detail))
+        return result
+
+    def _derive_reason(self, candidate: Candidate, outputs: Sequence[Candidate], kept_by_sha: Mapping[str, str]) -> tuple[str, str | None]:
+        if candidate.content is not None and candidate.receipt.sha256 in kept_by_sha:
+            return sc.REASON_DEDUPLICATED, f"same content as {kept_by_sha[candidate.receipt.sha256]}"
+        score = finite_or_none(candidate.score)
+        if self.threshold is not None and score is not None:
+            distance = (candidate.score_kind or self.score_kind) == sc.SCORE_DISTANCE
+            if (score > self.threshold) if distance else (score < self.threshold):
+                op = ">" if distance else "<"
+                return sc.REASON_BELOW_SCORE_THRESHOLD, f"score={score:g} {op} threshold={self.threshold:g}"
+        if self.top_k is not None and len(outputs) <= int(self.top_k):
+            return sc.REASON_BELOW_RANK_CUTOFF, f"top_k={self.top_k}"
+        if self.budget_limit is not None:
+            used = "" if self.budget_used is None else f" used={self.budget_used:g}"
+            unit = f" {self.budget_unit}" if self.budget_unit else ""
+            return sc.REASON_BUDGET_EXCEEDED, f"limit={self.budget_limit:g}{unit}{used}"
+        return sc.REASON_UNEXPLAINED, None
+
+    def _assign_hops(self, outputs: Sequence[Candidate]) -> None:
+        state = self._state
+        default = self._query[0] if self._query is not None else None
+        for candidate in outputs:
+            if candidate.score_kind is None:
+                candidate.score_kind = self.score_kind
+            if candidate.hop is None:
+                # a retrieval's hits were found by its own query; later stages inherit the finder's hop
+                known = None if self.kind == sc.KIND_RETRIEVE else state.hop_of_candidate.get(candidate.id)
+                candidate.hop = known if known is not None else (default if self.kind in sc.PRODUCING_KINDS else None)
+            if candidate.hop is not None:
+                state.hop_of_candidate.setdefault(candidate.id, candidate.hop)
+            if candidate.score_kind is not None:
+                state.score_kind_of[candidate.id] = candidate.score_kind
+
+    def _track(self, outputs: Sequence[Candidate]) -> None:
+        state = self._state
+        if self._outputs is None or self.kind == sc.KIND_PIPELINE:
+            return
+        with state.lock:
+            if self.kind in (sc.KIND_RETRIEVE, sc.KIND_FUSE):
+                for candidate in outputs:
+                    state.retrieved[candidate.id] = None
+            elif self.kind in (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET):
+                state.in_context = [c.id for c in outputs]
+            elif self.kind == sc.KIND_CITE:
+                for candidate in outputs:
+                    state.cited[candidate.id] = None
+
+    def _coverage(self) -> dict[str, Any]:
+        state = self._state
+        with state.lock:
+            retrieved = len(state.retrieved)
+            in_context = len(state.in_context) if state.in_context is not None else retrieved
+            attributes: dict[str, Any] = {
+                sc.COVERAGE_RETRIEVED: retrieved,
+                sc.COVERAGE_IN_CONTEXT: in_context,
+                sc.COVERAGE_CITED: len(state.cited),
+            }
+            if state.corpus_size is not None:
+                attributes[sc.COVERAGE_CORPUS_SIZE] = state.corpus_size
+            if state.cited:
+                attributes[sc.CITED_IDS] = list(state.cited)
+        return attributes
+
+    def _candidate_attributes(self, candidate: Candidate, rank: int, default_kind: str | None) -> dict[str, Any]:
+        config = self._config
+        attributes: dict[str, Any] = {sc.CANDIDATE_ID: candidate.id, sc.CANDIDATE_RANK: rank}
+        if candidate.score is not None:
+            score = finite_or_none(candidate.score)
+            if score is not None:
+                attributes[sc.CANDIDATE_SCORE] = score
+            else:
+                attributes[sc.CANDIDATE_SCORE_RAW] = _score_text(candidate.score)
+        attributes[sc.CANDIDATE_SCORE_KIND] = candidate.score_kind or default_kind or sc.SCORE_NONE
+        if candidate.hop is not None:
+            attributes[sc.CANDIDATE_HOP] = candidate.hop
+        rec = candidate.receipt
+        if rec is not None:
+            attributes[sc.CANDIDATE_CONTENT_CHARS] = rec.chars
+            attributes[sc.CANDIDATE_CONTENT_BYTES] = rec.bytes
+            attributes[sc.CANDIDATE_CONTENT_SHA256] = rec.sha256
+            if config.content == "preview":
+                attributes[sc.CANDIDATE_CONTENT_PREVIEW] = _text(candidate.content)[:PREVIEW_CHARS]
+            elif config.content == "full":
+                attributes[sc.CANDIDATE_CONTENT_TEXT] = _text(candidate.content)
+        if candidate.transform_rule:
+            attributes[sc.CANDIDATE_TRANSFORM_RULE] = candidate.transform_rule
+        if candidate.derived_from:
+            attributes[sc.CANDIDATE_TRANSFORM_DERIVED_FROM] = candidate.derived_from
+        if config.metadata and candidate.metadata:
+            for key in config.metadata:
+                if key in candidate.metadata:
+                    attributes[sc.CANDIDATE_META_PREFIX + key] = _attribute_value(candidate.metadata[key])
+        return attributes
+
+    def _events(self, outputs: Sequence[Candidate], exclusions: Sequence[tuple[int, Candidate, str, str | None]]) -> list[tuple[str, dict[str, Any]]]:
+        events: list[tuple[str, dict[str, Any]]] = []
+        mode = self._config.query
+        for hop, parent, transform, text, rec in self._variants:
+            attributes: dict[str, Any] = {sc.QUERY_HOP: hop, sc.QUERY_TRANSFORM: transform}
+            if parent is not None:
+                attributes[sc.QUERY_PARENT_HOP] = parent
+            if mode != "off":
+                attributes.update(rec.as_attributes("ragtrail.query"))
+                if mode == "text":
+                    attributes[sc.QUERY_TEXT] = _text(text)
+            events.append((sc.EVENT_QUERY, attributes))
+        for rank, candidate in enumerate(outputs):
+            events.append((sc.EVENT_CANDIDATE, self._candidate_attributes(candidate, rank, self.score_kind)))
+        for rank, candidate, reason, detail in exclusions:
+            attributes = self._candidate_attributes(candidate, rank, None)
+            if rank < 0:
+                del attributes[sc.CANDIDATE_RANK]
+            attributes[sc.EXCLUSION_REASON] = reason
+            if detail is not None:
+                attributes[sc.EXCLUSION_DETAIL] = detail
+            events.append((sc.EVENT_EXCLUSION, attributes))
+        return events
+
+    def _emit(self, events: list[tuple[str, dict[str, Any]]], limits: Any) -> int:
+        """Add the events, spilling into continuation child spans so the SDK never evicts any.
+        Returns how many spans carry this stage's events."""
+        capacity = self._config.events_per_span
+        sdk_limit = getattr(limits, "max_events", None)
+        if sdk_limit is not None:
+            # leave room for an exception event and one other
+            sdk_capacity = max(1, sdk_limit - 2)
+            capacity = sdk_capacity if capacity is None else min(capacity, sdk_capacity)
+        if capacity is None or len(events) <= capacity:
+            for name, attributes in events:
+                self.span.add_event(name, attributes)
+            return 1
+        chunks = [events[i:i + capacity] for i in range(0, len(events), capacity)]
+        for name, attributes in chunks[0]:
+            self.span.add_event(name, attributes)
+        tracer = self._tracer or trace.get_tracer(_TRACER_NAME)
+        parent = trace.set_span_in_context(self.span)
+        span_name = f"{self.kind} {short_component(self.component)}"
+        for index, chunk in enumerate(chunks[1:], start=1):
+            child = tracer.start_span(span_name, context=parent, kind=SpanKind.INTERNAL, attributes={
+                sc.SCHEMA: sc.SCHEMA_VERSION,
+                sc.STAGE_KIND: self.kind,
+                sc.STAGE_COMPONENT: self.component,
+                sc.STAGE_CONTINUATION: True,
+                sc.STAGE_CONTINUATION_INDEX: index,
+            })
+            for name, attributes in chunk:
+                child.add_event(name, attributes)
+            child.set_attribute(sc.EVENTS_COUNT, len(chunk))
+            child.end()
+        return len(chunks)
+
+    def _openinference(self, limits: Any, inputs: list[Candidate] | None, outputs: list[Candidate]) -> dict[str, Any]:
+        attributes: dict[str, Any] = {}
+        if self.kind == sc.KIND_RETRIEVE:
+            attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OI_RETRIEVER
+        elif self.kind == sc.KIND_RERANK:
+            attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OI_RERANKER
+        else:
+            attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OI_CHAIN
+        if self._query is not None and self._config.query == "text":
+            text = _text(self._query[3])
+            attributes[sc.OI_INPUT_VALUE] = text
+            if self.kind == sc.KIND_RERANK:
+                attributes[sc.OI_RERANKER_QUERY] = text
+        if self.kind == sc.KIND_RERANK and self.top_k is not None:
+            attributes[sc.OI_RERANKER_TOP_K] = int(self.top_k)
+        max_attributes = getattr(limits, "max_span_attributes", None)
+        room = None if max_attributes is None else max(0, max_attributes - _STAGE_ATTRIBUTE_RESERVE - len(attributes) - len(self._extra))
+        if self.kind == sc.KIND_RETRIEVE:
+            lists = [(sc.OI_RETRIEVAL_DOCUMENTS, outputs)]
+        elif self.kind == sc.KIND_RERANK:
+            lists = [(sc.OI_RERANKER_OUTPUT_DOCUMENTS, outputs), (sc.OI_RERANKER_INPUT_DOCUMENTS, inputs or [])]
+        else:
+            return attributes
+        for prefix, candidates in lists:
+            for index, candidate in enumerate(candidates):
+                if room is not None and room < _MIRROR_ATTRS_PER_DOC:
+                    return attributes
+                attributes[f"{prefix}.{index}.{sc.OI_DOCUMENT_ID}"] = candidate.id
+                score = finite_or_none(candidate.score)
+                if score is not None:
+                    attributes[f"{prefix}.{index}.{sc.OI_DOCUMENT_SCORE}"] = score
+                if room is not None:
+                    room -= _MIRROR_ATTRS_PER_DOC
+        return attributes
+
+
+def _digest_item(name: str, attributes: Mapping[str, Any]) -> tuple[str, str, str]:
+    """SPEC §3 digest entry; a query event is identified as ``hop:<n>`` with the query's sha256."""
+    if name == sc.EVENT_QUERY:
+        return name, f"hop:{attributes[sc.QUERY_HOP]}", attributes.get(sc.QUERY_SHA256, "")
+    return name, attributes[sc.CANDIDATE_ID], attributes.get(sc.CANDIDATE_CONTENT_SHA256, "")
+
+
+def _failure_class_of(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return f"exception:{type(exc).__name__}"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return canonical_json(value)
+
+
+def _score_text(value: Any) -> str:
+    try:
+        return repr(float(value))
+    except (TypeError, ValueError):
+        return type(value).__name__
+
+
+def _attribute_value(value: Any) -> Any:
+    """OTel attributes take str/bool/int/float and homogeneous lists of them; anything else becomes
+    canonical JSON (deterministic), so nested metadata is kept rather than dropped."""
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "shape", None) == ():
+        try:
+            return _attribute_value(item())
+        except Exception:  # pragma: no cover
+            pass
+    return canonical_json(value)
+
+
+def stage(
+    kind: str,
+    component: str | None = None,
+    *,
+    top_k: int | None = None,
+    threshold: float | None = None,
+    budget_limit: float | None = None,
+    budget_unit: str | None = None,
+    score_kind: str | None = None,
+    tracer: trace.Tracer | None = None,
+    span_kind: SpanKind | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> Stage:
+    """A stage as a context manager (sync ``with`` or ``async with``)::
+
+        with ragtrail.stage("filter", "my_app.freshness") as s:
+            s.inputs(docs)
+            kept = [d for d in docs if not d["superseded"]]
+            for d in docs:
+                if d["superseded"]:
+                    s.exclude(d, "superseded", "newer version exists")
+            s.outputs(kept)
+    """
+    if kind not in sc.STAGE_KINDS:
+        _internal_error("stage kind", ValueError(f"unknown stage kind {kind!r}"))
+    return Stage(kind, component, top_k=top_k, threshold=threshold, budget_limit=budget_limit,
+                 budget_unit=budget_unit, score_kind=score_kind, tracer=tracer, span_kind=span_kind,
+                 attributes=attributes)
+
+
+def is_candidate_output(value: Any) -> bool:
+    return is_candidate_list(value)

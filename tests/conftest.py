@@ -1,0 +1,48 @@
+"""Shared fixtures: one real SDK TracerProvider for the whole session, exported to memory.
+
+OpenTelemetry allows the global provider to be set once per process, so it is set here and each
+test gets a cleared InMemorySpanExporter. Tests that need other providers build their own and pass
+``tracer_provider=`` / ``tracer=`` explicitly.
+"""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+_EXPORTER = InMemorySpanExporter()
+_PROVIDER = TracerProvider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+trace.set_tracer_provider(_PROVIDER)
+
+
+@pytest.fixture
+def tracer_provider() -> TracerProvider:
+    return _PROVIDER
+
+
+@pytest.fixture
+def span_exporter() -> InMemorySpanExporter:
+    """The session exporter, cleared before and after the test."""
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_ragtrail_config(monkeypatch):
+    """Each test starts from the environment defaults of ragtrail's capture config."""
+    for name in ("RAGTRAIL_CAPTURE_QUERY", "RAGTRAIL_CAPTURE_CONTENT", "RAGTRAIL_CAPTURE_METADATA",
+                 "RAGTRAIL_MIRROR_GENAI", "RAGTRAIL_MIRROR_OPENINFERENCE", "RAGTRAIL_EVENTS_PER_SPAN"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        from ragtrail import config
+    except ImportError:  # pragma: no cover - before the core lands
+        yield
+        return
+    config.reset()
+    yield
+    config.reset()

@@ -1,0 +1,437 @@
+"""The stage recorder on the real SDK: exact attributes and events per SPEC §1-3 and §6."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import importlib
+import json
+
+import pytest
+from google.protobuf.json_format import MessageToJson
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+import ragtrail
+from ragtrail import semconv as sc
+from ragtrail.receipts import events_digest, receipt
+from spanutil import attrs, by_name, events, pop_all
+
+DOCS = [
+    {"id": "policy-2024-11", "content": "Refunds within 30 days.", "score": 0.86, "metadata": {"updated_at": "2024-11-01", "status": "current"}},
+    {"id": "policy-2026-05", "content": "Refunds within 45 days.", "score": 0.78, "metadata": {"updated_at": "2026-05-01", "status": "current"}},
+    {"id": "policy-2026-05-draft", "content": "Draft: refunds within 60 days.", "score": 0.74, "metadata": {"status": "superseded"}},
+    {"id": "sales-deck-q1", "content": "Enterprise plans include priority support.", "score": 0.41, "metadata": {}},
+]
+
+
+def _sha(text: str) -> str:
+    return receipt(text).sha256
+
+
+def _candidate_event(doc: dict, rank: int, kind: str, hop: int | None = 0) -> dict:
+    event = {
+        sc.CANDIDATE_ID: doc["id"],
+        sc.CANDIDATE_RANK: rank,
+        sc.CANDIDATE_SCORE: doc["score"],
+        sc.CANDIDATE_SCORE_KIND: kind,
+        sc.CANDIDATE_CONTENT_CHARS: len(doc["content"]),
+        sc.CANDIDATE_CONTENT_BYTES: len(doc["content"].encode()),
+        sc.CANDIDATE_CONTENT_SHA256: _sha(doc["content"]),
+    }
+    if hop is not None:
+        event[sc.CANDIDATE_HOP] = hop
+    return event
+
+
+def _digest(span) -> str:
+    items = []
+    for e in span.events:
+        a = e.attributes
+        if e.name == sc.EVENT_QUERY:
+            items.append((e.name, f"hop:{a[sc.QUERY_HOP]}", a.get(sc.QUERY_SHA256, "")))
+        else:
+            items.append((e.name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
+    return events_digest(items)
+
+
+def test_retrieve_stage_exact_attributes_and_events(span_exporter):
+    query = "what is our refund window for enterprise?"
+    with ragtrail.stage("retrieve", "my_app.search", top_k=4, score_kind="similarity") as s:
+        assert s.query(query) == 0
+        s.outputs(DOCS)
+    (span,) = span_exporter.get_finished_spans()
+    assert span.name == "retrieve search"
+    assert span.kind == trace.SpanKind.CLIENT
+    a = attrs(span)
+    pop_all(a, {
+        sc.SCHEMA: 1, sc.STAGE_KIND: "retrieve", sc.STAGE_COMPONENT: "my_app.search", sc.STAGE_STATUS: "ok",
+        sc.STAGE_TOP_K: 4,
+        sc.QUERY_HOP: 0, sc.QUERY_TRANSFORM: "none", sc.QUERY_TEXT: query, sc.QUERY_CHARS: len(query),
+        sc.QUERY_BYTES: len(query), sc.QUERY_SHA256: _sha(query),
+        sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 4, sc.CANDIDATES_EXCLUDED: 0,
+        sc.EVENTS_COUNT: 4, sc.EVENTS_DIGEST: _digest(span),
+        # mirrors (SPEC §6)
+        sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: "my_app.search", sc.GEN_AI_REQUEST_TOP_K: 4,
+        sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER", sc.OI_INPUT_VALUE: query,
+    })
+    for i, doc in enumerate(DOCS):
+        pop_all(a, {f"retrieval.documents.{i}.document.id": doc["id"], f"retrieval.documents.{i}.document.score": doc["score"]})
+    assert a == {}
+    assert [e.name for e in span.events] == [sc.EVENT_CANDIDATE] * 4
+    assert events(span) == [_candidate_event(d, i, "similarity") for i, d in enumerate(DOCS)]
+    # the count and digest are the LAST attributes written (the last to be evicted)
+    assert list(span.attributes)[-2:] == [sc.EVENTS_COUNT, sc.EVENTS_DIGEST]
+
+
+def test_filter_stage_explicit_and_derived_exclusions(span_exporter):
+    with ragtrail.stage("filter", "my_app.freshness") as s:
+        s.inputs(DOCS)
+        s.exclude(DOCS[2], "superseded", "policy-2026-05 replaces it")
+        s.outputs([DOCS[0], DOCS[1]])
+    (span,) = span_exporter.get_finished_spans()
+    a = attrs(span)
+    pop_all(a, {sc.CANDIDATES_IN: 4, sc.CANDIDATES_OUT: 2, sc.CANDIDATES_EXCLUDED: 2, sc.STAGE_STATUS: "ok"})
+    exclusions = events(span, sc.EVENT_EXCLUSION)
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e[sc.EXCLUSION_REASON], e.get(sc.EXCLUSION_DETAIL)) for e in exclusions] == [
+        ("policy-2026-05-draft", 2, "superseded", "policy-2026-05 replaces it"),
+        ("sales-deck-q1", 3, "unexplained", None),
+    ]
+    assert [e[sc.CANDIDATE_ID] for e in events(span, sc.EVENT_CANDIDATE)] == ["policy-2024-11", "policy-2026-05"]
+
+
+def test_reasons_derived_from_the_knobs(span_exporter):
+    with ragtrail.stage("rerank", "r", top_k=2, score_kind="rerank") as s:
+        s.inputs(DOCS)
+        s.outputs([DOCS[1], DOCS[0]])
+    with ragtrail.stage("filter", "t", threshold=0.5) as s:
+        s.inputs(DOCS, score_kind="similarity")
+        s.outputs(DOCS[:3])
+    with ragtrail.stage("budget", "b", budget_limit=12, budget_unit="tokens") as s:
+        s.set(budget_used=11)
+        s.inputs(DOCS[:2])
+        s.outputs(DOCS[:1])
+    rerank, threshold, budget = span_exporter.get_finished_spans()
+    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(rerank, sc.EVENT_EXCLUSION)] == [
+        ("policy-2026-05-draft", "below_rank_cutoff", "top_k=2"), ("sales-deck-q1", "below_rank_cutoff", "top_k=2")]
+    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(threshold, sc.EVENT_EXCLUSION)] == [
+        ("sales-deck-q1", "below_score_threshold", "score=0.41 < threshold=0.5")]
+    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(budget, sc.EVENT_EXCLUSION)] == [
+        ("policy-2026-05", "budget_exceeded", "limit=12 tokens used=11")]
+    assert attrs(budget)[sc.STAGE_BUDGET_USED] == 11 and attrs(budget)[sc.STAGE_BUDGET_UNIT] == "tokens"
+    # output scores of a reranker are rerank scores; its excluded inputs keep no borrowed kind
+    assert {e[sc.CANDIDATE_SCORE_KIND] for e in events(rerank, sc.EVENT_CANDIDATE)} == {"rerank"}
+    assert {e[sc.CANDIDATE_SCORE_KIND] for e in events(rerank, sc.EVENT_EXCLUSION)} == {"none"}
+
+
+def test_distance_threshold_is_upper_bound(span_exporter):
+    hits = [{"id": "a", "content": "a", "score": 0.1}, {"id": "b", "content": "b", "score": 0.9}]
+    with ragtrail.stage("retrieve", "chroma", threshold=0.5, score_kind="distance") as s:
+        s.inputs(hits, score_kind="distance")
+        s.outputs(hits[:1])
+    (span,) = span_exporter.get_finished_spans()
+    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
+        ("b", "below_score_threshold", "score=0.9 > threshold=0.5")]
+
+
+def test_duplicates_by_id_and_by_content_are_deduplicated(span_exporter):
+    a = {"id": "a", "content": "same text"}
+    a_again = {"id": "a", "content": "same text"}
+    b_copy = {"id": "b", "content": "same text"}
+    with ragtrail.stage("filter", "dedupe") as s:
+        s.inputs([a, a_again, b_copy])
+        s.outputs([a])
+    (span,) = span_exporter.get_finished_spans()
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
+        ("a", 1, "deduplicated", "duplicate id of a"), ("b", 2, "deduplicated", "same content as a")]
+    assert attrs(span)[sc.CANDIDATES_IN] == attrs(span)[sc.CANDIDATES_OUT] + attrs(span)[sc.CANDIDATES_EXCLUDED]
+
+
+def test_query_hops_chain_through_a_pipeline(span_exporter):
+    @ragtrail.query_transform(transform="rewrite")
+    def rewrite(query):
+        return "enterprise refund window policy"
+
+    @ragtrail.query_transform(transform="multi_query")
+    def variants(query):
+        return [query + " 2026", query + " current"]
+
+    @ragtrail.retriever(score_kind="similarity")
+    def search(query):
+        return [d for d in DOCS if d["score"] > 0.7]
+
+    @ragtrail.pipeline
+    def answer(query):
+        q = rewrite(query)
+        for v in variants(q):
+            search(v)
+        search("an untracked rewrite")
+        return "answer"
+
+    assert answer("refund window?") == "answer"
+    spans = span_exporter.get_finished_spans()
+    pipe = by_name(spans, "pipeline answer")
+    assert (pipe.attributes[sc.QUERY_HOP], pipe.attributes[sc.QUERY_TRANSFORM]) == (0, "none")
+    rw = by_name(spans, "query_transform rewrite")
+    assert rw.attributes[sc.QUERY_HOP] == 0
+    assert events(rw, sc.EVENT_QUERY) == [{
+        sc.QUERY_HOP: 1, sc.QUERY_PARENT_HOP: 0, sc.QUERY_TRANSFORM: "rewrite", sc.QUERY_TEXT: "enterprise refund window policy",
+        **receipt("enterprise refund window policy").as_attributes("ragtrail.query")}]
+    mq = by_name(spans, "query_transform variants")
+    assert [(e[sc.QUERY_HOP], e[sc.QUERY_PARENT_HOP], e[sc.QUERY_TRANSFORM]) for e in events(mq, sc.EVENT_QUERY)] == [
+        (2, 1, "multi_query"), (3, 1, "multi_query")]
+    searches = [s for s in spans if s.name == "retrieve search"]
+    assert [(s.attributes[sc.QUERY_HOP], s.attributes[sc.QUERY_PARENT_HOP], s.attributes[sc.QUERY_TRANSFORM]) for s in searches] == [
+        (2, 1, "multi_query"), (3, 1, "multi_query"), (4, 3, "untracked")]
+    assert [{e[sc.CANDIDATE_HOP] for e in events(s, sc.EVENT_CANDIDATE)} for s in searches] == [{2}, {3}, {4}]
+    # every stage is a child of the pipeline span, in one trace
+    assert {s.context.trace_id for s in spans} == {pipe.context.trace_id}
+    assert all(s.parent.span_id == pipe.context.span_id for s in spans if s is not pipe)
+
+
+def test_pipeline_coverage_and_citations(span_exporter):
+    @ragtrail.retriever(score_kind="similarity")
+    def search(query):
+        return DOCS
+
+    @ragtrail.budgeter(limit=2, unit="documents")
+    def fit(query, docs):
+        return docs[:2]
+
+    @ragtrail.pipeline
+    def answer(query):
+        with ragtrail.stage("retrieve", "store") as s:
+            s.corpus_size(1003)
+        context = fit(query, search(query))
+        ragtrail.cite([context[0]["id"]])
+        return context
+
+    answer("q")
+    spans = span_exporter.get_finished_spans()
+    pipe = by_name(spans, "pipeline answer")
+    a = attrs(pipe)
+    pop_all(a, {sc.COVERAGE_CORPUS_SIZE: 1003, sc.COVERAGE_RETRIEVED: 4, sc.COVERAGE_IN_CONTEXT: 2,
+                sc.COVERAGE_CITED: 1, sc.CITED_IDS: ["policy-2024-11"]})
+    cite = by_name(spans, "cite cite")
+    assert [e[sc.CANDIDATE_ID] for e in events(cite, sc.EVENT_CANDIDATE)] == ["policy-2024-11"]
+    budget = by_name(spans, "budget fit")
+    assert [e[sc.EXCLUSION_REASON] for e in events(budget, sc.EVENT_EXCLUSION)] == ["budget_exceeded"] * 2
+
+
+def test_statuses_empty_failed_degraded(span_exporter):
+    with ragtrail.stage("retrieve", "empty") as s:
+        s.outputs([])
+    with pytest.raises(KeyError, match="boom") as raised:
+        with ragtrail.stage("rerank", "api"):
+            raise KeyError("boom")
+    with ragtrail.stage("rerank", "llm") as s:
+        s.inputs(DOCS[:2])
+        s.outputs(DOCS[:2])
+        s.set_status("degraded", failure_class="parse_error", fallback="input_order")
+    with pytest.raises(TimeoutError):
+        with ragtrail.stage("retrieve", "slow"):
+            raise TimeoutError()
+    empty, failed, degraded, timeout = span_exporter.get_finished_spans()
+    assert empty.attributes[sc.STAGE_STATUS] == "empty" and sc.STAGE_FAILURE_CLASS not in empty.attributes
+    assert (failed.attributes[sc.STAGE_STATUS], failed.attributes[sc.STAGE_FAILURE_CLASS]) == ("failed", "exception:KeyError")
+    assert failed.status.status_code == StatusCode.ERROR
+    assert [e.name for e in failed.events] == ["exception"]
+    assert raised.type is KeyError
+    a = attrs(degraded)
+    pop_all(a, {sc.STAGE_STATUS: "degraded", sc.STAGE_FAILURE_CLASS: "parse_error", sc.STAGE_FALLBACK: "input_order"})
+    assert (timeout.attributes[sc.STAGE_STATUS], timeout.attributes[sc.STAGE_FAILURE_CLASS]) == ("failed", "timeout")
+
+
+def test_capture_modes_content_and_metadata(span_exporter):
+    long = "x" * 300
+    ragtrail.set_capture(content="preview", metadata=["updated_at", "nested"])
+    with ragtrail.stage("retrieve", "r") as s:
+        s.outputs([{"id": "a", "content": long, "metadata": {"updated_at": "2024-11-01", "nested": {"k": [1]}, "secret": "no"}}])
+    ragtrail.set_capture(content="full", metadata=[])
+    with ragtrail.stage("retrieve", "r") as s:
+        s.outputs([{"id": "a", "content": long}])
+    preview, full = span_exporter.get_finished_spans()
+    (e,) = events(preview)
+    assert e[sc.CANDIDATE_CONTENT_PREVIEW] == "x" * 256
+    assert e["ragtrail.candidate.meta.updated_at"] == "2024-11-01"
+    assert e["ragtrail.candidate.meta.nested"] == '{"k":[1]}'
+    assert "ragtrail.candidate.meta.secret" not in e
+    (e,) = events(full)
+    assert e[sc.CANDIDATE_CONTENT_TEXT] == long and sc.CANDIDATE_CONTENT_PREVIEW not in e
+
+
+def _otlp_bytes(spans) -> bytes:
+    return MessageToJson(encode_spans(spans)).encode() + encode_spans(spans).SerializeToString()
+
+
+def test_hash_mode_keeps_the_query_out_of_every_exported_byte(span_exporter, monkeypatch):
+    monkeypatch.setenv("RAGTRAIL_CAPTURE_QUERY", "hash")
+    ragtrail.config.reset()
+    secret = "patient 4471 refund dispute"
+
+    @ragtrail.query_transform
+    def rewrite(query):
+        return query + " policy"
+
+    @ragtrail.retriever
+    def search(query):
+        raise ValueError(f"index rejected {query}")
+
+    @ragtrail.reranker(top_k=1)
+    def rerank(query, candidates):
+        return candidates[:1]
+
+    @ragtrail.pipeline
+    def answer(query):
+        q = rewrite(query)
+        rerank(q, DOCS)
+        try:
+            search(q)
+        except ValueError:
+            pass
+
+    answer(secret)
+    spans = span_exporter.get_finished_spans()
+    wire = _otlp_bytes(spans)
+    for needle in (secret, "patient 4471", json.dumps(secret)[1:-1]):
+        assert needle.encode() not in wire
+    pipe = by_name(spans, "pipeline answer")
+    assert pipe.attributes[sc.QUERY_SHA256] == _sha(secret) and sc.QUERY_TEXT not in pipe.attributes
+    failed = by_name(spans, "retrieve search")
+    assert failed.status.description == "ValueError" and failed.events == ()
+
+
+def test_query_off_mode_writes_no_receipt(span_exporter, monkeypatch):
+    monkeypatch.setenv("RAGTRAIL_CAPTURE_QUERY", "off")
+    ragtrail.config.reset()
+    with ragtrail.stage("retrieve", "r") as s:
+        s.query("hidden")
+    (span,) = span_exporter.get_finished_spans()
+    assert not any(k.startswith("ragtrail.query.") and k not in (sc.QUERY_HOP, sc.QUERY_TRANSFORM) for k in span.attributes)
+    assert sc.OI_INPUT_VALUE not in span.attributes
+
+
+def test_mirrors_can_be_switched_off(span_exporter, monkeypatch):
+    monkeypatch.setenv("RAGTRAIL_MIRROR_GENAI", "false")
+    monkeypatch.setenv("RAGTRAIL_MIRROR_OPENINFERENCE", "0")
+    ragtrail.config.reset()
+    with ragtrail.stage("retrieve", "r") as s:
+        s.outputs(DOCS)
+    (span,) = span_exporter.get_finished_spans()
+    assert not [k for k in span.attributes if not k.startswith("ragtrail.")]
+
+
+def test_invalid_environment_falls_back_to_private_defaults(monkeypatch, caplog):
+    monkeypatch.setenv("RAGTRAIL_CAPTURE_QUERY", "verbose")
+    monkeypatch.setenv("RAGTRAIL_CAPTURE_CONTENT", "everything")
+    ragtrail.config.reset()
+    config = ragtrail.config.get()
+    assert (config.query, config.content) == ("hash", "off")
+    assert "RAGTRAIL_CAPTURE_QUERY='verbose'" in caplog.text
+    with pytest.raises(ValueError):
+        ragtrail.set_capture(query="verbose")
+
+
+def _provider(limits: SpanLimits | None = None) -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=limits) if limits else TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def test_thousand_candidates_spill_into_continuation_spans_and_nothing_is_lost():
+    provider, exporter = _provider()
+    tracer = provider.get_tracer("t")
+    hits = [{"id": f"doc-{i}", "content": f"chunk {i}", "score": 1 - i / 1000} for i in range(1000)]
+    with ragtrail.stage("retrieve", "store", tracer=tracer, score_kind="similarity") as s:
+        s.query("q")
+        s.outputs(hits)
+    spans = exporter.get_finished_spans()
+    main = by_name(spans, "retrieve store") if False else [x for x in spans if not x.attributes.get(sc.STAGE_CONTINUATION)][0]
+    continuations = sorted((x for x in spans if x.attributes.get(sc.STAGE_CONTINUATION)),
+                           key=lambda x: x.attributes[sc.STAGE_CONTINUATION_INDEX])
+    assert all(x.dropped_events == 0 for x in spans)
+    assert main.attributes[sc.EVENTS_COUNT] == 1000
+    assert main.attributes[sc.EVENTS_SPANS] == 1 + len(continuations) == 8
+    assert all(c.parent.span_id == main.context.span_id and c.name == main.name for c in continuations)
+    stitched = [e for x in [main, *continuations] for e in x.events]
+    assert [e.attributes[sc.CANDIDATE_ID] for e in stitched] == [h["id"] for h in hits]
+    assert [e.attributes[sc.CANDIDATE_RANK] for e in stitched] == list(range(1000))
+    digest = events_digest((e.name, e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_CONTENT_SHA256]) for e in stitched)
+    assert main.attributes[sc.EVENTS_DIGEST] == digest
+    # the OpenInference mirror is capped so it never evicts ragtrail's own attributes
+    assert main.dropped_attributes == 0
+
+
+def test_hostile_limits_leave_the_loss_detectable():
+    provider, exporter = _provider(SpanLimits(max_events=5, max_span_attributes=8, max_attribute_length=20))
+    tracer = provider.get_tracer("t")
+    hits = [{"id": f"doc-{i}", "content": f"chunk number {i}", "score": 0.5} for i in range(12)]
+    with ragtrail.stage("retrieve", "store", tracer=tracer) as s:
+        s.query("a query longer than twenty characters")
+        s.outputs(hits)
+    spans = exporter.get_finished_spans()
+    main = [x for x in spans if not x.attributes.get(sc.STAGE_CONTINUATION)][0]
+    # count and digest were written last, so they survive the attribute cap...
+    assert main.attributes[sc.EVENTS_COUNT] == 12
+    assert main.dropped_attributes > 0  # ...and the evicted rest is counted by the SDK
+    # the digest itself was cut to 20 characters: a reader sees it is not 64 hex digits
+    assert len(main.attributes[sc.EVENTS_DIGEST]) == 20
+    received = sum(len(x.events) for x in spans)
+    assert received == 12  # spilled, not evicted
+    assert all(x.dropped_events == 0 for x in spans)
+
+
+def test_sampled_out_stage_does_no_recording_work(monkeypatch):
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    tracer = provider.get_tracer("t")
+    calls = []
+    recorder = importlib.import_module("ragtrail.stage")  # the attribute ragtrail.stage is the function
+    monkeypatch.setattr(recorder, "receipt", lambda v: calls.append(v))
+    monkeypatch.setattr(recorder, "adapt", lambda v: calls.append(v))
+
+    @ragtrail.reranker(top_k=1, tracer=tracer)
+    def rerank(query, candidates):
+        return candidates[:1]
+
+    result = rerank("q", DOCS)
+    assert result == DOCS[:1] and calls == []
+
+
+def test_context_crosses_threads_and_tasks(span_exporter):
+    @ragtrail.retriever
+    def search(query):
+        return [{"id": query, "content": query}]
+
+    @ragtrail.retriever
+    async def asearch(query):
+        await asyncio.sleep(0)
+        return [{"id": query, "content": query}]
+
+    @ragtrail.pipeline
+    def threaded(query):
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(contextvars.copy_context().run, search, f"{query}-{i}") for i in range(4)]
+            return [f.result() for f in futures]
+
+    @ragtrail.pipeline
+    async def gathered(query):
+        return await asyncio.gather(*(asearch(f"{query}-{i}") for i in range(10)))
+
+    threaded("t")
+    asyncio.run(gathered("a"))
+    spans = span_exporter.get_finished_spans()
+    for root_name, n in (("pipeline threaded", 4), ("pipeline gathered", 10)):
+        root = by_name(spans, root_name)
+        children = [s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id]
+        assert len(children) == n
+        assert {c.context.trace_id for c in children} == {root.context.trace_id}
+        # hops are numbered per pipeline, shared across the threads/tasks of that pipeline
+        assert sorted(c.attributes[sc.QUERY_HOP] for c in children) == list(range(1, n + 1))
