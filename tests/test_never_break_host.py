@@ -117,7 +117,9 @@ def test_generators_are_never_consumed(span_exporter):
     out = lazy("q")
     assert list(out) == [{"id": "z"}]  # the host still gets every item
     first, second = span_exporter.get_finished_spans()
-    assert first.attributes[sc.STAGE_FINDINGS] == ("inputs are a generator, not a list: not snapshotted",)
+    assert first.attributes[sc.STAGE_FINDINGS] == ("inputs are a generator, not a list: not snapshotted",
+                                                   "inputs not recorded: candidates.in is out + excluded")
+    assert first.attributes[sc.CANDIDATES_IN] == 1
     assert second.attributes[sc.STAGE_FINDINGS] == ("stage returned a generator, not a candidate list: outputs not recorded",)
     # the manual API materialises an iterator the user hands it explicitly
     with ragtrail.stage("filter", "f") as s:

@@ -435,3 +435,24 @@ def test_context_crosses_threads_and_tasks(span_exporter):
         assert {c.context.trace_id for c in children} == {root.context.trace_id}
         # hops are numbered per pipeline, shared across the threads/tasks of that pipeline
         assert sorted(c.attributes[sc.QUERY_HOP] for c in children) == list(range(1, n + 1))
+
+
+def test_a_budget_trim_is_recorded_with_its_rule_and_lineage(span_exporter):
+    from ragtrail.candidates import Candidate
+    from ragtrail.receipts import CHANGED_CITED, classify
+
+    original = {"id": "long", "content": "word " * 50}
+    trimmed = Candidate(id="long", content="word " * 20, transform_rule="budget_trim@1",
+                        derived_from=receipt(original["content"]).sha256)
+    with ragtrail.stage("budget", "trim", budget_limit=20, budget_unit="words") as s:
+        s.inputs([original])
+        s.outputs([trimmed])
+    (span,) = span_exporter.get_finished_spans()
+    (e,) = events(span, sc.EVENT_CANDIDATE)
+    assert e[sc.CANDIDATE_TRANSFORM_RULE] == "budget_trim@1"
+    assert e[sc.CANDIDATE_TRANSFORM_DERIVED_FROM] == receipt(original["content"]).sha256
+    assert e[sc.CANDIDATE_CONTENT_SHA256] == receipt(trimmed.content).sha256
+    assert span.attributes[sc.CANDIDATES_EXCLUDED] == 0
+    # the reader can check the trim against the original's receipt with the cited rule
+    assert classify(trimmed.content, receipt(original["content"]), [e[sc.CANDIDATE_TRANSFORM_RULE]]) == CHANGED_CITED
+    assert trimmed.hop is None  # the caller's Candidate object was not touched

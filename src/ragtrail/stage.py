@@ -456,7 +456,15 @@ class Stage:
         if self.kind == sc.KIND_PIPELINE and self._owns_state:
             own.update(self._coverage())
         self._track(outputs)
-        n_in = len(inputs) if inputs is not None else 0
+        if inputs is not None:
+            n_in = len(inputs)
+        elif self.kind in sc.PRODUCING_KINDS:
+            n_in = 0
+        else:
+            # a narrowing stage whose inputs were never handed over: say so rather than write in=0
+            n_in = len(outputs) + len(exclusions)
+            if self._outputs is not None:
+                self._findings.append("inputs not recorded: candidates.in is out + excluded")
         own[sc.CANDIDATES_IN] = n_in
         own[sc.CANDIDATES_OUT] = len(outputs)
         own[sc.CANDIDATES_EXCLUDED] = len(exclusions)
