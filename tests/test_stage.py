@@ -456,3 +456,28 @@ def test_a_budget_trim_is_recorded_with_its_rule_and_lineage(span_exporter):
     # the reader can check the trim against the original's receipt with the cited rule
     assert classify(trimmed.content, receipt(original["content"]), [e[sc.CANDIDATE_TRANSFORM_RULE]]) == CHANGED_CITED
     assert trimmed.hop is None  # the caller's Candidate object was not touched
+
+
+def test_the_copy_that_left_is_matched_by_object_then_score(span_exporter):
+    low = {"id": "a", "content": "same", "score": 0.2}
+    high = {"id": "a", "content": "same", "score": 0.9}
+    with ragtrail.stage("fuse", "joiner") as s:
+        s.inputs([low, high, {"id": "b", "content": "b", "score": 0.1}, {"id": "b", "content": "b", "score": 0.1}])
+        s.outputs([high])  # the best-scored copy (a later one) is kept, as Haystack's joiner does
+    (span,) = span_exporter.get_finished_spans()
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e.get(sc.CANDIDATE_SCORE), e[sc.EXCLUSION_REASON])
+            for e in events(span, sc.EVENT_EXCLUSION)] == [
+        ("a", 0, 0.2, "deduplicated"), ("b", 2, 0.1, "unexplained"), ("b", 3, 0.1, "deduplicated")]
+
+
+def test_a_failed_stage_excluded_nothing(span_exporter):
+    with pytest.raises(RuntimeError):
+        with ragtrail.stage("rerank", "api", top_k=2) as s:
+            s.inputs(DOCS)
+            s.exclude(DOCS[3], "not_permitted")
+            raise RuntimeError("HTTP 500")
+    (span,) = span_exporter.get_finished_spans()
+    a = attrs(span)
+    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED], a[sc.STAGE_STATUS]) == (4, 0, 1, "failed")
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e[sc.EXCLUSION_REASON]) for e in events(span, sc.EVENT_EXCLUSION)] == [
+        ("sales-deck-q1", 3, "not_permitted")]

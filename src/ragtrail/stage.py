@@ -417,7 +417,7 @@ class Stage:
         limits = getattr(span, "_limits", None)
         outputs = self._outputs or []
         inputs = self._inputs
-        exclusions = self._exclusions(inputs, outputs)
+        exclusions = self._exclusions(inputs, outputs, failed=exc is not None and self._outputs is None)
         self._assign_hops(outputs)
         status, failure_class = self._final_status(exc, outputs)
 
@@ -520,24 +520,38 @@ class Stage:
             attributes[sc.QUERY_TEXT] = _text(text)
         return attributes
 
-    def _exclusions(self, inputs: list[Candidate] | None, outputs: list[Candidate]) -> list[tuple[int, Candidate, str, str | None]]:
+    def _exclusions(self, inputs: list[Candidate] | None, outputs: list[Candidate],
+                    failed: bool = False) -> list[tuple[int, Candidate, str, str | None]]:
         """(input rank, candidate, reason, detail) for every input that did not leave, by identity.
-        Duplicate ids are matched as a multiset: the surplus copies are ``deduplicated``."""
+        Duplicate ids are matched as a multiset; the copy that left is the same object when there
+        is one (libraries keep the best-scored copy, not always the first), else the one with the
+        same score, else the first. The surplus copies are ``deduplicated``. A stage that failed
+        before producing output excluded nothing: only explicit exclusions are said."""
         result: list[tuple[int, Candidate, str, str | None]] = []
-        if inputs is None:
-            # no inputs recorded: only explicit exclusions can be said
+        if inputs is None or failed:
             for ident, (reason, detail, candidate) in self._explicit.items():
-                result.append((-1, candidate or Candidate(id=ident), reason, detail))
+                rank = next((i for i, c in enumerate(inputs or ()) if c.id == ident), -1)
+                result.append((rank, candidate or Candidate(id=ident), reason, detail))
             return result
-        remaining = Counter(c.id for c in outputs)
-        seen: dict[str, Candidate] = {}
+        positions: dict[str, list[int]] = {}
+        for index, candidate in enumerate(inputs):
+            positions.setdefault(candidate.id, []).append(index)
+        kept: set[int] = set()
+        for out in outputs:
+            free = [i for i in positions.get(out.id, ()) if i not in kept]
+            if not free:
+                continue
+            if len(free) > 1:
+                same = [i for i in free if out.raw is not None and inputs[i].raw is out.raw]
+                scored = [i for i in free if finite_or_none(inputs[i].score) == finite_or_none(out.score)]
+                free = same or scored or free
+            kept.add(free[0])
+        seen: set[str] = {inputs[i].id for i in kept}
         kept_by_sha = {c.receipt.sha256: c.id for c in outputs if c.content is not None}
-        output_ids = set(remaining)
+        output_ids = {c.id for c in outputs}
         explicit_used: set[str] = set()
         for rank, candidate in enumerate(inputs):
-            if remaining[candidate.id] > 0:
-                remaining[candidate.id] -= 1
-                seen[candidate.id] = candidate
+            if rank in kept:
                 continue
             if candidate.id in self._explicit and candidate.id not in explicit_used:
                 reason, detail, _ = self._explicit[candidate.id]
@@ -546,7 +560,7 @@ class Stage:
                 reason, detail = sc.REASON_DEDUPLICATED, f"duplicate id of {candidate.id}"
             else:
                 reason, detail = self._derive_reason(candidate, outputs, kept_by_sha)
-            seen[candidate.id] = candidate
+            seen.add(candidate.id)
             result.append((rank, candidate, reason, detail))
         for ident, (reason, detail, candidate) in self._explicit.items():
             if ident not in explicit_used and ident not in output_ids and ident not in seen:
