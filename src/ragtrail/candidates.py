@@ -10,7 +10,7 @@ attributes work out of the box. Identity is the item's id; an item with no id is
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from ragtrail.receipts import Receipt, canonical_json, content_id, receipt
@@ -150,7 +150,11 @@ def adapt(item: Any) -> Candidate:
     its canonical form, so the recorder can still count it."""
     if isinstance(item, Candidate):
         # a copy: the recorder assigns hops and score kinds, and must not touch the caller's object
-        return replace(item, raw=item.raw if item.raw is not None else item)
+        copy = Candidate.__new__(Candidate)
+        copy.__dict__.update(item.__dict__)
+        if copy.raw is None:
+            copy.raw = item
+        return copy
     adapter = _lookup(type(item))
     if adapter is not None:
         result = adapter(item)

@@ -23,6 +23,12 @@ STAGE_BUDGET_UNIT = "ragtrail.stage.budget.unit"
 STAGE_CONTINUATION = "ragtrail.stage.continuation"
 STAGE_CONTINUATION_INDEX = "ragtrail.stage.continuation.index"
 STAGE_FILTER = "ragtrail.stage.filter"
+# vector stores: the searched collection/index, and a batch call's queries (one stage per query)
+STAGE_COLLECTION = "ragtrail.stage.collection"
+STAGE_BATCH_INDEX = "ragtrail.stage.batch.index"
+STAGE_BATCH_SIZE = "ragtrail.stage.batch.size"
+STAGE_GROUP_BY = "ragtrail.stage.group_by"
+STAGE_GROUP_SIZE = "ragtrail.stage.group_size"
 STAGE_FINDINGS = "ragtrail.stage.findings"
 STAGE_INSTRUMENTATION_ERRORS = "ragtrail.instrumentation.errors"
 # the model a stage ran (a reranker's model id or local path): two runs with different models differ
@@ -71,6 +77,10 @@ QUERY_TRANSFORM = "ragtrail.query.transform"
 QUERY_CHARS = "ragtrail.query.chars"
 QUERY_BYTES = "ragtrail.query.bytes"
 QUERY_SHA256 = "ragtrail.query.sha256"
+# a query that reached a vector store as a vector (no text): its dimension and the sha256 of its
+# little-endian float32 bytes (uint8 bytes for binary vectors), so two runs can be compared
+QUERY_VECTOR_DIM = "ragtrail.query.vector.dim"
+QUERY_VECTOR_SHA256 = "ragtrail.query.vector.sha256"
 # a stage that saw several queries (multi-query, decompose) lists the extra hops as events
 EVENT_QUERY = "ragtrail.query"
 # hops whose texts were embedded together (averaged) into the one vector that hit the index (HyDE)
@@ -209,6 +219,8 @@ ENV_CAPTURE_METADATA = "RAGTRAIL_CAPTURE_METADATA"
 ENV_MIRROR_GENAI = "RAGTRAIL_MIRROR_GENAI"
 ENV_MIRROR_OPENINFERENCE = "RAGTRAIL_MIRROR_OPENINFERENCE"
 ENV_EVENTS_PER_SPAN = "RAGTRAIL_EVENTS_PER_SPAN"
+# most query stages one vector-store call writes (a faiss search of 1M rows must not cost 1M spans)
+ENV_VECTORSTORE_MAX_QUERIES = "RAGTRAIL_VECTORSTORE_MAX_QUERIES"
 
 CAPTURE_QUERY_MODES = ("text", "hash", "off")
 CAPTURE_CONTENT_MODES = ("off", "preview", "full")

@@ -1,0 +1,215 @@
+"""Chroma: ``Collection.query`` and ``AsyncCollection.query`` as ``retrieve`` stages.
+
+Chroma answers a batch of queries column-major (``ids[i][j]`` is the j-th hit of query i); each query
+becomes its own stage (see :mod:`ragtrail.instrumentation._vectorstore`). Scores are Chroma's
+distances (cosine, l2 and ip spaces all: lower is better), so ``score_kind`` is ``distance``; when
+the caller leaves ``distances`` out of ``include`` there is no score and the kind is ``none``.
+``n_results`` is the stage's ``top_k``; ``where``, ``where_document`` and an ``ids`` restriction are
+recorded as ``ragtrail.stage.filter`` (canonical JSON).
+
+Corpus size: the collection's ``count()`` is recorded as ``ragtrail.coverage.corpus_size`` for
+in-process clients (Ephemeral/Persistent). A count is a local read but not free (measured at roughly
+half the cost of a small query), so it is cached per collection: asked again only after an
+``add``/``upsert``/``delete`` through this process or after ``COUNT_TTL_SECONDS`` (writes by other
+processes to a shared persistent directory). An HTTP client would pay a network round trip, so there
+it is never asked.
+
+Usage: ``ChromaInstrumentor().instrument()`` or ``opentelemetry-instrument`` (entry point
+``ragtrail_chromadb``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Collection, Mapping
+
+from ragtrail import semconv as sc
+from ragtrail.candidates import Candidate, normalize_id
+from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, is_suppressed, suppressed
+from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreCall, arguments_of, filter_json, plain
+from ragtrail.receipts import content_id
+
+_KEY = "ragtrail.chromadb"
+COUNT_TTL_SECONDS = 10.0
+_COUNT_CACHE_MAX = 4096
+_counts: dict[Any, tuple[int, float]] = {}
+_counts_lock = threading.Lock()
+
+
+class ChromaInstrumentor(RagtrailInstrumentor):
+    """Records Chroma collection queries (sync and async) as retrieve stages."""
+
+    _instruments: Collection[str] = ("chromadb >= 1.0",)
+
+    def _patch(self, **kwargs: Any) -> None:
+        self.wrap("chromadb.api.models.Collection", "Collection.query", self._query)
+        self.wrap("chromadb.api.models.AsyncCollection", "AsyncCollection.query", self._aquery)
+        for method in ("add", "upsert", "delete"):
+            self.wrap("chromadb.api.models.Collection", f"Collection.{method}", _invalidating)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        super()._uninstrument(**kwargs)
+        with _counts_lock:
+            _counts.clear()
+
+    def _query(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if not enabled() or is_suppressed(_KEY):
+            return wrapped(*args, **kwargs)
+        with suppressed(_KEY):
+            call = guard("chromadb.start", _start, self.tracer, wrapped, instance, args, kwargs)
+            try:
+                result = wrapped(*args, **kwargs)
+            except BaseException as exc:
+                if call is not None:
+                    call.fail(exc)
+                raise
+            if call is not None:
+                call.complete(lambda: _outcome(call, instance, result, local_count=True))
+            return result
+
+    async def _aquery(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if not enabled() or is_suppressed(_KEY):
+            return await wrapped(*args, **kwargs)
+        with suppressed(_KEY):
+            call = guard("chromadb.start", _start, self.tracer, wrapped, instance, args, kwargs)
+            try:
+                result = await wrapped(*args, **kwargs)
+            except BaseException as exc:
+                if call is not None:
+                    call.fail(exc)
+                raise
+            if call is not None:
+                # AsyncCollection only exists over HTTP: no count (a round trip per query)
+                call.complete(lambda: _outcome(call, instance, result, local_count=False))
+            return result
+
+
+class _ChromaCall(StoreCall):
+    texts: list[Any] | None = None
+    vectors: list[Any] | None = None
+    base: Row
+
+
+def _as_list(value: Any) -> list[Any] | None:
+    """One or many as a list; anything but a list/tuple (an iterator the library still has to read)
+    is left alone and not recorded."""
+    if isinstance(value, (str, bytes)):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return None
+
+
+def _vectors(embeddings: Any) -> list[Any] | None:
+    """Query embeddings as one entry per query (Chroma takes one vector or many, lists or arrays)."""
+    ndim = getattr(embeddings, "ndim", None)
+    if ndim is not None:
+        return [embeddings] if ndim == 1 else list(embeddings)
+    if not isinstance(embeddings, (list, tuple)):
+        return None
+    items = list(embeddings)
+    if items and not hasattr(items[0], "__len__"):
+        return [items]  # one vector given as a flat list of numbers
+    return items
+
+
+def _start(tracer: Any, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> _ChromaCall:
+    arguments = arguments_of(wrapped, args, kwargs)
+    call = _ChromaCall(tracer, f"chromadb.{type(instance).__qualname__}", collection=getattr(instance, "name", None))
+    call.texts = _as_list(arguments.get("query_texts"))
+    call.vectors = None if call.texts is not None else _vectors(arguments.get("query_embeddings"))
+    include = arguments.get("include")
+    distances = include is None or "distances" in include
+    conditions = {key: arguments.get(key) for key in ("where", "where_document", "ids")}
+    if conditions["ids"] is not None:
+        conditions["ids"] = _as_list(conditions["ids"])
+    call.base = Row(
+        top_k=arguments.get("n_results"),
+        filter=filter_json({k: v for k, v in conditions.items() if v is not None}),
+        score_kind=sc.SCORE_DISTANCE if distances else None,
+    )
+    return call.start(_row(call, 0, ()))  # type: ignore[return-value]
+
+
+def _row(call: _ChromaCall, index: int, candidates: Any) -> Row:
+    query = None
+    if call.texts is not None and index < len(call.texts):
+        query = Query(text=call.texts[index])
+    elif call.vectors is not None and index < len(call.vectors):
+        query = Query(vector=call.vectors[index])
+    base = call.base
+    return Row(candidates=candidates, query=query, top_k=base.top_k, filter=base.filter, score_kind=base.score_kind)
+
+
+def _column(result: Mapping[str, Any], key: str, index: int) -> list[Any] | None:
+    rows = result.get(key)
+    if rows is None or index >= len(rows) or rows[index] is None:
+        return None
+    return rows[index]
+
+
+def _outcome(call: _ChromaCall, instance: Any, result: Any, *, local_count: bool) -> Outcome | None:
+    if not isinstance(result, Mapping) or result.get("ids") is None:
+        return None
+
+    def row(index: int) -> Row:
+        ids = result["ids"][index]
+        documents = _column(result, "documents", index)
+        metadatas = _column(result, "metadatas", index)
+        distances = _column(result, "distances", index)
+        kind = sc.SCORE_DISTANCE if distances is not None else None
+        candidates = []
+        for position, ident in enumerate(ids):
+            content = documents[position] if documents is not None else None
+            metadata = metadatas[position] if metadatas is not None else None
+            candidates.append(Candidate(
+                id=normalize_id(ident) or content_id(content),
+                content=content,
+                score=plain(distances[position]) if distances is not None else None,
+                score_kind=kind,
+                metadata=metadata if isinstance(metadata, Mapping) else None,
+            ))
+        found = _row(call, index, candidates)
+        found.score_kind = kind
+        return found
+
+    corpus_size = None
+    if local_count and _in_process(instance):
+        corpus_size = lambda: _cached_count(instance)  # noqa: E731
+    return Outcome(rows=len(result["ids"]), row=row, corpus_size=corpus_size)
+
+
+def _in_process(instance: Any) -> bool:
+    """True for Ephemeral/Persistent clients (a count is a local read), False over HTTP."""
+    from chromadb.api.base_http_client import BaseHTTPClient
+
+    return not isinstance(getattr(instance, "_client", None), BaseHTTPClient)
+
+
+def _cached_count(instance: Any) -> int:
+    """The collection's count, asked at most every ``COUNT_TTL_SECONDS`` or after a local write."""
+    key = instance.id
+    now = time.monotonic()
+    with _counts_lock:
+        found = _counts.get(key)
+    if found is not None and now - found[1] < COUNT_TTL_SECONDS:
+        return found[0]
+    count = int(instance.count())
+    with _counts_lock:
+        if len(_counts) >= _COUNT_CACHE_MAX:
+            _counts.clear()
+        _counts[key] = (count, now)
+    return count
+
+
+def _invalidating(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``add``/``upsert``/``delete``: the cached count of this collection is stale once they ran."""
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        try:
+            with _counts_lock:
+                _counts.pop(instance.id, None)
+        except Exception:  # pragma: no cover - an id that cannot be read: nothing was cached under it
+            pass

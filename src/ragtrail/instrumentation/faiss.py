@@ -1,0 +1,144 @@
+"""faiss: ``search`` of every Index class as ``retrieve`` stages.
+
+faiss's Python classes are SWIG proxies; at import ``faiss/class_wrappers.py`` installs a separate
+``replacement_search`` on each Index and IndexBinary class (``handle_Index``/``handle_IndexBinary``),
+so patching ``faiss.Index.search`` alone would miss ``IndexFlat``, ``IndexIVF``, ``IndexHNSW`` …
+The instrumentor wraps every class in the ``faiss`` module that is an ``Index``/``IndexBinary``
+subclass and holds its own ``search`` in ``vars()``; the classes it patched are listed in
+``FaissInstrumentor.patched`` (subclasses such as ``IndexFlatL2`` inherit ``IndexFlat``'s).
+
+``search(x, k)`` answers ``n = x.shape[0]`` queries with ``(D, I)`` arrays of shape ``(n, k)``: each
+query row is one stage (see :mod:`ragtrail.instrumentation._vectorstore`), its candidates the row's
+ids in order, except faiss's ``-1`` padding (an empty slot, not a hit; counted in a finding).
+Score kind from ``index.metric_type``: inner product is ``similarity``, L2 and every other metric
+``distance``; binary indexes return Hamming distances. ``k`` is ``top_k``, ``index.ntotal`` the
+corpus size, an ``IDSelector`` in ``params`` is recorded as the filter (its class name). The query
+is a vector: it is recorded as its dimension and sha256, never exported.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Collection
+
+from ragtrail import semconv as sc
+from ragtrail.candidates import Candidate
+from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, is_suppressed, suppressed
+from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreCall, filter_json
+
+_KEY = "ragtrail.faiss"
+
+
+class FaissInstrumentor(RagtrailInstrumentor):
+    """Records faiss index searches as retrieve stages."""
+
+    _instruments: Collection[str] = ("faiss-cpu >= 1.8",)
+    # the same ``faiss`` module ships in several wheels: any one of them will do
+    _instruments_any: Collection[str] = ("faiss-cpu >= 1.8", "faiss-gpu >= 1.7", "faiss-gpu-cu11 >= 1.8",
+                                         "faiss-gpu-cu12 >= 1.8")
+    patched: list[str]
+
+    def _check_dependency_conflicts(self) -> Any:
+        from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+
+        return get_dependency_conflicts((), self._instruments_any)
+
+    def _patch(self, **kwargs: Any) -> None:
+        import faiss
+
+        self.patched = []
+        seen: set[int] = set()
+        for name, cls in sorted(vars(faiss).items()):
+            if not isinstance(cls, type) or id(cls) in seen or cls.__name__ != name:
+                continue
+            if not issubclass(cls, (faiss.Index, faiss.IndexBinary)) or "search" not in vars(cls):
+                continue
+            seen.add(id(cls))
+            if self.wrap("faiss", f"{name}.search", self._search):
+                self.patched.append(name)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        super()._uninstrument(**kwargs)
+        self.patched = []
+
+    def _search(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if not enabled() or is_suppressed(_KEY):
+            return wrapped(*args, **kwargs)
+        with suppressed(_KEY):
+            call = guard("faiss.start", _start, self.tracer, instance, args, kwargs)
+            try:
+                result = wrapped(*args, **kwargs)
+            except BaseException as exc:
+                if call is not None:
+                    call.fail(exc)
+                raise
+            if call is not None:
+                call.complete(lambda: _outcome(call, instance, result))
+            return result
+
+
+class _FaissCall(StoreCall):
+    queries: Any = None
+    base: Row
+    binary: bool = False
+
+
+def _start(tracer: Any, instance: Any, args: tuple, kwargs: dict) -> _FaissCall:
+    import faiss
+
+    x = args[0] if args else kwargs.get("x")
+    k = args[1] if len(args) > 1 else kwargs.get("k")
+    params = kwargs.get("params")
+    call = _FaissCall(tracer, f"faiss.{type(instance).__name__}")
+    call.queries = x if getattr(x, "ndim", None) == 2 else None
+    call.binary = isinstance(instance, faiss.IndexBinary)
+    if call.binary:
+        kind = sc.SCORE_DISTANCE
+    else:
+        inner_product = getattr(instance, "metric_type", None) == faiss.METRIC_INNER_PRODUCT
+        kind = sc.SCORE_SIMILARITY if inner_product else sc.SCORE_DISTANCE
+    selector = _selector(params)
+    call.base = Row(
+        top_k=int(k) if isinstance(k, int) or hasattr(k, "__index__") else None,
+        score_kind=kind,
+        filter=filter_json({"id_selector": type(selector).__name__}) if selector is not None else None,
+    )
+    return call.start(_row(call, 0, ()))  # type: ignore[return-value]
+
+
+def _selector(params: Any) -> Any:
+    """The IDSelector a search was restricted by. ``params.sel`` reads back as the base SWIG class;
+    faiss keeps the object that was assigned (its real class, e.g. ``IDSelectorRange``) in
+    ``_sp_field_refs``, so prefer that."""
+    if params is None:
+        return None
+    refs = getattr(params, "_sp_field_refs", None)
+    if isinstance(refs, dict) and refs.get("sel") is not None:
+        return refs["sel"]
+    return getattr(params, "sel", None)
+
+
+def _row(call: _FaissCall, index: int, candidates: Any) -> Row:
+    queries = call.queries
+    query = Query(vector=queries[index], binary=call.binary) if queries is not None and index < len(queries) else None
+    base = call.base
+    return Row(candidates=candidates, query=query, top_k=base.top_k, score_kind=base.score_kind, filter=base.filter)
+
+
+def _outcome(call: _FaissCall, instance: Any, result: Any) -> Outcome | None:
+    distances, labels = result
+    if getattr(labels, "ndim", None) != 2:
+        return None
+
+    def row(index: int) -> Row:
+        ids = labels[index].tolist()
+        scores = distances[index].tolist()
+        kind = call.base.score_kind
+        candidates = [Candidate(id=str(ident), score=score, score_kind=kind)
+                      for ident, score in zip(ids, scores) if ident != -1]
+        found = _row(call, index, candidates)
+        empty = len(ids) - len(candidates)
+        if empty:
+            found.findings.append(f"{empty} of {len(ids)} result slots empty (faiss id -1 padding)")
+        return found
+
+    return Outcome(rows=int(labels.shape[0]), row=row, corpus_size=lambda: instance.ntotal)

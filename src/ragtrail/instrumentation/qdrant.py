@@ -1,0 +1,369 @@
+"""Qdrant: ``query_points``, ``query_batch_points`` and ``query_points_groups`` of ``QdrantClient`` and
+``AsyncQdrantClient`` as ``retrieve`` stages (qdrant-client 1.20 has no ``search``).
+
+* One stage per query; a batch's requests become sibling stages (see
+  :mod:`ragtrail.instrumentation._vectorstore`). ``query_points_groups`` records its hits flattened
+  in group order, with ``ragtrail.stage.group_by`` / ``.group_size``.
+* ``limit`` is the stage's ``top_k``, ``score_threshold`` its threshold, the request's filter
+  (``query_filter``) its ``ragtrail.stage.filter`` (canonical JSON of the model).
+* Score kind: a ScoredPoint's score means what the collection's distance makes it mean. It is read
+  from the collection's config after the call: ``Cosine``/``Dot`` (and sparse vectors) are
+  ``similarity``, ``Euclid``/``Manhattan`` are ``distance`` (Qdrant returns those ascending);
+  a fusion query is ``rrf`` (RRF) or ``similarity`` (DBSF), a BM25 text query ``bm25``, order-by,
+  sample, discover and context queries ``none``.
+* Cost: a local client (``:memory:`` or a path) is in-process: its vector config is read in place
+  and ``count(exact=True)`` (``ragtrail.coverage.corpus_size``) asked on every call (~20 µs for 2k
+  points; ``get_collection`` would deep-copy the config, ~10x that). A remote client would pay a
+  round trip: its config is fetched with ``get_collection`` once per collection and cached for the
+  client's life (a failed read is retried after ``RETRY_FAILED_READ_SECONDS``; until then the
+  scores are recorded with kind ``none`` and a finding), and the corpus size is not asked.
+* The query is recorded as text for a ``Document``/``TextQuery`` (inference) query, as a vector
+  receipt for a dense vector; a point-id query records neither.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Mapping
+
+from ragtrail import semconv as sc
+from ragtrail.candidates import Candidate, normalize_id, register_adapter, unregister_adapter
+from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, is_suppressed, suppressed
+from ragtrail.instrumentation._vectorstore import (
+    Outcome,
+    Query,
+    Row,
+    StoreCall,
+    aguard,
+    arguments_of,
+    filter_json,
+    plain,
+    text_of,
+)
+from ragtrail.receipts import canonical_json, content_id
+
+_KEY = "ragtrail.qdrant"
+_METHODS = ("query_points", "query_batch_points", "query_points_groups")
+
+
+@dataclass
+class _Facts:
+    """What the collection's config says about scores, and its size when that was cheap to learn."""
+
+    vectors: Any = None
+    sparse: frozenset[str] = frozenset()
+    points_count: int | None = None
+
+
+# remote clients: collection name -> (facts or None after a failed read, monotonic time of the read)
+_remote_facts: "weakref.WeakKeyDictionary[Any, dict[str, tuple[_Facts | None, float]]]" = weakref.WeakKeyDictionary()
+_remote_lock = threading.Lock()
+RETRY_FAILED_READ_SECONDS = 60.0
+
+
+class QdrantInstrumentor(RagtrailInstrumentor):
+    """Records Qdrant queries (sync and async clients) as retrieve stages."""
+
+    _instruments: Collection[str] = ("qdrant-client >= 1.12",)
+
+    def _patch(self, **kwargs: Any) -> None:
+        from qdrant_client.http.models import ScoredPoint
+
+        for method in _METHODS:
+            self.wrap("qdrant_client.qdrant_client", f"QdrantClient.{method}", self._sync(method))
+            self.wrap("qdrant_client.async_qdrant_client", f"AsyncQdrantClient.{method}", self._async(method))
+        register_adapter(ScoredPoint, point_candidate)
+        self._adapted = ScoredPoint
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        super()._uninstrument(**kwargs)
+        adapted = getattr(self, "_adapted", None)
+        if adapted is not None:
+            unregister_adapter(adapted)
+            self._adapted = None
+
+    def _sync(self, method: str) -> Callable[..., Any]:
+        def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+            if not enabled() or is_suppressed(_KEY):
+                return wrapped(*args, **kwargs)
+            with suppressed(_KEY):
+                call = guard("qdrant.start", _start, self.tracer, method, wrapped, instance, args, kwargs)
+                try:
+                    result = wrapped(*args, **kwargs)
+                except BaseException as exc:
+                    if call is not None:
+                        call.fail(exc)
+                    raise
+                if call is not None:
+                    facts = guard("qdrant.facts", _facts, instance, call.collection) if call.active else None
+                    call.complete(lambda: _outcome(call, result, facts))
+                return result
+
+        return wrapper
+
+    def _async(self, method: str) -> Callable[..., Any]:
+        async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+            if not enabled() or is_suppressed(_KEY):
+                return await wrapped(*args, **kwargs)
+            with suppressed(_KEY):
+                call = guard("qdrant.start", _start, self.tracer, method, wrapped, instance, args, kwargs)
+                try:
+                    result = await wrapped(*args, **kwargs)
+                except BaseException as exc:
+                    if call is not None:
+                        call.fail(exc)
+                    raise
+                if call is not None:
+                    facts = None
+                    if call.active:
+                        facts = await aguard("qdrant.facts", lambda: _afacts(instance, call.collection))
+                    call.complete(lambda: _outcome(call, result, facts))
+                return result
+
+        return wrapper
+
+
+def point_candidate(point: Any) -> Candidate:
+    """A ScoredPoint as a candidate: its id (int or UUID string), its score, its payload as metadata
+    and the payload's text (``text``/``content``/``page_content``/``document``…) as content."""
+    payload = point.payload if isinstance(point.payload, Mapping) else None
+    content = text_of(payload)
+    ident = normalize_id(point.id) or content_id(content if content is not None else canonical_json(payload))
+    return Candidate(id=ident, content=content, score=plain(point.score), metadata=payload)
+
+
+class _QdrantCall(StoreCall):
+    method: str
+    requests: list[dict[str, Any]]
+
+
+def _start(tracer: Any, method: str, wrapped: Callable[..., Any], instance: Any, args: tuple,
+           kwargs: dict) -> _QdrantCall:
+    arguments = arguments_of(wrapped, args, kwargs)
+    collection = arguments.get("collection_name")
+    call = _QdrantCall(tracer, f"qdrant_client.{type(instance).__qualname__}.{method}",
+                       collection=collection if isinstance(collection, str) else None)
+    call.method = method
+    if method == "query_batch_points":
+        requests = arguments.get("requests")
+        # a list or tuple only: an iterator is the library's to read, not ours
+        call.requests = [_request_of(r) for r in requests] if isinstance(requests, (list, tuple)) else []
+    else:
+        request = {
+            "query": arguments.get("query"),
+            "using": arguments.get("using"),
+            "prefetch": arguments.get("prefetch"),
+            "filter": arguments.get("query_filter"),
+            "limit": arguments.get("limit"),
+            "score_threshold": arguments.get("score_threshold"),
+        }
+        if method == "query_points_groups":
+            request["group_by"] = arguments.get("group_by")
+            request["group_size"] = arguments.get("group_size")
+        call.requests = [request]
+    first = _row(call, 0, (), None)
+    return call.start(first)  # type: ignore[return-value]
+
+
+def _request_of(request: Any) -> dict[str, Any]:
+    """A batch entry (a ``QueryRequest`` or its dict form) as the keys a stage needs."""
+    get = request.get if isinstance(request, Mapping) else (lambda key, default=None: getattr(request, key, default))
+    limit = get("limit", None)
+    return {
+        "query": get("query", None),
+        "using": get("using", None),
+        "prefetch": get("prefetch", None),
+        "filter": get("filter", None),
+        "limit": 10 if limit is None else limit,
+        "score_threshold": get("score_threshold", None),
+    }
+
+
+def _row(call: _QdrantCall, index: int, candidates: Any, facts: _Facts | None) -> Row:
+    request = call.requests[index] if index < len(call.requests) else {}
+    attributes: dict[str, Any] = {}
+    if "group_by" in request:
+        attributes[sc.STAGE_GROUP_BY] = request["group_by"]
+        attributes[sc.STAGE_GROUP_SIZE] = request["group_size"]
+    return Row(
+        candidates=candidates,
+        query=_query_of(request.get("query")),
+        top_k=request.get("limit"),
+        threshold=request.get("score_threshold"),
+        filter=filter_json(request.get("filter")),
+        # an unread request (an iterator was passed): assume the default vector's meaning
+        score_kind=(_score_kind(request.get("query"), request.get("using"), request.get("prefetch"), facts)
+                    if request else _vector_kind(None, facts)),
+        attributes=attributes,
+    )
+
+
+def _query_of(query: Any) -> Query | None:
+    from qdrant_client import models
+
+    if isinstance(query, models.NearestQuery):
+        query = query.nearest
+    if isinstance(query, models.Document):
+        return Query(text=query.text)
+    if isinstance(query, models.TextQuery):
+        text = query.text
+        return Query(text=text if isinstance(text, str) else getattr(text, "text", None))
+    if hasattr(query, "shape") or (isinstance(query, (list, tuple)) and query):
+        return Query(vector=query)
+    return None
+
+
+def _score_kind(query: Any, using: str | None, prefetch: Any, facts: _Facts | None) -> str | None:
+    from qdrant_client import models
+
+    if isinstance(query, models.FusionQuery):
+        return sc.SCORE_RRF if query.fusion == models.Fusion.RRF else sc.SCORE_SIMILARITY
+    if isinstance(query, models.RrfQuery):
+        return sc.SCORE_RRF
+    if isinstance(query, models.TextQuery):
+        return sc.SCORE_BM25
+    if isinstance(query, (models.OrderByQuery, models.SampleQuery, models.DiscoverQuery, models.ContextQuery)):
+        return sc.SCORE_NONE
+    if isinstance(query, models.FormulaQuery):
+        return sc.SCORE_SIMILARITY  # the formula's value, ordered highest first
+    if query is None:
+        if prefetch:
+            first = prefetch[0] if isinstance(prefetch, (list, tuple)) else prefetch
+            return _score_kind(getattr(first, "query", None), getattr(first, "using", None),
+                               getattr(first, "prefetch", None), facts)
+        return sc.SCORE_NONE
+    nearest = query.nearest if isinstance(query, models.NearestQuery) else query
+    if isinstance(nearest, models.SparseVector):
+        return sc.SCORE_SIMILARITY
+    return _vector_kind(using, facts)
+
+
+def _vector_kind(using: str | None, facts: _Facts | None) -> str | None:
+    """What a nearest-vector score means for the collection's (named) vector."""
+    from qdrant_client import models
+
+    if facts is None:
+        return None
+    if using is not None and using in facts.sparse:
+        return sc.SCORE_SIMILARITY
+    vectors = facts.vectors
+    params = vectors.get(using or "") if isinstance(vectors, Mapping) else vectors
+    distance = getattr(params, "distance", None)
+    if distance in (models.Distance.COSINE, models.Distance.DOT):
+        return sc.SCORE_SIMILARITY
+    if distance in (models.Distance.EUCLID, models.Distance.MANHATTAN):
+        return sc.SCORE_DISTANCE
+    return None
+
+
+def _outcome(call: _QdrantCall, result: Any, facts: _Facts | None) -> Outcome | None:
+    if call.method == "query_batch_points":
+        responses = list(result) if isinstance(result, (list, tuple)) else None
+        if responses is None:
+            return None
+        lists = [getattr(response, "points", None) or [] for response in responses]
+    elif call.method == "query_points_groups":
+        lists = [[hit for group in (getattr(result, "groups", None) or []) for hit in (group.hits or [])]]
+    else:
+        lists = [getattr(result, "points", None) or []]
+
+    def row(index: int) -> Row:
+        found = _row(call, index, [], facts)
+        candidates = []
+        for point in lists[index]:
+            candidate = point_candidate(point)
+            candidate.score_kind = found.score_kind
+            candidates.append(candidate)
+        found.candidates = candidates
+        if found.score_kind is None and candidates:
+            found.findings.append("score kind unknown: the collection's distance could not be read")
+        return found
+
+    size = None
+    if facts is not None and facts.points_count is not None:
+        size = lambda: facts.points_count  # noqa: E731
+    return Outcome(rows=len(lists), row=row, corpus_size=size)
+
+
+def _is_local(client: Any) -> bool:
+    from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
+    from qdrant_client.local.qdrant_local import QdrantLocal
+
+    return isinstance(getattr(client, "_client", None), (QdrantLocal, AsyncQdrantLocal))
+
+
+def _facts_of(info: Any, local: bool) -> _Facts:
+    params = info.config.params
+    sparse = frozenset((params.sparse_vectors or {}).keys())
+    return _Facts(vectors=params.vectors, sparse=sparse, points_count=info.points_count if local else None)
+
+
+def _local_config(instance: Any, collection: str) -> _Facts | None:
+    """The in-process collection's vector config, read in place: ``get_collection`` deep-copies the
+    whole config and counts every point (measured ~10x the cost of ``count``). ``None`` when this
+    qdrant-client lays its local mode out differently (then ``get_collection`` is used)."""
+    try:
+        config = instance._client._get_collection(collection).config
+        return _Facts(vectors=config.vectors, sparse=frozenset((config.sparse_vectors or {}).keys()))
+    except AttributeError:
+        return None
+
+
+def _cached(instance: Any, collection: str) -> tuple[bool, _Facts | None]:
+    """A remote collection's config as read before; a failed read is retried after a while."""
+    with _remote_lock:
+        per_client = _remote_facts.get(instance)
+        found = per_client.get(collection) if per_client is not None else None
+    if found is None:
+        return False, None
+    facts, when = found
+    if facts is None and time.monotonic() - when >= RETRY_FAILED_READ_SECONDS:
+        return False, None
+    return True, facts
+
+
+def _remember(instance: Any, collection: str, facts: _Facts | None) -> None:
+    try:
+        with _remote_lock:
+            _remote_facts.setdefault(instance, {})[collection] = (facts, time.monotonic())
+    except TypeError:  # pragma: no cover - a client that cannot be weakly referenced: ask again next time
+        pass
+
+
+def _facts(instance: Any, collection: str | None) -> _Facts | None:
+    if collection is None:
+        return None
+    if _is_local(instance):
+        facts = _local_config(instance, collection)
+        if facts is None:
+            return _facts_of(instance.get_collection(collection), local=True)
+        facts.points_count = instance.count(collection, exact=True).count
+        return facts
+    hit, facts = _cached(instance, collection)
+    if not hit:
+        try:
+            facts = _facts_of(instance.get_collection(collection), local=False)
+        finally:
+            _remember(instance, collection, facts)  # a failure too: retried after a while, not per query
+    return facts
+
+
+async def _afacts(instance: Any, collection: str | None) -> _Facts | None:
+    if collection is None:
+        return None
+    if _is_local(instance):
+        facts = _local_config(instance, collection)
+        if facts is None:
+            return _facts_of(await instance.get_collection(collection), local=True)
+        facts.points_count = (await instance.count(collection, exact=True)).count
+        return facts
+    hit, facts = _cached(instance, collection)
+    if not hit:
+        try:
+            facts = _facts_of(await instance.get_collection(collection), local=False)
+        finally:
+            _remember(instance, collection, facts)
+    return facts
