@@ -19,9 +19,14 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
     || echo "scripts/test.sh: could not install chromium; the report test will say so" >&2
 fi
 
-# real Jaeger and Collector for the e2e tests (cached; a warm run takes seconds)
-if [ -f scripts/build-backends.sh ]; then
+# real Jaeger and Collector for the e2e tests, built from Go modules into a cache outside the repo
+# (cold: ~10 min on 2 cores; cached: under a second). Required in CI; elsewhere the e2e tests skip loudly.
+if [ -n "${CI:-}" ]; then
   bash scripts/build-backends.sh
+elif command -v go >/dev/null 2>&1; then
+  bash scripts/build-backends.sh || echo "scripts/test.sh: WARNING: backend build failed; e2e tests will SKIP" >&2
+else
+  echo "scripts/test.sh: WARNING: no Go toolchain; e2e tests (real Jaeger/Collector) will SKIP" >&2
 fi
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Build the real tracing backends ragtrail's e2e tests run against, from Go modules only:
+#   - Jaeger v2 all-in-one (module version v1.76.0 == Jaeger v2.13.0, same commit)
+#   - a custom OpenTelemetry Collector (otelcol-ragtrail) made with the Collector Builder
+#
+# Binaries go to a cache OUTSIDE the repo (never commit them):
+#   ${RAGTRAIL_BACKENDS_DIR:-$HOME/.cache/ragtrail-backends}/bin/{jaeger,otelcol-ragtrail}
+# The script is idempotent: a binary is rebuilt only when its pinned versions (a stamp file)
+# changed or the binary is missing. GOCACHE / GOMODCACHE keep their defaults so a warm run
+# (cache hit, or a rebuild with a warm Go build cache) is fast.
+#
+# Usage: scripts/build-backends.sh [--force] [jaeger|collector ...]
+# Prints "jaeger=<path>" and "otelcol=<path>" on stdout; logs go to stderr. Exits non-zero on
+# any build failure.
+set -euo pipefail
+
+# ---- pinned versions (one release for every collector component) ----------------------------
+JAEGER_MODULE_VERSION="v1.76.0"          # == Jaeger v2.13.0
+OTELCOL_BUILDER_VERSION="v0.161.0"       # go.opentelemetry.io/collector/cmd/builder
+OTELCOL_CORE_VERSION="v0.161.0"          # core components (otlp receiver/exporters, batch, ...)
+OTELCOL_CONTRIB_VERSION="v0.161.0"       # contrib components (tail_sampling, transform, lb, ...)
+AWS_SERVICEDISCOVERY_VERSION="v1.40.2"  # see the replace in write_manifest
+# v0.161.0 is the newest release at which every contrib component we need (notably
+# exporter/loadbalancingexporter) is served by the Go module proxy here.
+
+BACKENDS_DIR="${RAGTRAIL_BACKENDS_DIR:-$HOME/.cache/ragtrail-backends}"
+BIN_DIR="$BACKENDS_DIR/bin"
+WORK_DIR="$BACKENDS_DIR/work"
+export GOFLAGS="${GOFLAGS:-} -mod=mod"
+export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
+export CGO_ENABLED="${CGO_ENABLED:-0}"
+
+FORCE=0
+TARGETS=()
+for arg in "$@"; do
+  case "$arg" in
+    --force) FORCE=1 ;;
+    jaeger|collector) TARGETS+=("$arg") ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "build-backends: unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(jaeger collector)
+
+command -v go >/dev/null 2>&1 || { echo "build-backends: 'go' not found on PATH (need Go >= 1.26, or an older Go with GOTOOLCHAIN=auto to fetch it)" >&2; exit 1; }
+mkdir -p "$BIN_DIR" "$WORK_DIR"
+
+log() { echo "build-backends: $*" >&2; }
+
+# up_to_date <binary> <stamp-text>: true when the binary exists and was built from <stamp-text>.
+up_to_date() {
+  [ "$FORCE" = 0 ] && [ -x "$1" ] && [ -f "$1.stamp" ] && [ "$(cat "$1.stamp")" = "$2" ]
+}
+
+build_jaeger() {
+  local out="$BIN_DIR/jaeger" stamp="jaeger $JAEGER_MODULE_VERSION $(go env GOVERSION)"
+  if up_to_date "$out" "$stamp"; then log "jaeger up to date ($JAEGER_MODULE_VERSION)"; return 0; fi
+  local mod="$WORK_DIR/jaeger"
+  rm -rf "$mod"; mkdir -p "$mod"
+  log "building jaeger $JAEGER_MODULE_VERSION in $mod"
+  (
+    cd "$mod"
+    go mod init ragtrail-backends/jaeger >/dev/null 2>&1
+    # A plain `go install ...@version` is refused (jaeger's go.mod has a replace directive);
+    # a scratch module that depends on it as a tool builds fine.
+    go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@$JAEGER_MODULE_VERSION"
+    go build -trimpath -o "$out.tmp" github.com/jaegertracing/jaeger/cmd/jaeger
+  )
+  mv -f "$out.tmp" "$out"
+  echo "$stamp" > "$out.stamp"
+  # Record what resolved, for the README / debugging.
+  (cd "$mod" && go list -m all) > "$BACKENDS_DIR/jaeger.modules.txt" 2>/dev/null || true
+}
+
+write_manifest() {
+  local core="go.opentelemetry.io/collector" contrib="github.com/open-telemetry/opentelemetry-collector-contrib"
+  cat <<EOF
+dist:
+  name: otelcol-ragtrail
+  description: OpenTelemetry Collector for ragtrail (core + contrib $OTELCOL_CONTRIB_VERSION)
+  output_path: $1
+receivers:
+  - gomod: $core/receiver/otlpreceiver $OTELCOL_CORE_VERSION
+processors:
+  - gomod: $core/processor/batchprocessor $OTELCOL_CORE_VERSION
+  - gomod: $core/processor/memorylimiterprocessor $OTELCOL_CORE_VERSION
+  - gomod: $contrib/processor/tailsamplingprocessor $OTELCOL_CONTRIB_VERSION
+  - gomod: $contrib/processor/transformprocessor $OTELCOL_CONTRIB_VERSION
+  - gomod: $contrib/processor/attributesprocessor $OTELCOL_CONTRIB_VERSION
+  - gomod: $contrib/processor/filterprocessor $OTELCOL_CONTRIB_VERSION
+exporters:
+  - gomod: $core/exporter/otlpexporter $OTELCOL_CORE_VERSION
+  - gomod: $core/exporter/otlphttpexporter $OTELCOL_CORE_VERSION
+  - gomod: $core/exporter/debugexporter $OTELCOL_CORE_VERSION
+  - gomod: $contrib/exporter/fileexporter $OTELCOL_CONTRIB_VERSION
+  - gomod: $contrib/exporter/loadbalancingexporter $OTELCOL_CONTRIB_VERSION
+replaces:
+  # loadbalancingexporter's aws_cloud_map resolver wants servicediscovery v1.48.0, which the Go
+  # module proxy here refuses (403); v1.40.2 is served and has the same DiscoverInstances API.
+  - github.com/aws/aws-sdk-go-v2/service/servicediscovery => github.com/aws/aws-sdk-go-v2/service/servicediscovery $AWS_SERVICEDISCOVERY_VERSION
+EOF
+}
+
+build_collector() {
+  local out="$BIN_DIR/otelcol-ragtrail" src="$WORK_DIR/otelcol"
+  # the stamp covers the whole builder manifest: adding a component rebuilds too
+  local manifest_sha
+  manifest_sha="$(write_manifest "$src" | sha256sum | cut -c1-16)"
+  local stamp="otelcol builder=$OTELCOL_BUILDER_VERSION manifest=$manifest_sha $(go env GOVERSION)"
+  if up_to_date "$out" "$stamp"; then log "collector up to date ($OTELCOL_CONTRIB_VERSION)"; return 0; fi
+  local builder="$BIN_DIR/ocb-$OTELCOL_BUILDER_VERSION"
+  if [ ! -x "$builder" ]; then
+    log "installing collector builder $OTELCOL_BUILDER_VERSION"
+    GOBIN="$WORK_DIR/gobin" go install "go.opentelemetry.io/collector/cmd/builder@$OTELCOL_BUILDER_VERSION"
+    mv -f "$WORK_DIR/gobin/builder" "$builder"
+  fi
+  mkdir -p "$src"
+  write_manifest "$src" > "$WORK_DIR/otelcol-builder.yaml"
+  log "building collector (core $OTELCOL_CORE_VERSION, contrib $OTELCOL_CONTRIB_VERSION) in $src"
+  "$builder" --config "$WORK_DIR/otelcol-builder.yaml"
+  mv -f "$src/otelcol-ragtrail" "$out"
+  echo "$stamp" > "$out.stamp"
+  (cd "$src" && go list -m all) > "$BACKENDS_DIR/otelcol.modules.txt" 2>/dev/null || true
+}
+
+for t in "${TARGETS[@]}"; do
+  case "$t" in
+    jaeger) build_jaeger ;;
+    collector) build_collector ;;
+  esac
+done
+
+for t in "${TARGETS[@]}"; do
+  case "$t" in
+    jaeger) echo "jaeger=$BIN_DIR/jaeger" ;;
+    collector) echo "otelcol=$BIN_DIR/otelcol-ragtrail" ;;
+  esac
+done

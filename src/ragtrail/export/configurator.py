@@ -1,0 +1,191 @@
+"""One switch for faithful export: the ragtrail sampler, the whole-trace processor and the right exporter.
+
+Under ``opentelemetry-instrument`` (zero code)::
+
+    OTEL_PYTHON_CONFIGURATOR=ragtrail opentelemetry-instrument python app.py
+
+``OTEL_PYTHON_CONFIGURATOR`` is only needed when another configurator (e.g. ``opentelemetry-distro``)
+is installed too; with ragtrail alone it is the one that runs. It configures the SDK exactly as the
+stock configurator does (every ``OTEL_*`` variable keeps its meaning) with three changes:
+
+* every span exporter is wrapped in :class:`~ragtrail.export.whole_trace.WholeTraceSpanProcessor`
+  instead of ``BatchSpanProcessor`` (limits: ``RAGTRAIL_EXPORT_*``, see below);
+* when ``OTEL_TRACES_SAMPLER`` is unset, the sampler is :class:`~ragtrail.sampling.RagtrailSampler`
+  with probability ``OTEL_TRACES_SAMPLER_ARG`` (default 1.0); ``OTEL_TRACES_SAMPLER=ragtrail`` does the
+  same explicitly, any other value is honoured as usual;
+* when ``OTEL_TRACES_EXPORTER`` is unset, the exporter is OTLP if ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+  ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set (protocol from ``OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL``,
+  default ``http/protobuf`` as the OTel spec says), otherwise the local store (``ragtrail_file``:
+  OTLP JSON lines under ``RAGTRAIL_LOCAL_STORE_DIR``, default ``./.ragtrail/``).
+  ``OTEL_TRACES_EXPORTER=none`` exports nothing.
+
+Environment variables read by the export path (all optional):
+
+=========================================  ==========  ==============================================
+``RAGTRAIL_EXPORT_MAX_TRACES``             2048        trace segments buffered before the oldest drops
+``RAGTRAIL_EXPORT_MAX_SPANS_PER_TRACE``    10000       a larger segment is dropped whole (and counted)
+``RAGTRAIL_EXPORT_MAX_BYTES``              67108864    estimated bytes of buffered spans
+``RAGTRAIL_EXPORT_GRACE_MILLIS``           500         wait for open children after the root ended
+``RAGTRAIL_EXPORT_SCHEDULE_DELAY_MILLIS``  1000        longest a finished segment waits for a batch
+``RAGTRAIL_EXPORT_MAX_BATCH_SPANS``        512         spans per export request
+``RAGTRAIL_EXPORT_MAX_REQUEST_BYTES``      3145728     estimated bytes per request (gRPC refuses 4 MiB)
+``RAGTRAIL_EXPORT_RETRY_TIMEOUT_MILLIS``   30000       retry a failed request with backoff this long
+``RAGTRAIL_EXPORT_MAX_TRACE_AGE_MILLIS``   600000      drop (and count) segments whose root never ends
+``RAGTRAIL_LOSS_REPORT_INTERVAL_MILLIS``   30000       how often a ``ragtrail.loss`` record may be sent
+``RAGTRAIL_LOCAL_STORE_DIR``               .ragtrail   local store directory
+``RAGTRAIL_LOCAL_STORE_MAX_FILE_BYTES``    16777216    rotate files at this size
+``RAGTRAIL_LOCAL_STORE_MAX_TOTAL_BYTES``   268435456   delete the oldest files beyond this total
+=========================================  ==========  ==============================================
+
+In code, :func:`configure` builds and installs the same pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Mapping, Optional
+
+from opentelemetry import trace
+from opentelemetry.environment_variables import OTEL_TRACES_EXPORTER
+from opentelemetry.sdk._configuration import _OTelSDKConfigurator
+from opentelemetry.sdk.environment_variables import (
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_PROTOCOL,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_TRACES_SAMPLER,
+    OTEL_TRACES_SAMPLER_ARG,
+)
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.sampling import Sampler
+
+from ragtrail.export.local_store import LocalStoreSpanExporter
+from ragtrail.export.whole_trace import WholeTraceSpanProcessor, whole_trace_processor_factory
+from ragtrail.sampling import RagtrailSampler, sampler_factory
+
+_logger = logging.getLogger(__name__)
+
+LOCAL_STORE_EXPORTER = "ragtrail_file"
+_EXPORTER_BY_PROTOCOL = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
+DEFAULT_PROTOCOL = "http/protobuf"
+
+
+def _otlp_protocol(protocol: Optional[str] = None) -> str:
+    chosen = (
+        protocol
+        or os.environ.get(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL)
+        or os.environ.get(OTEL_EXPORTER_OTLP_PROTOCOL)
+        or DEFAULT_PROTOCOL
+    ).strip()
+    if chosen not in _EXPORTER_BY_PROTOCOL:
+        raise ValueError(f"unsupported OTLP protocol {chosen!r}; use one of {sorted(_EXPORTER_BY_PROTOCOL)}")
+    return chosen
+
+
+def otlp_endpoint_configured() -> bool:
+    return bool(os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) or os.environ.get(OTEL_EXPORTER_OTLP_ENDPOINT))
+
+
+def default_trace_exporter_name() -> str:
+    """``otlp_proto_http``/``otlp_proto_grpc`` when an OTLP endpoint is configured, else ``ragtrail_file``."""
+    if otlp_endpoint_configured():
+        return _EXPORTER_BY_PROTOCOL[_otlp_protocol()]
+    return LOCAL_STORE_EXPORTER
+
+
+def default_sampler() -> Sampler:
+    """The ragtrail sampler at ``OTEL_TRACES_SAMPLER_ARG`` (1.0 when unset)."""
+    return sampler_factory(os.environ.get(OTEL_TRACES_SAMPLER_ARG))
+
+
+class RagtrailConfigurator(_OTelSDKConfigurator):
+    """``opentelemetry_configurator`` entry point ``ragtrail``: the stock SDK set-up with the whole-trace
+    processor, the ragtrail sampler and the local store as defaults (see the module docstring)."""
+
+    def _configure(self, **kwargs: Any) -> None:
+        kwargs.setdefault("export_span_processor", whole_trace_processor_factory())
+        if kwargs.get("sampler") is None and not os.environ.get(OTEL_TRACES_SAMPLER):
+            try:
+                kwargs["sampler"] = default_sampler()
+            except ValueError as exc:
+                _logger.warning("ragtrail: %s; sampling everything", exc)
+                kwargs["sampler"] = RagtrailSampler(1.0)
+        if not os.environ.get(OTEL_TRACES_EXPORTER) and not kwargs.get("trace_exporter_names"):
+            kwargs["trace_exporter_names"] = [default_trace_exporter_name()]
+        super()._configure(**kwargs)
+
+
+def _otlp_exporter(endpoint: Optional[str], protocol: Optional[str], headers: Optional[Mapping[str, str]]) -> SpanExporter:
+    chosen = _otlp_protocol(protocol)
+    if chosen == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        return GrpcExporter(endpoint=endpoint, headers=dict(headers) if headers else None)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+    if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/traces"):
+        endpoint = endpoint.rstrip("/") + "/v1/traces"
+    return HttpExporter(endpoint=endpoint, headers=headers)
+
+
+def configure(
+    *,
+    service_name: Optional[str] = None,
+    endpoint: Optional[str] = None,
+    protocol: Optional[str] = None,
+    headers: Optional[Mapping[str, str]] = None,
+    exporter: Optional[SpanExporter] = None,
+    sampling_probability: Optional[float] = None,
+    local_store_dir: Optional[str | os.PathLike[str]] = None,
+    resource_attributes: Optional[Mapping[str, Any]] = None,
+    span_limits: Optional[SpanLimits] = None,
+    processor_options: Optional[Mapping[str, Any]] = None,
+    set_global: bool = True,
+) -> TracerProvider:
+    """Build a TracerProvider with the ragtrail sampler, the whole-trace processor and an exporter,
+    install it as the global provider (unless ``set_global=False``) and return it.
+
+    Exporter, first match wins: ``exporter``; OTLP to ``endpoint`` (a base URL such as
+    ``http://localhost:4318``; ``protocol`` ``http/protobuf`` (default) or ``grpc``); OTLP to
+    ``OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT``; otherwise the local store in ``local_store_dir``
+    (default ``RAGTRAIL_LOCAL_STORE_DIR`` or ``./.ragtrail``). ``sampling_probability`` defaults to
+    ``OTEL_TRACES_SAMPLER_ARG`` when ``OTEL_TRACES_SAMPLER`` is unset or ``ragtrail``, else 1.0.
+    ``processor_options`` are keyword arguments of :class:`WholeTraceSpanProcessor`.
+    """
+    if sampling_probability is None:
+        if os.environ.get(OTEL_TRACES_SAMPLER, "ragtrail").strip() in ("", "ragtrail"):
+            sampler = default_sampler()
+        else:
+            sampler = RagtrailSampler(1.0)
+    else:
+        sampler = RagtrailSampler(sampling_probability)
+    attributes: dict[str, Any] = dict(resource_attributes or {})
+    if service_name:
+        attributes[SERVICE_NAME] = service_name
+    if exporter is None:
+        if endpoint is not None or otlp_endpoint_configured():
+            exporter = _otlp_exporter(endpoint, protocol, headers)
+        else:
+            exporter = LocalStoreSpanExporter(local_store_dir)
+    provider = TracerProvider(sampler=sampler, resource=Resource.create(attributes), span_limits=span_limits)
+    provider.add_span_processor(WholeTraceSpanProcessor(exporter, **dict(processor_options or {})))
+    if set_global:
+        trace.set_tracer_provider(provider)
+        if trace.get_tracer_provider() is not provider:
+            _logger.warning(
+                "ragtrail.configure: a global TracerProvider was already set and was kept; "
+                "pass the returned provider explicitly (tracer_provider=...)"
+            )
+    return provider
+
+
+__all__ = [
+    "RagtrailConfigurator",
+    "configure",
+    "default_trace_exporter_name",
+    "default_sampler",
+    "LOCAL_STORE_EXPORTER",
+]
