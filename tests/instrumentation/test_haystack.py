@@ -337,8 +337,8 @@ def test_joiner_concatenate_dedups_and_cuts(tracer_provider, span_exporter):
                      excluded(b[2], 5, "none", "below_rank_cutoff", "top_k=3", None)])
 
 
-@pytest.mark.parametrize("mode,kind", [("merge", "none"), ("reciprocal_rank_fusion", "rrf"),
-                                       ("distribution_based_rank_fusion", "none")])
+@pytest.mark.parametrize("mode,kind", [("merge", "relative"), ("reciprocal_rank_fusion", "rrf"),
+                                       ("distribution_based_rank_fusion", "relative")])
 def test_joiner_rescoring_modes(tracer_provider, span_exporter, mode, kind):
     joiner = DocumentJoiner(join_mode=mode, top_k=4)
     plain, traced, spans = run_plain_then_instrumented(

@@ -303,8 +303,8 @@ class _Joiner(_Handler):
         inputs = memo.get("inputs") or []
         mode = memo.get("mode")
         # concatenate keeps the input objects (and their scores); the other modes rescore copies
-        kind = {"reciprocal_rank_fusion": sc.SCORE_RRF, "merge": sc.SCORE_NONE,
-                "distribution_based_rank_fusion": sc.SCORE_NONE}.get(mode)
+        kind = {"reciprocal_rank_fusion": sc.SCORE_RRF, "merge": sc.SCORE_RELATIVE,
+                "distribution_based_rank_fusion": sc.SCORE_RELATIVE}.get(mode)
         outputs = _outputs_like_inputs(docs, inputs, kind)
         s.outputs(outputs)
         if "inputs" in memo:
