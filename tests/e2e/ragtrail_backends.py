@@ -289,8 +289,8 @@ def ragtrail_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProc
 
 
 def verify_json(source: str, *trace_ids: str) -> list[dict[str, Any]]:
-    """``ragtrail verify --json --source <source> <ids>``: one result per trace."""
-    result = ragtrail_cli("verify", "--json", "--source", source, *trace_ids)
+    """``ragtrail verify --json --strict --source <source> <ids>``: one result per trace, findings included."""
+    result = ragtrail_cli("verify", "--json", "--strict", "--source", source, *trace_ids)
     assert result.returncode in (0, 1), f"ragtrail verify failed ({result.returncode}):\n{result.stderr}"
     return json.loads(result.stdout)
 

@@ -1,0 +1,265 @@
+"""``ragtrail``: read retrieval manifests back from traces (show, verify, diff, report) and run the demo.
+
+Every failure a user can cause prints one line saying what to do and exits with its own code
+(see ``ragtrail --help``); a traceback means a bug in ragtrail (set ``RAGTRAIL_DEBUG=1`` to see it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import click
+from rich.console import Console
+from rich.text import Text
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ragtrail.inspect import errors, render
+from ragtrail.inspect.errors import EXIT_CODES, InspectError
+
+_EXIT_TABLE = "\n".join(f"  {code:<3} {text}" for code, text in EXIT_CODES)
+_EPILOG = f"""\b
+Sources (--source, or RAGTRAIL_SOURCE; default ./.ragtrail, the local store):
+  PATH                          OTLP JSON lines (local store, Collector file exporter), OTLP/Jaeger/Tempo JSON
+  jaeger+http://HOST:16686      Jaeger (API v3, falling back to v1)
+  tempo+http://HOST:3200        Grafana Tempo (API v2, falling back to v1)
+TRACE is a hex trace id, `last` (the most recent trace), or a file holding one trace.
+
+\b
+Exit codes:
+{_EXIT_TABLE}
+"""
+
+
+def _stdout() -> Console:
+    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 120, highlight=False)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+@contextmanager
+def _progress(label: str, unit: str = "bytes") -> Iterator[Callable[[int, int], None]]:
+    """A progress callback shown on stderr only when it is a terminal and the work is large."""
+    console = _stderr()
+    if not console.is_terminal:
+        yield lambda done, total: None
+        return
+    columns = [TextColumn(label), BarColumn(), DownloadColumn() if unit == "bytes" else TextColumn("{task.completed}/{task.total}"),
+               TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _source_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--timeout", type=float, default=10.0, show_default=True,
+                      help="Seconds to wait for a server.")(fn)
+    return click.option("--source", "-s", envvar="RAGTRAIL_SOURCE", default=None, metavar="SOURCE",
+                        help="Where traces live (see below). Default: ./.ragtrail")(fn)
+
+
+def _load(ref: str, source: str | None, timeout: float) -> dict[str, Any]:
+    from ragtrail.inspect.manifest import build
+    from ragtrail.inspect.sources import resolve
+
+    with _progress("reading traces") as progress:
+        trace = resolve(ref, source, timeout=timeout, progress=progress)
+    return build(trace)
+
+
+def _json_out(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+@click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="ragtrail", prog_name="ragtrail")
+def cli() -> None:
+    """Read the retrieval manifest back from a RAG trace: what was retrieved, what was excluded and why,
+    what was cited, and whether the trail arrived as it was stamped."""
+
+
+@cli.command()
+@click.argument("trace")
+@_source_option
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest (SPEC §7) as JSON.")
+@click.option("--limit", type=int, default=10, show_default=True, help="Candidates shown per stage.")
+@click.option("--all", "show_all", is_flag=True, help="Show every candidate and exclusion.")
+def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: int, show_all: bool) -> int:
+    """Show the manifest of TRACE: query hops, stages, candidates, exclusions, citations, coverage, fidelity."""
+    manifest = _load(trace, source, timeout)
+    if as_json:
+        _json_out(manifest)
+    else:
+        render.show(_stdout(), manifest, limit=10**9 if show_all else limit, max_stages=10**9 if show_all else 20)
+    return errors.EXIT_OK
+
+
+@cli.command()
+@click.argument("traces", nargs=-1)
+@_source_option
+@click.option("--search", is_flag=True, help="Verify recent ragtrail traces found in the source.")
+@click.option("--limit", type=int, default=20, show_default=True, help="How many traces --search checks.")
+@click.option("--query", "-q", default=None,
+              help="Search filter: TraceQL for Tempo, key=value tag for Jaeger.")
+@click.option("--lookback", default="1h", show_default=True, help="How far back --search looks (30m, 1h, 2d).")
+@click.option("--json", "as_json", is_flag=True, help="Print the fidelity of each trace as JSON.")
+@click.option("--strict", is_flag=True, help="Also fail on findings (degraded stages, unexplained exclusions).")
+def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: bool, limit: int,
+           query: str | None, lookback: str, as_json: bool, strict: bool) -> int:
+    """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm."""
+    from ragtrail.inspect.manifest import build, fidelity_only
+    from ragtrail.inspect.sources import open_source, resolve
+
+    if not traces and not search:
+        raise errors.UsageError("nothing to verify", "pass TRACE ids (or `last`) or --search")
+    refs = list(traces)
+    src = None
+    if search:
+        src = open_source(source, timeout=timeout)
+        with _progress("searching"):
+            refs.extend(src.search(limit, query, lookback))
+        if not refs:
+            raise errors.TraceNotFound(f"no ragtrail traces found in {src.description}",
+                                       "widen --lookback or check the source")
+    results = []
+    out = _stdout()
+    with _progress(f"verifying {len(refs)} traces", unit="count") as progress:
+        for i, ref in enumerate(refs):
+            trace = src.get(ref) if src is not None and ref not in traces else resolve(ref, source, timeout=timeout)
+            results.append(build(trace) if strict else fidelity_only(trace))
+            progress(i + 1, len(refs))
+    failed = False
+    for m in results:
+        f = m["fidelity"]
+        findings = m.get("findings", [])
+        failed |= bool(f["alarms"]) or bool(findings)
+        if as_json:
+            continue
+        if f["alarms"]:
+            for a in f["alarms"]:
+                out.print(render.alarm_line(a), highlight=False, soft_wrap=True)
+        else:
+            events = m.get("events_checked", sum(len(s["candidates"]) + len(s["excluded"]) for s in m.get("stages", [])))
+            out.print(f"ok trace={m['trace_id']}: intact {f['intact']}, changed_cited {f['changed_cited']}, "
+                      f"not captured {f['not_captured']}, {events} events and {m['span_count']} spans checked",
+                      highlight=False, soft_wrap=True)
+        for finding in findings:
+            out.print(f"FINDING trace={m['trace_id']}: {finding}", highlight=False, soft_wrap=True)
+    if as_json:
+        _json_out([{"trace_id": m["trace_id"], "fidelity": m["fidelity"], "findings": m.get("findings", [])}
+                   for m in results])
+    if src is not None and hasattr(src, "close"):
+        src.close()
+    return errors.EXIT_ALARMS if failed else errors.EXIT_OK
+
+
+@cli.command("diff")
+@click.argument("trace_a")
+@click.argument("trace_b")
+@_source_option
+@click.option("--source-b", default=None, metavar="SOURCE", help="Source of TRACE_B when it differs from --source.")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+@click.option("--exit-code", is_flag=True, help="Exit 1 when the evidence differs.")
+@click.option("--limit", type=int, default=10, show_default=True, help="Differences shown per stage.")
+def diff_cmd(trace_a: str, trace_b: str, source: str | None, timeout: float, source_b: str | None,
+             as_json: bool, exit_code: bool, limit: int) -> int:
+    """Compare the evidence of two traces stage by stage, and say where it first differs."""
+    from ragtrail.inspect.diff import diff
+
+    a = _load(trace_a, source, timeout)
+    b = _load(trace_b, source_b or source, timeout)
+    result = diff(a, b)
+    if as_json:
+        _json_out(result)
+    else:
+        render.diff(_stdout(), result, limit=limit)
+    return errors.EXIT_ALARMS if (exit_code and not result["same_evidence"]) else errors.EXIT_OK
+
+
+@cli.command()
+@click.argument("trace")
+@_source_option
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, writable=True),
+              help="The HTML file to write.")
+def report(trace: str, source: str | None, timeout: float, output: str) -> int:
+    """Write TRACE's manifest as one self-contained HTML file (funnel, hops, tables, fidelity)."""
+    from ragtrail.inspect import report as html
+
+    manifest = _load(trace, source, timeout)
+    path = html.write(manifest, output)
+    click.echo(str(path))
+    return errors.EXIT_OK
+
+
+@cli.command()
+@click.option("--store", default=".ragtrail", show_default=True, type=click.Path(file_okay=False),
+              help="The local store directory the demo writes its traces to.")
+@click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
+              help="Where to write the HTML report (default: STORE/demo-report.html).")
+@click.option("--budget", type=click.IntRange(1, 10_000), default=90, show_default=True,
+              help="The context budget in words (raise it and `ragtrail diff` the two runs).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the terminal view.")
+def demo(store: str, report_path: str | None, budget: int, as_json: bool) -> int:
+    """Run the bundled example RAG pipeline under ragtrail (no server needed) and show its manifest."""
+    from ragtrail.demo.run import run_demo
+
+    result = run_demo(store=store, report_path=report_path, budget_words=budget)
+    if as_json:
+        _json_out(result.manifest)
+    else:
+        out = _stdout()
+        out.print(Text.assemble(("answer", "bold"), ": ", result.answer), highlight=False)
+        out.print("")
+        render.show(out, result.manifest)
+        out.print("")
+        out.print(f"[bold]HTML report[/bold]: {result.report_path}", highlight=False)
+        also = ""
+        if result.otlp_endpoint:
+            also = (f"; also exported to {result.otlp_endpoint}" if not result.otlp_failures else
+                    f"; export to {result.otlp_endpoint} FAILED ({result.otlp_failures} batches): is the collector up?")
+        out.print(f"traces in {result.store_path}{also}", highlight=False)
+        out.print(f"next: ragtrail show {result.manifest['trace_id']} --source {store}   ·   "
+                  f"ragtrail verify last --source {store}", highlight=False, soft_wrap=True)
+    return errors.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script entry point: one line and a distinct exit code per failure, never a traceback."""
+    debug = os.environ.get("RAGTRAIL_DEBUG", "") not in ("", "0")
+    try:
+        code = cli.main(args=argv, prog_name="ragtrail", standalone_mode=False)
+    except InspectError as exc:
+        _stderr().print(f"ragtrail: error: {exc.one_line()}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        _stderr().print("ragtrail: interrupted", markup=False)
+        sys.exit(130)
+    except click.ClickException as exc:
+        hint = "run `ragtrail --help`" if not isinstance(exc, click.UsageError) or exc.ctx is None \
+            else f"run `{exc.ctx.command_path} --help`"
+        _stderr().print(f"ragtrail: error: {exc.format_message()}: {hint}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(errors.EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # a bug in ragtrail: still one line unless asked for the traceback
+        if debug:
+            raise
+        _stderr().print(f"ragtrail: internal error: {type(exc).__name__}: {exc}: please report it "
+                        "(RAGTRAIL_DEBUG=1 shows the traceback)", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(errors.EXIT_INTERNAL)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,12 @@
+"""The reading side of ragtrail: traces from files, Jaeger or Tempo -> manifest -> verify / diff / report.
+
+It knows only the wire contract (``ragtrail.semconv`` names, ``ragtrail.receipts`` arithmetic),
+never the recorder, so it reads traces from any producer that follows SPEC.md.
+"""
+
+from __future__ import annotations
+
+from .manifest import build
+from .sources import open_source, resolve
+
+__all__ = ["build", "open_source", "resolve"]

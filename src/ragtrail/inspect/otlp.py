@@ -1,0 +1,170 @@
+"""Decode OTLP JSON (ExportTraceServiceRequest / TracesData) into the normalized model.
+
+One decoder serves ragtrail's local store, the OpenTelemetry Collector's file exporter, Jaeger v2's
+``/api/v3/traces`` (``{"result": ...}``) and Tempo (``resourceSpans`` or the older ``batches``, ids
+in base64). Ids are accepted as hex or base64 and always come out as lowercase hex; int64 values
+may arrive as JSON strings, doubles as ``"NaN"``/``"Infinity"``; both camelCase and snake_case field
+names are read, because protobuf's JSON mapping allows either.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any, Iterable, Iterator
+
+from .errors import MalformedInput
+from .model import Event, Span
+
+_STATUS_CODES = {0: "UNSET", 1: "OK", 2: "ERROR", "STATUS_CODE_UNSET": "UNSET", "STATUS_CODE_OK": "OK",
+                 "STATUS_CODE_ERROR": "ERROR"}
+
+
+def _get(d: dict[str, Any], camel: str, snake: str, default: Any = None) -> Any:
+    value = d.get(camel)
+    if value is None:
+        value = d.get(snake, default)
+    return value
+
+
+def decode_id(value: Any, nbytes: int) -> str | None:
+    """An OTLP id as lowercase hex: hex input (2*n digits) is kept, base64 (Tempo, protobuf JSON) decoded."""
+    if not value:
+        return None
+    if not isinstance(value, str):
+        raise MalformedInput(f"span id {value!r} is not a string", "the input is not OTLP JSON")
+    text = value.strip()
+    if len(text) == 2 * nbytes:
+        try:
+            int(text, 16)
+            return text.lower()
+        except ValueError:
+            pass
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) == nbytes:
+        return raw.hex()
+    if all(c in "0123456789abcdefABCDEF" for c in text) and 0 < len(text) <= 2 * nbytes:
+        return text.lower().rjust(2 * nbytes, "0")
+    raise MalformedInput(f"id {text!r} is neither hex nor base64 of {nbytes} bytes", "the input is not OTLP JSON")
+
+
+def decode_value(value: Any) -> Any:
+    """An OTLP ``AnyValue`` as a Python value (``None`` for an empty value)."""
+    if not isinstance(value, dict):
+        return value
+    for key, inner in value.items():
+        if key in ("stringValue", "string_value"):
+            return inner
+        if key in ("intValue", "int_value"):
+            return int(inner)
+        if key in ("doubleValue", "double_value"):
+            return float(inner)
+        if key in ("boolValue", "bool_value"):
+            return bool(inner) if not isinstance(inner, str) else inner == "true"
+        if key in ("arrayValue", "array_value"):
+            return [decode_value(v) for v in (inner or {}).get("values", [])]
+        if key in ("kvlistValue", "kvlist_value"):
+            return decode_attributes((inner or {}).get("values", []))
+        if key in ("bytesValue", "bytes_value"):
+            return base64.b64decode(inner)
+    return None
+
+
+def decode_attributes(items: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
+    """Attributes as a dict; strings and ints (nearly all of a ragtrail trace) take a fast path."""
+    out: dict[str, Any] = {}
+    for kv in items or ():
+        value = kv.get("value")
+        if value:
+            text = value.get("stringValue")
+            if text is not None:
+                out[kv["key"]] = text
+                continue
+            number = value.get("intValue")
+            if number is not None:
+                out[kv["key"]] = int(number)
+                continue
+        out[kv["key"]] = decode_value(value)
+    return out
+
+
+def _int(value: Any) -> int:
+    return int(value) if value not in (None, "") else 0
+
+
+def _scope_spans(resource_spans: dict[str, Any]) -> list[dict[str, Any]]:
+    return (resource_spans.get("scopeSpans") or resource_spans.get("scope_spans")
+            or resource_spans.get("instrumentationLibrarySpans")
+            or resource_spans.get("instrumentation_library_spans") or [])
+
+
+def decode_span(raw: dict[str, Any], resource: dict[str, Any], scope_name: str | None) -> Span:
+    """One OTLP JSON span."""
+    events = [
+        Event(
+            name=e.get("name", ""),
+            time_ns=_int(_get(e, "timeUnixNano", "time_unix_nano", 0)),
+            attributes=decode_attributes(e.get("attributes")),
+            dropped_attributes=_int(_get(e, "droppedAttributesCount", "dropped_attributes_count", 0)),
+        )
+        for e in raw.get("events") or ()
+    ]
+    status = raw.get("status") or {}
+    code = status.get("code")
+    return Span(
+        trace_id=decode_id(_get(raw, "traceId", "trace_id"), 16) or "",
+        span_id=decode_id(_get(raw, "spanId", "span_id"), 8) or "",
+        parent_span_id=decode_id(_get(raw, "parentSpanId", "parent_span_id"), 8),
+        name=raw.get("name", ""),
+        start_ns=_int(_get(raw, "startTimeUnixNano", "start_time_unix_nano", 0)),
+        end_ns=_int(_get(raw, "endTimeUnixNano", "end_time_unix_nano", 0)),
+        attributes=decode_attributes(raw.get("attributes")),
+        events=events,
+        dropped_attributes=_int(_get(raw, "droppedAttributesCount", "dropped_attributes_count", 0)),
+        dropped_events=_int(_get(raw, "droppedEventsCount", "dropped_events_count", 0)),
+        dropped_links=_int(_get(raw, "droppedLinksCount", "dropped_links_count", 0)),
+        trace_state=_get(raw, "traceState", "trace_state") or None,
+        resource=resource,
+        scope_name=scope_name,
+        status_code=_STATUS_CODES.get(code, str(code) if code is not None else None),
+        status_message=status.get("message") or None,
+    )
+
+
+def iter_resource_spans(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``resourceSpans`` list of an OTLP JSON document (or Tempo's older ``batches``)."""
+    found = document.get("resourceSpans")
+    if found is None:
+        found = document.get("resource_spans")
+    if found is None:
+        found = document.get("batches")
+    if not isinstance(found, list):
+        raise MalformedInput("no resourceSpans in the document", "expected OTLP JSON traces")
+    return found
+
+
+def decode_document(document: dict[str, Any], trace_id: str | None = None) -> Iterator[Span]:
+    """Every span of an OTLP JSON document; only those of ``trace_id`` (hex) when given."""
+    try:
+        for rs in iter_resource_spans(document):
+            resource = decode_attributes((rs.get("resource") or {}).get("attributes"))
+            for ss in _scope_spans(rs):
+                scope = ss.get("scope") or ss.get("instrumentationLibrary") or {}
+                scope_name = scope.get("name")
+                for raw in ss.get("spans") or ():
+                    span = decode_span(raw, resource, scope_name)
+                    if trace_id is None or span.trace_id == trace_id:
+                        yield span
+    except MalformedInput:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise MalformedInput(f"not valid OTLP JSON ({type(exc).__name__}: {exc})",
+                             "expected OTLP JSON traces (resourceSpans/scopeSpans/spans)") from None
+
+
+def id_forms(trace_id: str) -> tuple[str, str]:
+    """The hex and base64 spellings of a trace id, for a cheap substring test before parsing a line."""
+    return trace_id, base64.b64encode(bytes.fromhex(trace_id)).decode("ascii")

@@ -1,0 +1,50 @@
+"""One self-contained HTML file per trace: funnel chart, query-hop chain, tables, fidelity panel.
+
+Nothing is fetched when the file is opened (no scripts, fonts or images from anywhere): the chart
+is inline SVG computed here, the styles are inline, and the manifest itself is embedded as JSON so
+the file is also a machine-readable record. Safe to attach to a ticket or archive with a build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+_BAR_WIDTH = 520
+_ROW_HEIGHT = 34
+
+
+def funnel(survival: list[dict[str, Any]]) -> dict[str, Any]:
+    """Geometry of the evidence-survival funnel: one row per stage, kept and excluded bars."""
+    peak = max([1, *(max(r["in"], r["out"]) for r in survival)])
+    rows = []
+    for i, r in enumerate(survival):
+        kept = round(_BAR_WIDTH * r["out"] / peak, 1)
+        dropped = round(_BAR_WIDTH * r["excluded"] / peak, 1)
+        rows.append({**r, "y": 8 + i * _ROW_HEIGHT, "kept_w": kept, "dropped_w": dropped, "dropped_x": kept})
+    return {"rows": rows, "width": _BAR_WIDTH + 470, "height": 16 + len(rows) * _ROW_HEIGHT, "bar_x": 270}
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("ragtrail.inspect", "templates"),
+                             autoescape=jinja2.select_autoescape(["html", "j2"]),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["score"] = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+    return env
+
+
+def render(manifest: dict[str, Any], limit: int = 200) -> str:
+    """The report as one HTML string."""
+    template = _environment().get_template("report.html.j2")
+    return template.render(m=manifest, funnel=funnel(manifest["survival"]), limit=limit,
+                           cited=set(manifest["cited"]))
+
+
+def write(manifest: dict[str, Any], path: str | Path, limit: int = 200) -> Path:
+    """Write the report; returns the absolute path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(manifest, limit), encoding="utf-8")
+    return out.resolve()

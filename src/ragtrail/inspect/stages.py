@@ -1,0 +1,99 @@
+"""Stitch spans back into stages: a stage span plus its continuation spans, events in emission order.
+
+The recorder spills a large stage's events into continuation child spans
+(``ragtrail.stage.continuation=true``, numbered by ``ragtrail.stage.continuation.index``) so the
+SDK never evicts candidates. The reader undoes that here, and keeps what it needs to check the
+stitching (which continuations were announced by ``ragtrail.events.spans`` and which arrived).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragtrail import semconv as sc
+
+from .errors import NoRagtrailSpans
+from .model import Event, Span, Trace
+
+RAGTRAIL_EVENTS = frozenset({sc.EVENT_CANDIDATE, sc.EVENT_EXCLUSION, sc.EVENT_QUERY})
+
+
+@dataclass
+class StageView:
+    """One stage as the reader sees it: its span, its continuations, and all its ragtrail events."""
+
+    span: Span
+    continuations: list[Span] = field(default_factory=list)
+    _events: list[tuple[Span, Event]] | None = field(default=None, repr=False)
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        return self.span.attributes
+
+    @property
+    def kind(self) -> str:
+        return str(self.span.attributes.get(sc.STAGE_KIND, ""))
+
+    @property
+    def component(self) -> str:
+        return str(self.span.attributes.get(sc.STAGE_COMPONENT, self.span.name))
+
+    @property
+    def label(self) -> str:
+        """``kind component`` as alarms and tables name a stage."""
+        return f"{self.kind} {self.component}"
+
+    def spans(self) -> list[Span]:
+        return [self.span, *self.continuations]
+
+    def events(self) -> list[tuple[Span, Event]]:
+        """Ragtrail events in emission order: the stage span's, then each continuation's by index."""
+        if self._events is None:
+            out: list[tuple[Span, Event]] = []
+            for span in self.spans():
+                out.extend((span, e) for e in span.events if e.name in RAGTRAIL_EVENTS)
+            self._events = out
+        return self._events
+
+
+@dataclass
+class Stitched:
+    """The stages of a trace in start order, plus continuation spans whose stage span never arrived."""
+
+    stages: list[StageView]
+    orphans: list[Span]
+    pipelines: list[StageView]
+
+
+def is_ragtrail(span: Span) -> bool:
+    return sc.STAGE_KIND in span.attributes
+
+
+def stitch(trace: Trace) -> Stitched:
+    """Group continuation spans under their stage span; raise when the trace has no ragtrail span."""
+    ragtrail_spans = [s for s in trace.spans if is_ragtrail(s)]
+    if not ragtrail_spans:
+        raise NoRagtrailSpans(f"trace {trace.trace_id} has {len(trace.spans)} spans but none from ragtrail",
+                              "instrument the pipeline (ragtrail decorators or opentelemetry-instrument) "
+                              "or pick another trace")
+    heads: dict[str, StageView] = {}
+    continuations: list[Span] = []
+    for span in ragtrail_spans:
+        if span.attributes.get(sc.STAGE_CONTINUATION) is True:
+            continuations.append(span)
+        else:
+            heads[span.span_id] = StageView(span)
+    orphans: list[Span] = []
+    for span in continuations:
+        head = heads.get(span.parent_span_id or "")
+        if head is None:
+            orphans.append(span)
+        else:
+            head.continuations.append(span)
+    for head in heads.values():
+        head.continuations.sort(key=lambda s: int(s.attributes.get(sc.STAGE_CONTINUATION_INDEX, 0) or 0))
+    ordered = sorted(heads.values(), key=lambda v: (v.span.start_ns, v.span.end_ns))
+    pipelines = [v for v in ordered if v.kind == sc.KIND_PIPELINE]
+    stages = [v for v in ordered if v.kind != sc.KIND_PIPELINE]
+    return Stitched(stages=stages, orphans=orphans, pipelines=pipelines)

@@ -1,0 +1,348 @@
+"""Fidelity: is what arrived what the producer stamped? Pure arithmetic over receipts and counts.
+
+Checks, each producing an alarm that names trace, span, stage, candidate and field:
+
+* every receipt (query text, candidate content) classified with :func:`ragtrail.receipts.classify`:
+  the received preview/text against its receipt, or, when no payload was captured, the receipt
+  against the same candidate's receipt one stage upstream (a change there needs a transform rule
+  whose ``derived_from`` is the upstream sha256);
+* a stage's events counted against ``ragtrail.events.count`` and hashed against
+  ``ragtrail.events.digest``, continuation spans against ``ragtrail.events.spans``;
+* spans counted against ``ragtrail.trace.span_count`` on each exported segment's local root;
+* dropped counts (the SDK's evictions) and a backend's partial flag (Tempo ``status: PARTIAL``).
+
+The producer's stamps are never recomputed or trusted beyond arithmetic: nothing here imports the
+recorder.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragtrail import semconv as sc
+from ragtrail.receipts import (CHANGED_CITED, CHANGED_UNCITED, INTACT, PREVIEW_RULE, UNVERIFIABLE, Receipt,
+                               classify, events_digest)
+
+from .model import Span, Trace
+from .stages import StageView, Stitched
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_QUERY_PREFIX = sc.QUERY_SHA256.rsplit(".", 1)[0]  # "ragtrail.query": the receipt's attribute prefix
+_SEVERITY = (INTACT, CHANGED_CITED, UNVERIFIABLE, CHANGED_UNCITED)
+_CONTENT_PREFIX = sc.CANDIDATE_CONTENT_SHA256.rsplit(".", 1)[0]
+
+
+@dataclass
+class Alarm:
+    """One fidelity problem, precise enough to find the byte that changed."""
+
+    trace_id: str
+    span_id: str
+    stage: str
+    candidate: str
+    field: str
+    problem: str
+    detail: str = ""
+
+    def line(self) -> str:
+        """The one line ``ragtrail verify`` prints per alarm."""
+        cand = self.candidate or "-"
+        detail = f" ({self.detail})" if self.detail else ""
+        return (f"ALARM trace={self.trace_id} span={self.span_id} stage={self.stage or '-'} "
+                f"candidate={cand} field={self.field}: {self.problem}{detail}")
+
+    def as_dict(self) -> dict[str, str]:
+        return {"trace_id": self.trace_id, "span_id": self.span_id, "stage": self.stage,
+                "candidate": self.candidate, "field": self.field, "problem": self.problem, "detail": self.detail}
+
+
+@dataclass
+class Fidelity:
+    intact: int = 0
+    changed_cited: int = 0
+    changed_uncited: int = 0
+    unverifiable: int = 0
+    not_captured: int = 0
+    missing_events: int = 0
+    missing_spans: int = 0
+    dropped_attributes: int | None = 0
+    dropped_events: int | None = 0
+    partial: bool = False
+    alarms: list[Alarm] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def count(self, verdict: str) -> None:
+        setattr(self, verdict, getattr(self, verdict) + 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "intact": self.intact, "changed_cited": self.changed_cited, "changed_uncited": self.changed_uncited,
+            "unverifiable": self.unverifiable, "not_captured": self.not_captured,
+            "missing_events": self.missing_events, "missing_spans": self.missing_spans,
+            "dropped_attributes": self.dropped_attributes, "dropped_events": self.dropped_events,
+            "partial": self.partial, "alarms": [a.as_dict() for a in self.alarms], "notes": list(self.notes),
+        }
+
+
+def _receipt(attributes: dict[str, Any], prefix: str) -> Receipt | None:
+    return Receipt.from_attributes(attributes, prefix)
+
+
+def _describe(received: Any, original: Receipt | None) -> str:
+    if original is None:
+        return "no receipt"
+    if not original.well_formed:
+        return f"damaged receipt (sha256 {str(original.sha256)[:16]}…, {len(str(original.sha256))} chars)"
+    got = len(received) if isinstance(received, str) else "?"
+    return f"received {got} chars, receipt {original.chars} chars"
+
+
+class _Checker:
+    def __init__(self, trace: Trace, stitched: Stitched) -> None:
+        self.trace = trace
+        self.stitched = stitched
+        self.f = Fidelity(partial=trace.partial)
+
+    def alarm(self, span: Span, stage: str, candidate: str, field_name: str, problem: str, detail: str = "") -> None:
+        self.f.alarms.append(Alarm(self.trace.trace_id, span.span_id, stage, candidate, field_name, problem, detail))
+
+    # --- receipts ----------------------------------------------------------------------------------
+    def payload(self, span: Span, stage: str, candidate: str, attributes: dict[str, Any], prefix: str,
+                payload_key: str | None, payload_rules: list[str], upstream: str | None,
+                transform_rules: list[str], derived_from: str | None) -> None:
+        """Classify one receipt, twice when possible: the received payload against the receipt (transit),
+        and the receipt against the same candidate's receipt one stage upstream (handoff). The worse
+        verdict counts; ``changed_uncited`` and ``unverifiable`` raise alarms."""
+        received = attributes.get(payload_key) if payload_key else None
+        if received is None and upstream is not None and attributes.get(prefix + ".sha256") == upstream \
+                and len(upstream) == 64:
+            # the common case, settled without building a Receipt: the same bytes the stage before handed on
+            original_ok = _is_count(attributes.get(prefix + ".chars")) and _is_count(attributes.get(prefix + ".bytes"))
+            if original_ok and _HEX64.fullmatch(upstream):
+                self.f.intact += 1
+                return
+        original = _receipt(attributes, prefix)
+        if original is None:
+            if received is not None:
+                self.f.count(UNVERIFIABLE)
+                self.alarm(span, stage, candidate, f"{prefix}.sha256", UNVERIFIABLE, "payload arrived without its receipt")
+            return
+        if not original.well_formed:
+            self.f.count(UNVERIFIABLE)
+            self.alarm(span, stage, candidate, f"{prefix}.sha256", UNVERIFIABLE, _describe(received, original))
+            return
+        verdicts: list[str] = []
+        if received is not None:
+            verdict = classify(received, original, payload_rules)
+            verdicts.append(verdict)
+            if verdict == CHANGED_UNCITED:
+                self.alarm(span, stage, candidate, payload_key or prefix, CHANGED_UNCITED, _describe(received, original))
+        if upstream is not None and len(upstream) == 64:
+            if upstream == original.sha256:
+                verdicts.append(INTACT)
+            elif transform_rules and derived_from == upstream:
+                verdicts.append(CHANGED_CITED)
+            else:
+                verdicts.append(CHANGED_UNCITED)
+                why = (f"rule {transform_rules[0]} but derived_from is not the upstream sha256" if transform_rules
+                       else "content changed between stages with no transform rule")
+                self.alarm(span, stage, candidate, f"{prefix}.sha256", CHANGED_UNCITED,
+                           f"{why}: upstream {upstream[:12]}…, here {original.sha256[:12]}…")
+        if not verdicts:
+            self.f.not_captured += 1
+            return
+        self.f.count(max(verdicts, key=_SEVERITY.index))
+
+    def receipts(self) -> None:
+        latest: dict[str, str] = {}  # candidate id -> content sha256 most recently handed on
+        hop_sha: dict[int, tuple[str, str]] = {}  # hop -> (sha256, stage label) first seen
+        views = [*self.stitched.pipelines[:1], *self.stitched.stages]
+        for view in sorted(views, key=lambda v: (v.span.start_ns, v.span.end_ns)):
+            label = view.label
+            attrs = view.attributes
+            if sc.QUERY_HOP in attrs:
+                self.query(view.span, label, attrs, hop_sha)
+            outputs: dict[str, str] = {}
+            for span, event in view.events():
+                a = event.attributes
+                if event.name == sc.EVENT_QUERY:
+                    self.query(span, label, a, hop_sha)
+                    continue
+                cid = str(a.get(sc.CANDIDATE_ID, ""))
+                rule = a.get(sc.CANDIDATE_TRANSFORM_RULE)
+                rules = [rule] if isinstance(rule, str) else []
+                derived = a.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM)
+                upstream = latest.get(cid)
+                if sc.CANDIDATE_CONTENT_PREVIEW in a:
+                    key, payload_rules = sc.CANDIDATE_CONTENT_PREVIEW, [PREVIEW_RULE.id]
+                elif sc.CANDIDATE_CONTENT_TEXT in a:
+                    key, payload_rules = sc.CANDIDATE_CONTENT_TEXT, []
+                else:
+                    key, payload_rules = None, []
+                self.payload(span, label, cid, a, _CONTENT_PREFIX, key, payload_rules, upstream, rules, derived)
+                sha = a.get(sc.CANDIDATE_CONTENT_SHA256)
+                if event.name == sc.EVENT_CANDIDATE and isinstance(sha, str):
+                    outputs[cid] = sha
+            latest.update(outputs)
+
+    def query(self, span: Span, label: str, attrs: dict[str, Any], hop_sha: dict[int, tuple[str, str]]) -> None:
+        self.payload(span, label, "", attrs, _QUERY_PREFIX, sc.QUERY_TEXT, [], None, [], None)
+        sha, hop = attrs.get(sc.QUERY_SHA256), attrs.get(sc.QUERY_HOP)
+        if isinstance(sha, str) and isinstance(hop, int):
+            seen = hop_sha.setdefault(hop, (sha, label))
+            if seen[0] != sha and len(sha) == 64 and len(seen[0]) == 64:
+                self.alarm(span, label, "", sc.QUERY_SHA256, CHANGED_UNCITED,
+                           f"hop {hop} has another query than at {seen[1]}")
+
+    # --- events and spans --------------------------------------------------------------------------
+    def events(self, view: StageView) -> None:
+        label = view.label
+        attrs = view.attributes
+        received = view.events()
+        stamped = attrs.get(sc.EVENTS_COUNT)
+        announced = attrs.get(sc.EVENTS_SPANS, 1)
+        if isinstance(announced, int) and announced > 1:
+            have = {int(s.attributes.get(sc.STAGE_CONTINUATION_INDEX, -1) or -1) for s in view.continuations}
+            missing = [i for i in range(1, announced) if i not in have]
+            if missing:
+                self.f.missing_spans += len(missing)
+                self.alarm(view.span, label, "", sc.EVENTS_SPANS, "missing continuation spans",
+                           f"{len(missing)} of {announced - 1} missing (index {', '.join(map(str, missing[:5]))})")
+        for cont in view.continuations:
+            own = cont.attributes.get(sc.EVENTS_COUNT)
+            got = sum(1 for e in cont.events if e.name in (sc.EVENT_CANDIDATE, sc.EVENT_EXCLUSION, sc.EVENT_QUERY))
+            if isinstance(own, int) and got < own:
+                self.alarm(cont, label, "", sc.EVENTS_COUNT, "missing events in continuation",
+                           f"{got} of {own} arrived")
+        if not isinstance(stamped, int):
+            self.alarm(view.span, label, "", sc.EVENTS_COUNT, UNVERIFIABLE,
+                       "the stage's event count is missing: its events cannot be checked")
+            return
+        if len(received) < stamped:
+            self.f.missing_events += stamped - len(received)
+        if len(received) != stamped:
+            self.alarm(view.span, label, "", sc.EVENTS_COUNT, "event count mismatch",
+                       f"{len(received)} received, {stamped} stamped")
+        digest = attrs.get(sc.EVENTS_DIGEST)
+        items = []
+        for _, event in received:
+            a = event.attributes
+            if event.name == sc.EVENT_QUERY:
+                items.append((event.name, f"hop:{a.get(sc.QUERY_HOP)}", a.get(sc.QUERY_SHA256, "")))
+            else:
+                items.append((event.name, str(a.get(sc.CANDIDATE_ID, "")), a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
+        if not (isinstance(digest, str) and len(digest) == 64):
+            self.alarm(view.span, label, "", sc.EVENTS_DIGEST, UNVERIFIABLE, "digest missing or damaged")
+        elif len(received) == stamped and events_digest(items) != digest:
+            first = _first_bad(items)
+            self.alarm(view.span, label, first, sc.EVENTS_DIGEST, "events changed in transit",
+                       "ids, order or content receipts differ from what the stage emitted")
+
+    def dropped(self) -> None:
+        if not self.trace.keeps_dropped_counts:
+            self.f.dropped_attributes = self.f.dropped_events = None
+        ragtrail_ids = {v.span.span_id for v in [*self.stitched.stages, *self.stitched.pipelines]}
+        ragtrail_ids |= {c.span_id for v in [*self.stitched.stages, *self.stitched.pipelines] for c in v.continuations}
+        labels = {v.span.span_id: v.label for v in [*self.stitched.stages, *self.stitched.pipelines]}
+        for span in self.trace.spans:
+            if not self.trace.keeps_dropped_counts:
+                break
+            ours = span.span_id in ragtrail_ids
+            label = labels.get(span.span_id, span.name)
+            if span.dropped_events:
+                self.f.dropped_events = (self.f.dropped_events or 0) + span.dropped_events
+                if ours:
+                    self.alarm(span, label, "", "droppedEventsCount", "events evicted by the SDK",
+                               f"{span.dropped_events} dropped")
+            if span.dropped_attributes:
+                self.f.dropped_attributes = (self.f.dropped_attributes or 0) + span.dropped_attributes
+                if ours:
+                    self.alarm(span, label, "", "droppedAttributesCount", "attributes evicted by the SDK",
+                               f"{span.dropped_attributes} dropped")
+            for event in span.events:
+                if event.dropped_attributes and ours:
+                    self.f.dropped_attributes = (self.f.dropped_attributes or 0) + event.dropped_attributes
+                    self.alarm(span, label, str(event.attributes.get(sc.CANDIDATE_ID, "")),
+                               "event.droppedAttributesCount", "event attributes evicted by the SDK",
+                               f"{event.dropped_attributes} dropped from {event.name}")
+            if ours and isinstance(span.attributes.get(sc.STAGE_INSTRUMENTATION_ERRORS), int) \
+                    and span.attributes[sc.STAGE_INSTRUMENTATION_ERRORS] > 0:
+                self.alarm(span, label, "", sc.STAGE_INSTRUMENTATION_ERRORS, "recorder errors",
+                           f"{span.attributes[sc.STAGE_INSTRUMENTATION_ERRORS]} internal errors: the record may be incomplete")
+
+    def span_count(self) -> None:
+        by_id = {s.span_id: s for s in self.trace.spans}
+        children: dict[str, list[Span]] = defaultdict(list)
+        for s in self.trace.spans:
+            if s.parent_span_id:
+                children[s.parent_span_id].append(s)
+        roots = [s for s in self.trace.spans if isinstance(s.attributes.get(sc.TRACE_SPAN_COUNT), int)]
+        if not roots:
+            self.f.notes.append("no ragtrail.trace.span_count stamped: whole spans lost in export cannot be "
+                                "counted (export through ragtrail's whole-trace processor)")
+            return
+        for root in roots:
+            stamped = root.attributes[sc.TRACE_SPAN_COUNT]
+            key = _resource_key(root)
+            seen = 0
+            stack = [root]
+            while stack:
+                span = stack.pop()
+                seen += 1
+                stack.extend(c for c in children.get(span.span_id, ()) if _resource_key(c) == key
+                             and not isinstance(c.attributes.get(sc.TRACE_SPAN_COUNT), int))
+            if seen < stamped:
+                self.f.missing_spans += stamped - seen
+                self.alarm(root, str(root.attributes.get(sc.STAGE_KIND, root.name)), "", sc.TRACE_SPAN_COUNT,
+                           "missing spans", f"{seen} received, {stamped} stamped")
+            elif seen > stamped:
+                self.f.notes.append(f"span {root.span_id}: {seen} spans received for {stamped} stamped "
+                                    "(late spans, or spans of another process under it)")
+        missing_parents = {s.parent_span_id for s in self.trace.spans
+                           if s.parent_span_id and s.parent_span_id not in by_id}
+        if missing_parents and len(missing_parents) > 1:
+            self.f.notes.append(f"{len(missing_parents)} parent spans referenced but not in the trace")
+
+    def orphans(self) -> None:
+        for span in self.stitched.orphans:
+            self.f.missing_spans += 1
+            self.alarm(span, f"{span.attributes.get(sc.STAGE_KIND)} {span.attributes.get(sc.STAGE_COMPONENT)}", "",
+                       sc.STAGE_CONTINUATION, "stage span missing",
+                       f"continuation {span.attributes.get(sc.STAGE_CONTINUATION_INDEX)} arrived without its stage span")
+
+    def run(self) -> Fidelity:
+        if self.trace.partial:
+            root = self.trace.spans[0] if self.trace.spans else None
+            self.f.alarms.append(Alarm(self.trace.trace_id, root.span_id if root else "-", "", "", "status",
+                                       "backend returned a partial trace", self.trace.partial_message or ""))
+        for view in [*self.stitched.pipelines, *self.stitched.stages]:
+            self.events(view)
+        self.orphans()
+        self.dropped()
+        self.span_count()
+        self.receipts()
+        self.f.notes.extend(self.trace.notes)
+        return self.f
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _resource_key(span: Span) -> tuple[Any, Any]:
+    return span.resource.get("service.name"), span.resource.get("service.instance.id")
+
+
+def _first_bad(items: list[tuple[str, str, Any]]) -> str:
+    for _, cid, sha in items:
+        if sha and (not isinstance(sha, str) or len(sha) != 64):
+            return cid
+    return ""
+
+
+def check(trace: Trace, stitched: Stitched) -> Fidelity:
+    """All fidelity checks for one trace."""
+    return _Checker(trace, stitched).run()

@@ -1,0 +1,123 @@
+"""show / verify / diff / report through the installed console script, on real recorded traces."""
+
+from __future__ import annotations
+
+import json
+
+import ragtrail as rt
+from fixtures.backend_server import BackendServer
+from fixtures.ragtrail_traces import event_attr, rag_run, record, rewrite_store
+from ragtrail import semconv as sc
+from test_cli_errors import FIXTURES, TRACE_ID, ragtrail
+
+
+def test_show_prints_the_manifest(tmp_path):
+    trace_id = record(tmp_path, rag_run)
+    result = ragtrail("show", trace_id, "--source", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for expected in (f"trace {trace_id}", 'hop 1  rewrite of hop 0  "enterprise refund window" → index',
+                     "policy-2026-01-draft", "superseded", "replaced by policy-2026-01", "below_rank_cutoff",
+                     "Cited: policy-2024-11", "Coverage: 2 of 1003 read: an absence claim is not supported",
+                     "Fidelity: faithful", "Sampling: no sampling recorded"):
+        assert expected in out, expected
+    as_json = json.loads(ragtrail("show", trace_id, "--source", str(tmp_path), "--json").stdout)
+    for key in ("trace_id", "query_hops", "stages", "retrieved", "excluded", "cited", "survival", "coverage",
+                "fidelity", "sampling"):
+        assert key in as_json
+    assert as_json["trace_id"] == trace_id
+
+
+def test_verify_exits_nonzero_with_one_line_per_alarm(tmp_path):
+    rt.set_capture(content="preview")
+    trace_id = record(tmp_path, rag_run)
+    ok = ragtrail("verify", "last", "--source", str(tmp_path))
+    assert ok.returncode == 0 and ok.stdout.startswith(f"ok trace={trace_id}: intact 16, changed_cited 3"), ok.stdout
+
+    def edit(span):
+        if span["name"] == "retrieve bm25":
+            span["events"] = span["events"][:-1]
+            ev = span["events"][0]
+            event_attr(ev, sc.CANDIDATE_CONTENT_PREVIEW)["stringValue"] = "tampered"
+
+    path = rewrite_store(tmp_path, edit)
+    bad = ragtrail("verify", trace_id, "--source", str(path))
+    assert bad.returncode == 1
+    lines = bad.stdout.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"ALARM trace={trace_id} span=") and "stage=retrieve tests.bm25 candidate=- " \
+        "field=ragtrail.events.count: event count mismatch (4 received, 5 stamped)" in lines[0]
+    assert "candidate=policy-2024-11 field=ragtrail.candidate.content.preview: changed_uncited" in lines[1]
+    as_json = json.loads(ragtrail("verify", trace_id, "--source", str(path), "--json").stdout)
+    assert [len(r["fidelity"]["alarms"]) for r in as_json] == [2]
+
+
+def test_verify_search_over_tempo():
+    with BackendServer() as server:
+        server.route(f"/api/v2/traces/{TRACE_ID}", (FIXTURES / "tempo_v2_partial.json").read_text())
+        server.route("/api/search", (FIXTURES / "tempo_search.json").read_text())
+        result = ragtrail("verify", "--search", "--source", f"tempo+{server.url}",
+                          "--query", '{ span.ragtrail.stage.status = "degraded" }')
+    assert result.returncode == 1
+    assert result.stdout.strip() == (
+        f"ALARM trace={TRACE_ID} span={_root_span_id()} stage=- candidate=- field=status: backend returned a partial "
+        "trace (Tempo returned status PARTIAL: trace exceeds max size (max bytes: 5000000), partial trace returned)")
+
+
+def _root_span_id() -> str:
+    doc = json.loads((FIXTURES / "jaeger_v3_trace.json").read_text())["result"]
+    return [s for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]][0]["spanId"]
+
+
+def test_verify_search_over_the_local_store(tmp_path):
+    ids = [record(tmp_path, rag_run) for _ in range(3)]
+    result = ragtrail("verify", "--search", "--source", str(tmp_path))
+    assert result.returncode == 0
+    assert sorted(line.split()[1].split("=")[1].rstrip(":") for line in result.stdout.splitlines()) == sorted(ids)
+
+
+def test_diff_command(tmp_path):
+    a = record(tmp_path, rag_run)
+    b = record(tmp_path, lambda t: rag_run(t, rerank_order=["sla-2025", "policy-2024-11", "policy-2026-01", "sales-deck-q1"]))
+    result = ragtrail("diff", a, b, "--source", str(tmp_path))
+    assert result.returncode == 0
+    assert "verdict: evidence first differs at rerank (tests.rerank): +1 -1 candidates, 1 moved, exclusions" in result.stdout
+    assert "+ sla-2025 (rank 0, score 1)" in result.stdout
+    assert "~ policy-2024-11 rank 0 → 1 (+1)" in result.stdout
+    assert ragtrail("diff", a, b, "--source", str(tmp_path), "--exit-code").returncode == 1
+    same = ragtrail("diff", a, a, "--source", str(tmp_path), "--exit-code")
+    assert same.returncode == 0 and "verdict: same evidence at every stage: look at the model" in same.stdout
+
+
+def test_report_command(tmp_path):
+    trace_id = record(tmp_path, rag_run)
+    out = tmp_path / "r" / "report.html"
+    result = ragtrail("report", trace_id, "--source", str(tmp_path), "-o", str(out))
+    assert result.returncode == 0 and result.stdout.strip() == str(out.resolve())
+    html = out.read_text()
+    assert 'id="funnel-chart"' in html and trace_id in html
+    for forbidden in ("http://", "https://", "<script src", "<link "):
+        assert forbidden not in html, forbidden
+    embedded = html.split('<script type="application/json" id="manifest">')[1].split("</script>")[0]
+    assert json.loads(embedded)["trace_id"] == trace_id
+
+
+def test_verify_strict_fails_on_findings(tmp_path):
+    def run(tracer):
+        with rt.stage("pipeline", "tests.p", tracer=tracer):
+            docs = [{"id": "a", "content": "x"}, {"id": "b", "content": "y"}]
+            with rt.stage("retrieve", "tests.r", tracer=tracer) as s:
+                s.query("q")
+                s.outputs(docs)
+            with rt.stage("rerank", "tests.llm_rerank", tracer=tracer) as s:
+                s.inputs(docs)
+                s.set_status("degraded", failure_class="parse_error", fallback="input_order")
+                s.outputs(docs[:1])
+
+    record(tmp_path, run)
+    assert ragtrail("verify", "last", "--source", str(tmp_path)).returncode == 0
+    strict = ragtrail("verify", "last", "--source", str(tmp_path), "--strict")
+    assert strict.returncode == 1
+    findings = [line for line in strict.stdout.splitlines() if line.startswith("FINDING")]
+    assert findings[0].endswith("rerank tests.llm_rerank: degraded (parse_error, fallback input_order)")
+    assert findings[1].endswith("rerank tests.llm_rerank: 1 candidates vanished unexplained (b)")

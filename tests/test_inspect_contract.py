@@ -1,0 +1,25 @@
+"""The inspector knows only the wire contract: it imports ragtrail.semconv and ragtrail.receipts, never the recorder."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ragtrail.inspect
+
+ALLOWED = {"ragtrail.semconv", "ragtrail.receipts", "ragtrail"}
+
+
+def test_inspector_imports_only_contract_modules():
+    root = Path(ragtrail.inspect.__file__).parent
+    seen = set()
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("ragtrail"):
+                names = {node.module} if node.module != "ragtrail" else {f"ragtrail.{a.name}" for a in node.names}
+                seen |= names
+                assert names <= ALLOWED, (path.name, names)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert not alias.name.startswith("ragtrail") or alias.name in ALLOWED, (path.name, alias.name)
+    assert seen == {"ragtrail.semconv", "ragtrail.receipts"}

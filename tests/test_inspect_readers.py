@@ -1,0 +1,195 @@
+"""Readers: local store / OTLP JSON, Jaeger v1 and v3, Tempo v1 and v2, over files and real loopback HTTP."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from fixtures.backend_server import BackendServer
+from fixtures.ragtrail_traces import rag_run, record
+from ragtrail import semconv as sc
+from ragtrail.inspect.errors import (HttpStatusError, MalformedInput, SourceUnreachable, TraceNotFound,
+                                     TruncatedInput)
+from ragtrail.inspect.manifest import build
+from ragtrail.inspect.otlp import decode_document, decode_id, decode_value
+from ragtrail.inspect.sources import FileSource, JaegerSource, TempoSource, open_source, resolve
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TRACE_ID = (FIXTURES / "fixture_trace_id.txt").read_text().strip()
+
+
+def _fixture(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def _evidence(m: dict) -> list:
+    """What must survive every source: stage kinds, candidate ids/ranks/scores, exclusions, hops, cited."""
+    return [
+        [(s["kind"], s["component"], s["in"], s["out"],
+          [(c["id"], c["rank"], c["score"], c["hop"], c.get("meta")) for c in s["candidates"]],
+          [(e["id"], e["rank"], e["reason"], e["detail"]) for e in s["excluded"]]) for s in m["stages"]],
+        [(h["hop"], h["parent_hop"], h["transform"], h["text"]) for h in m["query_hops"]],
+        m["cited"], m["coverage"]["statement"],
+    ]
+
+
+def test_decode_values_both_spellings():
+    assert decode_value({"intValue": "42"}) == 42
+    assert decode_value({"int_value": 7}) == 7
+    assert decode_value({"doubleValue": "NaN"}) != decode_value({"doubleValue": "NaN"})  # NaN survives as NaN
+    assert decode_value({"doubleValue": "Infinity"}) == float("inf")
+    assert decode_value({"arrayValue": {"values": [{"stringValue": "a"}, {"intValue": "2"}]}}) == ["a", 2]
+    assert decode_value({"kvlistValue": {"values": [{"key": "k", "value": {"boolValue": True}}]}}) == {"k": True}
+    assert decode_value({"bytesValue": base64.b64encode(b"\x00\x01").decode()}) == b"\x00\x01"
+    assert decode_value({}) is None
+
+
+def test_ids_hex_or_base64():
+    hex_id = "5b8efff798038103d269b633813fc60c"
+    assert decode_id(hex_id, 16) == hex_id
+    assert decode_id(hex_id.upper(), 16) == hex_id
+    assert decode_id(base64.b64encode(bytes.fromhex(hex_id)).decode(), 16) == hex_id
+    assert decode_id("eee19b7ec3c1b174", 8) == "eee19b7ec3c1b174"
+    assert decode_id(base64.b64encode(bytes.fromhex("eee19b7ec3c1b174")).decode(), 8) == "eee19b7ec3c1b174"
+    assert decode_id("", 8) is None
+    with pytest.raises(MalformedInput):
+        decode_id("not an id!", 16)
+
+
+def test_local_store_round_trip(tmp_path):
+    store = tmp_path / "store"
+    trace_id = record(store, rag_run)
+    assert [p.name.startswith("traces-") for p in store.iterdir()] == [True]
+    source = FileSource(store)
+    assert source.latest() == trace_id
+    trace = source.get(trace_id)
+    assert trace.trace_id == trace_id
+    assert sorted(s.name for s in trace.spans) == ["cite cite", "filter status", "pipeline answer",
+                                                    "query_transform rewrite", "rerank rerank", "retrieve bm25"]
+    assert all(s.dropped_events == 0 and s.dropped_attributes == 0 for s in trace.spans)
+    root = next(s for s in trace.spans if s.parent_span_id is None)
+    assert root.attributes[sc.TRACE_SPAN_COUNT] == 6
+    with pytest.raises(TraceNotFound, match="not found"):
+        source.get("0" * 31 + "1")
+
+
+def test_every_backend_shape_gives_the_same_manifest():
+    """Jaeger v1/v3 and Tempo v1/v2 bodies of one recorded trace rebuild the same evidence."""
+    manifests = {name: build(resolve(str(FIXTURES / name), None)) for name in
+                 ("jaeger_v1_trace.json", "jaeger_v3_trace.json", "tempo_v1_trace.json", "tempo_v2_partial.json")}
+    reference = _evidence(manifests["jaeger_v3_trace.json"])
+    assert reference[0][1][4][0][0] == "policy-2024-11"  # retrieve's top hit, to be sure it is not empty
+    for name, m in manifests.items():
+        assert m["trace_id"] == TRACE_ID, name
+        assert _evidence(m) == reference, name
+    # what each source can and cannot say about fidelity
+    assert manifests["jaeger_v1_trace.json"]["fidelity"]["dropped_events"] is None
+    assert any("does not carry dropped counts" in n for n in manifests["jaeger_v1_trace.json"]["fidelity"]["notes"])
+    assert manifests["jaeger_v3_trace.json"]["fidelity"]["dropped_events"] == 0
+    assert manifests["tempo_v2_partial.json"]["fidelity"]["partial"] is True
+    assert [a["problem"] for a in manifests["tempo_v2_partial.json"]["fidelity"]["alarms"]] == [
+        "backend returned a partial trace"]
+    for name in ("jaeger_v1_trace.json", "jaeger_v3_trace.json", "tempo_v1_trace.json"):
+        assert manifests[name]["fidelity"]["alarms"] == [], name
+
+
+def test_jaeger_v1_keeps_tracestate_and_status():
+    doc = _fixture("jaeger_v1_trace.json")
+    spans = list(resolve(str(FIXTURES / "jaeger_v1_trace.json"), None).spans)
+    root = next(s for s in spans if s.parent_span_id is None)
+    assert root.trace_state and root.trace_state.startswith("ot=th:")
+    assert "w3c.tracestate" not in root.attributes
+    assert len(spans) == len(doc["data"][0]["spans"])
+
+
+def test_jaeger_http_v3_then_v1(tmp_path):
+    with BackendServer() as server:
+        server.route(f"/api/v3/traces/{TRACE_ID}", _fixture("jaeger_v3_trace.json"))
+        trace = JaegerSource(server.url).get(TRACE_ID)
+        assert trace.keeps_dropped_counts is True
+        assert server.requests == [f"/api/v3/traces/{TRACE_ID}"]
+        # a Jaeger without the v3 API: 404 there, the v1 body is used (and says it lost dropped counts)
+        server.routes.clear()
+        server.requests.clear()
+        server.route(f"/api/traces/{TRACE_ID}", _fixture("jaeger_v1_trace.json"))
+        trace = open_source(f"jaeger+{server.url}").get(TRACE_ID)
+        assert trace.keeps_dropped_counts is False
+        assert server.requests == [f"/api/v3/traces/{TRACE_ID}", f"/api/traces/{TRACE_ID}"]
+        with pytest.raises(TraceNotFound, match="not found in Jaeger"):
+            JaegerSource(server.url).get("1" * 32)
+
+
+def test_tempo_http_partial_and_search():
+    with BackendServer() as server:
+        server.route(f"/api/v2/traces/{TRACE_ID}", _fixture("tempo_v2_partial.json"))
+        server.route("/api/search", _fixture("tempo_search.json"))
+        source = open_source(f"tempo+{server.url}")
+        assert isinstance(source, TempoSource)
+        trace = source.get(TRACE_ID)
+        assert trace.partial is True and "PARTIAL" in (trace.partial_message or "")
+        assert source.search(5, None, "1h") == [TRACE_ID]
+        search = next(r for r in server.requests if r.startswith("/api/search"))
+        assert "q=%7B+span.ragtrail.schema+%3D+1+%7D" in search and "limit=5" in search
+
+
+def test_jaeger_search_by_tag():
+    with BackendServer() as server:
+        server.route("/api/services", {"data": ["ragtrail-demo", "jaeger-all-in-one"]})
+        server.route("/api/traces", _fixture("jaeger_v1_trace.json"))
+        assert JaegerSource(server.url).search(10, None, "1h") == [TRACE_ID]
+        query = [r for r in server.requests if r.startswith("/api/traces?")]
+        assert len(query) == 1 and "service=ragtrail-demo" in query[0] and "ragtrail.schema" in query[0]
+
+
+def test_http_errors_are_typed():
+    with BackendServer() as server:
+        server.route(f"/api/v3/traces/{TRACE_ID}", "upstream exploded", status=500)
+        with pytest.raises(HttpStatusError, match="HTTP 500"):
+            JaegerSource(server.url).get(TRACE_ID)
+        server.route(f"/api/v2/traces/{TRACE_ID}", "slow", delay=2.0)
+        with pytest.raises(SourceUnreachable, match="timed out"):
+            TempoSource(server.url, timeout=0.3).get(TRACE_ID)
+        port = server.port
+    with pytest.raises(SourceUnreachable, match="cannot reach"):
+        JaegerSource(f"http://127.0.0.1:{port}", timeout=2).get(TRACE_ID)
+
+
+def test_truncated_and_malformed_files(tmp_path):
+    good = (FIXTURES / "jaeger_v3_trace.json").read_text()
+    cut = tmp_path / "cut.json"
+    cut.write_text(good[: len(good) // 2])
+    with pytest.raises(TruncatedInput):
+        resolve(str(cut), None)
+    bad = tmp_path / "bad.json"
+    bad.write_text("this is not json\n")
+    with pytest.raises(MalformedInput):
+        resolve(str(bad), None)
+    # a local store whose last line was cut mid-write still serves its complete traces
+    store = tmp_path / "store"
+    trace_id = record(store, rag_run)
+    path = next(store.iterdir())
+    path.write_text(path.read_text() + '{"resourceSpans":[{"scopeSpans"')
+    assert FileSource(store).get(trace_id).trace_id == trace_id
+    # ...but a single file that is nothing but a cut line is an error
+    lone = tmp_path / "lone.jsonl"
+    lone.write_text(path.read_text().splitlines()[0][:200])
+    with pytest.raises(TruncatedInput):
+        resolve(str(lone), None)
+
+
+def test_decode_document_filters_by_trace():
+    doc = _fixture("jaeger_v3_trace.json")["result"]
+    assert len(list(decode_document(doc, TRACE_ID))) == 6
+    assert list(decode_document(doc, "f" * 32)) == []
+
+
+def test_a_directory_skips_files_that_are_not_traces(tmp_path):
+    trace_id = record(tmp_path, rag_run)
+    (tmp_path / "package.json").write_text(json.dumps({"name": "not a trace"}))
+    (tmp_path / "notes.json").write_text("{broken")
+    source = FileSource(tmp_path)
+    assert source.get(trace_id).trace_id == trace_id
+    assert source.latest() == trace_id
