@@ -1,0 +1,286 @@
+"""What the reranker instrumentations (sentence-transformers, cohere, rerankers, flashrank) share.
+
+A reranker call is one ``rerank`` stage: the query, the documents in input order (snapshotted
+before the call: flashrank sorts the caller's list in place, rerankers rewrites ``doc_id`` on the
+caller's Documents), and the ranked list the library returned, with its scores as ``rerank``
+scores. A ``top_k``/``top_n`` cut becomes the stage's ``top_k`` so the recorder derives the
+dropped documents as ``below_rank_cutoff``.
+
+The library's result object is only read, never changed, and the wrapped call runs outside any
+``try`` that could swallow its exception: a failing call ends the span ``failed`` and the same
+exception object propagates. A reranker call made while a ``rerank`` stage is already open (a
+framework's compressor calling a cross-encoder, rerankers' FlashRankRanker calling flashrank) is
+not recorded a second time: the outer stage already is the record of that reranking.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
+
+import wrapt
+from opentelemetry import trace
+
+from ragtrail import config as capture_config
+from ragtrail import semconv as sc
+from ragtrail.candidates import Candidate, adapt, is_candidate_list
+from ragtrail.instrumentation._base import enabled, guard, is_suppressed, suppressed
+from ragtrail.receipts import finite_or_none
+from ragtrail.stage import Stage, current_stage, stage
+
+
+@dataclass
+class RerankCall:
+    """What a wrapper read from the call's arguments before running it.
+
+    ``documents`` is the list as the caller passed it (``None`` when it could not be read without
+    consuming it); ``inputs`` is filled with the snapshot when the stage records; ``lookup`` is
+    library-specific state a wrapper needs to map results back to inputs."""
+
+    component: str
+    query: Any = None
+    documents: Sequence[Any] | None = None
+    top_k: int | None = None
+    model: str | None = None
+    inputs: list[Candidate] = field(default_factory=list)
+    lookup: Any = None
+    findings: list[str] = field(default_factory=list)
+    snapshot: Callable[[Sequence[Any]], list[Candidate]] | None = None
+
+
+Prepare = Callable[[], "RerankCall | None"]
+Record = Callable[[Stage, RerankCall, Any], None]
+
+
+def component_of(instance: Any) -> str:
+    """``module.Class`` of the object that ran, e.g. ``cohere.client_v2.ClientV2``."""
+    cls = type(instance)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def inside_rerank_stage() -> bool:
+    """True when a ``rerank`` stage is open in this context (its recorder already covers this call)."""
+    current = current_stage()
+    return current is not None and current.kind == sc.KIND_RERANK
+
+
+def should_record(key: str) -> bool:
+    return enabled() and not is_suppressed(key) and not inside_rerank_stage()
+
+
+def snapshot(documents: Sequence[Any]) -> list[Candidate]:
+    """Candidates for the documents as they are now (ids, content and receipts frozen before the
+    call; metadata copied so a library that edits it in place cannot rewrite the record)."""
+    result = []
+    for document in documents:
+        candidate = adapt(document)
+        if isinstance(candidate.metadata, Mapping):
+            candidate.metadata = dict(candidate.metadata)
+        candidate.receipt  # noqa: B018 - stamp the receipt now, over the content as it entered
+        result.append(candidate)
+    return result
+
+
+def plain_score(value: Any) -> Any:
+    """A numpy/torch scalar as a Python float; anything else unchanged."""
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if getattr(value, "ndim", None) == 0 or getattr(value, "shape", None) == ():
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
+def ranked(
+    s: Stage,
+    call: RerankCall,
+    items: Iterable[tuple[Any, Any, Any]],
+    orphan: Callable[[Any], Candidate | None] | None = None,
+) -> list[Candidate]:
+    """Output candidates from ``(input index, score, raw result)`` triples, in result order.
+
+    An index that points at no input is a finding (the result cannot be tied to a document); when
+    ``orphan`` can still identify the raw result it is kept as a candidate that was not an input."""
+    inputs = call.inputs
+    outputs: list[Candidate] = []
+    unmatched = nonfinite = not_numbers = 0
+    for index, score, raw in items:
+        score = plain_score(score)
+        source: Candidate | None = None
+        try:
+            position = operator.index(index) if index is not None else -1
+        except TypeError:
+            position = -1
+        if 0 <= position < len(inputs):
+            source = inputs[position]
+        else:
+            unmatched += 1
+            source = orphan(raw) if orphan is not None else None
+            if source is None:
+                continue
+        if score is not None:
+            if not isinstance(score, (int, float)) or isinstance(score, bool):
+                not_numbers += 1
+            elif finite_or_none(score) is None:
+                nonfinite += 1
+        outputs.append(Candidate(
+            id=source.id, content=source.content, score=score, score_kind=sc.SCORE_RERANK,
+            metadata=source.metadata, hop=source.hop, raw=raw, _receipt=source._receipt,
+        ))
+    if unmatched:
+        s.finding(f"{unmatched} result(s) pointed at no input document")
+    if nonfinite:
+        s.finding(f"{nonfinite} non-finite rerank score(s), recorded as {sc.CANDIDATE_SCORE_RAW}")
+    if not_numbers:
+        s.finding(f"{not_numbers} rerank score(s) that are not a single number")
+    return outputs
+
+
+def open_stage(tracer: trace.Tracer, prepare: Prepare) -> tuple[Stage | None, RerankCall | None]:
+    """Read the call (``prepare``), open the stage and record query, model and the input snapshot."""
+    call = guard("rerank.prepare", prepare)
+    if call is None:
+        return None, None
+    s = stage(sc.KIND_RERANK, call.component, top_k=call.top_k, score_kind=sc.SCORE_RERANK, tracer=tracer).start()
+    if s.recording:
+        guard("rerank.inputs", _record_inputs, s, call)
+    return s, call
+
+
+def _record_inputs(s: Stage, call: RerankCall) -> None:
+    if call.query is not None:
+        s.query(call.query)
+    if call.model:
+        s.set_attribute(sc.STAGE_MODEL, str(call.model))
+        if capture_config.get().mirror_openinference:
+            s.set_attribute(sc.OI_RERANKER_MODEL_NAME, str(call.model))
+    for text in call.findings:
+        s.finding(text)
+    if call.documents is None:
+        return
+    call.inputs = (call.snapshot or snapshot)(call.documents)
+    s.inputs(call.inputs)
+
+
+def finish_failed(s: Stage, exc: BaseException) -> None:
+    """End the stage ``failed`` (``timeout`` for timeout exceptions of any library, e.g. httpx's)."""
+    if "timeout" in type(exc).__name__.lower():
+        s.set_status(sc.STATUS_FAILED, failure_class="timeout")
+    s.finish(exc)
+
+
+def finish_ok(s: Stage, call: RerankCall, result: Any, record: Record) -> None:
+    """Record the outputs from the library's result (read only) and end the stage."""
+    if s.recording:
+        guard("rerank.outputs", record, s, call, result)
+    s.finish()
+
+
+def run_sync(tracer: trace.Tracer, key: str, wrapped: Callable[..., Any], args: tuple, kwargs: dict,
+             prepare: Prepare, record: Record) -> Any:
+    """Run ``wrapped`` as one rerank stage (or straight through when it must not record)."""
+    if not should_record(key):
+        return wrapped(*args, **kwargs)
+    with suppressed(key):
+        s, call = open_stage(tracer, prepare)
+        if s is None:
+            return wrapped(*args, **kwargs)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            finish_failed(s, exc)
+            raise
+        finish_ok(s, call, result, record)
+        return result
+
+
+async def run_async(tracer: trace.Tracer, key: str, wrapped: Callable[..., Awaitable[Any]], args: tuple,
+                    kwargs: dict, prepare: Prepare, record: Record) -> Any:
+    """The ``async`` twin of :func:`run_sync`: the span covers the awaited work, in the caller's task."""
+    if not should_record(key):
+        return await wrapped(*args, **kwargs)
+    with suppressed(key):
+        s, call = open_stage(tracer, prepare)
+        if s is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            finish_failed(s, exc)
+            raise
+        finish_ok(s, call, result, record)
+        return result
+
+
+def patch_when_imported(instrumentor: Any, module: str, patch: Callable[[], None]) -> None:
+    """Run ``patch`` now when ``module`` is already imported, else when the application first imports it.
+
+    sentence-transformers and rerankers take 5-10 s to import (torch): instrumenting must not make
+    every process that merely has them installed pay that at start-up. ``uninstrument`` (or a new
+    ``instrument``) retires a pending hook: call :func:`retire_import_hooks` in ``_uninstrument``."""
+    token = object()
+    instrumentor._ragtrail_import_token = token
+
+    def hook(_module: Any) -> None:
+        if getattr(instrumentor, "_ragtrail_import_token", None) is token:
+            guard(f"{module}.patch", patch)
+
+    if module in sys.modules:
+        hook(sys.modules[module])
+    else:
+        wrapt.register_post_import_hook(hook, module)
+
+
+def retire_import_hooks(instrumentor: Any) -> None:
+    """A hook registered by :func:`patch_when_imported` that has not fired yet will do nothing."""
+    instrumentor._ragtrail_import_token = None
+
+
+def argument(args: tuple, kwargs: Mapping[str, Any], position: int | None, *names: str, default: Any = None) -> Any:
+    """A call argument by keyword (any of ``names``) or by position (``None``: keyword-only)."""
+    for name in names:
+        if name in kwargs:
+            return kwargs[name]
+    if position is not None and len(args) > position:
+        return args[position]
+    return default
+
+
+def document_list(call: RerankCall, documents: Any) -> Sequence[Any] | None:
+    """The documents when they can be snapshotted without consuming anything the library must read."""
+    if documents is None:
+        call.findings.append("no documents among the arguments")
+        return None
+    if is_candidate_list(documents):
+        return documents
+    call.findings.append(f"documents are a {type(documents).__name__}, not a list: not snapshotted")
+    return None
+
+
+def top_k_of(value: Any) -> int | None:
+    """A ``top_k``/``top_n`` argument as an int (``None`` when absent or not a count)."""
+    if value is None or value is Ellipsis or isinstance(value, (bool, str, bytes)):
+        return None
+    try:
+        number = operator.index(value)
+    except TypeError:
+        try:
+            as_float = float(value)
+        except (TypeError, ValueError):
+            return None
+        if not math.isfinite(as_float) or as_float != int(as_float):
+            return None
+        number = int(as_float)
+    return number
+
+
+__all__ = [
+    "RerankCall", "argument", "component_of", "document_list", "finish_failed", "finish_ok", "inside_rerank_stage",
+    "open_stage", "patch_when_imported", "plain_score", "ranked", "retire_import_hooks", "run_async", "run_sync",
+    "should_record", "snapshot", "top_k_of",
+]

@@ -1,0 +1,78 @@
+"""Cohere's rerank endpoint as a ``rerank`` stage, on the v1 and v2 clients, sync and async.
+
+Patched: ``BaseCohere.rerank`` / ``AsyncBaseCohere.rerank`` (``cohere.Client``, ``AsyncClient``, and
+``client.v1``) and ``V2Client.rerank`` / ``AsyncV2Client.rerank`` (``cohere.ClientV2``,
+``AsyncClientV2`` and ``client.v2``). Cohere answers ``results[{index, relevance_score}]``: each
+index points back into the request's ``documents``, so the output candidates are the input
+documents (own ``id`` when a document dict has one, else ``sha256:`` of its text) with the
+relevance score as a ``rerank`` score; ``top_n`` is the stage's ``top_k``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._rerank import (
+    RerankCall,
+    argument,
+    component_of,
+    document_list,
+    patch_when_imported,
+    ranked,
+    retire_import_hooks,
+    run_async,
+    run_sync,
+    top_k_of,
+)
+from ragtrail.stage import Stage
+
+_KEY = "cohere.rerank"
+_TARGETS = (
+    ("cohere.base_client", "BaseCohere.rerank", False),
+    ("cohere.base_client", "AsyncBaseCohere.rerank", True),
+    ("cohere.v2.client", "V2Client.rerank", False),
+    ("cohere.v2.client", "AsyncV2Client.rerank", True),
+)
+
+
+def _prepare(instance: Any, args: tuple, kwargs: dict) -> RerankCall:
+    # every rerank parameter is keyword-only in cohere >= 5
+    call = RerankCall(component_of(instance))
+    call.query = argument(args, kwargs, None, "query")
+    call.documents = document_list(call, argument(args, kwargs, None, "documents"))
+    call.top_k = top_k_of(argument(args, kwargs, None, "top_n"))
+    model = argument(args, kwargs, None, "model")
+    call.model = model if isinstance(model, str) else None
+    return call
+
+
+def _record(s: Stage, call: RerankCall, response: Any) -> None:
+    results = getattr(response, "results", None)
+    if results is None:
+        s.finding(f"cohere returned a {type(response).__name__} without results: outputs not recorded")
+        return
+    s.outputs(ranked(s, call, ((getattr(r, "index", None), getattr(r, "relevance_score", None), r) for r in results)))
+
+
+class CohereInstrumentor(RagtrailInstrumentor):
+    """``opentelemetry_instrumentor`` entry point ``ragtrail_cohere``."""
+
+    _instruments = ("cohere >= 5",)
+
+    def _patch(self, **kwargs: Any) -> None:
+        patch_when_imported(self, "cohere", self._patch_now)
+
+    def _patch_now(self) -> None:
+        for module, name, is_async in _TARGETS:
+            self.wrap(module, name, self._async_wrapper if is_async else self._sync_wrapper)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        retire_import_hooks(self)
+        super()._uninstrument(**kwargs)
+
+    def _sync_wrapper(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return run_sync(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare(instance, args, kwargs), _record)
+
+    async def _async_wrapper(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return await run_async(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare(instance, args, kwargs), _record)

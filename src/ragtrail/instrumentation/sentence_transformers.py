@@ -1,0 +1,135 @@
+"""sentence-transformers ``CrossEncoder.rank`` and ``CrossEncoder.predict`` as ``rerank`` stages.
+
+``rank(query, documents, top_k)`` returns ``[{corpus_id, score[, text]}]`` best first, cut at
+``top_k``: the outputs are the input documents at ``corpus_id`` with their scores, and what the cut
+dropped is ``below_rank_cutoff``. ``rank`` calls ``predict``: one span (the inner call is
+suppressed). ``predict(pairs)`` called directly scores pairs without reordering: a stage whose
+outputs are the pairs' documents in input order with their scores; the query is recorded when all
+pairs share one (several queries in one call are a finding, not a guess).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._rerank import (
+    RerankCall,
+    argument,
+    component_of,
+    document_list,
+    patch_when_imported,
+    plain_score,
+    ranked,
+    retire_import_hooks,
+    run_sync,
+    top_k_of,
+)
+from ragtrail.stage import Stage
+
+_KEY = "sentence_transformers.cross_encoder"
+
+
+def _model_name(instance: Any) -> str | None:
+    for holder in (instance, getattr(instance, "model", None)):
+        name = getattr(getattr(holder, "config", None), "_name_or_path", None)
+        if isinstance(name, str) and name:
+            return name
+    return None
+
+
+def _prepare_rank(instance: Any, args: tuple, kwargs: dict) -> RerankCall:
+    call = RerankCall(component_of(instance), model=_model_name(instance))
+    call.query = argument(args, kwargs, 0, "query")
+    call.documents = document_list(call, argument(args, kwargs, 1, "documents"))
+    call.top_k = top_k_of(argument(args, kwargs, 2, "top_k"))
+    return call
+
+
+def _record_rank(s: Stage, call: RerankCall, result: Any) -> None:
+    if not isinstance(result, list):
+        s.finding(f"rank returned a {type(result).__name__}, not a list: outputs not recorded")
+        return
+    s.outputs(ranked(s, call, ((r.get("corpus_id"), r.get("score"), r) for r in result if isinstance(r, dict))))
+
+
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == 2 and not isinstance(value[0], (list, tuple))
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except Exception:  # arrays, images: compared by identity only
+        return False
+
+
+def _prepare_predict(instance: Any, args: tuple, kwargs: dict) -> RerankCall:
+    call = RerankCall(component_of(instance), model=_model_name(instance))
+    inputs = argument(args, kwargs, 0, "inputs", "sentences")
+    if hasattr(inputs, "tolist") and not isinstance(inputs, (list, tuple)):
+        inputs = inputs.tolist()  # a numpy array of strings: a copy, nothing consumed
+    if isinstance(inputs, (list, tuple)) and inputs and not isinstance(inputs[0], (list, tuple)):
+        call.lookup = "single"  # one pair: predict returns one score
+        inputs = [inputs]
+    pairs = document_list(call, inputs)
+    if pairs is None:
+        return call
+    if not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+        call.findings.append("predict inputs are not (query, document) pairs: not snapshotted")
+        return call
+    queries: list[Any] = []
+    for first, _ in pairs:
+        if not any(_same(first, q) for q in queries):
+            queries.append(first)
+    if len(queries) == 1:
+        call.query = queries[0]
+    elif len(queries) > 1:
+        call.findings.append(f"{len(queries)} distinct queries in one predict call: query not recorded")
+    call.documents = [second for _, second in pairs]
+    return call
+
+
+def _record_predict(s: Stage, call: RerankCall, result: Any) -> None:
+    if call.documents is None:
+        return
+    scores = [result] if call.lookup == "single" else list(result)
+    multi = 0
+    items = []
+    for index, score in enumerate(scores):
+        score = plain_score(score)
+        if score is not None and not isinstance(score, (int, float)):
+            multi += 1
+            score = None
+        items.append((index, score, None))
+    outputs = ranked(s, call, items)
+    if multi:
+        s.finding(f"{multi} multi-label score vector(s) (num_labels > 1): no rerank score recorded")
+    s.outputs(outputs)
+
+
+class SentenceTransformersInstrumentor(RagtrailInstrumentor):
+    """``opentelemetry_instrumentor`` entry point ``ragtrail_sentence_transformers``."""
+
+    _instruments = ("sentence-transformers >= 3",)
+
+    def _patch(self, **kwargs: Any) -> None:
+        patch_when_imported(self, "sentence_transformers", self._patch_now)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        retire_import_hooks(self)
+        super()._uninstrument(**kwargs)
+
+    def _patch_now(self) -> None:
+        from sentence_transformers import CrossEncoder  # the module path moved across 3.x-6.x
+
+        module = CrossEncoder.__module__
+        self.wrap(module, "CrossEncoder.rank", self._rank)
+        self.wrap(module, "CrossEncoder.predict", self._predict)
+
+    def _rank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return run_sync(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare_rank(instance, args, kwargs), _record_rank)
+
+    def _predict(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return run_sync(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare_predict(instance, args, kwargs),
+                        _record_predict)
