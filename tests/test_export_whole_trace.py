@@ -526,3 +526,26 @@ def test_a_slow_endpoint_delays_nothing_but_export_and_loses_nothing(otlp_server
     assert set(received) == {f"{t:032x}" for t in ids}
     assert_whole(received)
     assert processor.loss.total_traces_dropped == processor.loss.total_traces_export_failed == 0
+
+
+def test_two_processors_on_one_provider_keep_their_own_segments(otlp_server: OTLPServer) -> None:  # noqa: F811
+    """A child started under an already-ended parent finds its segment through the parent span
+    object; two processors on one provider must each find their own (a tee to two backends)."""
+    provider = TracerProvider()
+    for _ in range(2):
+        provider.add_span_processor(WholeTraceSpanProcessor(
+            OTLPSpanExporter(endpoint=otlp_server.traces_url), schedule_delay_millis=20, grace_millis=100,
+            loss_report_interval_millis=3_600_000))
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("root") as root:
+        mid = tracer.start_span("mid")
+        mid.end()
+        with tracer.start_as_current_span("late", context=trace.set_span_in_context(mid)):
+            pass
+    assert provider.force_flush()
+    spans = otlp_server.spans()
+    assert sorted(s.name for s in spans) == sorted(["mid", "late", "root"] * 2)
+    roots = [s for s in spans if s.name == "root"]
+    assert [r.attributes[semconv.TRACE_SPAN_COUNT] for r in roots] == [3, 3]
+    assert {s.trace_id for s in spans} == {f"{root.get_span_context().trace_id:032x}"}
+    provider.shutdown()

@@ -327,6 +327,8 @@ class WholeTraceSpanProcessor(SpanProcessor):
         self._cond = threading.Condition(self._lock)
         self._segments: "OrderedDict[int, _Segment]" = OrderedDict()  # seq -> buffered segment
         self._by_span: dict[int, _Segment] = {}  # span_id of a started, not ended span -> segment
+        # per processor: two processors on one provider must not take each other's segments
+        self._segment_attr = f"{_SEGMENT_ATTR}_{id(self):x}"
         self._ready: deque[_Segment] = deque()
         self._ready_spans = 0
         self._ready_deadline: Optional[float] = None
@@ -368,7 +370,7 @@ class WholeTraceSpanProcessor(SpanProcessor):
             if segment is None:
                 parent_span = get_current_span(parent_context)
                 if parent_span.get_span_context().span_id == parent.span_id:
-                    segment = getattr(parent_span, _SEGMENT_ATTR, None)
+                    segment = getattr(parent_span, self._segment_attr, None)
         dropped_now: list[_Segment] = []
         with self._lock:
             if segment is None:
@@ -376,7 +378,7 @@ class WholeTraceSpanProcessor(SpanProcessor):
             segment.open += 1
             self._by_span[context.span_id] = segment
         try:
-            setattr(span, _SEGMENT_ATTR, segment)
+            setattr(span, self._segment_attr, segment)
         except AttributeError:  # pragma: no cover - a Span subclass with __slots__
             pass
         if dropped_now:
