@@ -194,7 +194,6 @@ LOSS_WINDOW_START = "ragtrail.loss.window_start_unix_nano"
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_DATA_SOURCE_ID = "gen_ai.data_source.id"
 GEN_AI_REQUEST_TOP_K = "gen_ai.request.top_k"
-GEN_AI_RETRIEVAL_QUERY_TEXT = "gen_ai.retrieval.query.text"
 GEN_AI_OPERATION_RETRIEVAL = "retrieval"
 
 OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
