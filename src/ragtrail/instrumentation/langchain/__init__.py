@@ -1,0 +1,146 @@
+"""LangChain auto-instrumentation: one ragtrail stage per retrieval step, no code change.
+
+Entry point ``ragtrail_langchain`` (``opentelemetry-instrument`` loads it). What it patches:
+
+- ``BaseRetriever.invoke/ainvoke`` → ``retrieve`` (every retriever; scores recovered for BM25 and
+  vector stores); ``EnsembleRetriever.invoke/ainvoke`` → ``fuse`` with RRF scores;
+  ``MultiQueryRetriever.generate_queries/agenerate_queries`` → query hops;
+- document compressors (``compress_documents``/``acompress_documents`` per subclass) and the
+  retrieval transformers (``LongContextReorder``, ``EmbeddingsRedundantFilter``,
+  ``EmbeddingsClusteringFilter``) → ``rerank`` / ``filter`` with a reason for every exclusion;
+- ``VectorStore.similarity_search_with_score`` / ``similarity_search_with_relevance_scores``
+  (sync and async) → ``retrieve`` when called directly; under a retriever they only feed it scores.
+
+Nothing of LangChain is imported until ``instrument()``; a part that is not installed
+(``langchain-classic``, ``langchain-community``) is skipped, and without ``langchain-core`` the
+instrumentor does nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Collection
+
+from ragtrail.candidates import register_adapter, unregister_adapter
+from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.stage import _internal_error
+
+_CLASSES = {
+    "BaseRetriever": "langchain_core.retrievers",
+    "VectorStore": "langchain_core.vectorstores",
+    "VectorStoreRetriever": "langchain_core.vectorstores",
+    "InMemoryVectorStore": "langchain_core.vectorstores",
+    "Document": "langchain_core.documents",
+    "BaseDocumentCompressor": "langchain_core.documents",
+    "BaseDocumentTransformer": "langchain_core.documents",
+    "EnsembleRetriever": "langchain_classic.retrievers.ensemble",
+    "MultiQueryRetriever": "langchain_classic.retrievers.multi_query",
+    "CrossEncoderReranker": "langchain_classic.retrievers.document_compressors.cross_encoder_rerank",
+    "EmbeddingsFilter": "langchain_classic.retrievers.document_compressors.embeddings_filter",
+    "LLMChainFilter": "langchain_classic.retrievers.document_compressors.chain_filter",
+    "LLMChainExtractor": "langchain_classic.retrievers.document_compressors.chain_extract",
+    "LLMListwiseRerank": "langchain_classic.retrievers.document_compressors.listwise_rerank",
+    "DocumentCompressorPipeline": "langchain_classic.retrievers.document_compressors.base",
+    "BM25Retriever": "langchain_community.retrievers.bm25",
+    "LongContextReorder": "langchain_community.document_transformers.long_context_reorder",
+    "EmbeddingsRedundantFilter": "langchain_community.document_transformers.embeddings_redundant_filter",
+    "EmbeddingsClusteringFilter": "langchain_community.document_transformers.embeddings_redundant_filter",
+}
+
+
+def _load(name: str) -> type | None:
+    try:
+        return getattr(importlib.import_module(_CLASSES[name]), name)
+    except Exception:  # not installed, or another version without it: that part is skipped
+        return None
+
+
+def _subclasses(cls: type) -> list[type]:
+    found, stack = [], [cls]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub not in found:
+                found.append(sub)
+                stack.append(sub)
+    return found
+
+
+class LangChainInstrumentor(RagtrailInstrumentor):
+    """``LangChainInstrumentor().instrument(tracer_provider=...)``; ``uninstrument()`` undoes all."""
+
+    _instruments: Collection[str] = ("langchain-core >= 0.3",)
+
+    def _patch(self, **kwargs: Any) -> None:
+        from ragtrail.instrumentation.langchain._common import LazyPatcher, adapt_document
+        from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
+        from ragtrail.instrumentation.langchain._retrievers import RetrieverWrappers
+
+        classes = {name: _load(name) for name in _CLASSES}
+        if classes["BaseRetriever"] is None or classes["Document"] is None:
+            return  # langchain-core is not installed: nothing to do, nothing to say
+        self._adapted = classes["Document"]
+        register_adapter(self._adapted, adapt_document)
+        patcher = LazyPatcher(self._wrapped)
+        retrievers = RetrieverWrappers(self.tracer, patcher, classes)
+        compressors = CompressorWrappers(self.tracer, patcher, classes)
+        self._retrievers, self._compressors = retrievers, compressors
+
+        base_retriever = classes["BaseRetriever"]
+        patcher.ensure(base_retriever, "invoke", retrievers.invoke)
+        patcher.ensure(base_retriever, "ainvoke", retrievers.ainvoke)
+        ensemble = classes["EnsembleRetriever"]
+        if ensemble is not None:
+            patcher.ensure(ensemble, "invoke", retrievers.ensemble_invoke)
+            patcher.ensure(ensemble, "ainvoke", retrievers.ensemble_ainvoke)
+            patcher.ensure(ensemble, "weighted_reciprocal_rank", retrievers.weighted_reciprocal_rank)
+        multi_query = classes["MultiQueryRetriever"]
+        if multi_query is not None:
+            patcher.ensure(multi_query, "generate_queries", retrievers.generate_queries)
+            patcher.ensure(multi_query, "agenerate_queries", retrievers.agenerate_queries)
+
+        store_base = classes["VectorStore"]
+        if store_base is not None:
+            patcher.ensure(store_base, "similarity_search_with_relevance_scores", retrievers.similarity_search_with_relevance_scores)
+            patcher.ensure(store_base, "asimilarity_search_with_relevance_scores", retrievers.asimilarity_search_with_relevance_scores)
+            patcher.ensure(store_base, "_similarity_search_with_relevance_scores", retrievers.pre_threshold)
+            patcher.ensure(store_base, "_asimilarity_search_with_relevance_scores", retrievers.apre_threshold)
+            patcher.ensure(store_base, "asimilarity_search_with_score", retrievers.asimilarity_search_with_score)
+            for store in _subclasses(store_base):
+                retrievers.ensure_store_class(store)
+
+        compressor_base = classes["BaseDocumentCompressor"]
+        if compressor_base is not None:
+            patcher.ensure(compressor_base, "acompress_documents", compressors.acompress)
+            for klass in _subclasses(compressor_base):
+                self.ensure_compressor_class(klass)
+        transformer_base = classes["BaseDocumentTransformer"]
+        if transformer_base is not None:
+            patcher.ensure(transformer_base, "atransform_documents", compressors.atransform)
+            for name in ("LongContextReorder", "EmbeddingsRedundantFilter", "EmbeddingsClusteringFilter"):
+                klass = classes[name]
+                if klass is not None:
+                    patcher.ensure(klass, "transform_documents", compressors.transform, skip=(transformer_base,))
+                    patcher.ensure(klass, "atransform_documents", compressors.atransform)
+        retrievers.compressor_class_hook = self.ensure_compressor_class
+        compressors.class_hook = self.ensure_compressor_class
+
+    def ensure_compressor_class(self, klass: type) -> None:
+        """Wrap a compressor class's own ``compress_documents``/``acompress_documents`` (also for
+        classes first met at run time, e.g. a user's compressor inside a compression retriever)."""
+        try:
+            base = self._retrievers.classes["BaseDocumentCompressor"]
+            patcher = self._retrievers.patcher
+            patcher.ensure(klass, "compress_documents", self._compressors.compress, skip=(base,))
+            patcher.ensure(klass, "acompress_documents", self._compressors.acompress)
+        except Exception as exc:  # pragma: no cover - defensive
+            _internal_error("langchain.ensure_compressor", exc)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        super()._uninstrument(**kwargs)
+        adapted = getattr(self, "_adapted", None)
+        if adapted is not None:
+            unregister_adapter(adapted)
+            self._adapted = None
+
+
+__all__ = ["LangChainInstrumentor"]

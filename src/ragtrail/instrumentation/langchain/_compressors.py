@@ -1,0 +1,391 @@
+"""Document compressors and transformers as ``rerank`` / ``filter`` stages, every exclusion with
+its reason.
+
+``compress_documents`` / ``acompress_documents`` are abstract on ``BaseDocumentCompressor`` and
+defined per subclass, so each subclass is wrapped where it defines them; the base's default
+``acompress_documents`` (which runs the sync method in an executor) is wrapped too, and the
+re-entrancy guard keeps that to one span. Each class has a *profile*: its stage kind, knobs, how
+its scores are recovered and why it drops what it drops:
+
+- ``CrossEncoderReranker``: rerank; the cross-encoder's scores (computed, not returned) come from a
+  sink on the model's ``score``; cut → ``below_rank_cutoff`` with the score it got.
+- ``EmbeddingsFilter``: filter; rebuilds Documents without ``id`` (identity falls back to content,
+  mapped back to the input's id); similarity from the Document state; excluded →
+  ``below_score_threshold`` or ``below_rank_cutoff`` (decided from its k/threshold semantics).
+- ``LLMChainFilter``: filter; the LLM said no → ``custom:llm_judged_irrelevant``.
+- ``LLMListwiseRerank``: rerank; cut → ``below_rank_cutoff``; left out of the LLM's ranking →
+  ``custom:not_ranked_by_llm``.
+- ``DocumentCompressorPipeline``: filter; each exclusion carries the reason of the inner stage
+  that dropped it.
+- ``LongContextReorder``: rerank (order only); ``EmbeddingsRedundantFilter`` → ``deduplicated``.
+- any other compressor: rerank when it has ``top_n`` (``relevance_score`` metadata as the score),
+  filter otherwise.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections import Counter
+from typing import Any, Callable
+
+from ragtrail import semconv as sc
+from ragtrail.candidates import Candidate, adapt
+from ragtrail.instrumentation.langchain._common import (
+    SCOPED_VARS,
+    Call,
+    LazyPatcher,
+    arg,
+    component,
+    feed,
+    open_stage,
+    sink_for,
+    run_async,
+    run_sync,
+)
+
+REASON_LLM_IRRELEVANT = "custom:llm_judged_irrelevant"
+REASON_NOT_RANKED = "custom:not_ranked_by_llm"
+REASON_NOT_REPRESENTATIVE = "custom:not_cluster_representative"
+REASON_NOTHING_EXTRACTED = "custom:llm_extracted_nothing"
+# an LLM replaced the content by an extract of it: the candidate keeps its identity, its new
+# content has its own receipt, and derived_from names the content it came from
+RULE_LLM_EXTRACT = "llm_extract@1"
+
+# content sha256 -> (reason, detail, component): filled by inner stages of a DocumentCompressorPipeline
+_drop_log: contextvars.ContextVar[dict[str, tuple[str, str | None, str]] | None] = contextvars.ContextVar(
+    "ragtrail_langchain_drop_log", default=None)
+SCOPED_VARS.append(_drop_log)
+
+
+class CompressorWrappers:
+    def __init__(self, tracer: Any, patcher: LazyPatcher, classes: dict[str, type | None]) -> None:
+        self.tracer = tracer
+        self.patcher = patcher
+        self.classes = classes
+        self._profiles: dict[type, Callable[[Any], dict[str, Any]] | None] = {}
+        self.class_hook: Callable[[type], None] | None = None
+
+    # --- entry points -------------------------------------------------------------------------
+    def compress(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        return run_sync("lc.compress", self._open_compress, wrapped, instance, args, kwargs)
+
+    async def acompress(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        return await run_async("lc.compress", self._open_compress, wrapped, instance, args, kwargs)
+
+    def transform(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if self._profile(type(instance), transformer=True) is None:
+            return wrapped(*args, **kwargs)
+        return run_sync("lc.compress", self._open_transform, wrapped, instance, args, kwargs)
+
+    async def atransform(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if self._profile(type(instance), transformer=True) is None:
+            return await wrapped(*args, **kwargs)
+        return await run_async("lc.compress", self._open_transform, wrapped, instance, args, kwargs)
+
+    def cross_encoder_score(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        result = wrapped(*args, **kwargs)
+        if sink_for(instance) is None:
+            return result
+        if hasattr(result, "__len__"):
+            feed(instance, "scores", result)
+            return result
+        # an iterator (HuggingFaceCrossEncoder returns ``map`` for two-logit models): record the
+        # scores as the library consumes them, never consuming them ahead of it
+        seen: list[Any] = []
+        feed(instance, "scores", seen)
+        return _Recording(result, seen)
+
+    # --- profiles -------------------------------------------------------------------------------
+    def _is(self, cls: type, name: str) -> bool:
+        klass = self.classes.get(name)
+        return klass is not None and issubclass(cls, klass)
+
+    def _profile(self, cls: type, transformer: bool = False) -> Callable[[Any], dict[str, Any]] | None:
+        try:
+            return self._profiles[cls]
+        except KeyError:
+            pass
+        profile: Callable[[Any], dict[str, Any]] | None
+        if self._is(cls, "CrossEncoderReranker"):
+            profile = lambda i: {"kind": sc.KIND_RERANK, "top_k": i.top_n, "score_kind": sc.SCORE_RERANK,  # noqa: E731
+                                 "finish": _finish_cross_encoder, "feeds": (i.model,)}
+        elif self._is(cls, "EmbeddingsFilter"):
+            profile = lambda i: {"kind": sc.KIND_FILTER, "top_k": i.k, "threshold": i.similarity_threshold,  # noqa: E731
+                                 "score_kind": sc.SCORE_SIMILARITY, "finish": _finish_embeddings_filter}
+        elif self._is(cls, "LLMChainFilter"):
+            profile = lambda i: {"kind": sc.KIND_FILTER, "finish": _finish_llm_filter}  # noqa: E731
+        elif self._is(cls, "LLMChainExtractor"):
+            profile = lambda i: {"kind": sc.KIND_FILTER, "finish": _finish_extractor}  # noqa: E731
+        elif self._is(cls, "LLMListwiseRerank"):
+            profile = lambda i: {"kind": sc.KIND_RERANK, "top_k": i.top_n, "finish": _finish_listwise}  # noqa: E731
+        elif self._is(cls, "DocumentCompressorPipeline"):
+            profile = lambda i: {"kind": sc.KIND_FILTER, "finish": _finish_pipeline, "drop_log": True}  # noqa: E731
+        elif self._is(cls, "LongContextReorder"):
+            profile = lambda i: {"kind": sc.KIND_RERANK, "finish": _finish_generic}  # noqa: E731
+        elif self._is(cls, "EmbeddingsRedundantFilter"):
+            profile = lambda i: {"kind": sc.KIND_FILTER, "threshold": i.similarity_threshold,  # noqa: E731
+                                 "finish": _finish_redundant}
+        elif self._is(cls, "EmbeddingsClusteringFilter"):
+            profile = lambda i: {"kind": sc.KIND_FILTER, "finish": _finish_clustering}  # noqa: E731
+        elif transformer:
+            profile = None  # content transformers (HTML to text, translation) are not retrieval stages
+        else:
+            profile = _generic_compressor
+        self._profiles[cls] = profile
+        return profile
+
+    # --- opening a stage ---------------------------------------------------------------------
+    def _open_compress(self, instance: Any, args: tuple, kwargs: dict) -> Call:
+        return self._open(instance, arg(args, kwargs, 0, "documents"), arg(args, kwargs, 1, "query"), transformer=False)
+
+    def _open_transform(self, instance: Any, args: tuple, kwargs: dict) -> Call:
+        return self._open(instance, arg(args, kwargs, 0, "documents"), None, transformer=True)
+
+    def _open(self, instance: Any, documents: Any, query: Any, transformer: bool) -> Call:
+        profile = self._profile(type(instance), transformer)(instance)
+        comp = component(instance)
+        s = open_stage(self.tracer, profile["kind"], comp, query=query, top_k=profile.get("top_k"),
+                       threshold=profile.get("threshold"), score_kind=profile.get("score_kind"))
+        feeds = profile.get("feeds", ())
+        if s.recording and self._is(type(instance), "CrossEncoderReranker"):
+            self.patcher.ensure(type(instance.model), "score", self.cross_encoder_score)
+        call = Call(s, feeds=feeds if s.recording else (), finisher=_finish_with(profile["finish"]))
+        if not s.recording:
+            return call
+        call.state.update(instance=instance, component=comp, profile=profile)
+        if isinstance(documents, (list, tuple)):
+            inputs = [adapt(doc) for doc in documents]  # snapshot now: compressors rebuild and reorder
+            s.inputs(inputs)
+            call.state["inputs"] = inputs
+            call.state["documents"] = list(documents)
+        else:
+            s.finding(f"documents are a {type(documents).__name__}, not a list: not snapshotted")
+        if profile.get("drop_log"):
+            base = self.classes.get("BaseDocumentCompressor")
+            for inner in getattr(instance, "transformers", None) or ():
+                if self.class_hook is not None and base is not None and isinstance(inner, base):
+                    self.class_hook(type(inner))
+            log: dict[str, tuple[str, str | None, str]] = {}
+            call.state["drop_log"] = log
+            call.set_var(_drop_log, log)
+        return call
+
+
+class _Recording:
+    """An iterator that hands on every item of ``source`` and keeps a copy in ``seen``."""
+
+    __slots__ = ("_source", "_seen")
+
+    def __init__(self, source: Any, seen: list[Any]) -> None:
+        self._source = iter(source)
+        self._seen = seen
+
+    def __iter__(self) -> "_Recording":
+        return self
+
+    def __next__(self) -> Any:
+        item = next(self._source)
+        self._seen.append(item)
+        return item
+
+
+def _generic_compressor(instance: Any) -> dict[str, Any]:
+    top_n = getattr(instance, "top_n", None)
+    if isinstance(top_n, int):
+        return {"kind": sc.KIND_RERANK, "top_k": top_n, "finish": _finish_metadata_scores}
+    return {"kind": sc.KIND_FILTER, "finish": _finish_generic}
+
+
+# --- finishing --------------------------------------------------------------------------------------
+def _finish_with(fn: Callable[[Call, list, list[Candidate]], dict[str, tuple[str, str | None]]]) -> Callable[[Call, Any], None]:
+    """Common tail: outputs recorded by ``fn``, which returns explicit exclusions by input id;
+    those go to the stage and, inside a compressor pipeline, to the pipeline's drop log."""
+
+    def finisher(call: Call, result: Any) -> None:
+        s = call.stage
+        inputs: list[Candidate] | None = call.state.get("inputs")
+        if not isinstance(result, (list, tuple)):
+            s.finding(f"compressor returned a {type(result).__name__}, not a list")
+            return
+        if inputs is None:
+            s.outputs(result)
+            return
+        outputs = [adapt(doc) for doc in result]
+        _carry_identity(inputs, outputs)
+        explicit = fn(call, list(result), outputs)
+        for ident, (reason, detail) in explicit.items():
+            s.exclude(ident, reason, detail)
+        log = _drop_log.get()
+        if log is not None:
+            comp = call.state["component"]
+            dropped = _dropped(inputs, outputs)
+            for candidate in dropped:
+                reason, detail = explicit.get(candidate.id, (sc.REASON_UNEXPLAINED, None))
+                log.setdefault(candidate.receipt.sha256 if candidate.receipt else candidate.id, (reason, detail, comp))
+
+    return finisher
+
+
+def _carry_identity(inputs: list[Candidate], outputs: list[Candidate]) -> None:
+    """An output Document rebuilt without its id takes the id of an input with the same content
+    that no other output claimed (in input order), so two inputs with equal content stay two."""
+    rebuilt = [c for c in outputs if getattr(c.raw, "id", None) in (None, "") and c.receipt is not None]
+    if not rebuilt:
+        return
+    waiting: dict[str, list[str]] = {}
+    for candidate in inputs:
+        if candidate.receipt is not None:
+            waiting.setdefault(candidate.receipt.sha256, []).append(candidate.id)
+    rebuilt_objects = {id(c) for c in rebuilt}
+    taken = Counter(c.id for c in outputs if id(c) not in rebuilt_objects)
+    for candidate in rebuilt:
+        queue = waiting.get(candidate.receipt.sha256)
+        while queue:
+            ident = queue.pop(0)
+            if taken[ident] == 0:
+                candidate.id = ident
+                taken[ident] += 1
+                break
+            taken[ident] -= 1
+
+
+def _dropped(inputs: list[Candidate], outputs: list[Candidate]) -> list[Candidate]:
+    remaining = Counter(c.id for c in outputs)
+    dropped = []
+    for candidate in inputs:
+        if remaining[candidate.id] > 0:
+            remaining[candidate.id] -= 1
+        else:
+            dropped.append(candidate)
+    return dropped
+
+
+def _finish_generic(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    call.stage.outputs(outputs)
+    return {}
+
+
+def _finish_metadata_scores(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    """Rerankers that write ``relevance_score`` into the returned Documents' metadata (Cohere,
+    Flashrank, Jina, ...)."""
+    for candidate, doc in zip(outputs, result):
+        score = (getattr(doc, "metadata", None) or {}).get("relevance_score")
+        if score is not None:
+            candidate.score = score
+            candidate.score_kind = sc.SCORE_RERANK
+    call.stage.outputs(outputs)
+    top_n = call.state["profile"].get("top_k")
+    return {c.id: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_n}") for c in _dropped(call.state["inputs"], outputs)}
+
+
+def _finish_cross_encoder(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    s = call.stage
+    top_n = call.state["profile"]["top_k"]
+    scores = call.sink.data.get("scores") if call.sink is not None else None
+    documents = call.state["documents"]
+    by_object: dict[int, Any] = {}
+    if scores is not None and len(scores) == len(documents):
+        by_object = {id(doc): score for doc, score in zip(documents, scores)}
+    else:
+        s.finding("cross-encoder scores were not observed: outputs recorded without scores")
+    for candidate, doc in zip(outputs, result):
+        if id(doc) in by_object:
+            candidate.score = float(by_object[id(doc)])
+            candidate.score_kind = sc.SCORE_RERANK
+    s.outputs(outputs)
+    explicit: dict[str, tuple[str, str | None]] = {}
+    inputs = call.state["inputs"]
+    for candidate in _dropped(inputs, outputs):
+        doc = candidate.raw
+        detail = f"top_k={top_n}"
+        if id(doc) in by_object:
+            detail += f" rerank_score={float(by_object[id(doc)]):g}"
+        explicit[candidate.id] = (sc.REASON_BELOW_RANK_CUTOFF, detail)
+    return explicit
+
+
+def _finish_embeddings_filter(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    """EmbeddingsFilter keeps ``argsort(similarity)[::-1][:k]``, then those above the threshold,
+    in similarity order. Fewer than ``min(k, n)`` kept means the threshold cut everything it
+    dropped (the ones past rank k score no higher); otherwise rank k cut them."""
+    instance = call.state["instance"]
+    for candidate, doc in zip(outputs, result):
+        state = getattr(doc, "state", None)
+        if isinstance(state, dict) and "query_similarity_score" in state:
+            candidate.score = float(state["query_similarity_score"])
+            candidate.score_kind = sc.SCORE_SIMILARITY
+    call.stage.outputs(outputs)
+    k, threshold = instance.k, instance.similarity_threshold
+    inputs = call.state["inputs"]
+    if k is None or (threshold is not None and len(outputs) < min(k, len(inputs))):
+        reason, detail = sc.REASON_BELOW_SCORE_THRESHOLD, f"similarity <= threshold={threshold:g}"
+    else:
+        reason, detail = sc.REASON_BELOW_RANK_CUTOFF, f"top_k={k}"
+    return {c.id: (reason, detail) for c in _dropped(inputs, outputs)}
+
+
+def _finish_extractor(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    """LLMChainExtractor returns new Documents holding an extract of each input it kept (the input's
+    metadata, in input order): each keeps the input's identity, with the transform declared.
+    (pydantic copies the metadata dict, so it is matched by equality, in order.)"""
+    inputs: list[Candidate] = call.state["inputs"]
+    j = 0
+    for candidate, doc in zip(outputs, result):
+        metadata = getattr(doc, "metadata", None)
+        while j < len(inputs) and getattr(inputs[j].raw, "metadata", None) != metadata:
+            j += 1
+        if j == len(inputs):
+            call.stage.finding("an extract could not be matched to the document it came from")
+            break
+        source = inputs[j]
+        j += 1
+        candidate.id = source.id
+        if source.receipt is not None and candidate.receipt is not None and source.receipt.sha256 != candidate.receipt.sha256:
+            candidate.transform_rule = RULE_LLM_EXTRACT
+            candidate.derived_from = source.receipt.sha256
+    call.stage.outputs(outputs)
+    return {c.id: (REASON_NOTHING_EXTRACTED, "the LLM found nothing relevant to extract")
+            for c in _dropped(inputs, outputs)}
+
+
+def _finish_llm_filter(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    call.stage.outputs(outputs)
+    return {c.id: (REASON_LLM_IRRELEVANT, "the LLM judged it not relevant to the query")
+            for c in _dropped(call.state["inputs"], outputs)}
+
+
+def _finish_listwise(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    call.stage.outputs(outputs)
+    top_n = call.state["profile"]["top_k"]
+    inputs = call.state["inputs"]
+    if len(outputs) < min(top_n, len(inputs)):
+        reason, detail = REASON_NOT_RANKED, f"left out of the LLM's ranking (top_k={top_n})"
+    else:
+        reason, detail = sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_n}"
+    return {c.id: (reason, detail) for c in _dropped(inputs, outputs)}
+
+
+def _finish_redundant(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    call.stage.outputs(outputs)
+    threshold = call.state["instance"].similarity_threshold
+    return {c.id: (sc.REASON_DEDUPLICATED, f"embedding similarity > {threshold:g} with a kept document")
+            for c in _dropped(call.state["inputs"], outputs)}
+
+
+def _finish_clustering(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    call.stage.outputs(outputs)
+    return {c.id: (REASON_NOT_REPRESENTATIVE, "not among the documents closest to a cluster centre")
+            for c in _dropped(call.state["inputs"], outputs)}
+
+
+def _finish_pipeline(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    call.stage.outputs(outputs)
+    log = call.state["drop_log"]
+    explicit: dict[str, tuple[str, str | None]] = {}
+    for candidate in _dropped(call.state["inputs"], outputs):
+        key = candidate.receipt.sha256 if candidate.receipt else candidate.id
+        if key in log:
+            reason, detail, comp = log[key]
+            where = f"by {comp.rsplit('.', 1)[-1]}"
+            explicit[candidate.id] = (reason, f"{detail}; {where}" if detail else where)
+    return explicit
