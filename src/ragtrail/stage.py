@@ -788,8 +788,11 @@ def _attribute_value(value: Any) -> Any:
     canonical JSON (deterministic), so nested metadata is kept rather than dropped."""
     if isinstance(value, (str, bool, int, float)):
         return value
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-        return list(value)
+    if isinstance(value, (list, tuple)) and value:
+        # OTel takes homogeneous lists of str, bool, int or float as they are
+        for kind in (str, bool, int, float):
+            if all(type(v) is kind for v in value):
+                return list(value)
     item = getattr(value, "item", None)
     if callable(item) and getattr(value, "shape", None) == ():
         try:

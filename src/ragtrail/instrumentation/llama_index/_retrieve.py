@@ -1,0 +1,253 @@
+"""Retrieval-side stages: ``BaseRetriever.retrieve/aretrieve``, ``QueryFusionRetriever`` (query
+generation, per-query retrievals, fusion) and ``BaseQueryTransform.run`` (HyDE, decompose, ...).
+
+Query hops: a transform records each text it produced as a new hop (HyDE's hypothetical document as
+``hyde``, the fusion retriever's generated queries as ``multi_query``). A retrieve stage records the
+query that actually hit the index: for an embedding retriever that is the bundle's
+``embedding_strs`` (HyDE leaves ``query_str`` untouched), for anything else ``query_str``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragtrail import semconv as sc
+from ragtrail.candidates import Candidate, adapt, is_candidate_list
+from ragtrail.receipts import receipt
+from ragtrail.stage import Stage, current_pipeline
+
+from ._calls import Call, active_call, argument
+from ._nodes import embedded_texts, node_id, query_text
+
+_FUSION_SCORE_KINDS = {
+    "reciprocal_rerank": sc.SCORE_RRF,
+    "relative_score": sc.SCORE_RELATIVE,
+    "dist_based_score": sc.SCORE_RELATIVE,
+    "simple": None,  # the max of the input scores: keeps their kind
+}
+_class_flags: dict[type, tuple[bool, bool, bool]] = {}
+
+
+def _flags(cls: type) -> tuple[bool, bool, bool]:
+    """(is QueryFusionRetriever, embeds the query, BM25-scored) for a retriever class, cached."""
+    try:
+        return _class_flags[cls]
+    except KeyError:
+        pass
+    names = {(c.__module__, c.__name__) for c in cls.__mro__}
+    fusion = ("llama_index.core.retrievers.fusion_retriever", "QueryFusionRetriever") in names
+    vector = ("llama_index.core.indices.vector_store.retrievers.retriever", "VectorIndexRetriever") in names
+    bm25 = any("bm25" in c.__name__.lower() for c in cls.__mro__)
+    _class_flags[cls] = (fusion, vector, bm25)
+    return _class_flags[cls]
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _hop_of(text: str) -> int | None:
+    state = current_pipeline()
+    if state is None:
+        return None
+    return state.hop_for(receipt(text).sha256)[0]
+
+
+def _known(text: str) -> bool:
+    state = current_pipeline()
+    if state is None:
+        return False
+    sha = receipt(text).sha256
+    with state.lock:
+        return sha in state.hop_by_sha
+
+
+def record_kept(s: Stage, items: list[Any], ids: list[str]) -> None:
+    """Record the outputs of a stage that does not rescore: each keeps the score kind an earlier
+    stage of this pipeline gave it (a filter or a reorder does not change what a score means).
+    The common case, one kind for all, hands the items straight to the recorder."""
+    state = current_pipeline()
+    known = state.score_kind_of if state is not None else {}
+    kinds = {known.get(i) for i in ids}
+    if len(kinds) <= 1:
+        s.outputs(items, score_kind=next(iter(kinds), None))
+        return
+    outputs = []
+    for item, ident in zip(items, ids):
+        candidate = adapt(item)
+        if candidate.score_kind is None:
+            candidate.score_kind = known.get(ident)
+        outputs.append(candidate)
+    s.outputs(outputs)
+
+
+class RetrieveCall(Call):
+    """One ``retrieve``/``aretrieve``: a ``retrieve`` stage, or a ``fuse`` stage for QueryFusionRetriever
+    (whose per-query retrievals are child ``retrieve`` stages)."""
+
+    prefix = "llama_index.retrieve"
+
+    def open(self) -> Stage:
+        inst = self.instance
+        self.fusion, self.vector, bm25 = _flags(type(inst))
+        top_k = _int(getattr(inst, "similarity_top_k", None))
+        if self.fusion:
+            mode = getattr(inst, "mode", None)
+            self.mode = str(getattr(mode, "value", mode))
+            return self.new_stage(sc.KIND_FUSE, top_k=top_k, score_kind=_FUSION_SCORE_KINDS.get(self.mode))
+        return self.new_stage(sc.KIND_RETRIEVE, top_k=top_k, score_kind=sc.SCORE_BM25 if bm25 else sc.SCORE_SIMILARITY)
+
+    def before(self, s: Stage) -> None:
+        query = argument(self.args, self.kwargs, 0, "str_or_query_bundle", "query_bundle")
+        text = query_text(query)
+        if self.vector:
+            texts = embedded_texts(query)
+            if texts and texts != [text]:
+                primary = next((t for t in texts if t != text), texts[0])
+                s.query(primary)
+                if len(texts) > 1:
+                    s.set_attribute(sc.QUERY_EMBEDDING_HOPS, [_hop_of(t) for t in texts])
+            else:
+                s.query(text)
+            self._store_facts(s)
+        else:
+            s.query(text)
+
+    def _store_facts(self, s: Stage) -> None:
+        """Corpus size (for the coverage statement) and the metadata filter the store applied."""
+        inst = self.instance
+        store = getattr(inst, "_vector_store", None)
+        data = getattr(store, "data", None)
+        embeddings = getattr(data, "embedding_dict", None)
+        if isinstance(embeddings, dict):
+            s.corpus_size(len(embeddings))
+        filters = getattr(inst, "_filters", None)
+        if filters is not None:
+            dump = getattr(filters, "model_dump_json", None)
+            s.set_attribute(sc.STAGE_FILTER, dump() if callable(dump) else str(filters))
+
+    def record_fusion_inputs(self, results: Any) -> None:
+        """Called by the fusion hook with ``{(query_str, retriever_index): nodes}`` before the fusion
+        overwrites the scores in place; each input carries the hop of the query that found it."""
+        s = self.stage
+        if s is None or not s.recording or not isinstance(results, dict):
+            return
+        candidates: list[Candidate] = []
+        hops: dict[str, int | None] = {}
+        for key, nodes in results.items():
+            query = key[0] if isinstance(key, tuple) and key else key
+            if isinstance(query, str) and query not in hops:
+                hops[query] = _hop_of(query)
+            for node in nodes or ():
+                candidate = adapt(node)
+                if candidate.hop is None and isinstance(query, str):
+                    candidate.hop = hops[query]
+                candidates.append(candidate)
+        s.inputs(candidates)
+
+    def after(self, s: Stage, result: Any) -> None:
+        if not is_candidate_list(result):
+            s.finding(f"retriever returned a {type(result).__name__}, not a list: outputs not recorded")
+            return
+        if self.fusion and _FUSION_SCORE_KINDS.get(self.mode, sc.SCORE_NONE) is None:
+            record_kept(s, result, [node_id(n) for n in result])
+        else:
+            s.outputs(result)
+
+
+def fusion_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """Around ``QueryFusionRetriever._*_fusion(results)``: snapshot the per-query results as the
+    fuse stage's inputs, then run the fusion untouched."""
+    call = active_call(instance)
+    if isinstance(call, RetrieveCall):
+        try:
+            call.record_fusion_inputs(argument(args, kwargs, 0, "results"))
+        except Exception as exc:
+            if call.stage is not None:
+                call.stage._error("llama_index.fusion_inputs", exc)
+    return wrapped(*args, **kwargs)
+
+
+class FusionQueriesCall(Call):
+    """``QueryFusionRetriever._get_queries/_aget_queries``: a ``query_transform`` stage whose outputs
+    are ``multi_query`` hops."""
+
+    prefix = "llama_index.fusion_queries"
+
+    def open(self) -> Stage:
+        return self.new_stage(sc.KIND_QUERY_TRANSFORM)
+
+    def before(self, s: Stage) -> None:
+        self.original = argument(self.args, self.kwargs, 0, "original_query")
+        s.query(self.original)
+
+    def after(self, s: Stage, result: Any) -> None:
+        if not is_candidate_list(result):
+            s.finding(f"query generation returned a {type(result).__name__}, not a list")
+            return
+        for bundle in result:
+            text = query_text(bundle)
+            if text and text != self.original and not _known(text):
+                s.add_query_variant(text, transform=sc.TRANSFORM_MULTI_QUERY)
+
+
+_TRANSFORMS = {
+    "HyDEQueryTransform": sc.TRANSFORM_HYDE,
+    "DecomposeQueryTransform": sc.TRANSFORM_DECOMPOSE,
+    "StepDecomposeQueryTransform": sc.TRANSFORM_DECOMPOSE,
+    "IdentityQueryTransform": sc.TRANSFORM_NONE,
+}
+
+
+def _transform_of(obj: Any) -> str:
+    for cls in type(obj).__mro__:
+        if cls.__name__ in _TRANSFORMS:
+            return _TRANSFORMS[cls.__name__]
+    return sc.TRANSFORM_REWRITE
+
+
+class QueryTransformCall(Call):
+    """``BaseQueryTransform.run``: every text the transform produced becomes a hop (HyDE's
+    ``embedding_strs`` as ``hyde``, a changed ``query_str`` as ``decompose``/``rewrite``)."""
+
+    prefix = "llama_index.query_transform"
+
+    def open(self) -> Stage:
+        return self.new_stage(sc.KIND_QUERY_TRANSFORM)
+
+    def before(self, s: Stage) -> None:
+        self.original = query_text(argument(self.args, self.kwargs, 0, "query_bundle_or_str"))
+        s.query(self.original)
+
+    def after(self, s: Stage, result: Any) -> None:
+        transform = _transform_of(self.instance)
+        if transform == sc.TRANSFORM_NONE:
+            return
+        added: set[str] = set()
+        new_query = query_text(result)
+        if new_query and new_query != self.original and not _known(new_query):
+            s.add_query_variant(new_query, transform=sc.TRANSFORM_REWRITE if transform == sc.TRANSFORM_HYDE else transform)
+            added.add(new_query)
+        for text in getattr(result, "custom_embedding_strs", None) or ():
+            if isinstance(text, str) and text and text != self.original and text not in added and not _known(text):
+                s.add_query_variant(text, transform=transform)
+                added.add(text)
+
+
+class CondenseCall(Call):
+    """A chat engine's ``_condense_question``: the latest message rewritten, with the chat history,
+    into the standalone question that is retrieved with (a ``rewrite`` hop)."""
+
+    prefix = "llama_index.condense"
+
+    def open(self) -> Stage:
+        return self.new_stage(sc.KIND_QUERY_TRANSFORM)
+
+    def before(self, s: Stage) -> None:
+        self.original = argument(self.args, self.kwargs, 1, "latest_message", "last_message")
+        s.query(self.original)
+
+    def after(self, s: Stage, result: Any) -> None:
+        text = query_text(result)
+        if text and text != self.original and not _known(text):
+            s.add_query_variant(text, transform=sc.TRANSFORM_REWRITE)
