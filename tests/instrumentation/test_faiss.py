@@ -6,14 +6,12 @@ similarity, every other metric a distance; 1,000 hits of one query all reach the
 
 from __future__ import annotations
 
+import spanutil
+
 import copy
-import json
 import math
-import os
 import subprocess
 import sys
-import textwrap
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,6 @@ from ragtrail.instrumentation._vectorstore import vector_receipt  # noqa: E402
 from ragtrail.instrumentation.faiss import FaissInstrumentor  # noqa: E402
 from ragtrail.receipts import events_digest  # noqa: E402
 
-VENV_BIN = Path(sys.executable).parent
 D = 8
 
 
@@ -379,34 +376,7 @@ def test_sampled_out_parent_builds_no_rows(tracer_provider, span_exporter) -> No
 
 
 def run_under_opentelemetry_instrument(script: str, tmp_path: Path, entry_point: str) -> list[Any]:
-    """Run ``script`` under ``opentelemetry-instrument`` (only ``entry_point`` of ragtrail's
-    instrumentors enabled) exporting to ragtrail's local store; return the decoded spans."""
-    from ragtrail.inspect.otlp import decode_document
-
-    store = tmp_path / "store"
-    path = tmp_path / "app.py"
-    path.write_text(textwrap.dedent(script))
-    others = sorted(ep.name for ep in entry_points(group="opentelemetry_instrumentor") if ep.name != entry_point)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
-    env.update({
-        "OTEL_PYTHON_CONFIGURATOR": "ragtrail",
-        "OTEL_TRACES_EXPORTER": "ragtrail_file",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        "OTEL_SERVICE_NAME": "vector-app",
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others),
-        "RAGTRAIL_LOCAL_STORE_DIR": str(store),
-    })
-    proc = subprocess.run([str(VENV_BIN / "opentelemetry-instrument"), sys.executable, str(path)],
-                          capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "APP-OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
-    spans = []
-    for file in sorted(store.glob("traces-*.jsonl")):
-        for line in file.read_text().splitlines():
-            if line.strip():
-                spans.extend(decode_document(json.loads(line)))
-    return spans
+    return spanutil.run_under_opentelemetry_instrument(script, tmp_path, entry_point, service="vector-app")[1]
 
 
 def test_under_opentelemetry_instrument_thousand_hits_arrive_in_the_local_store(tmp_path) -> None:

@@ -3,12 +3,8 @@ entry point instruments it with no code change and ragtrail's local store receiv
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from importlib.metadata import entry_points
+import spanutil
+
 from pathlib import Path
 
 import pytest
@@ -16,9 +12,7 @@ import pytest
 pytest.importorskip("haystack")
 
 from ragtrail import semconv as sc  # noqa: E402
-from ragtrail.inspect.otlp import decode_document  # noqa: E402
 
-VENV_BIN = Path(sys.executable).parent
 
 APP = """
     import asyncio
@@ -68,30 +62,8 @@ APP = """
 
 
 def run_app(tmp_path: Path) -> tuple[str, list]:
-    store = tmp_path / "store"
-    path = tmp_path / "app.py"
-    path.write_text(textwrap.dedent(APP))
-    others = sorted(ep.name for ep in entry_points(group="opentelemetry_instrumentor") if ep.name != "ragtrail_haystack")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
-    env.update({
-        "OTEL_TRACES_EXPORTER": "ragtrail_file",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        "OTEL_SERVICE_NAME": "haystack-app",
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others),
-        "RAGTRAIL_LOCAL_STORE_DIR": str(store),
-        "HAYSTACK_TELEMETRY_ENABLED": "False",
-    })
-    proc = subprocess.run([str(VENV_BIN / "opentelemetry-instrument"), sys.executable, str(path)],
-                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "APP-OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
-    spans = []
-    for file in sorted(store.glob("traces-*.jsonl")):
-        for line in file.read_text().splitlines():
-            if line.strip():
-                spans.extend(decode_document(json.loads(line)))
-    return proc.stdout, spans
+    return spanutil.run_under_opentelemetry_instrument(APP, tmp_path, "ragtrail_haystack", service="haystack-app",
+                                                       extra_env={"HAYSTACK_TELEMETRY_ENABLED": "False"}, timeout=300)
 
 
 def test_unchanged_app_under_opentelemetry_instrument(tmp_path):

@@ -3,14 +3,10 @@ embedding, a small corpus, the instrumentor fixture, and exact span/event expect
 
 from __future__ import annotations
 
+import spanutil
+
 import hashlib
-import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -24,7 +20,6 @@ from langchain_core.embeddings import Embeddings  # noqa: E402
 from ragtrail import semconv as sc  # noqa: E402
 from ragtrail.receipts import events_digest, receipt  # noqa: E402
 
-VENV_BIN = Path(sys.executable).parent
 
 
 class HashEmbeddings(Embeddings):
@@ -188,32 +183,8 @@ def docs_equal(a: list[Document], b: list[Document]) -> bool:
 
 def run_under_opentelemetry_instrument(script: str, tmp_path: Path, extra_env: dict[str, str] | None = None,
                                        timeout: float = 240) -> list[Any]:
-    """Run ``script`` under ``opentelemetry-instrument`` with only ``ragtrail_langchain`` of
-    ragtrail's instrumentors enabled, exporting to ragtrail's local store; return decoded spans."""
-    from ragtrail.inspect.otlp import decode_document
-
-    store = tmp_path / "store"
-    path = tmp_path / "app.py"
-    path.write_text(textwrap.dedent(script))
-    others = sorted(ep.name for ep in entry_points(group="opentelemetry_instrumentor") if ep.name != "ragtrail_langchain")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
-    env.update({
-        "OTEL_TRACES_EXPORTER": "ragtrail_file",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        "OTEL_SERVICE_NAME": "langchain-app",
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others),
-        "RAGTRAIL_LOCAL_STORE_DIR": str(store),
-        "PYTHONPATH": str(Path(__file__).parent),
-    })
-    env.update(extra_env or {})
-    proc = subprocess.run([str(VENV_BIN / "opentelemetry-instrument"), sys.executable, str(path)],
-                          capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "APP-OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
-    spans = []
-    for file in sorted(store.glob("traces-*.jsonl")):
-        for line in file.read_text().splitlines():
-            if line.strip():
-                spans.extend(decode_document(json.loads(line)))
-    return spans
+    """``script`` under ``opentelemetry-instrument`` with only ``ragtrail_langchain`` enabled; the decoded spans."""
+    here = Path(__file__).parent  # the app imports this module, which imports tests/spanutil.py
+    env = {"PYTHONPATH": f"{here}:{here.parent}", **(extra_env or {})}
+    return spanutil.run_under_opentelemetry_instrument(script, tmp_path, "ragtrail_langchain", service="langchain-app",
+                                                       extra_env=env, timeout=timeout)[1]

@@ -8,18 +8,15 @@ local Qdrant collection.
 
 from __future__ import annotations
 
+import spanutil
+
 import asyncio
 import copy
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +37,6 @@ from ragtrail.instrumentation._vectorstore import vector_receipt  # noqa: E402
 from ragtrail.instrumentation.qdrant import QdrantInstrumentor  # noqa: E402
 from ragtrail.receipts import events_digest, receipt  # noqa: E402
 
-VENV_BIN = Path(sys.executable).parent
 UUID5 = str(uuid.UUID(int=5))
 POINTS = [
     (1, [1.0, 0.0, 0.0], {"text": "one", "g": "a"}),
@@ -534,28 +530,7 @@ def test_remote_client_reads_config_once_and_never_counts(instrumentor, span_exp
 
 
 def run_under_opentelemetry_instrument(script: str, tmp_path: Path, entry_point: str) -> list[Any]:
-    from ragtrail.inspect.otlp import decode_document
-
-    store = tmp_path / "store"
-    path = tmp_path / "app.py"
-    path.write_text(textwrap.dedent(script))
-    others = sorted(ep.name for ep in entry_points(group="opentelemetry_instrumentor") if ep.name != entry_point)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
-    env.update({
-        "OTEL_PYTHON_CONFIGURATOR": "ragtrail", "OTEL_TRACES_EXPORTER": "ragtrail_file",
-        "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none", "OTEL_SERVICE_NAME": "vector-app",
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others), "RAGTRAIL_LOCAL_STORE_DIR": str(store),
-    })
-    proc = subprocess.run([str(VENV_BIN / "opentelemetry-instrument"), sys.executable, str(path)],
-                          capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "APP-OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
-    spans = []
-    for file in sorted(store.glob("traces-*.jsonl")):
-        for line in file.read_text().splitlines():
-            if line.strip():
-                spans.extend(decode_document(json.loads(line)))
-    return spans
+    return spanutil.run_under_opentelemetry_instrument(script, tmp_path, entry_point, service="vector-app")[1]
 
 
 def test_under_opentelemetry_instrument_sync_and_async(tmp_path) -> None:

@@ -8,14 +8,11 @@ assert nothing unexpected is left.
 
 from __future__ import annotations
 
+import spanutil
+
 import hashlib
 import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -30,7 +27,6 @@ from ragtrail.stage import stage
 
 from spanutil import attrs, pop_all
 
-VENV_BIN = Path(sys.executable).parent
 
 # --- the contract every reranker span is checked against ------------------------------------------
 
@@ -156,36 +152,9 @@ def rerank_spans(exporter: Any) -> list[Any]:
 
 def run_under_opentelemetry_instrument(script: str, tmp_path: Path, entry_point: str,
                                        extra_env: dict[str, str] | None = None, timeout: float = 240) -> list[Any]:
-    """Run ``script`` with ``opentelemetry-instrument`` (only ``entry_point`` of ragtrail's
-    instrumentors enabled) exporting to ragtrail's local store; return the decoded spans."""
-    from ragtrail.inspect.otlp import decode_document
-
-    store = tmp_path / "store"
-    path = tmp_path / "app.py"
-    path.write_text(textwrap.dedent(script))
-    others = sorted(ep.name for ep in entry_points(group="opentelemetry_instrumentor") if ep.name != entry_point)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
-    env.update({
-        "OTEL_TRACES_EXPORTER": "ragtrail_file",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        "OTEL_SERVICE_NAME": "rerank-app",
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others),
-        "RAGTRAIL_LOCAL_STORE_DIR": str(store),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    })
-    env.update(extra_env or {})
-    proc = subprocess.run([str(VENV_BIN / "opentelemetry-instrument"), sys.executable, str(path)],
-                          capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "APP-OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
-    spans = []
-    for file in sorted(store.glob("traces-*.jsonl")):
-        for line in file.read_text().splitlines():
-            if line.strip():
-                spans.extend(decode_document(json.loads(line)))
-    return spans
+    """``script`` under ``opentelemetry-instrument`` with only ``entry_point`` enabled; the decoded spans."""
+    return spanutil.run_under_opentelemetry_instrument(script, tmp_path, entry_point, service="rerank-app",
+                                                       extra_env=extra_env, timeout=timeout)[1]
 
 
 # --- the shared recorder itself -------------------------------------------------------------------
