@@ -1,5 +1,6 @@
-"""Per-stage cost of the recorder (issue 2): a reranker stage over N candidates, decorated vs
-undecorated, recording (sampled in) and sampled out. Prints medians and ratios in one run.
+"""Per-stage cost of the recorder (issue 2): a retrieve stage returning N candidates and a reranker
+stage over N candidates keeping N/2, decorated vs undecorated, recording (sampled in) and sampled
+out. Prints medians in one run.
 
     .venv/bin/python benchmarks/bench_recorder.py [--repeat 2000]
 """
@@ -43,17 +44,24 @@ def main() -> None:
     def rerank(query, candidates):
         return candidates[: max(1, len(candidates) // 2)]
 
-    traced = ragtrail.reranker(rerank, top_k=None, tracer=on.get_tracer("bench"))
-    sampled_out = ragtrail.reranker(rerank, tracer=off.get_tracer("bench"))
+    def search(query, docs):
+        return docs
 
-    print(f"{'candidates':>10} {'plain µs':>10} {'recorded µs':>12} {'overhead µs':>12} {'ratio':>8} {'sampled-out µs':>15} {'s-o overhead µs':>16}")
-    for n in (10, 100, 1000):
-        docs = [{"id": f"doc-{i}", "content": f"chunk {i} " * 40, "score": 1 - i / n} for i in range(n)]
-        repeat = max(50, opts.repeat // (n // 10))
-        plain = _median_us(rerank, ("q", docs), repeat)
-        recorded = _median_us(traced, ("q", docs), repeat)
-        out = _median_us(sampled_out, ("q", docs), repeat)
-        print(f"{n:>10} {plain:>10.1f} {recorded:>12.1f} {recorded - plain:>12.1f} {recorded / plain:>8.1f} {out:>15.2f} {out - plain:>16.2f}")
+    stages = {
+        "retrieve (N out)": (search, ragtrail.retriever(search, tracer=on.get_tracer("bench")),
+                             ragtrail.retriever(search, tracer=off.get_tracer("bench"))),
+        "rerank (N in, N/2 out)": (rerank, ragtrail.reranker(rerank, tracer=on.get_tracer("bench")),
+                                   ragtrail.reranker(rerank, tracer=off.get_tracer("bench"))),
+    }
+    print(f"{'stage':<24} {'N':>5} {'plain µs':>9} {'recorded µs':>12} {'overhead µs':>12} {'sampled-out µs':>15} {'s-o overhead µs':>16}")
+    for label, (plain_fn, traced, sampled_out) in stages.items():
+        for n in (10, 100, 1000):
+            docs = [{"id": f"doc-{i}", "content": f"chunk {i} " * 40, "score": 1 - i / n} for i in range(n)]
+            repeat = max(50, opts.repeat // (n // 10))
+            plain = _median_us(plain_fn, ("q", docs), repeat)
+            recorded = _median_us(traced, ("q", docs), repeat)
+            out = _median_us(sampled_out, ("q", docs), repeat)
+            print(f"{label:<24} {n:>5} {plain:>9.1f} {recorded:>12.1f} {recorded - plain:>12.1f} {out:>15.2f} {out - plain:>16.2f}")
 
 
 if __name__ == "__main__":

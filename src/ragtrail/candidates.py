@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ragtrail.receipts import Receipt, canonical_json, content_id, receipt
 
@@ -84,6 +85,8 @@ def _lookup(cls: type) -> Adapter | None:
 
 def normalize_id(value: Any) -> str | None:
     """Ids on the wire are strings: ints, UUIDs and numpy ints become their decimal/str form."""
+    if type(value) is str:  # the common case, first
+        return value or None
     if value is None or value is _MISSING:
         return None
     if isinstance(value, bytes):
@@ -148,6 +151,8 @@ def _identity_payload(raw: Any) -> str:
 def adapt(item: Any) -> Candidate:
     """Turn one item into a Candidate. Never raises for odd items: anything unknown is identified by
     its canonical form, so the recorder can still count it."""
+    if type(item) is dict and dict not in _adapters:  # the common case, first
+        return _from_mapping(item)
     if isinstance(item, Candidate):
         # a copy: the recorder assigns hops and score kinds, and must not touch the caller's object
         copy = Candidate.__new__(Candidate)

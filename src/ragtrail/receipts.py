@@ -15,7 +15,8 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 INTACT = "intact"
 CHANGED_CITED = "changed_cited"

@@ -22,7 +22,8 @@ import contextvars
 import logging
 import threading
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
