@@ -224,3 +224,67 @@ def test_manifest_invariants_hold_for_any_subset(span_exporter, inputs, data):
         (e.name, e.attributes[sc.CANDIDATE_ID], e.attributes.get(sc.CANDIDATE_CONTENT_SHA256, "")) for e in span.events)
     for e in events(span, sc.EVENT_EXCLUSION):
         assert sc.is_valid_reason(e[sc.EXCLUSION_REASON])
+
+
+def test_a_narrowing_stage_with_unknown_outputs_derives_no_exclusions(span_exporter):
+    @ragtrail.reranker(top_k=2)
+    def rerank(query, candidates):
+        return iter(candidates[:2])
+
+    docs = [{"id": i} for i in "abc"]
+    assert list(rerank("q", docs)) == docs[:2]
+    span = _one(span_exporter)
+    a = attrs(span)
+    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (3, 0, 0)
+    assert events(span, sc.EVENT_EXCLUSION) == []
+    assert a[sc.STAGE_FINDINGS] == ["stage returned a list_iterator, not a candidate list: outputs not recorded",
+                                    "outputs not recorded: no exclusions derived"]
+
+
+def test_strings_on_the_wire_survive_otlp_encoding(span_exporter):
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from ragtrail.receipts import INTACT, Receipt, classify
+
+    text = "lone \udc80 surrogate"
+    ragtrail.set_capture(content="full")
+    with ragtrail.stage("retrieve", "r") as s:
+        s.query(text)
+        s.outputs([{"id": "id\udc81", "content": text}])
+    span = _one(span_exporter)
+    encode_spans([span]).SerializeToString()  # raises on a string that is not valid UTF-8
+    assert span.attributes[sc.QUERY_TEXT] == "lone \\udc80 surrogate"
+    (e,) = events(span, sc.EVENT_CANDIDATE)
+    assert e[sc.CANDIDATE_ID] == "id\\udc81"
+    # the escaped text is exactly the receipt's canonical text: it verifies as intact
+    assert classify(e[sc.CANDIDATE_CONTENT_TEXT], Receipt.from_attributes(e, sc.CANDIDATE_CONTENT_PREFIX)) == INTACT
+
+
+def test_exclude_by_string_finds_a_string_candidate_by_content(span_exporter):
+    with ragtrail.stage("filter", "f") as s:
+        s.inputs(["keep me", "drop me"])
+        s.exclude("drop me", "not_permitted")
+        s.outputs(["keep me"])
+    span = _one(span_exporter)
+    a = attrs(span)
+    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (2, 1, 1)
+    (e,) = events(span, sc.EVENT_EXCLUSION)
+    assert (e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON]) == ("sha256:" + receipt("drop me").sha256, "not_permitted")
+    assert sc.STAGE_FINDINGS not in a  # nothing quoted the content
+
+
+def test_only_a_query_like_argument_is_read_as_the_query(span_exporter):
+    @ragtrail.filter
+    def permitted(candidates, api_key):
+        return candidates
+
+    @ragtrail.retriever
+    def search(text_in, k=3):
+        return []
+
+    permitted([{"id": "a"}], "sk-secret-123")
+    search("the query")
+    first, second = span_exporter.get_finished_spans()
+    assert not any(k.startswith("ragtrail.query") for k in first.attributes)
+    assert b"sk-secret" not in str(dict(first.attributes)).encode()
+    assert second.attributes[sc.QUERY_TEXT] == "the query"

@@ -481,3 +481,43 @@ def test_a_failed_stage_excluded_nothing(span_exporter):
     assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED], a[sc.STAGE_STATUS]) == (4, 0, 1, "failed")
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e[sc.EXCLUSION_REASON]) for e in events(span, sc.EVENT_EXCLUSION)] == [
         ("sales-deck-q1", 3, "not_permitted")]
+
+
+def test_a_produced_query_that_is_already_known_keeps_its_hop(span_exporter):
+    @ragtrail.query_transform(transform="multi_query")
+    def variants(query):
+        return [query, query + " 2026"]
+
+    @ragtrail.retriever
+    def search(query):
+        return [{"id": query}]
+
+    @ragtrail.pipeline
+    def answer(query):
+        for v in variants(query):
+            search(v)
+
+    answer("refunds")
+    spans = span_exporter.get_finished_spans()
+    mq = by_name(spans, "query_transform variants")
+    assert [(e[sc.QUERY_HOP], e[sc.QUERY_PARENT_HOP]) for e in events(mq, sc.EVENT_QUERY)] == [(1, 0)]
+    searches = [s for s in spans if s.name == "retrieve search"]
+    assert [(s.attributes[sc.QUERY_HOP], s.attributes[sc.QUERY_TRANSFORM]) for s in searches] == [(0, "none"), (1, "multi_query")]
+
+
+def test_exclusions_in_later_stages_carry_the_hop_that_found_them(span_exporter):
+    @ragtrail.retriever
+    def search(query):
+        return [{"id": "a"}, {"id": "b"}]
+
+    @ragtrail.reranker(top_k=1)
+    def rerank(query, candidates):
+        return candidates[:1]
+
+    @ragtrail.pipeline
+    def answer(query):
+        return rerank(query, search(query + " rewritten"))
+
+    answer("q")
+    rr = by_name(span_exporter.get_finished_spans(), "rerank rerank")
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_HOP]) for e in events(rr)] == [("a", 1), ("b", 1)]

@@ -28,9 +28,11 @@ class _Spec:
     """How one decorated function maps onto a stage: which argument is the query, which the inputs."""
 
     def __init__(self, fn: Callable[..., Any], kind: str, component: str | None, options: dict[str, Any],
-                 query_arg: str | None, inputs_arg: str | None, takes_inputs: bool) -> None:
+                 query_arg: str | None, inputs_arg: str | None, takes_inputs: bool,
+                 transform: str = sc.TRANSFORM_REWRITE) -> None:
         self.fn = fn
         self.kind = kind
+        self.transform = transform
         self.component = component or f"{fn.__module__}.{fn.__qualname__}"
         self.options = options
         try:
@@ -39,6 +41,9 @@ class _Spec:
         except (TypeError, ValueError):  # builtins without a signature
             self.signature, names = None, []
         self.query_arg = query_arg or next((n for n in names if n in _QUERY_NAMES), None)
+        # with no query-like parameter, only a stage that takes no candidates may have its first
+        # parameter read as the query (never guess among a filter's other arguments: an API key...)
+        self.query_position = 0 if (self.query_arg is None and not takes_inputs and names) else None
         self.inputs_arg = inputs_arg or (next((n for n in names if n in _INPUT_NAMES), None) if takes_inputs else None)
         self.takes_inputs = takes_inputs
 
@@ -52,8 +57,8 @@ class _Spec:
         try:
             bound = self.signature.bind_partial(*args, **kwargs).arguments if self.signature else {}
             query = bound.get(self.query_arg) if self.query_arg else None
-            if query is None and self.query_arg is None:
-                query = next((a for a in args if isinstance(a, str)), None)
+            if self.query_position is not None and args and isinstance(args[0], str):
+                query = args[0]
             if query is not None:
                 s.query(query)
             if self.takes_inputs:
@@ -77,9 +82,8 @@ class _Spec:
                 if variants is None:
                     s.finding(f"query transform returned a {type(result).__name__}, not a query or list of queries")
                     return
-                transform = self.options_transform
                 for text in variants:
-                    s.add_query_variant(text, transform=transform)
+                    s.add_query_variant(text, transform=self.transform)
                 return
             if self.kind == sc.KIND_PIPELINE:
                 return
@@ -92,8 +96,6 @@ class _Spec:
                 s.finding(f"stage returned a {type(result).__name__}, not a candidate list: outputs not recorded")
         except Exception as exc:
             s._error("decorator.after", exc)
-
-    options_transform: str = sc.TRANSFORM_REWRITE
 
 
 def _decorate(fn: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
@@ -146,9 +148,8 @@ def _factory(kind: str, takes_inputs: bool, fn: Callable[..., Any] | None, compo
     options = {k: v for k, v in options.items() if v is not None}
 
     def decorator(func: F) -> F:
-        spec = _Spec(func, kind, component, options, query_arg, inputs_arg, takes_inputs)
-        if transform is not None:
-            spec.options_transform = transform
+        spec = _Spec(func, kind, component, options, query_arg, inputs_arg, takes_inputs,
+                     transform or sc.TRANSFORM_REWRITE)
         return _decorate(func, spec)  # type: ignore[return-value]
 
     return decorator(fn) if fn is not None else decorator

@@ -119,11 +119,22 @@ def _first_attr(obj: Any, keys: Iterable[str]) -> Any:
 
 
 def _from_mapping(item: Mapping[str, Any]) -> Candidate:
-    content = _first(item, _CONTENT_KEYS)
-    meta = _first(item, _META_KEYS)
-    score = _first(item, _SCORE_KEYS)
+    get = item.get
+    # the usual keys first, without a loop: this runs once per candidate per stage
+    content = get("content")
+    if content is None:
+        content = _first(item, _CONTENT_KEYS)
+    meta = get("metadata")
+    if meta is None:
+        meta = _first(item, _META_KEYS)
+    score = get("score")
+    if score is None:
+        score = _first(item, _SCORE_KEYS)
+    ident = get("id")
+    if ident is None:
+        ident = _first(item, _ID_KEYS)
     kind = "distance" if "distance" in item and "score" not in item else item.get("score_kind")
-    return _make(_first(item, _ID_KEYS), content, score, meta, item, score_kind=kind)
+    return _make(ident, content, score, meta, item, score_kind=kind)
 
 
 def _from_object(item: Any) -> Candidate:

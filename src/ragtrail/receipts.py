@@ -16,7 +16,9 @@ import math
 import re
 from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
+
+from ragtrail import semconv
 
 INTACT = "intact"
 CHANGED_CITED = "changed_cited"
@@ -86,9 +88,9 @@ def canonical_bytes(value: Any) -> bytes:
     return canonical_json(value).encode("utf-8", "backslashreplace")
 
 
-@dataclass(frozen=True)
-class Receipt:
-    """What the producer saw: code points, UTF-8 bytes and the sha256 of the canonical bytes."""
+class Receipt(NamedTuple):
+    """What the producer saw: code points, UTF-8 bytes and the sha256 of the canonical bytes.
+    (A named tuple: the recorder stamps one per candidate, and tuples are the cheapest to make.)"""
 
     chars: int
     bytes: int
@@ -165,14 +167,14 @@ class TransformRule:
         return False
 
 
-PREVIEW_RULE = TransformRule("preview@1", "prefix", PREVIEW_CHARS)
-BUDGET_TRIM_RULE = TransformRule("budget_trim@1", "shorter")
-_RULE_ID = re.compile(r"truncate@1:(\d+)")
+PREVIEW_RULE = TransformRule(semconv.RULE_PREVIEW, "prefix", PREVIEW_CHARS)
+BUDGET_TRIM_RULE = TransformRule(semconv.RULE_BUDGET_TRIM, "shorter")
+_RULE_ID = re.compile(re.escape(semconv.RULE_TRUNCATE_PREFIX) + r"(\d+)")
 
 
 def truncate_rule(length: int) -> TransformRule:
     """The rule for a declared cut to ``length`` code points: id ``truncate@1:<length>``."""
-    return TransformRule(f"truncate@1:{int(length)}", "prefix", int(length))
+    return TransformRule(f"{semconv.RULE_TRUNCATE_PREFIX}{int(length)}", "prefix", int(length))
 
 
 def parse_rule(rule: "str | TransformRule") -> TransformRule | None:

@@ -189,6 +189,9 @@ LOSS_TRACES_EXPORT_FAILED = "ragtrail.loss.traces_export_failed"
 LOSS_SPANS_EXPORT_FAILED = "ragtrail.loss.spans_export_failed"
 LOSS_REASON = "ragtrail.loss.reason"
 LOSS_WINDOW_START = "ragtrail.loss.window_start_unix_nano"
+# OTel metric counters carrying the same counts
+METRIC_LOSS_TRACES = "ragtrail.loss.traces"
+METRIC_LOSS_SPANS = "ragtrail.loss.spans"
 
 # --- mirrors for other tools (SPEC §6) -------------------------------------------------------------
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
@@ -226,6 +229,16 @@ CAPTURE_CONTENT_MODES = ("off", "preview", "full")
 
 # transform rules (receipts.py defines their semantics)
 RULE_PREVIEW = "preview@1"
+RULE_BUDGET_TRIM = "budget_trim@1"
+RULE_TRUNCATE_PREFIX = "truncate@1:"
+# a stage declared it replaced the content (sentence window, PII mask, LLM extraction): not checkable
+# from the receipt alone; readers accept it when derived_from matches the upstream receipt
+RULE_REPLACE = "replace@1"
+RULE_LLM_EXTRACT = "llm_extract@1"
+
+# receipt attribute prefixes: <prefix>.chars / .bytes / .sha256
+QUERY_RECEIPT_PREFIX = "ragtrail.query"
+CANDIDATE_CONTENT_PREFIX = "ragtrail.candidate.content"
 
 # export path configuration (environment; ragtrail.export reads these)
 ENV_LOCAL_STORE_DIR = "RAGTRAIL_LOCAL_STORE_DIR"

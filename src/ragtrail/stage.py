@@ -31,7 +31,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ragtrail import config as capture_config
 from ragtrail import semconv as sc
-from ragtrail.candidates import Candidate, adapt, is_candidate_list
+from ragtrail.candidates import Candidate, adapt
+from ragtrail.receipts import content_id
 from ragtrail.receipts import PREVIEW_CHARS, canonical_json, events_digest, finite_or_none, receipt
 
 _log = logging.getLogger("ragtrail")
@@ -57,11 +58,6 @@ def internal_error_count() -> int:
     """How many internal errors ragtrail has caught in this process (never raised into the app)."""
     with _error_lock:
         return sum(_error_counts.values())
-
-
-def internal_errors() -> dict[str, int]:
-    with _error_lock:
-        return dict(_error_counts)
 
 
 # --- per-trace state: hop numbering, what was retrieved, what reached the model -------------------
@@ -96,13 +92,17 @@ class PipelineState:
             self.hops[hop] = (parent, transform)
             return hop, parent, transform, True
 
-    def new_hop(self, sha: str, parent: int | None, transform: str) -> int:
+    def new_hop(self, sha: str, parent: int | None, transform: str) -> tuple[int, bool]:
+        """A hop for a produced query; a text already seen in this pipeline keeps its hop (returns
+        ``(hop, False)``): a multi-query transform that also returns the original makes no new hop."""
         with self.lock:
+            if sha in self.hop_by_sha:
+                return self.hop_by_sha[sha], False
             hop = self.next_hop
             self.next_hop += 1
             self.hop_by_sha[sha] = hop
             self.hops[hop] = (parent, transform)
-            return hop
+            return hop, True
 
 
 _pipeline_state: contextvars.ContextVar[PipelineState | None] = contextvars.ContextVar("ragtrail_pipeline", default=None)
@@ -171,6 +171,7 @@ class Stage:
         self._fallback: str | None = None
         self._findings: list[str] = []
         self._receipt_memo: dict[int, tuple[Any, Any]] = {}
+        self._string_exclusions: set[str] = set()
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> "Stage":
@@ -276,8 +277,9 @@ class Stage:
             rec = receipt(text)
             if parent_hop is None and self._query is not None:
                 parent_hop = self._query[0]
-            hop = self._state.new_hop(rec.sha256, parent_hop, transform)
-            self._variants.append((hop, parent_hop, transform, text, rec))
+            hop, new = self._state.new_hop(rec.sha256, parent_hop, transform)
+            if new:
+                self._variants.append((hop, parent_hop, transform, text, rec))
             return hop
         except Exception as exc:
             self._error("add_query_variant", exc)
@@ -315,7 +317,9 @@ class Stage:
                 self._findings.append(f"invalid reason code {reason!r} replaced by custom:invalid")
                 reason = sc.REASON_CUSTOM_PREFIX + "invalid"
             if isinstance(candidate, str):
+                # an id, or a string candidate itself (identified by its content): resolved at write
                 ident, adapted = candidate, None
+                self._string_exclusions.add(candidate)
             else:
                 adapted = adapt(candidate)
                 ident = adapted.id
@@ -394,6 +398,7 @@ class Stage:
             return []
         items = list(candidates)
         known = self._state.score_kind_of if inherit else {}
+        hops = self._state.hop_of_candidate
         kind = score_kind or (None if inherit else self.score_kind)
         result = []
         memo = self._receipt_memo
@@ -401,6 +406,8 @@ class Stage:
             candidate = adapt(item)
             if candidate.score_kind is None:
                 candidate.score_kind = kind or known.get(candidate.id)
+            if inherit and candidate.hop is None:
+                candidate.hop = hops.get(candidate.id)
             content = candidate.content
             if content is not None and candidate._receipt is None:
                 # the same content object seen as input and output is hashed once per stage
@@ -418,7 +425,10 @@ class Stage:
         limits = getattr(span, "_limits", None)
         outputs = self._outputs or []
         inputs = self._inputs
-        exclusions = self._exclusions(inputs, outputs, failed=exc is not None and self._outputs is None)
+        if self._outputs is None and inputs is not None and exc is None:
+            self._findings.append("outputs not recorded: no exclusions derived")
+        self._resolve_string_exclusions(inputs)
+        exclusions = self._exclusions(inputs, outputs, failed=self._outputs is None)
         self._assign_hops(outputs)
         status, failure_class = self._final_status(exc, outputs)
 
@@ -516,7 +526,7 @@ class Stage:
         mode = self._config.query
         if mode == "off":
             return attributes
-        attributes.update(rec.as_attributes("ragtrail.query"))
+        attributes.update(rec.as_attributes(sc.QUERY_RECEIPT_PREFIX))
         if mode == "text":
             attributes[sc.QUERY_TEXT] = _text(text)
         return attributes
@@ -569,6 +579,17 @@ class Stage:
                 self._findings.append(f"exclusion of {ident} that was not among the recorded inputs")
                 result.append((-1, candidate or Candidate(id=ident), reason, detail))
         return result
+
+    def _resolve_string_exclusions(self, inputs: list[Candidate] | None) -> None:
+        """``exclude("text")`` names a string candidate by its content when no input has that id."""
+        if not self._string_exclusions or inputs is None:
+            return
+        ids = {c.id for c in inputs}
+        for text in self._string_exclusions:
+            if text not in ids and text in self._explicit:
+                alias = content_id(text)
+                if alias in ids:
+                    self._explicit[alias] = self._explicit.pop(text)
 
     def _derive_reason(self, candidate: Candidate, outputs: Sequence[Candidate], kept_by_sha: Mapping[str, str]) -> tuple[str, str | None]:
         if candidate.content is not None and candidate.receipt.sha256 in kept_by_sha:
@@ -634,7 +655,7 @@ class Stage:
 
     def _candidate_attributes(self, candidate: Candidate, rank: int, default_kind: str | None) -> dict[str, Any]:
         config = self._config
-        attributes: dict[str, Any] = {sc.CANDIDATE_ID: candidate.id, sc.CANDIDATE_RANK: rank}
+        attributes: dict[str, Any] = {sc.CANDIDATE_ID: wire_str(candidate.id), sc.CANDIDATE_RANK: rank}
         if candidate.score is not None:
             score = finite_or_none(candidate.score)
             if score is not None:
@@ -671,7 +692,7 @@ class Stage:
             if parent is not None:
                 attributes[sc.QUERY_PARENT_HOP] = parent
             if mode != "off":
-                attributes.update(rec.as_attributes("ragtrail.query"))
+                attributes.update(rec.as_attributes(sc.QUERY_RECEIPT_PREFIX))
                 if mode == "text":
                     attributes[sc.QUERY_TEXT] = _text(text)
             events.append((sc.EVENT_QUERY, attributes))
@@ -683,7 +704,7 @@ class Stage:
                 del attributes[sc.CANDIDATE_RANK]
             attributes[sc.EXCLUSION_REASON] = reason
             if detail is not None:
-                attributes[sc.EXCLUSION_DETAIL] = detail
+                attributes[sc.EXCLUSION_DETAIL] = wire_str(detail)
             events.append((sc.EVENT_EXCLUSION, attributes))
         return events
 
@@ -769,9 +790,21 @@ def _failure_class_of(exc: BaseException) -> str:
     return f"exception:{type(exc).__name__}"
 
 
+def wire_str(value: str) -> str:
+    """A string as OTLP can carry it: lone surrogates backslash-escaped, exactly as the receipt's
+    canonical bytes escape them (so the received text still verifies as intact)."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _text(value: Any) -> str:
     if isinstance(value, str):
-        return value
+        return wire_str(value)
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "replace")
     return canonical_json(value)
@@ -787,7 +820,9 @@ def _score_text(value: Any) -> str:
 def _attribute_value(value: Any) -> Any:
     """OTel attributes take str/bool/int/float and homogeneous lists of them; anything else becomes
     canonical JSON (deterministic), so nested metadata is kept rather than dropped."""
-    if isinstance(value, (str, bool, int, float)):
+    if isinstance(value, str):
+        return wire_str(value)
+    if isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, (list, tuple)) and value:
         # OTel takes homogeneous lists of str, bool, int or float as they are
@@ -831,7 +866,3 @@ def stage(
     return Stage(kind, component, top_k=top_k, threshold=threshold, budget_limit=budget_limit,
                  budget_unit=budget_unit, score_kind=score_kind, tracer=tracer, span_kind=span_kind,
                  attributes=attributes)
-
-
-def is_candidate_output(value: Any) -> bool:
-    return is_candidate_list(value)

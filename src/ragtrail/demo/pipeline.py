@@ -22,6 +22,7 @@ from typing import Any, Callable
 from opentelemetry import trace
 
 import ragtrail
+from ragtrail import semconv
 from ragtrail.candidates import Candidate
 from ragtrail.receipts import receipt
 
@@ -163,7 +164,7 @@ def make_pipeline(corpus: list[dict[str, Any]], tracer: trace.Tracer | None = No
             elif room >= 12 and not any(isinstance(c, Candidate) for c in context):
                 trimmed = " ".join(words[:room])
                 context.append(Candidate(id=doc["id"], content=trimmed, score=doc["score"], metadata=doc["metadata"],
-                                         transform_rule="budget_trim@1", derived_from=receipt(doc["content"]).sha256))
+                                         transform_rule=semconv.RULE_BUDGET_TRIM, derived_from=receipt(doc["content"]).sha256))
                 used += room
         ragtrail.current_stage().set(budget_used=used)
         return context

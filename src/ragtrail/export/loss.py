@@ -65,10 +65,10 @@ class LossLedger:
         self.total_spans_export_failed = 0
         meter = metrics.get_meter(meter_name, meter_provider=meter_provider)
         self._trace_counter = meter.create_counter(
-            "ragtrail.loss.traces", unit="{trace}", description="Whole traces ragtrail's exporter gave up"
+            semconv.METRIC_LOSS_TRACES, unit="{trace}", description="Whole traces ragtrail's exporter gave up"
         )
         self._span_counter = meter.create_counter(
-            "ragtrail.loss.spans", unit="{span}", description="Spans ragtrail's exporter gave up (always whole traces)"
+            semconv.METRIC_LOSS_SPANS, unit="{span}", description="Spans ragtrail's exporter gave up (always whole traces)"
         )
 
     def dropped(self, traces: int, spans: int, reason: str) -> None:
