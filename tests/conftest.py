@@ -7,11 +7,19 @@ test gets a cleared InMemorySpanExporter. Tests that need other providers build 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+# no library may phone home from the tests (chromadb's posthog, haystack's telemetry): the machine
+# has no network but the package registries, and test traffic goes to loopback only
+for _name, _value in (("ANONYMIZED_TELEMETRY", "False"), ("HAYSTACK_TELEMETRY_ENABLED", "False"),
+                      ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("DO_NOT_TRACK", "1")):
+    os.environ.setdefault(_name, _value)
 
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER = TracerProvider()

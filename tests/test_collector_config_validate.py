@@ -75,9 +75,9 @@ def test_gateway_keeps_every_finding_before_the_probabilistic_share() -> None:
     policies = ts.pop("policies")
     # with the record-policy gate the FIRST matching policy is recorded: findings must come first
     assert [p["name"] for p in policies] == [
-        "finding-stage-status", "finding-unexplained-exclusion", "finding-error",
+        "finding-stage-status", "finding-unexplained-exclusion", "finding-error", "finding-recorder",
         "ragtrail-loss-record", "baseline-probabilistic"]
-    status, unexplained, error, loss, share = policies
+    status, unexplained, error, recorder, loss, share = policies
     assert status["type"] == "string_attribute"
     assert status["string_attribute"] == {"key": semconv.STAGE_STATUS,
                                           "values": [semconv.STATUS_FAILED, semconv.STATUS_DEGRADED]}
@@ -86,6 +86,10 @@ def test_gateway_keeps_every_finding_before_the_probabilistic_share() -> None:
         f'name == "{semconv.EVENT_EXCLUSION}" and attributes["{semconv.EXCLUSION_REASON}"] == '
         f'"{semconv.REASON_UNEXPLAINED}"']
     assert error == {"name": "finding-error", "type": "status_code", "status_code": {"status_codes": ["ERROR"]}}
+    assert recorder["ottl_condition"]["span"] == [
+        f'attributes["{semconv.STAGE_FINDINGS}"] != nil',
+        f'attributes["{semconv.STAGE_INSTRUMENTATION_ERRORS}"] != nil',
+        f'attributes["{semconv.QUERY_TRANSFORM}"] == "{semconv.TRANSFORM_UNTRACKED}"']
     assert loss["ottl_condition"]["span"] == [f'name == "{semconv.LOSS_SPAN_NAME}"']
     assert share["type"] == "probabilistic"
     assert set(share["probabilistic"]) == {"sampling_percentage", "hash_salt"}

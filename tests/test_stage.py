@@ -188,6 +188,8 @@ def test_query_hops_chain_through_a_pipeline(span_exporter):
     searches = [s for s in spans if s.name == "retrieve search"]
     assert [(s.attributes[sc.QUERY_HOP], s.attributes[sc.QUERY_PARENT_HOP], s.attributes[sc.QUERY_TRANSFORM]) for s in searches] == [
         (2, 1, "multi_query"), (3, 1, "multi_query"), (4, 3, "untracked")]
+    assert [s.attributes.get(sc.STAGE_FINDINGS) for s in searches] == [
+        None, None, ("query hop 4 was changed by no instrumented transform (untracked)",)]
     assert [{e[sc.CANDIDATE_HOP] for e in events(s, sc.EVENT_CANDIDATE)} for s in searches] == [{2}, {3}, {4}]
     # every stage is a child of the pipeline span, in one trace
     assert {s.context.trace_id for s in spans} == {pipe.context.trace_id}

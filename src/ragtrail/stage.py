@@ -259,9 +259,11 @@ class Stage:
             return None
         try:
             rec = receipt(text)
-            hop, parent, known_transform, _ = self._state.hop_for(rec.sha256)
+            hop, parent, known_transform, new = self._state.hop_for(rec.sha256)
             if parent_hop is not None:
                 parent = parent_hop
+            if new and known_transform == sc.TRANSFORM_UNTRACKED and transform is None:
+                self._findings.append(f"query hop {hop} was changed by no instrumented transform (untracked)")
             self._query = (hop, parent, transform or known_transform, text, rec)
             return hop
         except Exception as exc:

@@ -38,13 +38,14 @@ CORPUS = [
 LONG_QUERY = ("Which retrieval stages dropped the evidence that the quarterly revenue figure was restated, "
               "and did the reranker fall back to input order when its output could not be parsed? ") * 2
 
-FINDINGS = ("degraded", "failed", "unexplained", "error")
+FINDINGS = ("degraded", "failed", "unexplained", "error", "untracked")
 #: the tail-sampling policy (collector-config/gateway.yaml) that must keep each kind of finding
 POLICY_FOR = {
     "degraded": "finding-stage-status",
     "failed": "finding-stage-status",
     "unexplained": "finding-unexplained-exclusion",
     "error": "finding-error",
+    "untracked": "finding-recorder",
 }
 
 
@@ -180,7 +181,9 @@ def build_pipeline(tracer: Any, remote_retriever: Optional[Callable[[str, dict[s
             docs = remote_retriever(q, carrier)
         else:
             try:
-                docs = search(q, failing=finding == "failed")
+                # an uninstrumented step changed the query: the recorder flags an untracked hop
+                docs = search(q + " [expanded elsewhere]" if finding == "untracked" else q,
+                              failing=finding == "failed")
             except TimeoutError:
                 docs = []
         docs = rerank(q, docs, degraded=finding == "degraded")

@@ -59,7 +59,7 @@ def test_tail_sampling_keeps_every_finding_and_a_share_of_the_rest(start_jaeger,
     for result in rb.verify_json(jaeger.source, *finding_ids):
         assert result["fidelity"]["alarms"] == []
         kind = with_finding[result["trace_id"]]
-        if kind in ("degraded", "failed", "unexplained"):
+        if kind in ("degraded", "failed", "unexplained", "untracked"):
             assert result["findings"], (kind, result)
     rb.record_fixture("tail_sampled_degraded", jaeger, sentinel)
     app.shutdown()
