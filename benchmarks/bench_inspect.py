@@ -6,7 +6,7 @@ timed end to end as a user runs it (``ragtrail ...`` in a fresh process, Python 
 as wall-clock time and as CPU time (user+sys of the process: the figure that does not depend on what
 else the machine is running). Two 5,000-span shapes:
 
-* ``batch``: one trace holding 1,250 RAG requests (rewrite, retrieve 10, rerank 10 -> 5, cite): 27,500 events;
+* ``batch``: one trace holding 1,250 RAG requests (rewrite, retrieve 10, rerank 10 -> 5, cite): 32,500 events;
 * ``stress``: 125 retrievers of 400 candidates and 125 rerankers cutting to 100, spilled 20 events per
   span into continuation spans: 100,000 events, 85 MB of OTLP JSON.
 
@@ -151,6 +151,7 @@ def main() -> None:
             ("show   stress (5,001 spans)", _cli("show", stress_id, "--source", str(stress))),
             ("verify stress (5,001 spans)", _cli("verify", stress_id, "--source", str(stress))),
             ("diff   2 x 1,000 candidates", _cli("diff", a, b, "--source", str(pair))),
+            ("--help (start-up alone)", _cli("--help")),
         ]
         print(f"{'ragtrail command':30} {'wall':>7} {'CPU':>7}   target < 2 s")
         for name, (wall, cpu) in rows:

@@ -121,3 +121,50 @@ def test_verify_strict_fails_on_findings(tmp_path):
     findings = [line for line in strict.stdout.splitlines() if line.startswith("FINDING")]
     assert findings[0].endswith("rerank tests.llm_rerank: degraded (parse_error, fallback input_order)")
     assert findings[1].endswith("rerank tests.llm_rerank: 1 candidates vanished unexplained (b)")
+
+
+def test_show_summarises_huge_stages_and_all_or_json_show_everything(tmp_path):
+    """A batch trace: the terminal view cuts each table to --limit rows and to 20 stages, and says so with
+    '… N more' lines; --all prints every row and --json keeps every candidate and exclusion."""
+    def run(tracer):
+        with rt.stage("pipeline", "tests.batch", tracer=tracer):
+            docs = [{"id": f"doc-{i:02d}", "content": f"passage {i}", "score": 1 - i / 100} for i in range(30)]
+            with rt.stage("rerank", "tests.rerank", top_k=5, tracer=tracer) as s:
+                s.query("q")
+                s.inputs(docs)
+                s.outputs(docs[:5])
+            for n in range(22):
+                with rt.stage("retrieve", f"tests.retriever{n:02d}", tracer=tracer) as s:
+                    s.query("q")
+                    s.outputs([{"id": f"r{n:02d}-{i:02d}", "content": f"hit {i}"} for i in range(12)])
+            return format(rt_trace.get_current_span().get_span_context().trace_id, "032x")
+
+    from opentelemetry import trace as rt_trace
+
+    trace_id = record(tmp_path, run)
+    out = ragtrail("show", trace_id, "--source", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "  … 15 more exclusions (--all shows every one)" in text  # rerank: 5 out, 25 excluded, 10 shown
+    assert "  … 2 more candidates (--all shows every one)" in text  # each retriever: 12 candidates, 10 shown
+    assert text.count("more candidates (--all shows every one)") == 19  # retrievers 00-18 shown, 19-21 cut
+    assert "… candidates of 3 more stages not shown (--all shows every one)" in text
+    assert "r18-09" in text and "r18-10" not in text and "r19-00" not in text
+    assert "doc-14" in text and "doc-15" not in text  # exclusions doc-05..doc-14 shown
+    assert ragtrail("show", trace_id, "--source", str(tmp_path), "--limit", "3").stdout.count(
+        "  … 9 more candidates (--all shows every one)") == 19
+
+    everything = ragtrail("show", trace_id, "--source", str(tmp_path), "--all").stdout
+    assert "--all shows every one" not in everything and "… " not in everything
+    for n in range(22):
+        for i in range(12):
+            assert f"r{n:02d}-{i:02d}" in everything
+    for i in range(30):
+        assert f"doc-{i:02d}" in everything
+
+    manifest = json.loads(ragtrail("show", trace_id, "--source", str(tmp_path), "--json").stdout)
+    rerank = manifest["stages"][0]
+    assert [c["id"] for c in rerank["candidates"]] == [f"doc-{i:02d}" for i in range(5)]
+    assert [e["id"] for e in rerank["excluded"]] == [f"doc-{i:02d}" for i in range(5, 30)]
+    assert [[c["id"] for c in s["candidates"]] for s in manifest["stages"][1:]] == \
+        [[f"r{n:02d}-{i:02d}" for i in range(12)] for n in range(22)]

@@ -155,3 +155,24 @@ def test_coverage_statements(corpus, read, statement):
     supported = {x["claim"]: x["supported"] for x in c["claims"]}
     assert supported["quote"] is (read > 0)
     assert supported["absence"] is c["exhaustive"]
+
+
+def test_reading_and_building_pause_the_cycle_collector_and_restore_it(tmp_path):
+    """The reader pauses Python's cyclic GC while it parses (the speed fix of issue 6); a library user's
+    collector must come back exactly as it was, including when they had it off themselves."""
+    import gc
+
+    from ragtrail.inspect._gc import gc_paused
+
+    trace_id = record(tmp_path, rag_run)
+    seen = []
+    with gc_paused():
+        seen.append(gc.isenabled())
+    assert seen == [False] and gc.isenabled()
+    assert build(FileSource(tmp_path).get(trace_id))["trace_id"] == trace_id and gc.isenabled()
+    gc.disable()
+    try:
+        build(FileSource(tmp_path).get(trace_id))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -193,3 +193,47 @@ def test_a_directory_skips_files_that_are_not_traces(tmp_path):
     source = FileSource(tmp_path)
     assert source.get(trace_id).trace_id == trace_id
     assert source.latest() == trace_id
+
+
+def test_fast_line_decoder_matches_the_general_decoder_or_steps_aside(tmp_path):
+    """otlp_fast (msgspec, issue 6's speed fix) must give exactly the spans the general decoder gives for
+    every local store line it takes, and return None (general decoder) for every other spelling."""
+    from opentelemetry.trace import Status, StatusCode
+
+    from ragtrail.inspect.otlp_fast import decode_line
+    from ragtrail.inspect.sources import spans_from_document
+
+    def run(tracer):
+        trace_id = rag_run(tracer)
+        with tracer.start_as_current_span("app.other") as span:  # every OTel attribute type, an error status
+            span.set_attributes({"b": True, "f": 0.25, "i": -3, "s": "x", "ls": ["a", "b"], "li": [1, 2],
+                                 "lf": [0.5, 1.5], "lb": [True, False]})
+            span.add_event("app.event", {"n": 1, "ok": False})
+            span.set_status(Status(StatusCode.ERROR, "boom"))
+        return trace_id
+
+    record(tmp_path, run)
+    lines = [line for path in sorted(tmp_path.glob("*.jsonl")) for line in path.read_bytes().splitlines() if line]
+    assert lines
+    for line in lines:
+        fast = decode_line(line)
+        assert fast is not None, line[:200]
+        general, info = spans_from_document(json.loads(line), "x")
+        assert fast == general and info == {}
+        some = fast[0].trace_id
+        assert decode_line(line, some) == [s for s in general if s.trace_id == some]
+    other = [s for line in lines for s in decode_line(line) if s.name == "app.other"][0]
+    assert other.attributes.pop(sc.TRACE_SPAN_COUNT) == 1  # its own trace: the whole-trace processor stamps it
+    assert other.attributes == {"b": True, "f": 0.25, "i": -3, "s": "x", "ls": ["a", "b"], "li": [1, 2],
+                                "lf": [0.5, 1.5], "lb": [True, False]}
+    assert (other.status_code, other.status_message) == ("ERROR", "boom")
+    assert other.events[0].attributes == {"n": 1, "ok": False}
+
+    doc = json.loads(lines[0])
+    snake = json.loads(json.dumps(doc).replace('"startTimeUnixNano"', '"start_time_unix_nano"'))
+    for refused in (json.dumps(snake), json.dumps({"result": doc}), json.dumps({"batches": doc["resourceSpans"]}),
+                    (FIXTURES / "jaeger_v3_trace.json").read_text(), (FIXTURES / "tempo_v2_partial.json").read_text(),
+                    lines[0][:-20].decode(), "not json"):
+        assert decode_line(refused.encode()) is None
+    assert decode_line(json.dumps(snake).encode()) is None and \
+        spans_from_document(snake, "x")[0] == spans_from_document(doc, "x")[0]

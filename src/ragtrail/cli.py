@@ -15,9 +15,9 @@ from typing import Any, Callable, Iterator
 import click
 from rich.console import Console
 from rich.text import Text
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ragtrail.inspect import errors, render
+from ragtrail.inspect._gc import gc_paused
 from ragtrail.inspect.errors import EXIT_CODES, InspectError
 
 _EXIT_TABLE = "\n".join(f"  {code:<3} {text}" for code, text in EXIT_CODES)
@@ -49,6 +49,8 @@ def _progress(label: str, unit: str = "bytes") -> Iterator[Callable[[int, int], 
     if not console.is_terminal:
         yield lambda done, total: None
         return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
     columns = [TextColumn(label), BarColumn(), DownloadColumn() if unit == "bytes" else TextColumn("{task.completed}/{task.total}"),
                TimeRemainingColumn()]
     with Progress(*columns, console=console, transient=True) as progress:
@@ -93,6 +95,7 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest (SPEC §7) as JSON.")
 @click.option("--limit", type=int, default=10, show_default=True, help="Candidates shown per stage.")
 @click.option("--all", "show_all", is_flag=True, help="Show every candidate and exclusion.")
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
 def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: int, show_all: bool) -> int:
     """Show the manifest of TRACE: query hops, stages, candidates, exclusions, citations, coverage, fidelity."""
     manifest = _load(trace, source, timeout)
@@ -113,6 +116,7 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
 @click.option("--lookback", default="1h", show_default=True, help="How far back --search looks (30m, 1h, 2d).")
 @click.option("--json", "as_json", is_flag=True, help="Print the fidelity of each trace as JSON.")
 @click.option("--strict", is_flag=True, help="Also fail on findings (degraded stages, unexplained exclusions).")
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
 def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: bool, limit: int,
            query: str | None, lookback: str, as_json: bool, strict: bool) -> int:
     """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm."""
@@ -170,6 +174,7 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
 @click.option("--exit-code", is_flag=True, help="Exit 1 when the evidence differs.")
 @click.option("--limit", type=int, default=10, show_default=True, help="Differences shown per stage.")
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
 def diff_cmd(trace_a: str, trace_b: str, source: str | None, timeout: float, source_b: str | None,
              as_json: bool, exit_code: bool, limit: int) -> int:
     """Compare the evidence of two traces stage by stage, and say where it first differs."""
@@ -190,6 +195,7 @@ def diff_cmd(trace_a: str, trace_b: str, source: str | None, timeout: float, sou
 @_source_option
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, writable=True),
               help="The HTML file to write.")
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
 def report(trace: str, source: str | None, timeout: float, output: str) -> int:
     """Write TRACE's manifest as one self-contained HTML file (funnel, hops, tables, fidelity)."""
     from ragtrail.inspect import report as html

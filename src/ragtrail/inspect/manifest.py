@@ -13,6 +13,7 @@ from typing import Any
 
 from ragtrail import semconv as sc
 
+from ._gc import gc_paused
 from .coverage import coverage, survival
 from .model import Span, Trace
 from .stages import StageView, Stitched, stitch
@@ -207,6 +208,7 @@ def _threshold_probability(trace_state: str | None) -> float | None:
     return None
 
 
+@gc_paused()
 def build(trace: Trace) -> dict[str, Any]:
     """The manifest of SPEC §7 (plus the detail the terminal and HTML views need)."""
     stitched = stitch(trace)
@@ -286,6 +288,7 @@ def build(trace: Trace) -> dict[str, Any]:
     }
 
 
+@gc_paused()
 def fidelity_only(trace: Trace) -> dict[str, Any]:
     """What ``verify`` needs and nothing more (no candidate tables): the trace's fidelity and sizes."""
     stitched = stitch(trace)

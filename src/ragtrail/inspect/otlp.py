@@ -74,18 +74,23 @@ def decode_value(value: Any) -> Any:
 
 
 def decode_attributes(items: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
-    """Attributes as a dict; strings and ints (nearly all of a ragtrail trace) take a fast path."""
+    """Attributes as a dict. Strings, ints and doubles (nearly all of a ragtrail trace: a 5,000-span
+    trace holds about a million of them) take an inlined fast path; everything else goes through
+    :func:`decode_value`."""
     out: dict[str, Any] = {}
-    for kv in items or ():
+    if not items:
+        return out
+    for kv in items:
         value = kv.get("value")
         if value:
-            text = value.get("stringValue")
-            if text is not None:
-                out[kv["key"]] = text
+            if "stringValue" in value:
+                out[kv["key"]] = value["stringValue"]
                 continue
-            number = value.get("intValue")
-            if number is not None:
-                out[kv["key"]] = int(number)
+            if "intValue" in value:
+                out[kv["key"]] = int(value["intValue"])
+                continue
+            if "doubleValue" in value:
+                out[kv["key"]] = float(value["doubleValue"])
                 continue
         out[kv["key"]] = decode_value(value)
     return out
@@ -103,15 +108,17 @@ def _scope_spans(resource_spans: dict[str, Any]) -> list[dict[str, Any]]:
 
 def decode_span(raw: dict[str, Any], resource: dict[str, Any], scope_name: str | None) -> Span:
     """One OTLP JSON span."""
-    events = [
-        Event(
-            name=e.get("name", ""),
-            time_ns=_int(_get(e, "timeUnixNano", "time_unix_nano", 0)),
-            attributes=decode_attributes(e.get("attributes")),
-            dropped_attributes=_int(_get(e, "droppedAttributesCount", "dropped_attributes_count", 0)),
-        )
-        for e in raw.get("events") or ()
-    ]
+    events = []
+    append = events.append
+    for e in raw.get("events") or ():  # the hot loop: up to 100,000 events a trace, so no helper calls
+        when = e.get("timeUnixNano")
+        if when is None:
+            when = e.get("time_unix_nano")
+        dropped = e.get("droppedAttributesCount")
+        if dropped is None:
+            dropped = e.get("dropped_attributes_count")
+        append(Event(e.get("name", ""), int(when) if when not in (None, "") else 0,
+                     decode_attributes(e.get("attributes")), int(dropped) if dropped not in (None, "") else 0))
     status = raw.get("status") or {}
     code = status.get("code")
     return Span(

@@ -13,17 +13,20 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from ragtrail import semconv as sc
 
+from ._gc import gc_paused
 from .errors import (HttpStatusError, InspectError, MalformedInput, SourceUnreachable, TraceNotFound,
                      TruncatedInput, UsageError)
 from .jaeger import decode_jaeger_trace
 from .model import Span, Trace, is_trace_id, normalize_trace_id
 from .otlp import decode_document, id_forms
+from .otlp_fast import decode_line
+
+if TYPE_CHECKING:  # httpx is imported only when a server is read: it costs ~60 ms of every CLI start
+    import httpx
 
 ENV_SOURCE = "RAGTRAIL_SOURCE"
 DEFAULT_STORE = ".ragtrail"
@@ -60,8 +63,8 @@ def _looks_truncated(text: str, exc: Exception) -> bool:
 
 
 try:  # several times faster on large traces; the standard library is the fallback
-    import orjson as _fast_json
-except ImportError:  # pragma: no cover - orjson is a runtime dependency
+    import msgspec.json as _fast_json
+except ImportError:  # pragma: no cover - msgspec is a runtime dependency
     _fast_json = None
 
 
@@ -69,8 +72,8 @@ def loads(text: str | bytes, where: str) -> Any:
     """Parse JSON; a failure says malformed or truncated, and where it happened."""
     if _fast_json is not None:
         try:
-            return _fast_json.loads(text)
-        except _fast_json.JSONDecodeError:
+            return _fast_json.decode(text)
+        except Exception:  # msgspec.DecodeError and friends
             pass  # re-parse with the standard library for a precise diagnosis
     try:
         return json.loads(text)
@@ -199,6 +202,7 @@ class FileSource:
         except ValueError:
             return True
 
+    @gc_paused()
     def _read_documents(self, trace_id: str | None) -> tuple[list[Span], dict[str, Any], int, int]:
         """All spans (of ``trace_id`` when given), info, lines read, unreadable lines skipped."""
         files = self.files()
@@ -230,6 +234,10 @@ class FileSource:
                 if forms and not any(f in line.data for f in forms):
                     continue
                 lines_read += 1
+                fast = decode_line(line.data, trace_id)
+                if fast is not None:  # a camelCase OTLP JSON line (the local store's): see otlp_fast
+                    spans.extend(fast)
+                    continue
                 try:
                     doc = loads(line.data, f"{line.path}:{line.number}")
                     got, got_info = spans_from_document(doc, str(line.path), trace_id)
@@ -307,9 +315,13 @@ class _HttpSource:
                  transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.description = f"{self.name} at {self.base_url}"
+        import httpx
+
         self.client = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
 
     def _get(self, path: str, params: dict[str, Any] | None = None, allow_404: bool = False) -> httpx.Response | None:
+        import httpx
+
         try:
             response = self.client.get(path, params=params)
         except httpx.TimeoutException:
@@ -326,6 +338,7 @@ class _HttpSource:
                                   "check the URL in --source and the server's logs")
         return response
 
+    @gc_paused()
     def _json(self, response: httpx.Response, where: str) -> Any:
         text = response.text
         try:
@@ -337,6 +350,7 @@ class _HttpSource:
                 raise MalformedInput(f"{where} returned an empty body", "check the server version") from None
             return docs
 
+    @gc_paused()
     def _trace_from(self, body: Any, trace_id: str, where: str) -> Trace | None:
         docs = body if isinstance(body, list) else [body]
         spans: list[Span] = []
