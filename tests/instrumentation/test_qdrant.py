@@ -459,6 +459,10 @@ class _FakeQdrantHandler(BaseHTTPRequestHandler):
 
     local: QdrantClient
     seen: list[tuple[str, str]]
+    # when set, a collection-config read is answered only once the test releases it (or after
+    # GATE_TIMEOUT); ``late`` records the reads answered without the release
+    gate: threading.Event | None = None
+    late: list[str]
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
@@ -475,6 +479,8 @@ class _FakeQdrantHandler(BaseHTTPRequestHandler):
         self.seen.append(("GET", self.path))
         if self.path.startswith("/collections/"):
             name = self.path.split("/")[2]
+            if self.gate is not None and not self.gate.wait(GATE_TIMEOUT):
+                self.late.append(self.path)
             with suppress_instrumentation():  # the stand-in server is not the app under test
                 info = self.local.get_collection(name)
             self._reply(info.model_dump(mode="json", exclude_none=True))
@@ -499,31 +505,150 @@ class _FakeQdrantHandler(BaseHTTPRequestHandler):
         self._reply(result.model_dump(mode="json", exclude_none=True))
 
 
+GATE_TIMEOUT = 3.0
+
+
 @pytest.fixture
 def fake_remote():
-    handler = type("Handler", (_FakeQdrantHandler,), {"local": make_client(models.Distance.EUCLID), "seen": []})
+    handler = type("Handler", (_FakeQdrantHandler,), {"local": make_client(models.Distance.EUCLID), "seen": [],
+                                                      "late": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    server.handler = handler  # type: ignore[attr-defined]
     yield server, handler.seen
+    if handler.gate is not None:
+        handler.gate.set()
     server.shutdown()
     server.server_close()
+
+
+def wait_for_config(client: Any, collection: str = "docs", timeout: float = 10.0) -> None:
+    """Wait until the background read of a remote collection's config has landed (or failed)."""
+    import ragtrail.instrumentation.qdrant as module
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        hit, facts = module._cached(client, collection)
+        if hit and facts is not module._PENDING:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the collection's config was never read")
+
+
+async def await_config(client: Any, collection: str = "docs", timeout: float = 10.0) -> None:
+    import ragtrail.instrumentation.qdrant as module
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        hit, facts = module._cached(client, collection)
+        if hit and facts is not module._PENDING:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the collection's config was never read")
+
+
+PENDING = "score kind unknown: the collection's config is still being read"
 
 
 def test_remote_client_reads_config_once_and_never_counts(instrumentor, span_exporter, fake_remote) -> None:
     server, seen = fake_remote
     client = QdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False)
     first = client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
+    wait_for_config(client)
     second = client.query_points("docs", query=[0.0, 0.2, 0.9], limit=2)
+    third = client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
     assert [p.id for p in first.points] == [1, 4]
     assert seen.count(("GET", "/collections/docs")) == 1  # cached for the client's life
     assert not any("count" in path for _, path in seen)
     spans = span_exporter.get_finished_spans()
-    a, b = retrieve_spans(span_exporter)
-    for span, result, vector in ((a, first, [0.9, 0.2, 0.0]), (b, second, [0.0, 0.2, 0.9])):
+    a, b, c = retrieve_spans(span_exporter)
+    # the first query did not wait for the config: its scores are recorded without a kind
+    check_span(a, spans, first.points, component="qdrant_client.QdrantClient.query_points",
+               kind=sc.SCORE_NONE, top_k=2, vector=[0.9, 0.2, 0.0], corpus=None, extra={sc.STAGE_FINDINGS: (PENDING,)})
+    for span, result, vector in ((b, second, [0.0, 0.2, 0.9]), (c, third, [0.9, 0.2, 0.0])):
         check_span(span, spans, result.points, component="qdrant_client.QdrantClient.query_points",
                    kind=sc.SCORE_DISTANCE, top_k=2, vector=vector, corpus=None)
     client.close()
+
+
+def test_remote_config_read_never_delays_the_hosts_call(instrumentor, span_exporter, fake_remote) -> None:
+    """The config read is held by the server until the host's call has returned: a read on the host's
+    path would wait out the gate (and be answered late)."""
+    server, seen = fake_remote
+    server.handler.gate = gate = threading.Event()
+    client = QdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False, timeout=10)
+    with suppress_instrumentation():
+        want = client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
+    got = client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
+    answered_late = list(server.handler.late)
+    gate.set()
+    assert got == want
+    assert answered_late == []  # the host's call returned while the config read was still held
+    [span] = retrieve_spans(span_exporter)
+    assert span.end_time is not None and span.attributes[sc.STAGE_FINDINGS] == (PENDING,)
+    wait_for_config(client)
+    assert seen.count(("GET", "/collections/docs")) == 1
+    client.close()
+
+
+async def test_async_remote_cancel_after_the_result_arrived(instrumentor, span_exporter, fake_remote) -> None:
+    """The real AsyncQdrantClient over HTTP: once query_points has its answer nothing more is awaited,
+    so a cancellation that comes while the config read is held cannot lose the result or leave the
+    stage span open (and the context attached)."""
+    server, seen = fake_remote
+    server.handler.gate = gate = threading.Event()
+    client = AsyncQdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False,
+                               timeout=10)
+    with suppress_instrumentation():
+        want = await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
+    before = trace.get_current_span()
+    task = asyncio.ensure_future(client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2))
+    deadline = time.monotonic() + 5
+    while ("GET", "/collections/docs") not in seen and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    assert ("GET", "/collections/docs") in seen  # the config read is under way (and held)
+    task.cancel()
+    got = await task  # before the fix: CancelledError, though the answer had arrived
+    assert got == want
+    [span] = retrieve_spans(span_exporter)
+    assert span.end_time is not None
+    assert span.attributes[sc.STAGE_STATUS] == sc.STATUS_OK
+    assert span.attributes[sc.STAGE_FINDINGS] == (PENDING,)
+    assert trace.get_current_span() is before
+    gate.set()
+    await await_config(client)
+    again = await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
+    assert again == want
+    last = retrieve_spans(span_exporter)[-1]
+    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in last.events} == {sc.SCORE_DISTANCE}
+    assert seen.count(("GET", "/collections/docs")) == 1
+    await client.close()
+
+
+async def test_async_remote_read_cancelled_with_its_loop_is_asked_again(instrumentor, span_exporter,
+                                                                       fake_remote) -> None:
+    import ragtrail.instrumentation.qdrant as module
+
+    server, seen = fake_remote
+    server.handler.gate = threading.Event()
+    client = AsyncQdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False,
+                               timeout=10)
+    await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
+    [read] = list(module._reads)
+    read.cancel()  # what asyncio.run does to a task still pending when the loop ends
+    with pytest.raises(asyncio.CancelledError):
+        await read
+    await asyncio.sleep(0)  # its done callbacks run on the next loop step
+    assert module._cached(client, "docs") == (False, None)  # nothing cached: the next query asks again
+    server.handler.gate.set()
+    await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
+    await await_config(client)
+    # the cancelled read never started; the second query's read did, and landed
+    assert seen.count(("GET", "/collections/docs")) == 1
+    hit, facts = module._cached(client, "docs")
+    assert hit and facts is not module._PENDING and facts is not None
+    await client.close()
 
 
 # --- under opentelemetry-instrument ----------------------------------------------------------------
@@ -623,20 +748,30 @@ def test_remote_failed_config_read_is_retried_later_not_per_query(instrumentor, 
     client = QdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False)
     original = QdrantClient.get_collection
     failing = {"on": True}
+    asked: list[str] = []
 
     def flaky(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self is not client:  # the stand-in server's own local client
+            return original(self, *args, **kwargs)
+        asked.append("get_collection")
         if failing["on"]:
             raise ConnectionError("network blip")
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(QdrantClient, "get_collection", flaky)
-    client.query_points("docs", query=[1.0, 0.0, 0.0], limit=1)
+    client.query_points("docs", query=[1.0, 0.0, 0.0], limit=1)  # starts the read, which fails
+    wait_for_config(client)
     failing["on"] = False
     client.query_points("docs", query=[1.0, 0.0, 0.0], limit=1)  # within the retry delay: not asked again
+    assert asked == ["get_collection"]
     monkeypatch.setattr(module, "RETRY_FAILED_READ_SECONDS", 0.0)
+    client.query_points("docs", query=[1.0, 0.0, 0.0], limit=1)  # asks again, in the background
+    wait_for_config(client)
+    monkeypatch.setattr(module, "RETRY_FAILED_READ_SECONDS", 60.0)
     client.query_points("docs", query=[1.0, 0.0, 0.0], limit=1)
     kinds = [{e.attributes[sc.CANDIDATE_SCORE_KIND] for e in s.events} for s in retrieve_spans(span_exporter)]
-    assert kinds == [{sc.SCORE_NONE}, {sc.SCORE_NONE}, {sc.SCORE_DISTANCE}]
+    assert kinds == [{sc.SCORE_NONE}, {sc.SCORE_NONE}, {sc.SCORE_NONE}, {sc.SCORE_DISTANCE}]
+    assert asked == ["get_collection"] * 2
     assert seen.count(("GET", "/collections/docs")) == 1
     client.close()
 

@@ -151,6 +151,48 @@ async def test_the_library_executor_alone_loses_the_parent(ranker, instrumentor,
     assert span.parent is None
 
 
+def _spy_library_rank_async(monkeypatch: Any) -> list[Any]:
+    """Record each run of the library's own ``BaseRanker.rank_async`` body (it asks ``get_event_loop``)."""
+    import rerankers.models.ranker as ranker_module
+
+    runs: list[Any] = []
+    original = ranker_module.get_event_loop
+
+    def spy() -> Any:
+        runs.append(trace.get_current_span())
+        return original()
+
+    monkeypatch.setattr(ranker_module, "get_event_loop", spy)
+    return runs
+
+
+async def test_rank_async_not_recording_runs_the_librarys_own_code(ranker, instrumentor, span_exporter,
+                                                                   monkeypatch) -> None:
+    """Suppressed, or inside a rerank stage that already records the call: the library's rank_async
+    runs untouched, and the rank it starts in the executor (which cannot see the suppression) does
+    not open a stray root span either."""
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    import ragtrail
+    from ragtrail.instrumentation import rerankers as module
+
+    runs = _spy_library_rank_async(monkeypatch)
+    plain = await ranker.rank_async(QUERY, DOCS)  # recording: ragtrail's context-carrying twin
+    assert runs == []
+    span_exporter.clear()
+    with suppress_instrumentation():
+        suppressed = await ranker.rank_async(QUERY, DOCS)
+    assert len(runs) == 1
+    assert repr(suppressed) == repr(plain)
+    assert rerank_spans(span_exporter) == []
+    with ragtrail.stage("rerank", "app.outer"):
+        inside = await ranker.rank_async(QUERY, DOCS)
+    assert len(runs) == 2
+    assert repr(inside) == repr(plain)
+    assert [s.name for s in rerank_spans(span_exporter)] == ["rerank outer"]  # the outer stage only
+    assert module._passing == {}  # nothing left marked once the calls returned
+
+
 # --- an application-defined ranker ----------------------------------------------------------------
 
 

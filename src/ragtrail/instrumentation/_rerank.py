@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import math
 import operator
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
-import wrapt
 from opentelemetry import trace
 
 from ragtrail import config as capture_config
@@ -217,30 +215,6 @@ async def run_async(tracer: trace.Tracer, key: str, wrapped: Callable[..., Await
         return result
 
 
-def patch_when_imported(instrumentor: Any, module: str, patch: Callable[[], None]) -> None:
-    """Run ``patch`` now when ``module`` is already imported, else when the application first imports it.
-
-    sentence-transformers and rerankers take 5-10 s to import (torch): instrumenting must not make
-    every process that merely has them installed pay that at start-up. ``uninstrument`` (or a new
-    ``instrument``) retires a pending hook: call :func:`retire_import_hooks` in ``_uninstrument``."""
-    token = object()
-    instrumentor._ragtrail_import_token = token
-
-    def hook(_module: Any) -> None:
-        if getattr(instrumentor, "_ragtrail_import_token", None) is token:
-            guard(f"{module}.patch", patch)
-
-    if module in sys.modules:
-        hook(sys.modules[module])
-    else:
-        wrapt.register_post_import_hook(hook, module)
-
-
-def retire_import_hooks(instrumentor: Any) -> None:
-    """A hook registered by :func:`patch_when_imported` that has not fired yet will do nothing."""
-    instrumentor._ragtrail_import_token = None
-
-
 def argument(args: tuple, kwargs: Mapping[str, Any], position: int | None, *names: str, default: Any = None) -> Any:
     """A call argument by keyword (any of ``names``) or by position (``None``: keyword-only)."""
     for name in names:
@@ -281,6 +255,6 @@ def top_k_of(value: Any) -> int | None:
 
 __all__ = [
     "RerankCall", "argument", "component_of", "document_list", "finish_failed", "finish_ok", "inside_rerank_stage",
-    "open_stage", "patch_when_imported", "plain_score", "ranked", "retire_import_hooks", "run_async", "run_sync",
+    "open_stage", "plain_score", "ranked", "run_async", "run_sync",
     "should_record", "snapshot", "top_k_of",
 ]

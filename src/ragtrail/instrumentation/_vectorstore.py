@@ -32,7 +32,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from opentelemetry import trace
 
@@ -321,11 +321,3 @@ def _call(fn: Callable[[], Any], site: str) -> Any:
         _internal_error(site, exc)
         return None
 
-
-async def aguard(site: str, fn: Callable[[], Awaitable[Any]]) -> Any:
-    """Await a recording step (an async store read); an error is counted, never raised."""
-    try:
-        return await fn()
-    except Exception as exc:
-        _internal_error(site, exc)
-        return None

@@ -18,9 +18,7 @@ from ragtrail.instrumentation._rerank import (
     argument,
     component_of,
     document_list,
-    patch_when_imported,
     ranked,
-    retire_import_hooks,
     run_async,
     run_sync,
     top_k_of,
@@ -61,15 +59,11 @@ class CohereInstrumentor(RagtrailInstrumentor):
     _instruments = ("cohere >= 5",)
 
     def _patch(self, **kwargs: Any) -> None:
-        patch_when_imported(self, "cohere", self._patch_now)
+        self.when_imported("cohere", self._patch_now)
 
     def _patch_now(self) -> None:
         for module, name, is_async in _TARGETS:
             self.wrap(module, name, self._async_wrapper if is_async else self._sync_wrapper)
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        retire_import_hooks(self)
-        super()._uninstrument(**kwargs)
 
     def _sync_wrapper(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         return run_sync(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare(instance, args, kwargs), _record)

@@ -18,9 +18,7 @@ from ragtrail.instrumentation._rerank import (
     argument,
     component_of,
     document_list,
-    patch_when_imported,
     ranked,
-    retire_import_hooks,
     run_sync,
 )
 from ragtrail.stage import Stage
@@ -71,11 +69,7 @@ class FlashrankInstrumentor(RagtrailInstrumentor):
     _instruments = ("flashrank >= 0.2",)
 
     def _patch(self, **kwargs: Any) -> None:
-        patch_when_imported(self, "flashrank", lambda: self.wrap("flashrank.Ranker", "Ranker.rerank", self._rerank))
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        retire_import_hooks(self)
-        super()._uninstrument(**kwargs)
+        self.when_imported("flashrank", lambda: self.wrap("flashrank.Ranker", "Ranker.rerank", self._rerank))
 
     def _rerank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         listwise = getattr(instance, "llm_model", None) is not None

@@ -17,7 +17,7 @@ has one) is patched on its own class:
 
 Why post-import hooks: importing Haystack costs seconds (and the sentence-transformers integration
 imports torch), so nothing is imported until the application imports it itself; a hook patches each
-module the moment it is loaded. Why the executor patch: the multi-query retrievers run the inner
+module the moment it is loaded (:meth:`RagtrailInstrumentor.when_imported`). Why the executor patch: the multi-query retrievers run the inner
 retriever on a plain ``ThreadPoolExecutor`` that does not carry the caller's context, so the inner
 spans would start new traces; the module's ``ThreadPoolExecutor`` name is replaced with a subclass
 that runs each submitted callable in a copy of the submitter's context.
@@ -31,15 +31,13 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Collection, Mapping
 
-import wrapt
 
 from ragtrail import config as capture_config
 from ragtrail import semconv as sc
-from ragtrail.candidates import Candidate, adapt, register_adapter, unregister_adapter
+from ragtrail.candidates import Candidate, adapt
 from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, suppressed
 from ragtrail.receipts import canonical_json, finite_or_none, receipt
 from ragtrail.stage import Stage, current_pipeline, stage as new_stage
@@ -652,59 +650,30 @@ class HaystackInstrumentor(RagtrailInstrumentor):
     ``HaystackInstrumentor().instrument(tracer_provider=...)`` in code."""
 
     _instruments = _instruments
-    # class attributes, not __init__: BaseInstrumentor is a singleton whose __init__ runs again on
-    # every HaystackInstrumentor() call, which must not forget which hooks are current
-    _generation = 0
-    _lock = threading.Lock()
-    _adapter_cls: type | None = None
 
     def _patch(self, **kwargs: Any) -> None:
-        with self._lock:
-            self._generation += 1
-            generation = self._generation
         modules: dict[str, None] = {}
         for module, _, _ in _TARGETS:
             modules[module] = None
         for module in modules:
-            wrapt.register_post_import_hook(functools.partial(self._on_import, generation, module), module)
+            self.when_imported(module, functools.partial(self._patch_module, module))
 
-    def _uninstrument(self, **kwargs: Any) -> None:
-        with self._lock:
-            self._generation += 1
-            super()._uninstrument(**kwargs)
-            if self._adapter_cls is not None:
-                unregister_adapter(self._adapter_cls)
-                self._adapter_cls = None
+    def _patch_module(self, name: str) -> None:
+        """Patch ``name``'s components now that the application imported it."""
+        from haystack.dataclasses import Document
 
-    def _on_import(self, generation: int, name: str, module: Any) -> None:
-        """Patch ``name`` now that the application imported it (a stale generation is a hook left
-        from an earlier ``instrument()`` and does nothing)."""
-        with self._lock:
-            if generation != self._generation:
-                return
-            try:
-                self._register_adapter()
-                for target_module, cls_name, handler in _TARGETS:
-                    if target_module != name:
-                        continue
-                    self.wrap(name, f"{cls_name}.run", self._sync_wrapper(handler))
-                    self.wrap(name, f"{cls_name}.run_async", self._async_wrapper(handler))
-                if name in _MULTI_QUERY_MODULES:
-                    cls_name = _MULTI_QUERY_MODULES[name]
-                    self.wrap(name, f"{cls_name}._run_on_thread", _per_query_sync)
-                    self.wrap(name, f"{cls_name}._run_one_async", _per_query_async)
-                    self.wrap(name, "ThreadPoolExecutor", _executor_factory)
-            except Exception as exc:  # never break the application's import
-                from ragtrail.stage import _internal_error
-
-                _internal_error(f"haystack.patch {name}", exc)
-
-    def _register_adapter(self) -> None:
-        if self._adapter_cls is None:
-            from haystack.dataclasses import Document
-
-            register_adapter(Document, _document_adapter)
-            self._adapter_cls = Document
+        if Document not in self._adapters:
+            self.register_adapter(Document, _document_adapter)
+        for target_module, cls_name, handler in _TARGETS:
+            if target_module != name:
+                continue
+            self.wrap(name, f"{cls_name}.run", self._sync_wrapper(handler))
+            self.wrap(name, f"{cls_name}.run_async", self._async_wrapper(handler))
+        if name in _MULTI_QUERY_MODULES:
+            cls_name = _MULTI_QUERY_MODULES[name]
+            self.wrap(name, f"{cls_name}._run_on_thread", _per_query_sync)
+            self.wrap(name, f"{cls_name}._run_one_async", _per_query_async)
+            self.wrap(name, "ThreadPoolExecutor", _executor_factory)
 
     # --- the wrappers: open the stage, snapshot before, call through untouched, record after ---------
     def _open(self, handler: _Handler, instance: Any, wrapped: Any, args: tuple, kwargs: dict) -> tuple[Stage, dict] | None:

@@ -11,18 +11,24 @@
   ``similarity``, ``Euclid``/``Manhattan`` are ``distance`` (Qdrant returns those ascending);
   a fusion query is ``rrf`` (RRF) or ``similarity`` (DBSF), a BM25 text query ``bm25``, order-by,
   sample, discover and context queries ``none``.
-* Cost: a local client (``:memory:`` or a path) is in-process: its vector config is read in place
-  and ``count(exact=True)`` (``ragtrail.coverage.corpus_size``) asked on every call (~20 µs for 2k
-  points; ``get_collection`` would deep-copy the config, ~10x that). A remote client would pay a
-  round trip: its config is fetched with ``get_collection`` once per collection and cached for the
-  client's life (a failed read is retried after ``RETRY_FAILED_READ_SECONDS``; until then the
-  scores are recorded with kind ``none`` and a finding), and the corpus size is not asked.
+* Cost: nothing that waits on the network runs on the host's path, and nothing at all is awaited
+  after the host's call returned (a cancellation there would lose a result that had arrived). A
+  local client (``:memory:`` or a path) is in-process: its vector config is read in place and its
+  exact count (``ragtrail.coverage.corpus_size``) taken after the call, synchronously (~20 µs for
+  2k points; ``get_collection`` would deep-copy the config, ~10x that). A remote client's config is
+  read with ``get_collection`` once per collection, off the query path (a daemon thread for
+  ``QdrantClient``, a task on the running loop for ``AsyncQdrantClient``, with instrumentation
+  suppressed) and cached for the client's life: until it arrives, and for
+  ``RETRY_FAILED_READ_SECONDS`` after a failed read, the scores are recorded with kind ``none`` and
+  a finding. The corpus size of a remote collection is not asked.
 * The query is recorded as text for a ``Document``/``TextQuery`` (inference) query, as a vector
   receipt for a dense vector; a point-id query records neither.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import threading
 import time
 import weakref
@@ -30,20 +36,20 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping
 
 from ragtrail import semconv as sc
-from ragtrail.candidates import Candidate, normalize_id, register_adapter, unregister_adapter
+from ragtrail.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, is_suppressed, suppressed
 from ragtrail.instrumentation._vectorstore import (
     Outcome,
     Query,
     Row,
     StoreCall,
-    aguard,
     arguments_of,
     filter_json,
     plain,
     text_of,
 )
 from ragtrail.receipts import canonical_json, content_id
+from ragtrail.stage import _internal_error
 
 _KEY = "ragtrail.qdrant"
 _METHODS = ("query_points", "query_batch_points", "query_points_groups")
@@ -58,9 +64,12 @@ class _Facts:
     points_count: int | None = None
 
 
-# remote clients: collection name -> (facts or None after a failed read, monotonic time of the read)
+# a remote collection's config while its read is in flight: no score kind yet
+_PENDING = _Facts()
+# remote clients: collection name -> (facts, _PENDING while read, None after a failed read; monotonic time)
 _remote_facts: "weakref.WeakKeyDictionary[Any, dict[str, tuple[_Facts | None, float]]]" = weakref.WeakKeyDictionary()
 _remote_lock = threading.Lock()
+_reads: set["asyncio.Task[None]"] = set()  # background config reads on the host's loop (strong refs)
 RETRY_FAILED_READ_SECONDS = 60.0
 
 
@@ -70,20 +79,18 @@ class QdrantInstrumentor(RagtrailInstrumentor):
     _instruments: Collection[str] = ("qdrant-client >= 1.12",)
 
     def _patch(self, **kwargs: Any) -> None:
+        # patched when the application imports them: qdrant-client takes ~0.8 s to import
+        self.when_imported("qdrant_client.qdrant_client", lambda: self._patch_module(False))
+        self.when_imported("qdrant_client.async_qdrant_client", lambda: self._patch_module(True))
+
+    def _patch_module(self, is_async: bool) -> None:
         from qdrant_client.http.models import ScoredPoint
 
+        self.register_adapter(ScoredPoint, point_candidate)
+        module = "qdrant_client.async_qdrant_client" if is_async else "qdrant_client.qdrant_client"
+        owner = "AsyncQdrantClient" if is_async else "QdrantClient"
         for method in _METHODS:
-            self.wrap("qdrant_client.qdrant_client", f"QdrantClient.{method}", self._sync(method))
-            self.wrap("qdrant_client.async_qdrant_client", f"AsyncQdrantClient.{method}", self._async(method))
-        register_adapter(ScoredPoint, point_candidate)
-        self._adapted = ScoredPoint
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        super()._uninstrument(**kwargs)
-        adapted = getattr(self, "_adapted", None)
-        if adapted is not None:
-            unregister_adapter(adapted)
-            self._adapted = None
+            self.wrap(module, f"{owner}.{method}", self._async(method) if is_async else self._sync(method))
 
     def _sync(self, method: str) -> Callable[..., Any]:
         def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -98,8 +105,7 @@ class QdrantInstrumentor(RagtrailInstrumentor):
                         call.fail(exc)
                     raise
                 if call is not None:
-                    facts = guard("qdrant.facts", _facts, instance, call.collection) if call.active else None
-                    call.complete(lambda: _outcome(call, result, facts))
+                    _complete(call, result, instance, _facts)
                 return result
 
         return wrapper
@@ -116,14 +122,24 @@ class QdrantInstrumentor(RagtrailInstrumentor):
                     if call is not None:
                         call.fail(exc)
                     raise
+                # nothing is awaited from here on: the result has arrived and is the host's
                 if call is not None:
-                    facts = None
-                    if call.active:
-                        facts = await aguard("qdrant.facts", lambda: _afacts(instance, call.collection))
-                    call.complete(lambda: _outcome(call, result, facts))
+                    _complete(call, result, instance, _afacts)
                 return result
 
         return wrapper
+
+
+def _complete(call: "_QdrantCall", result: Any, instance: Any,
+              facts_of: Callable[[Any, str | None], "_Facts | None"]) -> None:
+    """Read the collection's facts (local or cached: never a wait on the network) and end the
+    stages; they end even if the read is interrupted."""
+    facts = None
+    try:
+        if call.active:
+            facts = guard("qdrant.facts", facts_of, instance, call.collection)
+    finally:
+        call.complete(lambda: _outcome(call, result, facts))
 
 
 def point_candidate(point: Any) -> Candidate:
@@ -279,7 +295,8 @@ def _outcome(call: _QdrantCall, result: Any, facts: _Facts | None) -> Outcome | 
             candidates.append(candidate)
         found.candidates = candidates
         if found.score_kind is None and candidates:
-            found.findings.append("score kind unknown: the collection's distance could not be read")
+            found.findings.append("score kind unknown: the collection's config is still being read" if facts is _PENDING
+                                  else "score kind unknown: the collection's distance could not be read")
         return found
 
     size = None
@@ -312,28 +329,108 @@ def _local_config(instance: Any, collection: str) -> _Facts | None:
         return None
 
 
+def _local_count(instance: Any, collection: str) -> int | None:
+    """The in-process collection's exact count, read in place (the async client's ``count`` is a
+    coroutine, which must not be awaited after the host's call)."""
+    try:
+        return int(instance._client._get_collection(collection).count().count)
+    except AttributeError:
+        return None
+
+
 def _cached(instance: Any, collection: str) -> tuple[bool, _Facts | None]:
-    """A remote collection's config as read before; a failed read is retried after a while."""
+    """A remote collection's config as read before (``_PENDING`` while the read is in flight); a
+    failed read is retried after a while."""
     with _remote_lock:
         per_client = _remote_facts.get(instance)
         found = per_client.get(collection) if per_client is not None else None
     if found is None:
         return False, None
     facts, when = found
-    if facts is None and time.monotonic() - when >= RETRY_FAILED_READ_SECONDS:
+    if _expired(facts, when):
         return False, None
     return True, facts
+
+
+def _expired(facts: _Facts | None, when: float) -> bool:
+    """A failed read, or one still pending after ``RETRY_FAILED_READ_SECONDS`` (its thread or loop
+    died), is asked again."""
+    return (facts is None or facts is _PENDING) and time.monotonic() - when >= RETRY_FAILED_READ_SECONDS
+
+
+def _claim(instance: Any, collection: str) -> bool:
+    """Mark the collection's config as being read; False when another caller already claimed it."""
+    try:
+        with _remote_lock:
+            per_client = _remote_facts.setdefault(instance, {})
+            found = per_client.get(collection)
+            if found is not None and not _expired(*found):
+                return False
+            per_client[collection] = (_PENDING, time.monotonic())
+            return True
+    except TypeError:  # pragma: no cover - a client that cannot be weakly referenced: never read
+        return False
 
 
 def _remember(instance: Any, collection: str, facts: _Facts | None) -> None:
     try:
         with _remote_lock:
             _remote_facts.setdefault(instance, {})[collection] = (facts, time.monotonic())
-    except TypeError:  # pragma: no cover - a client that cannot be weakly referenced: ask again next time
+    except TypeError:  # pragma: no cover - a client that cannot be weakly referenced
         pass
 
 
+def _forget_pending(instance: Any, collection: str) -> None:
+    with _remote_lock:
+        per_client = _remote_facts.get(instance)
+        if per_client is not None and per_client.get(collection, (None,))[0] is _PENDING:
+            del per_client[collection]
+
+
+def _read_in_background(instance: Any, collection: str) -> None:
+    """Read a remote collection's config on a daemon thread, with instrumentation suppressed (it is
+    ragtrail's read, not the application's), for the queries that come after this one."""
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    def read() -> None:
+        facts = None
+        try:
+            with suppress_instrumentation():
+                facts = _facts_of(instance.get_collection(collection), local=False)
+        except Exception as exc:
+            _internal_error("qdrant.read_config", exc)
+        finally:
+            _remember(instance, collection, facts)
+
+    threading.Thread(target=read, name="ragtrail-qdrant-config", daemon=True).start()
+
+
+def _aread_in_background(instance: Any, collection: str) -> None:
+    """The async client's twin of :func:`_read_in_background`: a task on the running loop, in a
+    fresh context. Cancelled with its loop, it leaves nothing cached (the next loop asks again)."""
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    async def read() -> None:
+        facts = None
+        try:
+            with suppress_instrumentation():
+                facts = _facts_of(await instance.get_collection(collection), local=False)
+        except Exception as exc:
+            _internal_error("qdrant.read_config", exc)
+        _remember(instance, collection, facts)
+
+    def done(task: "asyncio.Task[None]") -> None:
+        _reads.discard(task)
+        if task.cancelled():  # possibly before it ever ran: nothing was read, nothing remembered
+            _forget_pending(instance, collection)
+
+    task = asyncio.get_running_loop().create_task(read(), context=contextvars.Context())
+    _reads.add(task)
+    task.add_done_callback(done)
+
+
 def _facts(instance: Any, collection: str | None) -> _Facts | None:
+    """``QdrantClient``: local facts read now, remote ones from the cache (read in the background)."""
     if collection is None:
         return None
     if _is_local(instance):
@@ -344,26 +441,24 @@ def _facts(instance: Any, collection: str | None) -> _Facts | None:
         return facts
     hit, facts = _cached(instance, collection)
     if not hit:
-        try:
-            facts = _facts_of(instance.get_collection(collection), local=False)
-        finally:
-            _remember(instance, collection, facts)  # a failure too: retried after a while, not per query
+        facts = _PENDING
+        if _claim(instance, collection):
+            _read_in_background(instance, collection)
     return facts
 
 
-async def _afacts(instance: Any, collection: str | None) -> _Facts | None:
+def _afacts(instance: Any, collection: str | None) -> _Facts | None:
+    """``AsyncQdrantClient``: the same, without awaiting anything (local reads are in place)."""
     if collection is None:
         return None
     if _is_local(instance):
         facts = _local_config(instance, collection)
-        if facts is None:
-            return _facts_of(await instance.get_collection(collection), local=True)
-        facts.points_count = (await instance.count(collection, exact=True)).count
-        return facts
+        if facts is not None:
+            facts.points_count = _local_count(instance, collection)
+            return facts
     hit, facts = _cached(instance, collection)
     if not hit:
-        try:
-            facts = _facts_of(await instance.get_collection(collection), local=False)
-        finally:
-            _remember(instance, collection, facts)
+        facts = _PENDING
+        if _claim(instance, collection):
+            _aread_in_background(instance, collection)
     return facts

@@ -12,6 +12,10 @@ tied back to inputs by the Document object or the ``doc_id`` rerankers assigned.
 ``BaseRanker.rank_async`` runs ``rank`` in the loop's default executor, which does not carry
 ``contextvars``: the span inside lost its parent (and re-entrancy guard). The wrapper opens the stage
 in the caller's task and runs ``rank`` in the same executor inside a copy of the caller's context.
+When it must not record (instrumentation suppressed, or an outer rerank stage already covers the
+call) the library's own ``rank_async`` runs untouched; the ``rank`` it starts in the executor cannot
+see the caller's context, so it is recognised by its arguments (the same instance and ``docs``
+object) and passes straight through instead of opening a stray root span.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import threading
 from typing import Any
 
 import wrapt
 
-from ragtrail.candidates import Candidate, adapt, normalize_id, register_adapter, unregister_adapter
+from ragtrail.candidates import Candidate, adapt, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, is_suppressed, suppressed
 from ragtrail.instrumentation._rerank import (
     RerankCall,
@@ -34,9 +39,7 @@ from ragtrail.instrumentation._rerank import (
     finish_ok,
     inside_rerank_stage,
     open_stage,
-    patch_when_imported,
     ranked,
-    retire_import_hooks,
     run_async,
     run_sync,
 )
@@ -44,6 +47,9 @@ from ragtrail.receipts import content_id
 from ragtrail.stage import Stage
 
 _KEY = "rerankers.rank"
+# (id(ranker), id(docs)) of library rank_async calls passed through untouched -> how many in flight
+_passing: dict[tuple[int, int], int] = {}
+_passing_lock = threading.Lock()
 
 
 def _document_content(document: Any) -> Any:
@@ -149,14 +155,14 @@ class RerankersInstrumentor(RagtrailInstrumentor):
     def _patch(self, **kwargs: Any) -> None:
         self._base = None
         self._patched: set[type] = set()
-        patch_when_imported(self, "rerankers", self._patch_now)
+        self.when_imported("rerankers", self._patch_now)
 
     def _patch_now(self) -> None:
         from rerankers.documents import Document
         from rerankers.models import AVAILABLE_RANKERS  # noqa: F401 - imports every installed ranker class
         from rerankers.models.ranker import BaseRanker
 
-        register_adapter(Document, _adapt_document)
+        self.register_adapter(Document, _adapt_document)
         self._base = BaseRanker
         pending = list(BaseRanker.__subclasses__())
         while pending:
@@ -190,24 +196,24 @@ class RerankersInstrumentor(RagtrailInstrumentor):
         self._wrapped.append((cls, "rank"))
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        retire_import_hooks(self)
         base = getattr(self, "_base", None)
         if base is not None:
             if self._had_hook:
                 base.__init_subclass__ = self._previous_hook
             elif "__init_subclass__" in base.__dict__:
                 del base.__init_subclass__
-            from rerankers.documents import Document
-
-            unregister_adapter(Document)
         super()._uninstrument(**kwargs)
         self._base = None
         self._patched = set()
 
     def _rank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if _passing and _passed_through(instance, argument(args, kwargs, 1, "docs")):
+            return wrapped(*args, **kwargs)
         return run_sync(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare(instance, args, kwargs), _record)
 
     async def _rank_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if not enabled() or is_suppressed(_KEY) or inside_rerank_stage():
+            return await _pass_through(wrapped, instance, args, kwargs)
         try:
             bound = inspect.signature(wrapped).bind(*args, **kwargs)
         except TypeError:
@@ -225,8 +231,6 @@ class RerankersInstrumentor(RagtrailInstrumentor):
             context = contextvars.copy_context()
             return await loop.run_in_executor(None, functools.partial(context.run, instance.rank, query, docs, doc_ids))
 
-        if not enabled() or is_suppressed(_KEY) or inside_rerank_stage():
-            return await in_executor()
         with suppressed(_KEY):
             s, call = open_stage(self.tracer, lambda: _prepare(instance, (query, docs, doc_ids), {}))
             if s is None:
@@ -238,3 +242,23 @@ class RerankersInstrumentor(RagtrailInstrumentor):
                 raise
             finish_ok(s, call, result, _record)
             return result
+
+
+def _passed_through(instance: Any, docs: Any) -> bool:
+    with _passing_lock:
+        return (id(instance), id(docs)) in _passing
+
+
+async def _pass_through(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """The library's ``rank_async`` as it is; the ``rank`` it runs in the executor (without the
+    caller's context) is marked so that it does not record either."""
+    key = (id(instance), id(argument(args, kwargs, 1, "docs")))
+    with _passing_lock:
+        _passing[key] = _passing.get(key, 0) + 1
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        with _passing_lock:
+            left = _passing.pop(key) - 1
+            if left:
+                _passing[key] = left

@@ -18,10 +18,8 @@ from ragtrail.instrumentation._rerank import (
     argument,
     component_of,
     document_list,
-    patch_when_imported,
     plain_score,
     ranked,
-    retire_import_hooks,
     run_sync,
     top_k_of,
 )
@@ -114,11 +112,7 @@ class SentenceTransformersInstrumentor(RagtrailInstrumentor):
     _instruments = ("sentence-transformers >= 3",)
 
     def _patch(self, **kwargs: Any) -> None:
-        patch_when_imported(self, "sentence_transformers", self._patch_now)
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        retire_import_hooks(self)
-        super()._uninstrument(**kwargs)
+        self.when_imported("sentence_transformers", self._patch_now)
 
     def _patch_now(self) -> None:
         from sentence_transformers import CrossEncoder  # the module path moved across 3.x-6.x

@@ -12,7 +12,8 @@ knobs (:data:`POLICIES`, resolved along the MRO by class name so subclasses inhe
   did not choose at all → ``custom:not_selected_by_llm``
 - ``RankGPTRerank``, ``LongContextReorder``: ``rerank`` that keeps the input scores
 - ``SentenceEmbeddingOptimizer``: ``budget`` that shortens node text (rule ``budget_trim@1``)
-- ``MetadataReplacementPostProcessor``, PII maskers: ``filter`` that changes content (``derived_from``)
+- ``MetadataReplacementPostProcessor``, PII maskers: ``filter`` that changes content (``derived_from``,
+  rule ``replace@1``)
 - ``PrevNextNodePostprocessor``/``AutoPrevNextNodePostprocessor``: ``retrieve`` (adds neighbours)
 - anything else: ``rerank`` when its class name says so, else ``filter``; ``top_n``/``top_k`` as knobs.
 """
@@ -194,7 +195,8 @@ class PostprocessCall(Call):
 
     def _content_changes(self, items: list[Any]) -> list[Any]:
         """A node whose text the stage changed (sentence window, PII mask, optimizer) keeps its id and
-        says what it was derived from; a shortening under a known rule cites the rule."""
+        says what it was derived from; a shortening under the policy's rule cites that rule, any
+        other change ``replace@1``."""
         before = {c.id: c for c in self.snapshot or ()}
         out = items
         for index, item in enumerate(items):
@@ -208,8 +210,12 @@ class PostprocessCall(Call):
             source = receipt(original.content)
             candidate.derived_from = source.sha256
             rule = self.policy.content_rule
+            # a shortening under the policy's own rule cites it; any other change is a declared
+            # replacement, accepted by readers because derived_from names the upstream receipt
             if rule and candidate.receipt.chars < source.chars:
                 candidate.transform_rule = rule
+            else:
+                candidate.transform_rule = sc.RULE_REPLACE
             if out is items:
                 out = list(items)
             out[index] = candidate

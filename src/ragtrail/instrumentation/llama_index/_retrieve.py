@@ -13,6 +13,7 @@ from typing import Any
 
 from ragtrail import semconv as sc
 from ragtrail.candidates import Candidate, adapt, is_candidate_list
+from ragtrail.instrumentation._vectorstore import filter_json
 from ragtrail.receipts import receipt
 from ragtrail.stage import Stage, current_pipeline
 
@@ -123,8 +124,10 @@ class RetrieveCall(Call):
             s.corpus_size(len(embeddings))
         filters = getattr(inst, "_filters", None)
         if filters is not None:
-            dump = getattr(filters, "model_dump_json", None)
-            s.set_attribute(sc.STAGE_FILTER, dump() if callable(dump) else str(filters))
+            # canonical JSON (sorted keys, unset fields left out), as for every store's filter
+            found = filter_json(filters)
+            if found is not None:
+                s.set_attribute(sc.STAGE_FILTER, found)
 
     def record_fusion_inputs(self, results: Any) -> None:
         """Called by the fusion hook with ``{(query_str, retriever_index): nodes}`` before the fusion
