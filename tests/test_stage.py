@@ -523,3 +523,39 @@ def test_exclusions_in_later_stages_carry_the_hop_that_found_them(span_exporter)
     answer("q")
     rr = by_name(span_exporter.get_finished_spans(), "rerank rerank")
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_HOP]) for e in events(rr)] == [("a", 1), ("b", 1)]
+
+
+def test_the_fast_event_path_exports_exactly_what_add_event_would():
+    """ragtrail skips the SDK's per-attribute re-check only where its result is known in advance;
+    the exported events (OTLP) must be identical to the public add_event path's."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    ragtrail.set_capture(content="preview", metadata=["tags", "updated_at"])
+    docs = [{"id": f"d{i}", "content": f"chunk é {i}", "score": i / 7,
+             "metadata": {"tags": ["a", "b"], "updated_at": "2026-01-01"}} for i in range(300)]
+
+    def exported(limits: SpanLimits | None) -> list:
+        provider, exporter = _provider(limits)
+        with ragtrail.stage("rerank", "r", top_k=100, tracer=provider.get_tracer("t")) as s:
+            s.inputs(docs)
+            s.outputs(docs[:100])
+        spans = sorted(exporter.get_finished_spans(), key=lambda x: x.attributes.get(sc.STAGE_CONTINUATION_INDEX, 0))
+        return [(e.name, dict(e.attributes), e.dropped_attributes, type(e.attributes).__name__)
+                for span in spans for e in span.events], encode_spans(spans)
+
+    fast_events, fast_otlp = exported(None)  # default limits: the fast path
+    slow_events, slow_otlp = exported(SpanLimits(max_attribute_length=10**9))  # a length limit: add_event
+    assert len(fast_events) == 300 and fast_events == slow_events
+    assert fast_events[0][3] == "BoundedAttributes" and fast_events[0][1]["ragtrail.candidate.meta.tags"] == ("a", "b")
+    strip = lambda request: [[(e.name, list(e.attributes), e.dropped_attributes_count) for e in span.events]  # noqa: E731
+                             for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+    assert strip(fast_otlp) == strip(slow_otlp)
+
+
+def test_a_tight_event_attribute_limit_still_counts_drops():
+    provider, exporter = _provider(SpanLimits(max_event_attributes=3))
+    with ragtrail.stage("retrieve", "r", tracer=provider.get_tracer("t")) as s:
+        s.outputs([{"id": "a", "content": "x", "score": 0.5}])
+    (span,) = exporter.get_finished_spans()
+    (event,) = span.events
+    assert len(event.attributes) == 3 and event.dropped_attributes == 4  # 7 written, the oldest 4 evicted

@@ -720,12 +720,10 @@ class Stage:
             sdk_capacity = max(1, sdk_limit - 2)
             capacity = sdk_capacity if capacity is None else min(capacity, sdk_capacity)
         if capacity is None or len(events) <= capacity:
-            for name, attributes in events:
-                self.span.add_event(name, attributes)
+            _add_events(self.span, events)
             return 1
         chunks = [events[i:i + capacity] for i in range(0, len(events), capacity)]
-        for name, attributes in chunks[0]:
-            self.span.add_event(name, attributes)
+        _add_events(self.span, chunks[0])
         tracer = self._tracer or trace.get_tracer(_TRACER_NAME)
         parent = trace.set_span_in_context(self.span)
         span_name = f"{self.kind} {short_component(self.component)}"
@@ -737,8 +735,7 @@ class Stage:
                 sc.STAGE_CONTINUATION: True,
                 sc.STAGE_CONTINUATION_INDEX: index,
             })
-            for name, attributes in chunk:
-                child.add_event(name, attributes)
+            _add_events(child, chunk)
             child.set_attribute(sc.EVENTS_COUNT, len(chunk))
             child.end()
         return len(chunks)
@@ -777,6 +774,51 @@ class Stage:
                 if room is not None:
                     room -= _MIRROR_ATTRS_PER_DOC
         return attributes
+
+
+def _sdk_event_parts() -> tuple[Any, Any, Any] | None:
+    try:
+        from opentelemetry.attributes import BoundedAttributes
+        from opentelemetry.sdk.trace import Event, Span as SdkSpan
+
+        probe = BoundedAttributes(1, None, immutable=False, max_value_len=None)
+        if not isinstance(getattr(probe, "_dict", None), dict) or not hasattr(SdkSpan, "_add_event"):
+            return None
+        return BoundedAttributes, Event, SdkSpan
+    except Exception:  # pragma: no cover - another SDK: the public path is used
+        return None
+
+
+_SDK_EVENT_PARTS = _sdk_event_parts()
+
+
+def _add_events(span: Any, events: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """Add ragtrail's events to a span.
+
+    The SDK's ``add_event`` re-validates every attribute value (about 6 µs an event, more than half
+    of a 100-candidate stage). ragtrail builds its event attributes itself from str, int, float, bool
+    and tuples of those, so on an SDK span with no value-length limit and room for every attribute
+    the result of that check is known in advance: the events are built exactly as ``add_event``
+    would build them (immutable ``BoundedAttributes``, the span's count limit, no drops), without
+    the re-check. Any other case — a value-length limit (the SDK must cut, and the receipts must
+    catch it), a tighter count limit, another SDK — goes through the public ``add_event``.
+    ``tests/test_stage.py`` pins the two paths to identical exported events."""
+    parts = _SDK_EVENT_PARTS
+    limits = getattr(span, "_limits", None)
+    if parts is None or limits is None or limits.max_attribute_length is not None or not isinstance(span, parts[2]):
+        for name, attributes in events:
+            span.add_event(name, attributes)
+        return
+    bounded_cls, event_cls, _ = parts
+    max_attributes = limits.max_event_attributes
+    for name, attributes in events:
+        if max_attributes is not None and len(attributes) > max_attributes:
+            span.add_event(name, attributes)
+            continue
+        bounded = bounded_cls(max_attributes, None, immutable=False, max_value_len=None)
+        bounded._dict.update(attributes)
+        bounded._immutable = True
+        span._add_event(event_cls(name=name, attributes=bounded))
 
 
 def _digest_item(name: str, attributes: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -830,7 +872,7 @@ def _attribute_value(value: Any) -> Any:
         # OTel takes homogeneous lists of str, bool, int or float as they are
         for kind in (str, bool, int, float):
             if all(type(v) is kind for v in value):
-                return list(value)
+                return tuple(wire_str(v) for v in value) if kind is str else tuple(value)
     item = getattr(value, "item", None)
     if callable(item) and getattr(value, "shape", None) == ():
         try:
