@@ -323,7 +323,8 @@ def test_ensemble_is_a_fuse_stage_with_rrf_scores_and_child_retrievals(instrumen
                   + [(sc.EVENT_EXCLUSION, exclusion_event(d.id, rank, d.page_content, "deduplicated",
                                                           f"same content as {kept_by_content[d.page_content]}",
                                                           # the kind the last stage that output it gave it
-                                                          score_kind="similarity" if d.id in {x.id for x in lists[1]} else "bm25"))
+                                                          score_kind="similarity" if d.id in {x.id for x in lists[1]} else "bm25",
+                                                          hop=0))  # exclusions carry the hop that found them
                      for rank, d in dropped])
 
 
@@ -405,24 +406,42 @@ def compression_retriever() -> ContextualCompressionRetriever:
     return ContextualCompressionRetriever(base_compressor=pipeline, base_retriever=store.as_retriever(search_kwargs={"k": 6}))
 
 
+def _ids(span: Any, name: str) -> list[str]:
+    return [e.attributes[sc.CANDIDATE_ID] for e in span.events if e.name == name]
+
+
 def test_compression_pipeline_every_exclusion_has_its_reason(instrumentor, tracer_provider, span_exporter):
+    """A DocumentCompressorPipeline is a container, not a stage: its inner compressors and
+    transformers are the stages, children of the compression retriever's span, chained in -> out,
+    each exclusion recorded once, by the stage that made it."""
     retriever = compression_retriever()
     traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: retriever.invoke("the cat sat on the mat"))
     spans = span_exporter.get_finished_spans()
     names = [s.name for s in spans]
     assert names == ["retrieve VectorStoreRetriever", "filter EmbeddingsRedundantFilter", "filter EmbeddingsFilter",
-                     "rerank LongContextReorder", "filter DocumentCompressorPipeline", "retrieve ContextualCompressionRetriever"]
-    retrieved = [e.attributes[sc.CANDIDATE_ID] for e in spans[0].events]
+                     "rerank LongContextReorder", "retrieve ContextualCompressionRetriever"]
+    retrieve, redundant, efilter, reorder, outer = spans
+    assert outer.parent is None
+    assert [s.parent.span_id for s in spans[:-1]] == [outer.context.span_id] * 4
+    retrieved = _ids(retrieve, sc.EVENT_CANDIDATE)
     assert retrieved[:2] == ["d0", "d6"] or retrieved[:2] == ["d6", "d0"]
-    redundant, efilter, reorder, pipeline, outer = spans[1:]
+    assert len(retrieved) == 6
+
+    # the stages chain: what one handed on is exactly what the next took in (same identities,
+    # also through Documents rebuilt without id), and in == out + excluded for each
+    for before, after in ((retrieve, redundant), (redundant, efilter), (efilter, reorder)):
+        handed_on = _ids(before, sc.EVENT_CANDIDATE)
+        attributes = dict(after.attributes)
+        assert attributes[sc.CANDIDATES_IN] == len(handed_on) == attributes[sc.CANDIDATES_OUT] + attributes[sc.CANDIDATES_EXCLUDED]
+        assert sorted(_ids(after, sc.EVENT_CANDIDATE) + _ids(after, sc.EVENT_EXCLUSION)) == sorted(handed_on)
 
     # the duplicate content is dropped by the redundant filter: deduplicated
-    assert [(e.name, e.attributes[sc.CANDIDATE_ID]) for e in redundant.events if e.name == sc.EVENT_EXCLUSION] == [
-        (sc.EVENT_EXCLUSION, retrieved[1])]
+    assert _ids(redundant, sc.EVENT_EXCLUSION) == [retrieved[1]]
     assert redundant.events[-1].attributes[sc.EXCLUSION_REASON] == "deduplicated"
     assert redundant.events[-1].attributes[sc.EXCLUSION_DETAIL] == "embedding similarity > 0.95 with a kept document"
+    assert dict(redundant.attributes)[sc.CANDIDATES_IN] == 6
     # EmbeddingsFilter rebuilds Documents without ids: the identities are still the retrieved ones
-    out_ids = [e.attributes[sc.CANDIDATE_ID] for e in efilter.events if e.name == sc.EVENT_CANDIDATE]
+    out_ids = _ids(efilter, sc.EVENT_CANDIDATE)
     assert set(out_ids) <= set(retrieved) and len(out_ids) == 3
     assert all(d.id is None for d in traced[1])
     sims = dict(similarities("the cat sat on the mat"))
@@ -441,14 +460,79 @@ def test_compression_pipeline_every_exclusion_has_its_reason(instrumentor, trace
     # reorder: same set, no exclusion
     assert dict(reorder.attributes)[sc.CANDIDATES_EXCLUDED] == 0
     id_of_content = {TEXTS[int(i[1:])]: i for i in out_ids}
-    assert [e.attributes[sc.CANDIDATE_ID] for e in reorder.events] == [id_of_content[d.page_content] for d in traced[1]]
-    # the pipeline: 6 in, 3 out, each exclusion carries the inner stage's reason and names it
-    pipeline_exclusions = {e.attributes[sc.CANDIDATE_ID]: (e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL])
-                           for e in pipeline.events if e.name == sc.EVENT_EXCLUSION}
-    assert pipeline_exclusions[retrieved[1]] == ("deduplicated", "embedding similarity > 0.95 with a kept document; by EmbeddingsRedundantFilter")
-    assert sorted(v for k, v in pipeline_exclusions.items() if k != retrieved[1]) == [("below_rank_cutoff", "top_k=3; by EmbeddingsFilter")] * 2
-    assert dict(pipeline.attributes)[sc.CANDIDATES_IN] == 6
-    assert [e.attributes[sc.CANDIDATE_ID] for e in outer.events] == [e.attributes[sc.CANDIDATE_ID] for e in reorder.events]
+    assert _ids(reorder, sc.EVENT_CANDIDATE) == [id_of_content[d.page_content] for d in traced[1]]
+    assert _ids(outer, sc.EVENT_CANDIDATE) == _ids(reorder, sc.EVENT_CANDIDATE)
+    # each exclusion is in the trace once, with the reason of the stage that made it
+    exclusions = [(s.name, e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON])
+                  for s in spans for e in s.events if e.name == sc.EVENT_EXCLUSION]
+    assert len(exclusions) == 3 and len({ident for _, ident, _ in exclusions}) == 3
+    assert PIPELINE not in {dict(s.attributes)[sc.STAGE_COMPONENT] for s in spans}  # the container is no stage
+
+
+def test_compression_pipeline_manifest_lists_each_exclusion_once(tmp_path):
+    """The inspector's manifest of a compression-pipeline trace: one row per exclusion, naming the
+    inner stage that made it; the stages as LangChain ran them."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from ragtrail.export.local_store import LocalStoreSpanExporter
+    from ragtrail.export.whole_trace import WholeTraceSpanProcessor
+    from ragtrail.inspect.manifest import build
+    from ragtrail.inspect.sources import FileSource
+
+    provider = TracerProvider()
+    provider.add_span_processor(WholeTraceSpanProcessor(LocalStoreSpanExporter(tmp_path), schedule_delay_millis=10,
+                                                        grace_millis=10))
+    inst = LangChainInstrumentor()
+    inst.instrument(tracer_provider=provider)
+    try:
+        retriever = compression_retriever()
+        with provider.get_tracer("tests").start_as_current_span("request") as root:
+            retriever.invoke("the cat sat on the mat")
+        trace_id = format(root.get_span_context().trace_id, "032x")
+    finally:
+        inst.uninstrument()
+        provider.force_flush()
+        provider.shutdown()
+    m = build(FileSource(tmp_path).get(trace_id))
+    assert [(s["kind"], s["component"], s["in"], s["out"], s["excluded_count"]) for s in m["stages"]] == [
+        ("retrieve", CCR, 0, 3, 0),  # in start order: the compression retriever opens first
+        ("retrieve", VSR, 0, 6, 0),
+        ("filter", REDUNDANT, 6, 5, 1),
+        ("filter", EFILTER, 5, 3, 2),
+        ("rerank", REORDER, 3, 3, 0),
+    ]
+    retrieved = [c["id"] for c in m["stages"][1]["candidates"]]
+    duplicate = retrieved[1]
+    cut = sorted(set(c["id"] for c in m["stages"][2]["candidates"]) - set(c["id"] for c in m["stages"][3]["candidates"]))
+    assert len(cut) == 2 and duplicate not in cut
+    assert sorted((e["id"], e["stage"], e["component"], e["reason"], e["detail"]) for e in m["excluded"]) == sorted([
+        (duplicate, "filter", REDUNDANT, "deduplicated", "embedding similarity > 0.95 with a kept document"),
+        *[(ident, "filter", EFILTER, "below_rank_cutoff", "top_k=3") for ident in cut],
+    ])
+    assert len(m["excluded"]) == 3
+
+
+def test_compression_pipeline_called_on_its_own_keeps_one_trace_and_identities(instrumentor, tracer_provider, span_exporter):
+    """Called directly (no stage around it), the container opens a plain span, not a stage, so its
+    steps form one trace; the ids EmbeddingsFilter's rebuilt Documents lost are still the inputs' ids
+    in the reranker that follows."""
+    pipeline = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=HashEmbeddings(), k=4),
+                                                        CrossEncoderReranker(model=OverlapCrossEncoder(), top_n=2)])
+    docs = [d for d in corpus() if d.id != "d6"]  # d6 repeats d0's text: id-less copies of it are d0's
+    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter,
+                                   lambda: pipeline.compress_documents(docs, "the cat sat on the mat"))
+    assert all(d.id is None for d in traced[1])
+    efilter, rerank, container = span_exporter.get_finished_spans()
+    assert (efilter.name, rerank.name, container.name) == (
+        "filter EmbeddingsFilter", "rerank CrossEncoderReranker", "compress DocumentCompressorPipeline")
+    assert container.parent is None and dict(container.attributes) == {} and container.events == ()
+    assert efilter.parent.span_id == rerank.parent.span_id == container.context.span_id
+    kept = _ids(efilter, sc.EVENT_CANDIDATE)
+    assert len(kept) == 4 and all(i in {d.id for d in docs} for i in kept)
+    assert sorted(_ids(rerank, sc.EVENT_CANDIDATE) + _ids(rerank, sc.EVENT_EXCLUSION)) == sorted(kept)
+    assert dict(rerank.attributes)[sc.CANDIDATES_IN] == 4 and dict(rerank.attributes)[sc.CANDIDATES_EXCLUDED] == 2
+    text_of = {d.id: d.page_content for d in docs}
+    assert [text_of[i] for i in _ids(rerank, sc.EVENT_CANDIDATE)] == [d.page_content for d in traced[1]]
 
 
 def test_embeddings_filter_threshold_reason(instrumentor, tracer_provider, span_exporter):
@@ -614,7 +698,7 @@ def test_fifty_concurrent_async_queries_make_fifty_clean_traces(instrumentor, tr
     assert len(traces) == 50
     seen = set()
     for spans in traces.values():
-        assert len(spans) == 7  # ccr, fuse, 2 retrieves, pipeline, filter, rerank
+        assert len(spans) == 6  # ccr, fuse, 2 retrieves, filter, rerank (the compressor pipeline is no stage)
         seen.add(check_trace(spans))
     assert seen == set(queries)
 

@@ -8,6 +8,7 @@ Entry point ``ragtrail_langchain`` (``opentelemetry-instrument`` loads it). What
 - document compressors (``compress_documents``/``acompress_documents`` per subclass) and the
   retrieval transformers (``LongContextReorder``, ``EmbeddingsRedundantFilter``,
   ``EmbeddingsClusteringFilter``) → ``rerank`` / ``filter`` with a reason for every exclusion;
+  a ``DocumentCompressorPipeline`` is a container, not a stage: its members are the stages;
 - ``VectorStore.similarity_search_with_score`` / ``similarity_search_with_relevance_scores``
   (sync and async) → ``retrieve`` when called directly; under a retriever they only feed it scores.
 

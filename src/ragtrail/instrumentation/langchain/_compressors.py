@@ -15,8 +15,7 @@ its scores are recovered and why it drops what it drops:
 - ``LLMChainFilter``: filter; the LLM said no → ``custom:llm_judged_irrelevant``.
 - ``LLMListwiseRerank``: rerank; cut → ``below_rank_cutoff``; left out of the LLM's ranking →
   ``custom:not_ranked_by_llm``.
-- ``DocumentCompressorPipeline``: filter; each exclusion carries the reason of the inner stage
-  that dropped it.
+- ``DocumentCompressorPipeline`` is *not* a stage (see :meth:`CompressorWrappers.container`).
 - ``LongContextReorder``: rerank (order only); ``EmbeddingsRedundantFilter`` → ``deduplicated``.
 - any other compressor: rerank when it has ``top_n`` (``relevance_score`` metadata as the score),
   filter otherwise.
@@ -24,16 +23,16 @@ its scores are recovered and why it drops what it drops:
 
 from __future__ import annotations
 
-import contextvars
+import contextlib
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ragtrail import semconv as sc
-from ragtrail.candidates import Candidate, adapt
+from ragtrail.candidates import Candidate
 from ragtrail.instrumentation.langchain._common import (
-    SCOPED_VARS,
     Call,
     LazyPatcher,
+    adapt_all,
     arg,
     component,
     feed,
@@ -41,7 +40,10 @@ from ragtrail.instrumentation.langchain._common import (
     sink_for,
     run_async,
     run_sync,
+    shared_memory,
 )
+from ragtrail.instrumentation._base import enabled
+from ragtrail.stage import _internal_error, current_pipeline
 
 REASON_LLM_IRRELEVANT = "custom:llm_judged_irrelevant"
 REASON_NOT_RANKED = "custom:not_ranked_by_llm"
@@ -49,12 +51,7 @@ REASON_NOT_REPRESENTATIVE = "custom:not_cluster_representative"
 REASON_NOTHING_EXTRACTED = "custom:llm_extracted_nothing"
 # an LLM replaced the content by an extract of it: the candidate keeps its identity, its new
 # content has its own receipt, and derived_from names the content it came from
-RULE_LLM_EXTRACT = "llm_extract@1"
-
-# content sha256 -> (reason, detail, component): filled by inner stages of a DocumentCompressorPipeline
-_drop_log: contextvars.ContextVar[dict[str, tuple[str, str | None, str]] | None] = contextvars.ContextVar(
-    "ragtrail_langchain_drop_log", default=None)
-SCOPED_VARS.append(_drop_log)
+RULE_LLM_EXTRACT = sc.RULE_LLM_EXTRACT
 
 
 class CompressorWrappers:
@@ -63,14 +60,60 @@ class CompressorWrappers:
         self.patcher = patcher
         self.classes = classes
         self._profiles: dict[type, Callable[[Any], dict[str, Any]] | None] = {}
+        self._containers: dict[type, bool] = {}
         self.class_hook: Callable[[type], None] | None = None
 
     # --- entry points -------------------------------------------------------------------------
     def compress(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if self.container(instance):
+            if current_pipeline() is not None or not enabled():
+                return wrapped(*args, **kwargs)
+            with self._standalone(instance):
+                return wrapped(*args, **kwargs)
         return run_sync("lc.compress", self._open_compress, wrapped, instance, args, kwargs)
 
     async def acompress(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if self.container(instance):
+            if current_pipeline() is not None or not enabled():
+                return await wrapped(*args, **kwargs)
+            with self._standalone(instance):
+                return await wrapped(*args, **kwargs)
         return await run_async("lc.compress", self._open_compress, wrapped, instance, args, kwargs)
+
+    @contextlib.contextmanager
+    def _standalone(self, instance: Any) -> Iterator[None]:
+        """A compressor pipeline called on its own (no stage around it): a plain span (no ragtrail
+        attributes, not a stage) so its steps form one trace, and one identity memory so a Document
+        one step rebuilt without ``id`` keeps its id in the next step."""
+        with self.tracer.start_as_current_span(f"compress {component(instance).rsplit('.', 1)[-1]}"):
+            with shared_memory():
+                yield
+
+    def container(self, instance: Any) -> bool:
+        """True for a ``DocumentCompressorPipeline``, which is deliberately not a stage.
+
+        It decides nothing of its own: it hands the documents to each inner compressor or
+        transformer in turn and returns what the last one returned. Those inner steps are the
+        stages (children of whatever span is current, e.g. the ContextualCompressionRetriever's
+        ``retrieve``), and they chain: each one's inputs are the previous one's outputs, with
+        identity carried across Documents rebuilt without ``id`` by the pipeline-wide memory in
+        ``_common``. A container stage would only repeat their exclusions (the manifest would then
+        list each one twice) and cost a third of the request's events. Its wrapper only makes
+        sure the classes inside are wrapped (a user's compressor first met here), then calls
+        through."""
+        cls = type(instance)
+        is_container = self._containers.get(cls)
+        if is_container is None:
+            is_container = self._containers[cls] = self._is(cls, "DocumentCompressorPipeline")
+        if is_container and self.class_hook is not None:
+            base = self.classes.get("BaseDocumentCompressor")
+            try:
+                for inner in getattr(instance, "transformers", None) or ():
+                    if base is not None and isinstance(inner, base):
+                        self.class_hook(type(inner))
+            except Exception as exc:  # pragma: no cover - defensive: never break the host
+                _internal_error("langchain.container", exc)
+        return is_container
 
     def transform(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         if self._profile(type(instance), transformer=True) is None:
@@ -118,8 +161,6 @@ class CompressorWrappers:
             profile = lambda i: {"kind": sc.KIND_FILTER, "finish": _finish_extractor}  # noqa: E731
         elif self._is(cls, "LLMListwiseRerank"):
             profile = lambda i: {"kind": sc.KIND_RERANK, "top_k": i.top_n, "finish": _finish_listwise}  # noqa: E731
-        elif self._is(cls, "DocumentCompressorPipeline"):
-            profile = lambda i: {"kind": sc.KIND_FILTER, "finish": _finish_pipeline, "drop_log": True}  # noqa: E731
         elif self._is(cls, "LongContextReorder"):
             profile = lambda i: {"kind": sc.KIND_RERANK, "finish": _finish_generic}  # noqa: E731
         elif self._is(cls, "EmbeddingsRedundantFilter"):
@@ -154,20 +195,12 @@ class CompressorWrappers:
             return call
         call.state.update(instance=instance, component=comp, profile=profile)
         if isinstance(documents, (list, tuple)):
-            inputs = [adapt(doc) for doc in documents]  # snapshot now: compressors rebuild and reorder
+            inputs = adapt_all(documents)  # snapshot now: compressors rebuild and reorder
             s.inputs(inputs)
             call.state["inputs"] = inputs
             call.state["documents"] = list(documents)
         else:
             s.finding(f"documents are a {type(documents).__name__}, not a list: not snapshotted")
-        if profile.get("drop_log"):
-            base = self.classes.get("BaseDocumentCompressor")
-            for inner in getattr(instance, "transformers", None) or ():
-                if self.class_hook is not None and base is not None and isinstance(inner, base):
-                    self.class_hook(type(inner))
-            log: dict[str, tuple[str, str | None, str]] = {}
-            call.state["drop_log"] = log
-            call.set_var(_drop_log, log)
         return call
 
 
@@ -198,8 +231,7 @@ def _generic_compressor(instance: Any) -> dict[str, Any]:
 
 # --- finishing --------------------------------------------------------------------------------------
 def _finish_with(fn: Callable[[Call, list, list[Candidate]], dict[str, tuple[str, str | None]]]) -> Callable[[Call, Any], None]:
-    """Common tail: outputs recorded by ``fn``, which returns explicit exclusions by input id;
-    those go to the stage and, inside a compressor pipeline, to the pipeline's drop log."""
+    """Common tail: outputs recorded by ``fn``, which returns explicit exclusions by input id."""
 
     def finisher(call: Call, result: Any) -> None:
         s = call.stage
@@ -210,18 +242,11 @@ def _finish_with(fn: Callable[[Call, list, list[Candidate]], dict[str, tuple[str
         if inputs is None:
             s.outputs(result)
             return
-        outputs = [adapt(doc) for doc in result]
+        outputs = adapt_all(result)
         _carry_identity(inputs, outputs)
         explicit = fn(call, list(result), outputs)
         for ident, (reason, detail) in explicit.items():
             s.exclude(ident, reason, detail)
-        log = _drop_log.get()
-        if log is not None:
-            comp = call.state["component"]
-            dropped = _dropped(inputs, outputs)
-            for candidate in dropped:
-                reason, detail = explicit.get(candidate.id, (sc.REASON_UNEXPLAINED, None))
-                log.setdefault(candidate.receipt.sha256 if candidate.receipt else candidate.id, (reason, detail, comp))
 
     return finisher
 
@@ -377,15 +402,3 @@ def _finish_clustering(call: Call, result: list, outputs: list[Candidate]) -> di
     return {c.id: (REASON_NOT_REPRESENTATIVE, "not among the documents closest to a cluster centre")
             for c in _dropped(call.state["inputs"], outputs)}
 
-
-def _finish_pipeline(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
-    call.stage.outputs(outputs)
-    log = call.state["drop_log"]
-    explicit: dict[str, tuple[str, str | None]] = {}
-    for candidate in _dropped(call.state["inputs"], outputs):
-        key = candidate.receipt.sha256 if candidate.receipt else candidate.id
-        if key in log:
-            reason, detail, comp = log[key]
-            where = f"by {comp.rsplit('.', 1)[-1]}"
-            explicit[candidate.id] = (reason, f"{detail}; {where}" if detail else where)
-    return explicit

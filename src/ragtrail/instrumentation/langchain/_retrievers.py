@@ -21,10 +21,10 @@ from collections import defaultdict
 from typing import Any, Callable
 
 from ragtrail import semconv as sc
-from ragtrail.candidates import adapt
 from ragtrail.instrumentation.langchain._common import (
     Call,
     LazyPatcher,
+    adapt_all,
     arg,
     component,
     feed,
@@ -276,7 +276,7 @@ class RetrieverWrappers:
 # --- finishers ------------------------------------------------------------------------------------
 def _outputs_as_is(call: Call, result: Any) -> None:
     if isinstance(result, (list, tuple)):
-        call.stage.outputs(result)
+        call.stage.outputs(adapt_all(result))
     else:
         call.stage.finding(f"retriever returned a {type(result).__name__}, not a list")
 
@@ -288,21 +288,18 @@ def _finish_multi_query(call: Call, result: Any) -> None:
         return _outputs_as_is(call, result)
     state = current_pipeline()
     found = state.hop_of_candidate if state is not None else {}
-    outputs = []
-    for doc in result:
-        candidate = adapt(doc)
+    outputs = adapt_all(result)
+    for candidate in outputs:
         candidate.hop = found.get(candidate.id)
-        outputs.append(candidate)
     call.stage.outputs(outputs)
 
 
 def _scored(pairs: Any) -> list[Any]:
     """``(Document, score)`` pairs as Candidates (cheaper for the recorder than tuples)."""
-    out = []
-    for doc, score in pairs:
-        candidate = adapt(doc)
+    pairs = list(pairs)
+    out = adapt_all([doc for doc, _ in pairs])
+    for candidate, (_, score) in zip(out, pairs):
         candidate.score = score
-        out.append(candidate)
     return out
 
 
@@ -376,8 +373,7 @@ def _finish_ensemble(call: Call, result: Any) -> None:
     union = []
     seen: set[str] = set()
     for docs in doc_lists:
-        for doc in docs:
-            candidate = adapt(doc)
+        for candidate in adapt_all(docs):
             if candidate.id not in seen:
                 seen.add(candidate.id)
                 union.append(candidate)
