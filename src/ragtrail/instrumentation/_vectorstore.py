@@ -40,6 +40,7 @@ from ragtrail import config as capture_config
 from ragtrail import semconv as sc
 from ragtrail.candidates import Candidate
 from ragtrail.receipts import canonical_json, finite_or_none
+from ragtrail.instrumentation._base import enabled, guard, is_suppressed, suppressed
 from ragtrail.stage import Stage, _internal_error, stage
 
 CONTENT_KEYS = ("text", "content", "page_content", "document", "body", "chunk", "passage")
@@ -321,3 +322,42 @@ def _call(fn: Callable[[], Any], site: str) -> Any:
         _internal_error(site, exc)
         return None
 
+
+def call_through(key: str, start: Callable[[], "StoreCall | None"], wrapped: Callable[..., Any], args: tuple,
+                 kwargs: dict, done: Callable[["StoreCall", Any], None]) -> Any:
+    """The one shape of every vector-store wrapper: skip when disabled or nested, open the stages
+    (errors counted, never raised), call the client outside any ``try`` that could swallow its
+    exception, end the stages ``failed`` on an exception (re-raised unchanged) or record the result
+    with ``done``, and return the client's own result."""
+    if not enabled() or is_suppressed(key):
+        return wrapped(*args, **kwargs)
+    with suppressed(key):
+        call = guard(f"{key}.start", start)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            if call is not None:
+                call.fail(exc)
+            raise
+        if call is not None:
+            done(call, result)
+        return result
+
+
+async def acall_through(key: str, start: Callable[[], "StoreCall | None"], wrapped: Callable[..., Any], args: tuple,
+                        kwargs: dict, done: Callable[["StoreCall", Any], None]) -> Any:
+    """:func:`call_through` for async clients: the stages cover the awaited query, and nothing is
+    awaited after the client's result has arrived."""
+    if not enabled() or is_suppressed(key):
+        return await wrapped(*args, **kwargs)
+    with suppressed(key):
+        call = guard(f"{key}.start", start)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            if call is not None:
+                call.fail(exc)
+            raise
+        if call is not None:
+            done(call, result)
+        return result

@@ -26,8 +26,9 @@ from typing import Any, Callable, Collection, Mapping
 
 from ragtrail import semconv as sc
 from ragtrail.candidates import Candidate, normalize_id
-from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, is_suppressed, suppressed
-from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreCall, arguments_of, filter_json, plain
+from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreCall, acall_through, arguments_of,
+                                                  call_through, filter_json, plain)
 from ragtrail.receipts import content_id
 
 _KEY = "ragtrail.chromadb"
@@ -59,35 +60,14 @@ class ChromaInstrumentor(RagtrailInstrumentor):
             _counts.clear()
 
     def _query(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        if not enabled() or is_suppressed(_KEY):
-            return wrapped(*args, **kwargs)
-        with suppressed(_KEY):
-            call = guard("chromadb.start", _start, self.tracer, wrapped, instance, args, kwargs)
-            try:
-                result = wrapped(*args, **kwargs)
-            except BaseException as exc:
-                if call is not None:
-                    call.fail(exc)
-                raise
-            if call is not None:
-                call.complete(lambda: _outcome(call, instance, result, local_count=True))
-            return result
+        return call_through(_KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
+                            lambda call, result: call.complete(lambda: _outcome(call, instance, result, local_count=True)))
 
     async def _aquery(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        if not enabled() or is_suppressed(_KEY):
-            return await wrapped(*args, **kwargs)
-        with suppressed(_KEY):
-            call = guard("chromadb.start", _start, self.tracer, wrapped, instance, args, kwargs)
-            try:
-                result = await wrapped(*args, **kwargs)
-            except BaseException as exc:
-                if call is not None:
-                    call.fail(exc)
-                raise
-            if call is not None:
-                # AsyncCollection only exists over HTTP: no count (a round trip per query)
-                call.complete(lambda: _outcome(call, instance, result, local_count=False))
-            return result
+        # AsyncCollection only exists over HTTP: no count (a round trip per query)
+        return await acall_through(
+            _KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
+            lambda call, result: call.complete(lambda: _outcome(call, instance, result, local_count=False)))
 
 
 class _ChromaCall(StoreCall):

@@ -22,8 +22,8 @@ from typing import Any, Callable, Collection
 
 from ragtrail import semconv as sc
 from ragtrail.candidates import Candidate
-from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, is_suppressed, suppressed
-from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreCall, filter_json
+from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreCall, call_through, filter_json
 
 _KEY = "ragtrail.faiss"
 
@@ -65,19 +65,8 @@ class FaissInstrumentor(RagtrailInstrumentor):
         self.patched = []
 
     def _search(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        if not enabled() or is_suppressed(_KEY):
-            return wrapped(*args, **kwargs)
-        with suppressed(_KEY):
-            call = guard("faiss.start", _start, self.tracer, instance, args, kwargs)
-            try:
-                result = wrapped(*args, **kwargs)
-            except BaseException as exc:
-                if call is not None:
-                    call.fail(exc)
-                raise
-            if call is not None:
-                call.complete(lambda: _outcome(call, instance, result))
-            return result
+        return call_through(_KEY, lambda: _start(self.tracer, instance, args, kwargs), wrapped, args, kwargs,
+                            lambda call, result: call.complete(lambda: _outcome(call, instance, result)))
 
 
 class _FaissCall(StoreCall):

@@ -37,13 +37,15 @@ from typing import Any, Callable, Collection, Mapping
 
 from ragtrail import semconv as sc
 from ragtrail.candidates import Candidate, normalize_id
-from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, is_suppressed, suppressed
+from ragtrail.instrumentation._base import RagtrailInstrumentor, guard
 from ragtrail.instrumentation._vectorstore import (
     Outcome,
     Query,
     Row,
     StoreCall,
+    acall_through,
     arguments_of,
+    call_through,
     filter_json,
     plain,
     text_of,
@@ -94,38 +96,16 @@ class QdrantInstrumentor(RagtrailInstrumentor):
 
     def _sync(self, method: str) -> Callable[..., Any]:
         def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-            if not enabled() or is_suppressed(_KEY):
-                return wrapped(*args, **kwargs)
-            with suppressed(_KEY):
-                call = guard("qdrant.start", _start, self.tracer, method, wrapped, instance, args, kwargs)
-                try:
-                    result = wrapped(*args, **kwargs)
-                except BaseException as exc:
-                    if call is not None:
-                        call.fail(exc)
-                    raise
-                if call is not None:
-                    _complete(call, result, instance, _facts)
-                return result
+            return call_through(_KEY, lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
+                                wrapped, args, kwargs, lambda call, result: _complete(call, result, instance, _facts))
 
         return wrapper
 
     def _async(self, method: str) -> Callable[..., Any]:
         async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-            if not enabled() or is_suppressed(_KEY):
-                return await wrapped(*args, **kwargs)
-            with suppressed(_KEY):
-                call = guard("qdrant.start", _start, self.tracer, method, wrapped, instance, args, kwargs)
-                try:
-                    result = await wrapped(*args, **kwargs)
-                except BaseException as exc:
-                    if call is not None:
-                        call.fail(exc)
-                    raise
-                # nothing is awaited from here on: the result has arrived and is the host's
-                if call is not None:
-                    _complete(call, result, instance, _afacts)
-                return result
+            # nothing is awaited after the result has arrived: it is the host's
+            return await acall_through(_KEY, lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
+                                       wrapped, args, kwargs, lambda call, result: _complete(call, result, instance, _afacts))
 
         return wrapper
 
