@@ -17,7 +17,8 @@ from fixtures.backend_server import BackendServer
 from fixtures.ragtrail_traces import rag_run, record
 
 FIXTURES = Path(__file__).parent / "fixtures"
-TRACE_ID = (FIXTURES / "fixture_trace_id.txt").read_text().strip()
+# the trace recorded from a real Jaeger (tests/e2e); the Tempo fixtures are derived from it
+TRACE_ID = json.loads((FIXTURES / "jaeger_recorded" / "whole_trace.v1.json").read_text())["data"][0]["traceID"]
 RAGTRAIL = str(Path(sys.executable).with_name("ragtrail"))
 
 

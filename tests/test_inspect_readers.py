@@ -18,7 +18,13 @@ from ragtrail.inspect.otlp import decode_document, decode_id, decode_value
 from ragtrail.inspect.sources import FileSource, JaegerSource, TempoSource, open_source, resolve
 
 FIXTURES = Path(__file__).parent / "fixtures"
-TRACE_ID = (FIXTURES / "fixture_trace_id.txt").read_text().strip()
+# Jaeger bodies RECORDED from a real Jaeger by tests/e2e (RAGTRAIL_RECORD_JAEGER_FIXTURES=1); the Tempo
+# fixtures are derived from JAEGER_V3 by fixtures/make_backend_fixtures.py (no Tempo can run here)
+JAEGER_V1 = "jaeger_recorded/whole_trace.v1.json"
+JAEGER_V3 = "jaeger_recorded/whole_trace.v3.json"
+NOT_FOUND_V1 = "jaeger_recorded/not_found.v1.json"
+NOT_FOUND_V3 = "jaeger_recorded/not_found.v3.json"
+TRACE_ID = json.loads((FIXTURES / JAEGER_V1).read_text())["data"][0]["traceID"]
 
 
 def _fixture(name: str) -> dict:
@@ -77,49 +83,85 @@ def test_local_store_round_trip(tmp_path):
 
 
 def test_every_backend_shape_gives_the_same_manifest():
-    """Jaeger v1/v3 and Tempo v1/v2 bodies of one recorded trace rebuild the same evidence."""
+    """The recorded Jaeger v1/v3 bodies of one trace and the Tempo v1/v2 shapes derived from it rebuild the
+    same evidence."""
     manifests = {name: build(resolve(str(FIXTURES / name), None)) for name in
-                 ("jaeger_v1_trace.json", "jaeger_v3_trace.json", "tempo_v1_trace.json", "tempo_v2_partial.json")}
-    reference = _evidence(manifests["jaeger_v3_trace.json"])
-    assert reference[0][1][4][0][0] == "policy-2024-11"  # retrieve's top hit, to be sure it is not empty
+                 (JAEGER_V1, JAEGER_V3, "tempo_v1_trace.json", "tempo_v2_partial.json")}
+    reference = _evidence(manifests[JAEGER_V3])
+    stages, hops, cited, coverage = reference
+    # what the recorded trace holds (tests/e2e's gateway scenario), to be sure the evidence is not empty
+    assert [(s[0], s[1], s[2], s[3]) for s in stages] == [
+        ("query_transform", "e2e.rewrite", 0, 0), ("retrieve", "e2e.search", 0, 12), ("rerank", "e2e.rerank", 12, 8),
+        ("filter", "e2e.filter", 8, 7), ("budget", "e2e.budget", 7, 7), ("cite", "cite", 2, 2)]
+    assert stages[1][4][0] == ("doc-00", 0, 1.0, 1, None)  # retrieve's top hit
+    assert stages[2][4][:2] == [("doc-10", 0, 0.9, 1, None), ("doc-11", 1, 0.85, 1, None)]
+    assert stages[2][5] == [(f"doc-0{i}", i, "below_rank_cutoff", "top_k=8") for i in (6, 7, 8, 9)]
+    assert stages[3][5] == [("doc-11", 1, "superseded", "replaced by a newer version")]
+    assert [(h[0], h[1], h[2]) for h in hops] == [(0, None, "none"), (1, 0, "rewrite")]
+    assert hops[1][3].endswith("could not be parsed (rewritten)")
+    assert cited == ["doc-10", "doc-00"]
+    assert coverage == "7 of 30 read: an absence claim is not supported"
     for name, m in manifests.items():
         assert m["trace_id"] == TRACE_ID, name
+        assert m["span_count"] == 7, name
         assert _evidence(m) == reference, name
+        assert (m["fidelity"]["intact"], m["fidelity"]["not_captured"]) == (32, 12), name
     # what each source can and cannot say about fidelity
-    assert manifests["jaeger_v1_trace.json"]["fidelity"]["dropped_events"] is None
-    assert any("does not carry dropped counts" in n for n in manifests["jaeger_v1_trace.json"]["fidelity"]["notes"])
-    assert manifests["jaeger_v3_trace.json"]["fidelity"]["dropped_events"] == 0
+    assert manifests[JAEGER_V1]["fidelity"]["dropped_events"] is None
+    assert any("does not carry dropped counts" in n for n in manifests[JAEGER_V1]["fidelity"]["notes"])
+    assert manifests[JAEGER_V3]["fidelity"]["dropped_events"] == 0
+    assert manifests["tempo_v1_trace.json"]["fidelity"]["dropped_events"] == 0
     assert manifests["tempo_v2_partial.json"]["fidelity"]["partial"] is True
     assert [a["problem"] for a in manifests["tempo_v2_partial.json"]["fidelity"]["alarms"]] == [
         "backend returned a partial trace"]
-    for name in ("jaeger_v1_trace.json", "jaeger_v3_trace.json", "tempo_v1_trace.json"):
+    for name in (JAEGER_V1, JAEGER_V3, "tempo_v1_trace.json"):
         assert manifests[name]["fidelity"]["alarms"] == [], name
+        assert manifests[name]["fidelity"]["partial"] is False, name
 
 
 def test_jaeger_v1_keeps_tracestate_and_status():
-    doc = _fixture("jaeger_v1_trace.json")
-    spans = list(resolve(str(FIXTURES / "jaeger_v1_trace.json"), None).spans)
+    """The real Jaeger's v1 body (tags, logs, w3c.tracestate tag) decodes to the spans its v3 body gives."""
+    doc = _fixture(JAEGER_V1)
+    spans = list(resolve(str(FIXTURES / JAEGER_V1), None).spans)
+    assert len(spans) == len(doc["data"][0]["spans"]) == 7
     root = next(s for s in spans if s.parent_span_id is None)
-    assert root.trace_state and root.trace_state.startswith("ot=th:")
-    assert "w3c.tracestate" not in root.attributes
-    assert len(spans) == len(doc["data"][0]["spans"])
+    assert (root.name, root.trace_state) == ("pipeline pipeline", "ot=th:8")  # p=0.5 head sampling
+    assert all(s.trace_state == "ot=th:8" for s in spans)
+    v3 = {s.span_id: s for s in resolve(str(FIXTURES / JAEGER_V3), None).spans}
+    assert sorted(v3) == sorted(s.span_id for s in spans)
+    for span in spans:
+        other = v3[span.span_id]
+        for key in ("w3c.tracestate", "otel.scope.name", "span.kind", "otel.status_code"):
+            assert key not in span.attributes, (span.name, key)  # Jaeger's tags, turned back into fields
+        assert span.attributes == other.attributes, span.name
+        assert (span.name, span.parent_span_id, span.trace_state, span.scope_name, span.resource) == \
+            (other.name, other.parent_span_id, other.trace_state, other.scope_name, other.resource)
+        assert (span.status_code, span.status_message) == (other.status_code, other.status_message) == (None, None)
+        assert [(e.name, e.attributes) for e in span.events] == [(e.name, e.attributes) for e in other.events]
+        assert span.start_ns == other.start_ns // 1000 * 1000  # v1 speaks microseconds
 
 
 def test_jaeger_http_v3_then_v1(tmp_path):
     with BackendServer() as server:
-        server.route(f"/api/v3/traces/{TRACE_ID}", _fixture("jaeger_v3_trace.json"))
+        server.route(f"/api/v3/traces/{TRACE_ID}", (FIXTURES / JAEGER_V3).read_text())
         trace = JaegerSource(server.url).get(TRACE_ID)
         assert trace.keeps_dropped_counts is True
+        assert (trace.trace_id, len(trace.spans)) == (TRACE_ID, 7)
         assert server.requests == [f"/api/v3/traces/{TRACE_ID}"]
         # a Jaeger without the v3 API: 404 there, the v1 body is used (and says it lost dropped counts)
         server.routes.clear()
         server.requests.clear()
-        server.route(f"/api/traces/{TRACE_ID}", _fixture("jaeger_v1_trace.json"))
+        server.route(f"/api/traces/{TRACE_ID}", (FIXTURES / JAEGER_V1).read_text())
         trace = open_source(f"jaeger+{server.url}").get(TRACE_ID)
         assert trace.keeps_dropped_counts is False
+        assert (trace.trace_id, len(trace.spans)) == (TRACE_ID, 7)
         assert server.requests == [f"/api/v3/traces/{TRACE_ID}", f"/api/traces/{TRACE_ID}"]
+        # an unknown id: the real Jaeger's recorded 404 bodies on both APIs
+        unknown = "1" * 32
+        server.route(f"/api/v3/traces/{unknown}", (FIXTURES / NOT_FOUND_V3).read_text(), status=404)
+        server.route(f"/api/traces/{unknown}", (FIXTURES / NOT_FOUND_V1).read_text(), status=404)
         with pytest.raises(TraceNotFound, match="not found in Jaeger"):
-            JaegerSource(server.url).get("1" * 32)
+            JaegerSource(server.url).get(unknown)
 
 
 def test_tempo_http_partial_and_search():
@@ -137,11 +179,15 @@ def test_tempo_http_partial_and_search():
 
 def test_jaeger_search_by_tag():
     with BackendServer() as server:
-        server.route("/api/services", {"data": ["ragtrail-demo", "jaeger-all-in-one"]})
-        server.route("/api/traces", _fixture("jaeger_v1_trace.json"))
+        recorded = _fixture(JAEGER_V1)
+        service = recorded["data"][0]["processes"]["p1"]["serviceName"]
+        server.route("/api/services", {"data": [service, "jaeger-all-in-one"]})
+        # No search response was recorded from the real Jaeger: this one is built from the recorded v1
+        # trace body, the way Jaeger's search answers ({"data": [<trace>, ...]} with the same trace objects).
+        server.route("/api/traces", {"data": recorded["data"], "total": 0, "limit": 0, "offset": 0, "errors": None})
         assert JaegerSource(server.url).search(10, None, "1h") == [TRACE_ID]
         query = [r for r in server.requests if r.startswith("/api/traces?")]
-        assert len(query) == 1 and "service=ragtrail-demo" in query[0] and "ragtrail.schema" in query[0]
+        assert len(query) == 1 and f"service={service}" in query[0] and "ragtrail.schema" in query[0]
 
 
 def test_http_errors_are_typed():
@@ -158,7 +204,7 @@ def test_http_errors_are_typed():
 
 
 def test_truncated_and_malformed_files(tmp_path):
-    good = (FIXTURES / "jaeger_v3_trace.json").read_text()
+    good = (FIXTURES / JAEGER_V3).read_text()
     cut = tmp_path / "cut.json"
     cut.write_text(good[: len(good) // 2])
     with pytest.raises(TruncatedInput):
@@ -181,8 +227,10 @@ def test_truncated_and_malformed_files(tmp_path):
 
 
 def test_decode_document_filters_by_trace():
-    doc = _fixture("jaeger_v3_trace.json")["result"]
-    assert len(list(decode_document(doc, TRACE_ID))) == 6
+    doc = _fixture(JAEGER_V3)["result"]
+    assert sorted(s.name for s in decode_document(doc, TRACE_ID)) == [
+        "budget budget", "cite cite", "filter filter", "pipeline pipeline", "query_transform rewrite",
+        "rerank rerank", "retrieve search"]
     assert list(decode_document(doc, "f" * 32)) == []
 
 
@@ -232,7 +280,7 @@ def test_fast_line_decoder_matches_the_general_decoder_or_steps_aside(tmp_path):
     doc = json.loads(lines[0])
     snake = json.loads(json.dumps(doc).replace('"startTimeUnixNano"', '"start_time_unix_nano"'))
     for refused in (json.dumps(snake), json.dumps({"result": doc}), json.dumps({"batches": doc["resourceSpans"]}),
-                    (FIXTURES / "jaeger_v3_trace.json").read_text(), (FIXTURES / "tempo_v2_partial.json").read_text(),
+                    (FIXTURES / JAEGER_V3).read_text(), (FIXTURES / "tempo_v2_partial.json").read_text(),
                     lines[0][:-20].decode(), "not json"):
         assert decode_line(refused.encode()) is None
     assert decode_line(json.dumps(snake).encode()) is None and \

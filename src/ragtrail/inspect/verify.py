@@ -323,7 +323,8 @@ class _Checker:
 
     def run(self) -> Fidelity:
         if self.trace.partial:
-            root = self.trace.spans[0] if self.trace.spans else None
+            # pinned on the root the backend returned (a span without a parent), else the first span
+            root = next((s for s in self.trace.spans if not s.parent_span_id), self.trace.spans[0] if self.trace.spans else None)
             self.f.alarms.append(Alarm(self.trace.trace_id, root.span_id if root else "-", "", "", "status",
                                        "backend returned a partial trace", self.trace.partial_message or ""))
         for view in [*self.stitched.pipelines, *self.stitched.stages]:
