@@ -70,3 +70,31 @@ def run_under_opentelemetry_instrument(script: str, tmp_path: Any, entry_point: 
     spans = [span for file in sorted(store.glob("traces-*.jsonl")) for line in file.read_text().splitlines()
              if line.strip() for span in decode_document(json.loads(line))]
     return proc.stdout, spans
+
+
+def stage_spans(exporter: Any, kind: str) -> list[Any]:
+    """Finished stage spans of ``kind``, continuation spans left out."""
+    from ragtrail import semconv as sc
+
+    return [s for s in exporter.get_finished_spans() if s.attributes.get(sc.STAGE_KIND) == kind
+            and not s.attributes.get(sc.STAGE_CONTINUATION)]
+
+
+def stitched(span: Any, spans: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The stage's events followed by its continuation spans' events, in continuation order."""
+    from ragtrail import semconv as sc
+
+    parts = sorted((s for s in spans if s.parent is not None and s.parent.span_id == span.context.span_id
+                    and s.attributes.get(sc.STAGE_CONTINUATION)),
+                   key=lambda s: s.attributes[sc.STAGE_CONTINUATION_INDEX])
+    return [(e.name, dict(e.attributes)) for part in [span, *parts] for e in part.events]
+
+
+def check_count_and_digest(span: Any, evs: list[tuple[str, dict[str, Any]]]) -> None:
+    """The stage's stamped event count and digest match the (stitched) candidate events received."""
+    from ragtrail import semconv as sc
+    from ragtrail.receipts import events_digest
+
+    items = [(name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")) for name, a in evs]
+    assert span.attributes[sc.EVENTS_COUNT] == len(evs)
+    assert span.attributes[sc.EVENTS_DIGEST] == events_digest(items)

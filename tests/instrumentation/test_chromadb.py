@@ -7,6 +7,8 @@ async client, a real Chroma server (``chroma run``, shipped in the chromadb whee
 
 from __future__ import annotations
 
+import spanutil
+
 import asyncio
 import copy
 import hashlib
@@ -39,7 +41,7 @@ import ragtrail  # noqa: E402
 from ragtrail import semconv as sc  # noqa: E402
 from ragtrail.instrumentation._vectorstore import vector_receipt  # noqa: E402
 from ragtrail.instrumentation.chromadb import ChromaInstrumentor  # noqa: E402
-from ragtrail.receipts import events_digest, receipt  # noqa: E402
+from ragtrail.receipts import receipt  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 DIM = 16
@@ -100,21 +102,11 @@ def instrumentor(tracer_provider):
 
 
 def retrieve_spans(exporter: Any) -> list[Any]:
-    return [s for s in exporter.get_finished_spans() if s.attributes.get(sc.STAGE_KIND) == sc.KIND_RETRIEVE
-            and not s.attributes.get(sc.STAGE_CONTINUATION)]
+    return spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
 
 
-def stitched(span: Any, spans: Any) -> list[tuple[str, dict[str, Any]]]:
-    parts = sorted((s for s in spans if s.parent is not None and s.parent.span_id == span.context.span_id
-                    and s.attributes.get(sc.STAGE_CONTINUATION)),
-                   key=lambda s: s.attributes[sc.STAGE_CONTINUATION_INDEX])
-    return [(e.name, dict(e.attributes)) for part in [span, *parts] for e in part.events]
-
-
-def check_count_and_digest(span: Any, evs: list[tuple[str, dict[str, Any]]]) -> None:
-    items = [(name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")) for name, a in evs]
-    assert span.attributes[sc.EVENTS_COUNT] == len(evs)
-    assert span.attributes[sc.EVENTS_DIGEST] == events_digest(items)
+stitched = spanutil.stitched
+check_count_and_digest = spanutil.check_count_and_digest
 
 
 def check_span(span: Any, spans: Any, result: Any, row: int, *, collection: Any, top_k: int,

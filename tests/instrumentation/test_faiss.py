@@ -28,7 +28,6 @@ import ragtrail  # noqa: E402
 from ragtrail import semconv as sc  # noqa: E402
 from ragtrail.instrumentation._vectorstore import vector_receipt  # noqa: E402
 from ragtrail.instrumentation.faiss import FaissInstrumentor  # noqa: E402
-from ragtrail.receipts import events_digest  # noqa: E402
 
 D = 8
 
@@ -46,23 +45,11 @@ def instrumentor(tracer_provider):
 
 
 def retrieve_spans(exporter: Any) -> list[Any]:
-    spans = exporter.get_finished_spans()
-    return [s for s in spans if s.attributes.get(sc.STAGE_KIND) == sc.KIND_RETRIEVE
-            and not s.attributes.get(sc.STAGE_CONTINUATION)]
+    return spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
 
 
-def stitched(span: Any, spans: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The stage's events followed by its continuation spans' events, in continuation order."""
-    parts = sorted((s for s in spans if s.parent is not None and s.parent.span_id == span.context.span_id
-                    and s.attributes.get(sc.STAGE_CONTINUATION)),
-                   key=lambda s: s.attributes[sc.STAGE_CONTINUATION_INDEX])
-    return [(e.name, dict(e.attributes)) for part in [span, *parts] for e in part.events]
-
-
-def check_count_and_digest(span: Any, evs: list[tuple[str, dict[str, Any]]]) -> None:
-    items = [(name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")) for name, a in evs]
-    assert span.attributes[sc.EVENTS_COUNT] == len(evs)
-    assert span.attributes[sc.EVENTS_DIGEST] == events_digest(items)
+stitched = spanutil.stitched
+check_count_and_digest = spanutil.check_count_and_digest
 
 
 def pop_mirrors(a: dict[str, Any], ids: list[str], scores: list[float]) -> None:
