@@ -35,6 +35,8 @@ import sys
 import time
 from typing import Any
 
+from _recorded import count_span, new_stats
+
 MODES = ("none", "ragtrail", "openinference", "openllmetry")
 N_CHUNKS = 3000
 DIM = 256
@@ -135,13 +137,11 @@ def instrument(mode: str, provider: Any) -> None:
 
 
 def count(spans: list[Any]) -> dict[str, int]:
-    """What the exported spans say, whoever wrote them. Documents flattened into attributes
-    (OpenInference's ``retrieval.documents.N.document.*``) count once per N; ragtrail's own copy of
-    them (a mirror for Phoenix) is not counted again: its events are."""
-    stats = dict(spans=len(spans), candidates=0, scored=0, exclusions=0, reasons=0, hops=0, receipts=0, lost=0)
-    hops: set[tuple[int, int]] = set()
+    """What the exported spans say, whoever wrote them (benchmarks/_recorded.py), plus what the SDK
+    evicted and OpenLLMetry's documents serialised as one JSON string."""
+    stats, hops = new_stats(lost=0), set()
     for span in spans:
-        attributes = dict(span.attributes or {})
+        attributes = count_span(span, stats, hops)
         # what the SDK evicted (count limits): attributes/events the backend will never see
         stats["lost"] += span.dropped_attributes + span.dropped_events
         output = attributes.get("traceloop.entity.output")  # OpenLLMetry: documents as one JSON string
@@ -150,26 +150,6 @@ def count(spans: list[Any]) -> dict[str, int]:
                 stats["candidates"] += len(json.loads(output)["documents"])
             except (ValueError, KeyError, TypeError):
                 pass
-        ours = "ragtrail.schema" in attributes
-        if not ours:
-            prefixes = {k.rsplit(".document.", 1)[0] for k in attributes if ".document." in k}
-            stats["candidates"] += len(prefixes)
-            stats["scored"] += sum(1 for k in attributes if k.endswith(".document.score"))
-        stats["receipts"] += sum(1 for k in attributes if k.endswith(".sha256"))
-        if "ragtrail.query.hop" in attributes:
-            hops.add((span.context.trace_id, attributes["ragtrail.query.hop"]))
-        for event in span.events:
-            ev = dict(event.attributes or {})
-            if event.name == "ragtrail.candidate":
-                stats["candidates"] += 1
-                stats["scored"] += "ragtrail.candidate.score" in ev
-            elif event.name == "ragtrail.exclusion":
-                stats["exclusions"] += 1
-                stats["reasons"] += "ragtrail.exclusion.reason" in ev
-            elif event.name == "ragtrail.query":
-                hops.add((span.context.trace_id, ev["ragtrail.query.hop"]))
-            stats["receipts"] += sum(1 for k in ev if k.endswith(".sha256"))
-    stats["hops"] = len(hops)
     return stats
 
 

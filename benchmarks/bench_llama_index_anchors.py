@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _recorded import count_span, new_stats
+
 MODES = ("none", "ragtrail", "openinference", "openllmetry")
 N_CHUNKS = 3000
 DIM = 128
@@ -167,8 +169,7 @@ class CountingExporter:
     ``traceloop.entity.output`` JSON): recorded, but as text, not as data."""
 
     def __init__(self) -> None:
-        self.stats = dict(spans=0, candidates=0, scored=0, blob_ids=0, blob_scores=0, exclusions=0, reasons=0,
-                          hops=0, receipts=0)
+        self.stats = new_stats(blob_ids=0, blob_scores=0)
         self.hops: set[tuple[int, int]] = set()
         self.budget_out: list[int] = []
         self.counting = True
@@ -191,36 +192,15 @@ class CountingExporter:
         self.__init__()  # counting again
 
     def _count(self, span: Any) -> None:
-        stats = self.stats
-        stats["spans"] += 1
-        attributes = dict(span.attributes or {})
-        ours = "ragtrail.schema" in attributes
+        attributes = count_span(span, self.stats, self.hops)
         if attributes.get("ragtrail.stage.kind") == "budget":
             self.budget_out.append(attributes["ragtrail.candidates.out"])
-        if not ours:
-            prefixes = {k.rsplit(".document.", 1)[0] for k in attributes if ".document." in k}
-            stats["candidates"] += len(prefixes)
-            stats["scored"] += sum(1 for k in attributes if k.endswith(".document.score"))
+        if "ragtrail.schema" not in attributes:
             for key in _OUTPUT_KEYS:
                 value = attributes.get(key)
                 if isinstance(value, str):
-                    stats["blob_ids"] += len(_BLOB_ID.findall(value))
-                    stats["blob_scores"] += len(_BLOB_SCORE.findall(value))
-        stats["receipts"] += sum(1 for k in attributes if k.endswith(".sha256"))
-        if "ragtrail.query.hop" in attributes:
-            self.hops.add((span.context.trace_id, attributes["ragtrail.query.hop"]))
-        for event in span.events:
-            ev = dict(event.attributes or {})
-            if event.name == "ragtrail.candidate":
-                stats["candidates"] += 1
-                stats["scored"] += "ragtrail.candidate.score" in ev
-            elif event.name == "ragtrail.exclusion":
-                stats["exclusions"] += 1
-                stats["reasons"] += "ragtrail.exclusion.reason" in ev
-            elif event.name == "ragtrail.query":
-                self.hops.add((span.context.trace_id, ev["ragtrail.query.hop"]))
-            stats["receipts"] += sum(1 for k in ev if k.endswith(".sha256"))
-        stats["hops"] = len(self.hops)
+                    self.stats["blob_ids"] += len(_BLOB_ID.findall(value))
+                    self.stats["blob_scores"] += len(_BLOB_SCORE.findall(value))
 
 
 def worker(mode: str, queries: int, warmup: int, profile: int) -> dict[str, Any]:
