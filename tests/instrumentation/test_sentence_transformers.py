@@ -8,11 +8,6 @@ are the library's own. Expected scores are the uninstrumented library's own answ
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
 from typing import Any, Callable  # noqa: E402
 
 import pytest  # noqa: E402
