@@ -47,7 +47,7 @@ def _fresh_ragtrail_config(monkeypatch):
                  "RAGTRAIL_MIRROR_GENAI", "RAGTRAIL_MIRROR_OPENINFERENCE", "RAGTRAIL_EVENTS_PER_SPAN"):
         monkeypatch.delenv(name, raising=False)
     try:
-        from ragtrail import config
+        from ragtrail import settings as config
     except ImportError:  # pragma: no cover - before the core lands
         yield
         return

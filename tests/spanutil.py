@@ -74,7 +74,7 @@ def run_under_opentelemetry_instrument(script: str, tmp_path: Any, entry_point: 
 
 def stage_spans(exporter: Any, kind: str) -> list[Any]:
     """Finished stage spans of ``kind``, continuation spans left out."""
-    from ragtrail import semconv as sc
+    from ragtrail.contract import semconv as sc
 
     return [s for s in exporter.get_finished_spans() if s.attributes.get(sc.STAGE_KIND) == kind
             and not s.attributes.get(sc.STAGE_CONTINUATION)]
@@ -82,7 +82,7 @@ def stage_spans(exporter: Any, kind: str) -> list[Any]:
 
 def stitched(span: Any, spans: Any) -> list[tuple[str, dict[str, Any]]]:
     """The stage's events followed by its continuation spans' events, in continuation order."""
-    from ragtrail import semconv as sc
+    from ragtrail.contract import semconv as sc
 
     parts = sorted((s for s in spans if s.parent is not None and s.parent.span_id == span.context.span_id
                     and s.attributes.get(sc.STAGE_CONTINUATION)),
@@ -92,8 +92,8 @@ def stitched(span: Any, spans: Any) -> list[tuple[str, dict[str, Any]]]:
 
 def check_count_and_digest(span: Any, evs: list[tuple[str, dict[str, Any]]]) -> None:
     """The stage's stamped event count and digest match the (stitched) candidate events received."""
-    from ragtrail import semconv as sc
-    from ragtrail.receipts import events_digest
+    from ragtrail.contract import semconv as sc
+    from ragtrail.contract.receipts import events_digest
 
     items = [(name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")) for name, a in evs]
     assert span.attributes[sc.EVENTS_COUNT] == len(evs)

@@ -7,7 +7,7 @@ import json
 import ragtrail as rt
 from fixtures.backend_server import BackendServer
 from fixtures.ragtrail_traces import event_attr, rag_run, record, rewrite_store
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from test_cli_errors import FIXTURES, TRACE_ID, ragtrail
 
 

@@ -17,7 +17,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
 import ragtrail_backends as rb  # noqa: E402
 
-from ragtrail import semconv  # noqa: E402
+from ragtrail.contract import semconv  # noqa: E402
 
 CONFIG_DIR = rb.CONFIG_DIR
 COLLECTOR_CONFIGS = ("gateway.yaml", "loadbalancer.yaml", "truncate-example.yaml")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ragtrail import semconv
+from ragtrail.contract import semconv
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"

@@ -14,7 +14,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from otlp_server import OTLPServer, otlp_server  # noqa: F401  (fixture)
-from ragtrail import semconv
+from ragtrail.contract import semconv
 from ragtrail.export.configurator import RagtrailConfigurator, configure, default_trace_exporter_name
 from ragtrail.export.local_store import LocalStoreSpanExporter
 from ragtrail.export.otlp_json import parse_request

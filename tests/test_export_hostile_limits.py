@@ -6,7 +6,7 @@ must arrive with no loss and no false alarm) and once under
 ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT=20``, ``OTEL_SPAN_EVENT_COUNT_LIMIT=5`` and
 ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT=8``. :func:`damage_signals` is a reader: it looks only at what
 arrived (dropped counts, ``ragtrail.events.count``, ``ragtrail.events.digest``, receipts checked
-with ``ragtrail.receipts.classify``). The test compares each hostile stage with its reference and
+with ``ragtrail.contract.receipts.classify``). The test compares each hostile stage with its reference and
 requires that every stage that changed in transit raises at least one signal, and that no receipt
 reads ``intact`` for a payload that changed.
 """
@@ -22,10 +22,10 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import ragtrail
 from otlp_server import OTLPServer, ReceivedSpan, otlp_server  # noqa: F401  (fixture)
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor
-from ragtrail.receipts import (
+from ragtrail.contract.receipts import (
     CHANGED_CITED,
     CHANGED_UNCITED,
     INTACT,

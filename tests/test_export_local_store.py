@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ragtrail import semconv
+from ragtrail.contract import semconv
 from ragtrail.export.local_store import LocalStoreSpanExporter
 from ragtrail.export.otlp_json import parse_request, spans_to_dict
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor

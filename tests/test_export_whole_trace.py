@@ -18,7 +18,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 
 from otlp_server import OTLPServer, ReceivedSpan, otlp_server  # noqa: F401  (fixture)
-from ragtrail import semconv
+from ragtrail.contract import semconv
 from ragtrail.export.loss import REASON_EXPORT_FAILED, REASON_QUEUE_FULL, REASON_TRACE_TOO_LARGE
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor
 

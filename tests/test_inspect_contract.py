@@ -1,4 +1,4 @@
-"""The inspector knows only the wire contract: it imports ragtrail.semconv and ragtrail.receipts, never the recorder."""
+"""The inspector knows only the wire contract: it imports ragtrail.contract.semconv and ragtrail.contract.receipts, never the recorder."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import ragtrail.inspect
 
-ALLOWED = {"ragtrail.semconv", "ragtrail.receipts", "ragtrail"}
+ALLOWED = {"ragtrail.contract.semconv", "ragtrail.contract.receipts", "ragtrail"}
 
 
 def test_inspector_imports_only_contract_modules():
@@ -16,10 +16,10 @@ def test_inspector_imports_only_contract_modules():
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("ragtrail"):
-                names = {node.module} if node.module != "ragtrail" else {f"ragtrail.{a.name}" for a in node.names}
+                names = {node.module} if node.module not in ("ragtrail", "ragtrail.contract") else {f"{node.module}.{a.name}" for a in node.names}
                 seen |= names
                 assert names <= ALLOWED, (path.name, names)
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     assert not alias.name.startswith("ragtrail") or alias.name in ALLOWED, (path.name, alias.name)
-    assert seen == {"ragtrail.semconv", "ragtrail.receipts"}
+    assert seen == {"ragtrail.contract.semconv", "ragtrail.contract.receipts"}

@@ -10,7 +10,7 @@ import pytest
 
 from fixtures.backend_server import BackendServer
 from fixtures.ragtrail_traces import rag_run, record
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.inspect.errors import (HttpStatusError, MalformedInput, SourceUnreachable, TraceNotFound,
                                      TruncatedInput)
 from ragtrail.inspect.manifest import build

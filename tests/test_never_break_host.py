@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragtrail
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate, register_adapter, unregister_adapter
-from ragtrail.receipts import events_digest, receipt
+from ragtrail.contract.receipts import events_digest, receipt
 from spanutil import attrs, events
 
 
@@ -244,7 +244,7 @@ def test_a_narrowing_stage_with_unknown_outputs_derives_no_exclusions(span_expor
 def test_strings_on_the_wire_survive_otlp_encoding(span_exporter):
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-    from ragtrail.receipts import INTACT, Receipt, classify
+    from ragtrail.contract.receipts import INTACT, Receipt, classify
 
     text = "lone \udc80 surrogate"
     ragtrail.set_capture(content="full")

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ragtrail import receipts
-from ragtrail.receipts import (
+from ragtrail.contract import receipts
+from ragtrail.contract.receipts import (
     BUDGET_TRIM_RULE,
     CHANGED_CITED,
     CHANGED_UNCITED,
@@ -66,7 +66,7 @@ def test_numpy_and_odd_values_are_deterministic():
 
 
 def test_receipts_are_identical_across_processes():
-    code = ("from ragtrail.receipts import receipt;"
+    code = ("from ragtrail.contract.receipts import receipt;"
             "print(receipt({'k': [1, 'x\\udc80', 2.5], 'z': None}).sha256, receipt('pólicy').sha256)")
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}

@@ -23,7 +23,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.trace.span import TraceState
 
 from otlp_server import otlp_server  # noqa: F401  (fixture)
-from ragtrail import semconv
+from ragtrail.contract import semconv
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor
 from ragtrail.sampling import (
     MAX_THRESHOLD,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ragtrail import semconv
+from ragtrail.contract import semconv
 
 DOCS = (Path(__file__).resolve().parents[1] / "docs" / "semconv.md").read_text(encoding="utf-8")
 

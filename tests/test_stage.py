@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import ragtrail
-from ragtrail import semconv as sc
-from ragtrail.receipts import events_digest, receipt
+from ragtrail.contract import semconv as sc
+from ragtrail.contract.receipts import events_digest, receipt
 from spanutil import attrs, by_name, events, pop_all
 
 DOCS = [
@@ -273,7 +273,7 @@ def _otlp_bytes(spans) -> bytes:
 
 def test_hash_mode_keeps_the_query_out_of_every_exported_byte(span_exporter, monkeypatch):
     monkeypatch.setenv("RAGTRAIL_CAPTURE_QUERY", "hash")
-    ragtrail.config.reset()
+    ragtrail.settings.reset()
     secret = "patient 4471 refund dispute"
 
     @ragtrail.query_transform
@@ -310,7 +310,7 @@ def test_hash_mode_keeps_the_query_out_of_every_exported_byte(span_exporter, mon
 
 def test_query_off_mode_writes_no_receipt(span_exporter, monkeypatch):
     monkeypatch.setenv("RAGTRAIL_CAPTURE_QUERY", "off")
-    ragtrail.config.reset()
+    ragtrail.settings.reset()
     with ragtrail.stage("retrieve", "r") as s:
         s.query("hidden")
     (span,) = span_exporter.get_finished_spans()
@@ -321,7 +321,7 @@ def test_query_off_mode_writes_no_receipt(span_exporter, monkeypatch):
 def test_mirrors_can_be_switched_off(span_exporter, monkeypatch):
     monkeypatch.setenv("RAGTRAIL_MIRROR_GENAI", "false")
     monkeypatch.setenv("RAGTRAIL_MIRROR_OPENINFERENCE", "0")
-    ragtrail.config.reset()
+    ragtrail.settings.reset()
     with ragtrail.stage("retrieve", "r") as s:
         s.outputs(DOCS)
     (span,) = span_exporter.get_finished_spans()
@@ -331,8 +331,8 @@ def test_mirrors_can_be_switched_off(span_exporter, monkeypatch):
 def test_invalid_environment_falls_back_to_private_defaults(monkeypatch, caplog):
     monkeypatch.setenv("RAGTRAIL_CAPTURE_QUERY", "verbose")
     monkeypatch.setenv("RAGTRAIL_CAPTURE_CONTENT", "everything")
-    ragtrail.config.reset()
-    config = ragtrail.config.get()
+    ragtrail.settings.reset()
+    config = ragtrail.settings.get()
     assert (config.query, config.content) == ("hash", "off")
     assert "RAGTRAIL_CAPTURE_QUERY='verbose'" in caplog.text
     with pytest.raises(ValueError):
@@ -441,7 +441,7 @@ def test_context_crosses_threads_and_tasks(span_exporter):
 
 def test_a_budget_trim_is_recorded_with_its_rule_and_lineage(span_exporter):
     from ragtrail.candidates import Candidate
-    from ragtrail.receipts import CHANGED_CITED, classify
+    from ragtrail.contract.receipts import CHANGED_CITED, classify
 
     original = {"id": "long", "content": "word " * 50}
     trimmed = Candidate(id="long", content="word " * 20, transform_rule="budget_trim@1",

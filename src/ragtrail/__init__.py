@@ -13,7 +13,7 @@ from typing import Any
 
 from ragtrail.api import budgeter, cite, filter, pipeline, query_transform, reranker, retriever
 from ragtrail.candidates import Candidate, register_adapter
-from ragtrail.config import set_capture
+from ragtrail.settings import set_capture
 from ragtrail.stage import Stage, current_stage, internal_error_count, stage
 
 __version__ = "0.1.0"

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from opentelemetry import trace
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import is_candidate_list
 from ragtrail.stage import Stage, _internal_error, current_stage, stage
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ragtrail.receipts import Receipt, canonical_json, content_id, receipt
+from ragtrail.contract.receipts import Receipt, canonical_json, content_id, receipt
 
 _MISSING = object()
 _ID_KEYS = ("id", "doc_id", "document_id", "chunk_id", "node_id", "_id", "uuid", "corpus_id")

@@ -29,7 +29,7 @@ from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
-from ragtrail import semconv
+from ragtrail.contract import semconv
 
 #: randomness and thresholds are 56-bit values (OTel tracestate probability sampling)
 MAX_THRESHOLD = 1 << 56

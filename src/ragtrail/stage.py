@@ -29,11 +29,11 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from ragtrail import config as capture_config
-from ragtrail import semconv as sc
+from ragtrail import settings
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate, adapt
-from ragtrail.receipts import content_id
-from ragtrail.receipts import PREVIEW_CHARS, canonical_json, events_digest, finite_or_none, receipt
+from ragtrail.contract.receipts import content_id
+from ragtrail.contract.receipts import PREVIEW_CHARS, canonical_json, events_digest, finite_or_none, receipt
 
 _log = logging.getLogger("ragtrail")
 _TRACER_NAME = "ragtrail"
@@ -184,7 +184,7 @@ class Stage:
             self._stage_token = _current_stage.set(self)
             self.recording = self.span.is_recording()
             if self.recording:
-                self._config = capture_config.get()
+                self._config = settings.get()
                 state = _pipeline_state.get()
                 if state is None or self.kind == sc.KIND_PIPELINE:
                     state = PipelineState()

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 import ragtrail
-from ragtrail import semconv
+from ragtrail.contract import semconv
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor
 from ragtrail.sampling import RagtrailSampler
 

@@ -10,7 +10,7 @@ import time
 import ragtrail_backends as rb
 from e2e_pipelines import App
 
-from ragtrail import semconv
+from ragtrail.contract import semconv
 
 
 def _loss_counts(jaeger: rb.Jaeger, service: str) -> tuple[int, int]:

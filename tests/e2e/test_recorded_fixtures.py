@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ragtrail import semconv
+from ragtrail.contract import semconv
 from ragtrail.inspect.errors import TraceNotFound
 from ragtrail.inspect.manifest import build
 from ragtrail.inspect.sources import JaegerSource

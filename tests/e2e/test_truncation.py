@@ -8,7 +8,7 @@ import ragtrail_backends as rb
 from e2e_pipelines import LONG_QUERY, App
 
 import ragtrail
-from ragtrail import semconv
+from ragtrail.contract import semconv
 
 LIMIT = 128
 

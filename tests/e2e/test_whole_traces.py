@@ -12,7 +12,7 @@ from typing import Any
 import ragtrail_backends as rb
 from e2e_pipelines import LONG_QUERY, App
 
-from ragtrail import semconv
+from ragtrail.contract import semconv
 
 
 def _local_view(span: Any) -> dict[str, Any]:

@@ -37,10 +37,10 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa
 from opentelemetry.trace import StatusCode  # noqa: E402
 
 import ragtrail  # noqa: E402
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation._vectorstore import vector_receipt  # noqa: E402
 from ragtrail.instrumentation.chromadb import ChromaInstrumentor  # noqa: E402
-from ragtrail.receipts import receipt  # noqa: E402
+from ragtrail.contract.receipts import receipt  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 DIM = 16
@@ -572,7 +572,7 @@ def test_corpus_size_is_cached_until_a_write_or_the_ttl(instrumentor, span_expor
 
 @pytest.mark.parametrize("mode", ["hash", "off"])
 def test_query_capture_modes_keep_the_text_out(instrumentor, span_exporter, mode) -> None:
-    from ragtrail import config
+    from ragtrail import settings as config
 
     config.set_capture(query=mode)
     collection = new_collection()

@@ -21,7 +21,7 @@ from opentelemetry import trace  # noqa: E402
 from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa: E402
 
 import ragtrail  # noqa: E402
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.cohere import CohereInstrumentor  # noqa: E402
 
 from .test_rerankers_shared import check_rerank_span, doc, rerank_spans, run_under_opentelemetry_instrument  # noqa: E402
@@ -329,7 +329,7 @@ def test_under_opentelemetry_instrument(tmp_path) -> None:
     assert a[sc.QUERY_TEXT] == "capital of France" and a[sc.STAGE_MODEL] == "rerank-v3.5"
     got = [(e.name, e.attributes[sc.CANDIDATE_ID], e.attributes.get(sc.CANDIDATE_SCORE), e.attributes.get(sc.EXCLUSION_REASON))
            for e in span.events]
-    from ragtrail.receipts import content_id
+    from ragtrail.contract.receipts import content_id
     assert got == [
         ("ragtrail.candidate", "d3", 0.8, None),
         ("ragtrail.candidate", content_id("Paris is the capital"), 0.4, None),

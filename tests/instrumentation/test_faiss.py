@@ -25,7 +25,8 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa
 from opentelemetry.trace import StatusCode  # noqa: E402
 
 import ragtrail  # noqa: E402
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail import settings  # noqa
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation._vectorstore import vector_receipt  # noqa: E402
 from ragtrail.instrumentation.faiss import FaissInstrumentor  # noqa: E402
 
@@ -450,6 +451,7 @@ def test_a_bulk_search_writes_at_most_the_configured_stages_and_says_so(instrume
     index = faiss.IndexFlatL2(D)
     index.add(vectors(30))
     monkeypatch.setenv("RAGTRAIL_VECTORSTORE_MAX_QUERIES", "5")
+    settings.reset()  # the environment is read once, on first use
     d, i = index.search(vectors(40, seed=8), 2)
     rows = sorted(retrieve_spans(span_exporter), key=lambda s: s.attributes[sc.STAGE_BATCH_INDEX])
     assert [r.attributes[sc.STAGE_BATCH_INDEX] for r in rows] == [0, 1, 2, 3, 4]
@@ -459,5 +461,6 @@ def test_a_bulk_search_writes_at_most_the_configured_stages_and_says_so(instrume
     assert [e.attributes[sc.CANDIDATE_ID] for e in rows[4].events] == [str(x) for x in i[4]]
     span_exporter.clear()
     monkeypatch.setenv("RAGTRAIL_VECTORSTORE_MAX_QUERIES", "not-a-number")  # default 1000, logged once
+    settings.reset()
     index.search(vectors(40, seed=8), 2)
     assert len(retrieve_spans(span_exporter)) == 40

@@ -27,7 +27,7 @@ pytest.importorskip("onnx")
 from flashrank import Ranker, RerankRequest  # noqa: E402
 from flashrank.Config import model_file_map  # noqa: E402
 
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.flashrank import FlashrankInstrumentor  # noqa: E402
 
 from .test_rerankers_shared import check_rerank_span, doc, run_under_opentelemetry_instrument  # noqa: E402

@@ -31,9 +31,9 @@ from opentelemetry import trace  # noqa: E402
 from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.haystack import HaystackInstrumentor  # noqa: E402
-from ragtrail.receipts import events_digest, receipt  # noqa: E402
+from ragtrail.contract.receipts import events_digest, receipt  # noqa: E402
 from spanutil import attrs, events, pop_all  # noqa: E402
 
 BM25 = "haystack.components.retrievers.in_memory.bm25_retriever.InMemoryBM25Retriever"
@@ -776,7 +776,7 @@ def test_uninstrument_restores_every_method(tracer_provider, span_exporter):
 
 
 def test_hash_mode_keeps_queries_and_expansions_out_of_every_span(instrument, monkeypatch):
-    from ragtrail import config
+    from ragtrail import settings as config
 
     monkeypatch.setenv("RAGTRAIL_CAPTURE_QUERY", "hash")
     config.reset()

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("haystack")
 
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 
 
 APP = """

@@ -21,7 +21,7 @@ from haystack_integrations.components.rankers.sentence_transformers import (  # 
     SentenceTransformersSimilarityRanker,
 )
 
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.haystack import HaystackInstrumentor  # noqa: E402
 from spanutil import attrs, events, pop_all  # noqa: E402
 

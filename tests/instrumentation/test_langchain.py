@@ -45,7 +45,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 from rank_bm25 import BM25Okapi  # noqa: E402
 
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
 from ragtrail.stage import internal_error_count  # noqa: E402
 
@@ -210,7 +210,7 @@ def test_score_threshold_exclusions_carry_scores_and_reason(instrumentor, tracer
 
 
 def one_sha(text: str) -> str:
-    from ragtrail.receipts import receipt
+    from ragtrail.contract.receipts import receipt
 
     return receipt(text).sha256
 
@@ -714,7 +714,7 @@ def test_batch_in_langchain_thread_pool_keeps_traces_apart(instrumentor, tracer_
 
 
 def test_query_hash_mode_writes_the_query_nowhere(instrumentor, tracer_provider, span_exporter, monkeypatch):
-    from ragtrail import config
+    from ragtrail import settings as config
 
     monkeypatch.setenv("RAGTRAIL_CAPTURE_QUERY", "hash")
     config.reset()

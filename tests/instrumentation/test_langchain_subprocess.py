@@ -12,7 +12,7 @@ pytest.importorskip("langchain_classic")
 pytest.importorskip("langchain_community")
 pytest.importorskip("rank_bm25")
 
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 
 from .test_langchain_support import run_under_opentelemetry_instrument  # noqa: E402
 

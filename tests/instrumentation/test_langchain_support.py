@@ -17,8 +17,8 @@ pytest.importorskip("langchain_core")
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.embeddings import Embeddings  # noqa: E402
 
-from ragtrail import semconv as sc  # noqa: E402
-from ragtrail.receipts import events_digest, receipt  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
+from ragtrail.contract.receipts import events_digest, receipt  # noqa: E402
 
 
 

@@ -17,7 +17,7 @@ import torch  # noqa: E402
 from langchain_classic.retrievers.document_compressors import CrossEncoderReranker  # noqa: E402
 from langchain_community.cross_encoders import HuggingFaceCrossEncoder  # noqa: E402
 
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
 
 from .test_langchain_support import TEXTS, corpus, docs_equal, one  # noqa: E402

@@ -39,8 +39,8 @@ from llama_index.core.query_engine import TransformQueryEngine  # noqa: E402
 from llama_index.core.retrievers import QueryFusionRetriever  # noqa: E402
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
 
-from ragtrail import semconv as sc  # noqa: E402
-from ragtrail.receipts import receipt  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
+from ragtrail.contract.receipts import receipt  # noqa: E402
 
 QUERY = "why do cats sleep so much"
 SIMILARITY = "llama_index.core.postprocessor.node.SimilarityPostprocessor"
@@ -581,7 +581,7 @@ def test_instrumentation_errors_never_reach_the_app(instrumented, monkeypatch):
 
 
 def test_allow_listed_metadata_is_captured(instrumented, monkeypatch):
-    from ragtrail import config
+    from ragtrail import settings as config
 
     monkeypatch.setenv("RAGTRAIL_CAPTURE_METADATA", "date")
     config.reset()

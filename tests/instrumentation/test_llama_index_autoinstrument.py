@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent

@@ -27,9 +27,9 @@ from llama_index.core.llms.callbacks import llm_completion_callback  # noqa: E40
 from llama_index.core.llms.custom import CustomLLM  # noqa: E402
 from llama_index.core.schema import TextNode  # noqa: E402
 
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.llama_index import LlamaIndexInstrumentor  # noqa: E402
-from ragtrail.receipts import events_digest, receipt  # noqa: E402
+from ragtrail.contract.receipts import events_digest, receipt  # noqa: E402
 
 DIM = 64
 _WORD = re.compile(r"[a-z0-9]+")

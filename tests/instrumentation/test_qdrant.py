@@ -31,10 +31,10 @@ from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal  # noqa: E40
 from qdrant_client.local.qdrant_local import QdrantLocal  # noqa: E402
 
 import ragtrail  # noqa: E402
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation._vectorstore import vector_receipt  # noqa: E402
 from ragtrail.instrumentation.qdrant import QdrantInstrumentor  # noqa: E402
-from ragtrail.receipts import receipt  # noqa: E402
+from ragtrail.contract.receipts import receipt  # noqa: E402
 
 UUID5 = str(uuid.UUID(int=5))
 POINTS = [

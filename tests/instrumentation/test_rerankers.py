@@ -29,7 +29,7 @@ from rerankers import Document, Reranker  # noqa: E402
 from rerankers.models.ranker import BaseRanker  # noqa: E402
 from rerankers.results import RankedResults, Result  # noqa: E402
 
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.rerankers import RerankersInstrumentor  # noqa: E402
 
 from .test_rerankers_shared import check_rerank_span, doc, rerank_spans, run_under_opentelemetry_instrument  # noqa: E402

@@ -2,7 +2,7 @@
 checks the per-library reranker tests import from here (so every library is held to one contract).
 
 The checks build every expected attribute from the test's own data and SPEC §1-3 (receipts by
-``ragtrail.receipts.receipt``, the events digest re-derived here from SPEC §3), pop them, and
+``ragtrail.contract.receipts.receipt``, the events digest re-derived here from SPEC §3), pop them, and
 assert nothing unexpected is left.
 """
 
@@ -19,10 +19,10 @@ from typing import Any, Sequence
 import pytest
 from opentelemetry.trace import StatusCode
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate
 from ragtrail.instrumentation import _rerank
-from ragtrail.receipts import content_id, receipt
+from ragtrail.contract.receipts import content_id, receipt
 from ragtrail.stage import stage
 
 from spanutil import attrs, pop_all

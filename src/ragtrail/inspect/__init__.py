@@ -1,6 +1,6 @@
 """The reading side of ragtrail: traces from files, Jaeger or Tempo -> manifest -> verify / diff / report.
 
-It knows only the wire contract (``ragtrail.semconv`` names, ``ragtrail.receipts`` arithmetic),
+It knows only the wire contract (``ragtrail.contract.semconv`` names, ``ragtrail.contract.receipts`` arithmetic),
 never the recorder, so it reads traces from any producer that follows SPEC.md.
 """
 

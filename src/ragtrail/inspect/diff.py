@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 
 # stages downstream of the evidence: what the model did with it, not what it was given
 _MODEL_KINDS = {sc.KIND_GENERATE, sc.KIND_CITE}

@@ -3,7 +3,7 @@
 The manifest answers, from the trace alone: which query hit the index at each hop, what every stage
 took in and handed on, what it dropped and why, what the answer cited, how much of the corpus that
 evidence covers, whether the trail arrived as stamped, and how many requests this sampled trace
-stands for. Only wire names (``ragtrail.semconv``) and receipt arithmetic are used.
+stands for. Only wire names (``ragtrail.contract.semconv``) and receipt arithmetic are used.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ragtrail import semconv as sc
+from ragtrail.contract import receipts
+from ragtrail.contract import semconv as sc
 
 from ._gc import gc_paused
 from .coverage import coverage, survival
@@ -77,7 +78,7 @@ def candidate_entry(attributes: dict[str, Any]) -> dict[str, Any]:
         elif key == sc.CANDIDATE_CONTENT_PREVIEW:
             row["preview"] = value
         elif key == sc.CANDIDATE_CONTENT_TEXT and "preview" not in row:
-            row["preview"] = str(value)[:256]
+            row["preview"] = receipts.preview(str(value))
         elif key == sc.CANDIDATE_SCORE_RAW and row["score"] is None:
             row["score_raw"] = value
         elif key == sc.CANDIDATE_TRANSFORM_RULE:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 
 from ._gc import gc_paused
 from .errors import (HttpStatusError, InspectError, MalformedInput, SourceUnreachable, TraceNotFound,

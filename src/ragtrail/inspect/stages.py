@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 
 from .errors import NoRagtrailSpans
 from .model import Event, Span, Trace

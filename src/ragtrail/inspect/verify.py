@@ -2,7 +2,7 @@
 
 Checks, each producing an alarm that names trace, span, stage, candidate and field:
 
-* every receipt (query text, candidate content) classified with :func:`ragtrail.receipts.classify`:
+* every receipt (query text, candidate content) classified with :func:`ragtrail.contract.receipts.classify`:
   the received preview/text against its receipt, or, when no payload was captured, the receipt
   against the same candidate's receipt one stage upstream (a change there needs a transform rule
   whose ``derived_from`` is the upstream sha256);
@@ -22,8 +22,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragtrail import semconv as sc
-from ragtrail.receipts import (CHANGED_CITED, CHANGED_UNCITED, INTACT, PREVIEW_RULE, UNVERIFIABLE, Receipt,
+from ragtrail.contract import semconv as sc
+from ragtrail.contract.receipts import (CHANGED_CITED, CHANGED_UNCITED, INTACT, PREVIEW_RULE, UNVERIFIABLE, Receipt,
                                classify, events_digest)
 
 from .model import Span, Trace

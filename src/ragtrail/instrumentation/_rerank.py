@@ -22,11 +22,11 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
 
 from opentelemetry import trace
 
-from ragtrail import config as capture_config
-from ragtrail import semconv as sc
+from ragtrail import settings
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.instrumentation._base import enabled, guard, is_suppressed, suppressed
-from ragtrail.receipts import finite_or_none
+from ragtrail.contract.receipts import finite_or_none
 from ragtrail.stage import Stage, current_stage, stage
 
 
@@ -155,7 +155,7 @@ def _record_inputs(s: Stage, call: RerankCall) -> None:
         s.query(call.query)
     if call.model:
         s.set_attribute(sc.STAGE_MODEL, str(call.model))
-        if capture_config.get().mirror_openinference:
+        if settings.get().mirror_openinference:
             s.set_attribute(sc.OI_RERANKER_MODEL_NAME, str(call.model))
     for text in call.findings:
         s.finding(text)

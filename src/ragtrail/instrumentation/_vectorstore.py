@@ -29,43 +29,21 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from opentelemetry import trace
 
-from ragtrail import config as capture_config
-from ragtrail import semconv as sc
+from ragtrail import settings
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate
-from ragtrail.receipts import canonical_json, finite_or_none
+from ragtrail.contract.receipts import canonical_json, finite_or_none
 from ragtrail.instrumentation._base import enabled, guard, is_suppressed, suppressed
 from ragtrail.stage import Stage, _internal_error, stage
 
 CONTENT_KEYS = ("text", "content", "page_content", "document", "body", "chunk", "passage")
-DEFAULT_MAX_QUERIES = 1000
 _log = logging.getLogger("ragtrail")
-_warned_max_queries: set[str] = set()
-
-
-def max_queries() -> int:
-    """``RAGTRAIL_VECTORSTORE_MAX_QUERIES``: the most query stages one call writes (an invalid value
-    is logged once and the default used)."""
-    raw = os.environ.get(sc.ENV_VECTORSTORE_MAX_QUERIES, "").strip()
-    if not raw:
-        return DEFAULT_MAX_QUERIES
-    try:
-        value = int(raw)
-        if value >= 1:
-            return value
-    except ValueError:
-        pass
-    if raw not in _warned_max_queries:
-        _warned_max_queries.add(raw)
-        _log.warning("ragtrail: ignoring %s=%r (a whole number >= 1); using %d",
-                     sc.ENV_VECTORSTORE_MAX_QUERIES, raw, DEFAULT_MAX_QUERIES)
-    return DEFAULT_MAX_QUERIES
 
 
 @dataclass
@@ -241,7 +219,7 @@ class StoreCall:
                 if outcome is not None and outcome.corpus_size is not None:
                     size = _call(outcome.corpus_size, "vectorstore.corpus_size")
                 if outcome is not None:
-                    limit = max_queries()
+                    limit = settings.get().vectorstore_max_queries
                 if s0.recording and outcome is not None:
                     row = outcome.row(0) if outcome.rows > 0 else Row()
                     if outcome.rows > limit:
@@ -276,7 +254,7 @@ class StoreCall:
             return
         if query.text is not None:
             s.query(query.text)
-        if query.vector is not None and capture_config.get().query != "off":
+        if query.vector is not None and settings.get().query != "off":
             found = vector_receipt(query.vector, query.binary)
             if found is not None:
                 s.set_attribute(sc.QUERY_VECTOR_DIM, found[0])
@@ -288,7 +266,7 @@ class StoreCall:
             s.score_kind = row.score_kind
         if self.collection is not None:
             s.set_attribute(sc.STAGE_COLLECTION, self.collection)
-            if capture_config.get().mirror_genai:
+            if settings.get().mirror_genai:
                 # GenAI's data source is the searched collection, more useful than the class name
                 s.set_attribute(sc.GEN_AI_DATA_SOURCE_ID, self.collection)
         if row.filter is not None:

@@ -24,12 +24,12 @@ import threading
 import time
 from typing import Any, Callable, Collection, Mapping
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreCall, acall_through, arguments_of,
                                                   call_through, filter_json, plain)
-from ragtrail.receipts import content_id
+from ragtrail.contract.receipts import content_id
 
 _KEY = "ragtrail.chromadb"
 COUNT_TTL_SECONDS = 10.0

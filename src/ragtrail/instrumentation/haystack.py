@@ -35,11 +35,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Collection, Mapping
 
 
-from ragtrail import config as capture_config
-from ragtrail import semconv as sc
+from ragtrail import settings
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate, adapt
 from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, suppressed
-from ragtrail.receipts import canonical_json, finite_or_none, receipt
+from ragtrail.contract.receipts import canonical_json, finite_or_none, receipt
 from ragtrail.stage import Stage, current_pipeline, stage as new_stage
 
 _instruments: Collection[str] = ("haystack-ai >= 2.10",)
@@ -350,7 +350,7 @@ class _SimilarityRanker(_Ranker):
         if isinstance(query, str):
             s.query(query)
         model = getattr(instance, "model", None)
-        if isinstance(model, str) and capture_config.get().mirror_openinference:
+        if isinstance(model, str) and settings.get().mirror_openinference:
             s.set_attribute(sc.OI_RERANKER_MODEL_NAME, model)
         memo = {"top_k": top_k, "threshold": threshold}
         self.snapshot(s, bound, memo)

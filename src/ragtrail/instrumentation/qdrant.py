@@ -35,7 +35,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor, guard
 from ragtrail.instrumentation._vectorstore import (
@@ -50,7 +50,7 @@ from ragtrail.instrumentation._vectorstore import (
     plain,
     text_of,
 )
-from ragtrail.receipts import canonical_json, content_id
+from ragtrail.contract.receipts import canonical_json, content_id
 from ragtrail.stage import _internal_error
 
 _KEY = "ragtrail.qdrant"

@@ -43,7 +43,7 @@ from ragtrail.instrumentation._rerank import (
     run_async,
     run_sync,
 )
-from ragtrail.receipts import content_id
+from ragtrail.contract.receipts import content_id
 from ragtrail.stage import Stage
 
 _KEY = "rerankers.rank"

@@ -18,10 +18,10 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence
 
 import wrapt
 
-from ragtrail import config as capture_config
+from ragtrail import settings
 from ragtrail.candidates import Candidate, _lookup, adapt
 from ragtrail.instrumentation._base import enabled, guard, suppressed
-from ragtrail.receipts import receipt
+from ragtrail.contract.receipts import receipt
 from ragtrail.stage import Stage, _internal_error, current_pipeline, current_stage, stage
 
 
@@ -267,7 +267,7 @@ def _run_memory() -> _RunMemory | None:
 def adapt_document(doc: Any) -> Candidate:
     """LangChain ``Document`` → Candidate: id = ``Document.id``; when absent, the id an earlier
     stage of the same pipeline gave the same content, else ``sha256:`` of the content."""
-    return _adapt_document(doc, _run_memory(), capture_config.get().metadata)
+    return _adapt_document(doc, _run_memory(), settings.get().metadata)
 
 
 def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> Candidate:
@@ -301,7 +301,7 @@ def adapt_all(items: Iterable[Any]) -> list[Candidate]:
     """``[adapt(item) for item in items]``, with the run's identity memory and the capture
     configuration looked up once per list instead of once per Document (a stage adapts ~100)."""
     memory = _run_memory()
-    keep_metadata = capture_config.get().metadata
+    keep_metadata = settings.get().metadata
     out = []
     for item in items:
         if _lookup(type(item)) is adapt_document:  # the adapter adapt() would pick (registry-cached)

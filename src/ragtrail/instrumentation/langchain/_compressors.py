@@ -27,7 +27,7 @@ import contextlib
 from collections import Counter
 from typing import Any, Callable, Iterator
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate
 from ragtrail.instrumentation.langchain._common import (
     Call,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.instrumentation.langchain._common import (
     Call,
     LazyPatcher,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ragtrail import config as capture_config
+from ragtrail import settings
 from ragtrail.candidates import Candidate
 
 
@@ -27,7 +27,7 @@ def node_content(node: Any) -> Any:
 
 def adapt_node(node: Any) -> Candidate:
     meta = getattr(node, "metadata", None)
-    if meta and capture_config.get().metadata:
+    if meta and settings.get().metadata:
         meta = dict(meta)  # copied only when metadata is captured: a later stage may write into it
     return Candidate(id=str(node.node_id), content=node_content(node), metadata=meta or None, raw=node)
 

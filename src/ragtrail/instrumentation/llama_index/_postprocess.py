@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import adapt, is_candidate_list
-from ragtrail.receipts import BUDGET_TRIM_RULE, receipt
+from ragtrail.contract.receipts import BUDGET_TRIM_RULE, receipt
 from ragtrail.stage import Stage
 
 from ._calls import Call, active_call, argument

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.instrumentation._vectorstore import filter_json
-from ragtrail.receipts import receipt
+from ragtrail.contract.receipts import receipt
 from ragtrail.stage import Stage, current_pipeline
 
 from ._calls import Call, active_call, argument

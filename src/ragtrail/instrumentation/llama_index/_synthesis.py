@@ -14,9 +14,9 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
-from ragtrail import semconv as sc
+from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate, is_candidate_list
-from ragtrail.receipts import BUDGET_TRIM_RULE, content_id, truncate_rule
+from ragtrail.contract.receipts import BUDGET_TRIM_RULE, content_id, truncate_rule
 from ragtrail.stage import Stage, current_pipeline
 
 from ._calls import Call, active_call, argument

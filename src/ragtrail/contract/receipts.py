@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from ragtrail import semconv
+from ragtrail.contract import semconv
 
 INTACT = "intact"
 CHANGED_CITED = "changed_cited"
@@ -27,6 +27,11 @@ UNVERIFIABLE = "unverifiable"
 VERDICTS = (INTACT, CHANGED_CITED, CHANGED_UNCITED, UNVERIFIABLE)
 
 PREVIEW_CHARS = 256
+
+
+def preview(text: str) -> str:
+    """The authorised cut ``preview@1``: exactly the first ``PREVIEW_CHARS`` code points."""
+    return text[:PREVIEW_CHARS]
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 

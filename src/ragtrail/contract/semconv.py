@@ -181,6 +181,30 @@ COVERAGE_IN_CONTEXT = "ragtrail.coverage.in_context"
 COVERAGE_CITED = "ragtrail.coverage.cited"
 CITED_IDS = "ragtrail.cited.ids"
 
+# the run as a whole, on the pipeline span: rolled up from its stages (seed 003's four buckets)
+RUN_STATUS = "ragtrail.run.status"
+RUN_AVAILABLE = "available"
+RUN_EMPTY = "empty"
+RUN_DEGRADED = "degraded"
+RUN_FAILED = "failed"
+RUN_STATUSES = (RUN_AVAILABLE, RUN_EMPTY, RUN_DEGRADED, RUN_FAILED)
+
+# the answer, on the pipeline span, said by the app with ragtrail.answer(text, claim=..., refused=...):
+# a receipt of the text (<prefix>.chars / .bytes / .sha256), the text itself when content capture
+# allows, the kind of claim it makes (an absence claim needs the whole corpus read) and a refusal flag
+ANSWER_RECEIPT_PREFIX = "ragtrail.answer"
+ANSWER_CHARS = "ragtrail.answer.chars"
+ANSWER_BYTES = "ragtrail.answer.bytes"
+ANSWER_SHA256 = "ragtrail.answer.sha256"
+ANSWER_TEXT = "ragtrail.answer.text"
+ANSWER_PREVIEW = "ragtrail.answer.preview"
+ANSWER_CLAIM = "ragtrail.answer.claim"
+ANSWER_REFUSED = "ragtrail.answer.refused"
+CLAIM_PRESENCE = "presence"
+CLAIM_ABSENCE = "absence"
+CLAIM_NONE = "none"
+ANSWER_CLAIMS = (CLAIM_PRESENCE, CLAIM_ABSENCE, CLAIM_NONE)
+
 # loss records: a span named LOSS_SPAN_NAME carrying the counters below
 LOSS_SPAN_NAME = "ragtrail.loss"
 LOSS_TRACES_DROPPED = "ragtrail.loss.traces_dropped"

@@ -1,0 +1,258 @@
+"""Every setting ragtrail reads, declared once with its default and parsed in one place.
+
+Two groups, read at different moments on purpose:
+
+- :class:`CaptureSettings` decides what the recorder may put on the wire. It is read from the
+  environment once, on first use, and changed in code with :func:`set_capture`. Privacy is decided
+  here and nowhere else: the recorder and the hooks ask its methods (``query_text_allowed``,
+  ``content_for`` ...) instead of comparing mode strings themselves.
+- The export and local-store bounds (:func:`export_limit`, :func:`local_store_bytes`) are read
+  each time an exporter or processor is built, so a process can build two with different bounds.
+
+A bad value is never raised into the host application: it is logged once and replaced by a safe
+default (an unknown query mode means ``hash``, the most private one that still keeps a receipt).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Optional
+
+from ragtrail.contract import semconv
+
+_log = logging.getLogger("ragtrail")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+# --- declarations: every variable once, with its default ------------------------------------------
+DEFAULT_QUERY_MODE = "text"
+DEFAULT_CONTENT_MODE = "off"
+DEFAULT_VECTORSTORE_MAX_QUERIES = 1000
+
+DEFAULT_LOCAL_STORE_DIRECTORY = ".ragtrail"
+LOCAL_STORE_DEFAULTS: dict[str, int] = {
+    semconv.ENV_LOCAL_STORE_MAX_FILE_BYTES: 16 * 1024 * 1024,
+    semconv.ENV_LOCAL_STORE_MAX_TOTAL_BYTES: 256 * 1024 * 1024,
+}
+EXPORT_DEFAULTS: dict[str, int] = {
+    semconv.ENV_EXPORT_MAX_TRACES: 2048,
+    semconv.ENV_EXPORT_MAX_SPANS_PER_TRACE: 10_000,
+    semconv.ENV_EXPORT_MAX_BYTES: 64 * 1024 * 1024,
+    semconv.ENV_EXPORT_GRACE_MILLIS: 500,
+    semconv.ENV_EXPORT_SCHEDULE_DELAY_MILLIS: 1000,
+    semconv.ENV_EXPORT_MAX_BATCH_SPANS: 512,
+    # under the 4 MiB that gRPC receivers accept by default, with room for the envelope
+    semconv.ENV_EXPORT_MAX_REQUEST_BYTES: 3 * 1024 * 1024,
+    semconv.ENV_EXPORT_RETRY_TIMEOUT_MILLIS: 30_000,
+    semconv.ENV_EXPORT_MAX_TRACE_AGE_MILLIS: 600_000,
+    semconv.ENV_LOSS_REPORT_INTERVAL_MILLIS: 30_000,
+}
+
+
+# --- capture: what may leave the process ----------------------------------------------------------
+@dataclass(frozen=True)
+class CaptureSettings:
+    """What the recorder captures. ``events_per_span`` caps ragtrail events on one span before they
+    spill into continuation spans (``None``: derived from the SDK's own event limit)."""
+
+    query: str = DEFAULT_QUERY_MODE
+    content: str = DEFAULT_CONTENT_MODE
+    metadata: tuple[str, ...] = ()
+    mirror_genai: bool = True
+    mirror_openinference: bool = True
+    events_per_span: int | None = None
+    vectorstore_max_queries: int = DEFAULT_VECTORSTORE_MAX_QUERIES
+    invalid: tuple[str, ...] = field(default=(), compare=False)
+
+    # privacy decisions, asked by the recorder and the hooks (never re-derived from the mode strings)
+    def query_text_allowed(self) -> bool:
+        """The query text itself may be written (span attributes, events, names, messages)."""
+        return self.query == "text"
+
+    def query_receipt_allowed(self) -> bool:
+        """A receipt of the query (or of a query vector) may be written: every mode but ``off``."""
+        return self.query != "off"
+
+    def content_for(self, text: str) -> Optional[str]:
+        """The part of ``text`` that may be exported as content: ``None`` (receipts only), the
+        preview (rule ``preview@1``) or all of it."""
+        if self.content == "preview":
+            from ragtrail.contract.receipts import preview
+
+            return preview(text)
+        if self.content == "full":
+            return text
+        return None
+
+    def content_is_preview(self) -> bool:
+        """Exported content is a cut under ``preview@1``, not the whole text."""
+        return self.content == "preview"
+
+
+# kept for the name users and tests already import
+CaptureConfig = CaptureSettings
+
+
+def _flag(name: str, default: bool, invalid: list[str]) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    invalid.append(f"{name}={raw!r}")
+    return default
+
+
+def _choice(name: str, allowed: tuple[str, ...], default: str, invalid: list[str], unsafe: str) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in allowed:
+        return value
+    invalid.append(f"{name}={raw!r}")
+    return unsafe
+
+
+def _positive_int(name: str, default: Optional[int], invalid: list[str], *, floor: int = 1) -> Optional[int]:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        invalid.append(f"{name}={raw!r}")
+        return default
+    if value < floor:
+        invalid.append(f"{name}={raw!r}")
+        return default
+    return value
+
+
+def from_environment() -> CaptureSettings:
+    """Build the capture settings from ``RAGTRAIL_CAPTURE_*`` and friends; bad values are logged
+    once and replaced by a safe default (never raised into the app)."""
+    invalid: list[str] = []
+    query = _choice(semconv.ENV_CAPTURE_QUERY, semconv.CAPTURE_QUERY_MODES, DEFAULT_QUERY_MODE, invalid,
+                    unsafe="hash")  # an unknown query mode must not leak text
+    content = _choice(semconv.ENV_CAPTURE_CONTENT, semconv.CAPTURE_CONTENT_MODES, DEFAULT_CONTENT_MODE,
+                      invalid, unsafe=DEFAULT_CONTENT_MODE)
+    metadata = tuple(k.strip() for k in os.environ.get(semconv.ENV_CAPTURE_METADATA, "").split(",") if k.strip())
+    events_raw = os.environ.get(semconv.ENV_EVENTS_PER_SPAN, "").strip()
+    events_per_span = None
+    if events_raw:
+        try:
+            events_per_span = max(1, int(events_raw))
+        except ValueError:
+            invalid.append(f"{semconv.ENV_EVENTS_PER_SPAN}={events_raw!r}")
+    max_queries = _positive_int(semconv.ENV_VECTORSTORE_MAX_QUERIES, DEFAULT_VECTORSTORE_MAX_QUERIES, invalid)
+    settings = CaptureSettings(
+        query=query,
+        content=content,
+        metadata=metadata,
+        mirror_genai=_flag(semconv.ENV_MIRROR_GENAI, True, invalid),
+        mirror_openinference=_flag(semconv.ENV_MIRROR_OPENINFERENCE, True, invalid),
+        events_per_span=events_per_span,
+        vectorstore_max_queries=max_queries or DEFAULT_VECTORSTORE_MAX_QUERIES,
+        invalid=tuple(invalid),
+    )
+    if invalid:
+        _log.warning("ragtrail: ignoring invalid settings %s", ", ".join(invalid))
+    return settings
+
+
+_lock = threading.Lock()
+_current: CaptureSettings | None = None
+
+
+def get() -> CaptureSettings:
+    """The capture settings in force (read from the environment on first use)."""
+    global _current
+    settings = _current
+    if settings is None:
+        with _lock:
+            if _current is None:
+                _current = from_environment()
+            settings = _current
+    return settings
+
+
+def set_capture(
+    *,
+    query: str | None = None,
+    content: str | None = None,
+    metadata: "list[str] | tuple[str, ...] | None" = None,
+    mirror_genai: bool | None = None,
+    mirror_openinference: bool | None = None,
+    events_per_span: int | None = None,
+    vectorstore_max_queries: int | None = None,
+) -> CaptureSettings:
+    """Change capture settings in code; unspecified settings keep their value. Raises ``ValueError``
+    on an unknown mode: this is the app's own configuration call, not an instrumented path."""
+    global _current
+    if query is not None and query not in semconv.CAPTURE_QUERY_MODES:
+        raise ValueError(f"query capture must be one of {semconv.CAPTURE_QUERY_MODES}, not {query!r}")
+    if content is not None and content not in semconv.CAPTURE_CONTENT_MODES:
+        raise ValueError(f"content capture must be one of {semconv.CAPTURE_CONTENT_MODES}, not {content!r}")
+    changes: dict[str, object] = {}
+    for key, value in (("query", query), ("content", content), ("mirror_genai", mirror_genai),
+                       ("mirror_openinference", mirror_openinference), ("events_per_span", events_per_span),
+                       ("vectorstore_max_queries", vectorstore_max_queries)):
+        if value is not None:
+            changes[key] = value
+    if metadata is not None:
+        changes["metadata"] = tuple(metadata)
+    with _lock:
+        _current = replace(_current if _current is not None else from_environment(), **changes)
+        return _current
+
+
+def reset() -> None:
+    """Forget settings made in code and re-read the environment on next use (tests use this)."""
+    global _current
+    with _lock:
+        _current = None
+
+
+# --- export and local store: read when an exporter or processor is built ---------------------------
+def _env_number(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(float(raw))
+    except ValueError:
+        _log.warning("ragtrail: ignoring %s=%r (not a number); using %s", name, raw, default)
+        return default
+    if value <= 0:
+        _log.warning("ragtrail: ignoring %s=%r (must be > 0); using %s", name, raw, default)
+        return default
+    return value
+
+
+def export_limit(env: str, value: Optional[float] = None) -> int:
+    """One ``RAGTRAIL_EXPORT_*`` bound: the keyword argument when given (it must be > 0: a bad
+    argument in code raises), else the environment, else the declared default."""
+    if value is not None:
+        if value <= 0:
+            raise ValueError(f"{env.lower()} must be > 0, got {value!r}")
+        return int(value)
+    return _env_number(env, EXPORT_DEFAULTS[env])
+
+
+def local_store_bytes(env: str, value: Optional[int] = None) -> int:
+    """One ``RAGTRAIL_LOCAL_STORE_*_BYTES`` size: the argument when truthy, else the environment,
+    else the declared default."""
+    return value or _env_number(env, LOCAL_STORE_DEFAULTS[env])
+
+
+def local_store_directory() -> Path:
+    """``RAGTRAIL_LOCAL_STORE_DIR`` or ``./.ragtrail``."""
+    return Path(os.environ.get(semconv.ENV_LOCAL_STORE_DIR) or DEFAULT_LOCAL_STORE_DIRECTORY)
