@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import inspect
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Collection, Mapping
 
@@ -38,9 +37,10 @@ from typing import Any, Callable, Collection, Mapping
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate, adapt
-from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, suppressed
 from ragtrail.contract.receipts import canonical_json, finite_or_none, receipt
-from ragtrail.stage import Stage, current_pipeline, stage as new_stage
+from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._hook import Call, async_wrapper, guard, sync_wrapper
+from ragtrail.stage import Stage, current_pipeline
 
 _instruments: Collection[str] = ("haystack-ai >= 2.10",)
 
@@ -57,7 +57,6 @@ _MQ_EMBEDDING = "haystack.components.retrievers.multi_query_embedding_retriever"
 _PIPELINE = "haystack.core.pipeline.pipeline"
 _ASYNC_PIPELINE_2X = "haystack.core.pipeline.async_pipeline"  # haystack-ai 2.x
 
-_PIPELINE_KEY = "haystack:pipeline"
 _QUERY_KEYS = ("query", "question", "text", "query_str", "prompt")
 
 # the text of the query a multi-query embedding retriever is embedding on this thread/task, so the
@@ -69,32 +68,6 @@ _collector: contextvars.ContextVar[tuple[int, list[tuple[Any, Any]]] | None] = c
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-def _component(instance: Any) -> str:
-    cls = type(instance)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-_signatures: dict[Any, inspect.Signature | None] = {}
-
-
-def _bind(wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
-    """The call's arguments by parameter name (defaults not applied: ``None`` means "not given")."""
-    key = getattr(wrapped, "__func__", wrapped)
-    if key not in _signatures:
-        try:
-            _signatures[key] = inspect.signature(wrapped)
-        except (TypeError, ValueError):
-            _signatures[key] = None
-    signature = _signatures[key]
-    if signature is None:
-        return dict(kwargs)
-    try:
-        return dict(signature.bind_partial(*args, **kwargs).arguments)
-    except TypeError:
-        # the call itself is wrong: the library raises its own error; record what we can
-        return dict(kwargs)
-
-
 def _document_adapter(doc: Any) -> Candidate:
     """A Haystack ``Document``: its id, text (or blob bytes), score and meta."""
     content = getattr(doc, "content", None)
@@ -187,23 +160,24 @@ def _exclude_missing(s: Stage, inputs: list[Candidate], outputs: list[Candidate]
 
 
 # --- one handler per component kind -----------------------------------------------------------------
-class _Handler:
-    """How one component maps onto a stage. ``before`` runs with the stage open and recording and
-    returns a memo for ``after``; both are guarded by the wrapper."""
+class _Handler(Call):
+    """How one component's ``run`` / ``run_async`` maps onto a stage, on the hook skeleton.
+    ``before`` fills ``memo`` for ``after``; the suppression key is per component instance."""
 
+    site = "haystack"
     kind = sc.KIND_RETRIEVE
 
-    def skip(self, instance: Any) -> bool:
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.memo: dict[str, Any] = {}
+
+    def skip(self) -> bool:
         return False
 
-    def before(self, s: Stage, instance: Any, bound: dict[str, Any]) -> dict[str, Any]:
-        return {}
-
-    def after(self, s: Stage, instance: Any, memo: dict[str, Any], result: Any) -> None:
-        pass
-
-    def cleanup(self, memo: dict[str, Any]) -> None:
-        """Undo what ``before`` set in the context; runs whether the call raised or not."""
+    def open(self) -> Stage | None:
+        if self.instance is None or self.skip():
+            return None
+        return self.new_stage(self.kind)
 
 
 class _TextRetriever(_Handler):
@@ -214,7 +188,8 @@ class _TextRetriever(_Handler):
     def query_text(self, bound: dict[str, Any]) -> Any:
         return bound.get("query")
 
-    def before(self, s: Stage, instance: Any, bound: dict[str, Any]) -> dict[str, Any]:
+    def before(self, s: Stage) -> None:
+        instance, bound = self.instance, self.arguments
         s.score_kind = self.score_kind
         top_k = bound.get("top_k")
         s.set(top_k=getattr(instance, "top_k", None) if top_k is None else top_k)
@@ -231,9 +206,10 @@ class _TextRetriever(_Handler):
         count = getattr(store, "count_documents", None)
         if callable(count):
             s.corpus_size(guard("haystack.count_documents", count))
-        return memo
+        self.memo = memo
 
-    def after(self, s: Stage, instance: Any, memo: dict[str, Any], result: Any) -> None:
+    def after(self, s: Stage, result: Any) -> None:
+        instance, memo = self.instance, self.memo
         docs = _documents(result)
         if docs is None:
             s.finding(f"run returned a {type(result).__name__} without a documents list")
@@ -276,7 +252,8 @@ class _Joiner(_Handler):
 
     kind = sc.KIND_FUSE
 
-    def before(self, s: Stage, instance: Any, bound: dict[str, Any]) -> dict[str, Any]:
+    def before(self, s: Stage) -> None:
+        instance, bound = self.instance, self.arguments
         top_k = bound.get("top_k")
         top_k = getattr(instance, "top_k", None) if top_k is None else top_k
         s.set(top_k=top_k)
@@ -291,9 +268,10 @@ class _Joiner(_Handler):
             s.finding(f"documents is a {type(lists).__name__}, not a list of lists: inputs not snapshotted")
         if mode == "reciprocal_rank_fusion":
             s.score_kind = sc.SCORE_RRF
-        return memo
+        self.memo = memo
 
-    def after(self, s: Stage, instance: Any, memo: dict[str, Any], result: Any) -> None:
+    def after(self, s: Stage, result: Any) -> None:
+        instance, memo = self.instance, self.memo
         docs = _documents(result)
         if docs is None:
             s.finding(f"run returned a {type(result).__name__} without a documents list")
@@ -339,7 +317,8 @@ class _SimilarityRanker(_Ranker):
     ``top_k``. Its scores are sorted, so when fewer than ``top_k`` survive every other document fell
     below the threshold; otherwise each was at least cut by rank."""
 
-    def before(self, s: Stage, instance: Any, bound: dict[str, Any]) -> dict[str, Any]:
+    def before(self, s: Stage) -> None:
+        instance, bound = self.instance, self.arguments
         top_k = bound.get("top_k")
         top_k = getattr(instance, "top_k", None) if top_k is None else top_k
         threshold = bound.get("score_threshold")
@@ -354,9 +333,10 @@ class _SimilarityRanker(_Ranker):
             s.set_attribute(sc.OI_RERANKER_MODEL_NAME, model)
         memo = {"top_k": top_k, "threshold": threshold}
         self.snapshot(s, bound, memo)
-        return memo
+        self.memo = memo
 
-    def after(self, s: Stage, instance: Any, memo: dict[str, Any], result: Any) -> None:
+    def after(self, s: Stage, result: Any) -> None:
+        instance, memo = self.instance, self.memo
         outputs = self.outputs(s, memo, result, sc.SCORE_RERANK)
         if outputs is None or "inputs" not in memo:
             return
@@ -375,7 +355,8 @@ class _LostInTheMiddle(_Ranker):
     until the running word count reaches ``word_count_threshold`` (the one that reaches it is kept).
     Each exclusion is classified by replaying that rule on the snapshotted inputs."""
 
-    def before(self, s: Stage, instance: Any, bound: dict[str, Any]) -> dict[str, Any]:
+    def before(self, s: Stage) -> None:
+        instance, bound = self.instance, self.arguments
         top_k = bound.get("top_k") or getattr(instance, "top_k", None)
         words = bound.get("word_count_threshold") or getattr(instance, "word_count_threshold", None)
         s.set(top_k=top_k)
@@ -383,9 +364,10 @@ class _LostInTheMiddle(_Ranker):
             s.set(budget_limit=words, budget_unit="words")
         memo = {"top_k": top_k, "words": words}
         self.snapshot(s, bound, memo)
-        return memo
+        self.memo = memo
 
-    def after(self, s: Stage, instance: Any, memo: dict[str, Any], result: Any) -> None:
+    def after(self, s: Stage, result: Any) -> None:
+        instance, memo = self.instance, self.memo
         outputs = self.outputs(s, memo, result, None)
         if outputs is None or "inputs" not in memo:
             return
@@ -418,7 +400,8 @@ class _MetaField(_Ranker):
     meta values cannot be sorted (or none has the field) Haystack returns the input order instead:
     recorded as ``degraded`` with fallback ``input_order``."""
 
-    def before(self, s: Stage, instance: Any, bound: dict[str, Any]) -> dict[str, Any]:
+    def before(self, s: Stage) -> None:
+        instance, bound = self.instance, self.arguments
         top_k = bound.get("top_k")
         top_k = getattr(instance, "top_k", None) if top_k is None else top_k
         weight = bound.get("weight")
@@ -432,9 +415,10 @@ class _MetaField(_Ranker):
         }
         s.set(top_k=top_k)
         self.snapshot(s, bound, memo)
-        return memo
+        self.memo = memo
 
-    def after(self, s: Stage, instance: Any, memo: dict[str, Any], result: Any) -> None:
+    def after(self, s: Stage, result: Any) -> None:
+        instance, memo = self.instance, self.memo
         docs = _documents(result)
         inputs = memo.get("inputs") or []
         ranked = memo["weight"] != 0
@@ -472,15 +456,17 @@ class _Expander(_Handler):
 
     kind = sc.KIND_QUERY_TRANSFORM
 
-    def before(self, s: Stage, instance: Any, bound: dict[str, Any]) -> dict[str, Any]:
+    def before(self, s: Stage) -> None:
+        instance, bound = self.instance, self.arguments
         query = bound.get("query")
         n = bound.get("n_expansions")
         n = getattr(instance, "n_expansions", None) if n is None else n
         if isinstance(query, str):
             s.query(query)
-        return {"query": query, "n": n, "original": getattr(instance, "include_original_query", True)}
+        self.memo = {"query": query, "n": n, "original": getattr(instance, "include_original_query", True)}
 
-    def after(self, s: Stage, instance: Any, memo: dict[str, Any], result: Any) -> None:
+    def after(self, s: Stage, result: Any) -> None:
+        instance, memo = self.instance, self.memo
         queries = result.get("queries") if isinstance(result, Mapping) else None
         if not isinstance(queries, (list, tuple)):
             s.finding(f"run returned a {type(result).__name__} without a queries list")
@@ -504,25 +490,15 @@ class _MultiQuery(_Handler):
 
     kind = sc.KIND_FUSE
 
-    def before(self, s: Stage, instance: Any, bound: dict[str, Any]) -> dict[str, Any]:
+    def before(self, s: Stage) -> None:
+        instance, bound = self.instance, self.arguments
         queries = bound.get("queries")
         bucket: list[tuple[Any, Any]] = []
-        memo: dict[str, Any] = {
-            "queries": list(queries) if isinstance(queries, (list, tuple)) else None,
-            "bucket": bucket,
-            "token": _collector.set((id(instance), bucket)),
-        }
-        return memo
+        self.memo = {"queries": list(queries) if isinstance(queries, (list, tuple)) else None, "bucket": bucket}
+        self.set_var(_collector, (id(instance), bucket))
 
-    def cleanup(self, memo: dict[str, Any]) -> None:
-        token = memo.pop("token", None)
-        if token is not None:
-            try:
-                _collector.reset(token)
-            except ValueError:  # pragma: no cover - reset from another context
-                pass
-
-    def after(self, s: Stage, instance: Any, memo: dict[str, Any], result: Any) -> None:
+    def after(self, s: Stage, result: Any) -> None:
+        instance, memo = self.instance, self.memo
         docs = _documents(result)
         if docs is None:
             s.finding(f"run returned a {type(result).__name__} without a documents list")
@@ -555,14 +531,17 @@ class _Pipeline(_Handler):
 
     kind = sc.KIND_PIPELINE
 
-    def skip(self, instance: Any) -> bool:
+    def key(self) -> str:
+        return "haystack:pipeline"  # one root per run, whichever Pipeline object runs inside it
+
+    def skip(self) -> bool:
         return current_pipeline() is not None
 
-    def before(self, s: Stage, instance: Any, bound: dict[str, Any]) -> dict[str, Any]:
+    def before(self, s: Stage) -> None:
+        instance, bound = self.instance, self.arguments
         text = _pipeline_query(bound.get("data"))
         if text is not None:
             s.query(text)
-        return {}
 
 
 def _pipeline_query(data: Any) -> str | None:
@@ -628,19 +607,19 @@ def _collect(instance: Any, query: Any, result: Any) -> None:
 
 
 # which handler records which method; the module is patched when it is imported
-_TARGETS: tuple[tuple[str, str, _Handler], ...] = (
-    (_BM25, "InMemoryBM25Retriever", _TextRetriever()),
-    (_EMBEDDING, "InMemoryEmbeddingRetriever", _EmbeddingRetriever()),
-    (_JOINER, "DocumentJoiner", _Joiner()),
-    (_LITM, "LostInTheMiddleRanker", _LostInTheMiddle()),
-    (_META, "MetaFieldRanker", _MetaField()),
-    (_ST_RANKER, "SentenceTransformersSimilarityRanker", _SimilarityRanker()),
-    (_ST_RANKER_2X, "SentenceTransformersSimilarityRanker", _SimilarityRanker()),
-    (_EXPANDER, "QueryExpander", _Expander()),
-    (_MQ_TEXT, "MultiQueryTextRetriever", _MultiQuery()),
-    (_MQ_EMBEDDING, "MultiQueryEmbeddingRetriever", _MultiQuery()),
-    (_PIPELINE, "Pipeline", _Pipeline()),
-    (_ASYNC_PIPELINE_2X, "AsyncPipeline", _Pipeline()),
+_TARGETS: tuple[tuple[str, str, type[_Handler]], ...] = (
+    (_BM25, "InMemoryBM25Retriever", _TextRetriever),
+    (_EMBEDDING, "InMemoryEmbeddingRetriever", _EmbeddingRetriever),
+    (_JOINER, "DocumentJoiner", _Joiner),
+    (_LITM, "LostInTheMiddleRanker", _LostInTheMiddle),
+    (_META, "MetaFieldRanker", _MetaField),
+    (_ST_RANKER, "SentenceTransformersSimilarityRanker", _SimilarityRanker),
+    (_ST_RANKER_2X, "SentenceTransformersSimilarityRanker", _SimilarityRanker),
+    (_EXPANDER, "QueryExpander", _Expander),
+    (_MQ_TEXT, "MultiQueryTextRetriever", _MultiQuery),
+    (_MQ_EMBEDDING, "MultiQueryEmbeddingRetriever", _MultiQuery),
+    (_PIPELINE, "Pipeline", _Pipeline),
+    (_ASYNC_PIPELINE_2X, "AsyncPipeline", _Pipeline),
 )
 _MULTI_QUERY_MODULES = {_MQ_TEXT: "MultiQueryTextRetriever", _MQ_EMBEDDING: "MultiQueryEmbeddingRetriever"}
 
@@ -675,68 +654,14 @@ class HaystackInstrumentor(RagtrailInstrumentor):
             self.wrap(name, f"{cls_name}._run_one_async", _per_query_async)
             self.wrap(name, "ThreadPoolExecutor", _executor_factory)
 
-    # --- the wrappers: open the stage, snapshot before, call through untouched, record after ---------
-    def _open(self, handler: _Handler, instance: Any, wrapped: Any, args: tuple, kwargs: dict) -> tuple[Stage, dict] | None:
-        if guard("haystack.skip", handler.skip, instance):
-            return None
-        s = new_stage(handler.kind, _component(instance), tracer=self.tracer).start()
-        memo: dict[str, Any] = {}
-        if s.recording:
-            bound = guard("haystack.bind", _bind, wrapped, args, kwargs) or {}
-            memo = guard("haystack.before", handler.before, s, instance, bound) or {}
-        return s, memo
+    def _tracer(self) -> Any:
+        return self.tracer
 
-    def _sync_wrapper(self, handler: _Handler) -> Callable[..., Any]:
-        def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-            if instance is None or not enabled():
-                return wrapped(*args, **kwargs)
-            key = _PIPELINE_KEY if handler.kind == sc.KIND_PIPELINE else f"haystack:{id(instance)}"
-            with suppressed(key) as inner:
-                if inner:
-                    return wrapped(*args, **kwargs)
-                opened = self._open(handler, instance, wrapped, args, kwargs)
-                if opened is None:
-                    return wrapped(*args, **kwargs)
-                s, memo = opened
-                try:
-                    result = wrapped(*args, **kwargs)
-                except BaseException as exc:
-                    guard("haystack.cleanup", handler.cleanup, memo)
-                    s.finish(exc)
-                    raise
-                guard("haystack.cleanup", handler.cleanup, memo)
-                if s.recording:
-                    guard("haystack.after", handler.after, s, instance, memo, result)
-                s.finish()
-                return result
+    def _sync_wrapper(self, handler: type[_Handler]) -> Callable[..., Any]:
+        return sync_wrapper(handler, self._tracer)
 
-        return wrapper
-
-    def _async_wrapper(self, handler: _Handler) -> Callable[..., Any]:
-        async def wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-            if instance is None or not enabled():
-                return await wrapped(*args, **kwargs)
-            key = _PIPELINE_KEY if handler.kind == sc.KIND_PIPELINE else f"haystack:{id(instance)}"
-            with suppressed(key) as inner:
-                if inner:
-                    return await wrapped(*args, **kwargs)
-                opened = self._open(handler, instance, wrapped, args, kwargs)
-                if opened is None:
-                    return await wrapped(*args, **kwargs)
-                s, memo = opened
-                try:
-                    result = await wrapped(*args, **kwargs)
-                except BaseException as exc:
-                    guard("haystack.cleanup", handler.cleanup, memo)
-                    s.finish(exc)
-                    raise
-                guard("haystack.cleanup", handler.cleanup, memo)
-                if s.recording:
-                    guard("haystack.after", handler.after, s, instance, memo, result)
-                s.finish()
-                return result
-
-        return wrapper
+    def _async_wrapper(self, handler: type[_Handler]) -> Callable[..., Any]:
+        return async_wrapper(handler, self._tracer)
 
 
 __all__ = ["HaystackInstrumentor"]

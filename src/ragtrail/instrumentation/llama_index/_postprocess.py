@@ -28,7 +28,7 @@ from ragtrail.candidates import adapt, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, receipt
 from ragtrail.stage import Stage
 
-from ._calls import Call, active_call, argument
+from ._calls import LlamaCall, active_call, argument
 from ._nodes import Snap, node_content, node_id, query_text, snap
 from ._retrieve import record_kept
 
@@ -153,8 +153,8 @@ def _number(value: Any) -> Any:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-class PostprocessCall(Call):
-    prefix = "llama_index.postprocess"
+class PostprocessCall(LlamaCall):
+    site = "llama_index.postprocess"
     selected: set[str] | None = None
     snapshot: list[Snap] | None = None
 
@@ -234,5 +234,5 @@ def selection_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> An
             for item in result or ():
                 call.selected.add(str(item.node.node_id))
         except Exception as exc:
-            call.stage._error("llama_index.selection", exc)
+            call.error("selection", exc)
     return result
