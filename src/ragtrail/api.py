@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable, TypeVar
 from opentelemetry import trace
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import is_candidate_list
+from ragtrail.recorder.candidates import is_candidate_list
 from ragtrail.instrumentation._hook import Call, component_name, record_internal_error, run, run_async
-from ragtrail.stage import Stage, current_stage, stage
+from ragtrail.recorder.stage import Stage, current_stage, stage
 
 F = TypeVar("F", bound=Callable[..., Any])
 _QUERY_NAMES = ("query", "query_str", "question", "q", "text", "prompt", "query_text")

@@ -24,7 +24,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
 
 from ragtrail import __version__
-from ragtrail import candidates as _candidates
+from ragtrail.recorder import candidates as _candidates
 from ragtrail.instrumentation._hook import guard
 
 

@@ -51,7 +51,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
-from ragtrail.stage import Stage, _internal_error as record_internal_error, stage
+from ragtrail.recorder.errors import record_internal_error
+from ragtrail.recorder.stage import Stage, stage
 
 _active: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("ragtrail_active_hooks", default=frozenset())
 # component instance id -> the Call recording it in this context (see active_call)
@@ -209,7 +210,7 @@ class Call:
         """Count an error in a hook step (on the stage when there is one)."""
         site = f"{self.site}.{step}"
         if self.stage is not None:
-            self.stage._error(site, exc)
+            self.stage.record_error(site, exc)
         else:
             record_internal_error(site, exc)
 

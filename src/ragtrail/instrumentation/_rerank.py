@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ragtrail import settings
-from ragtrail.candidates import Candidate, adapt, is_candidate_list
+from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import finite_or_none
 from ragtrail.instrumentation._hook import Call, argument, component_name
-from ragtrail.stage import Stage, current_stage
+from ragtrail.recorder.stage import Stage, current_stage
 
 
 @dataclass
@@ -150,10 +150,8 @@ def ranked(
                 not_numbers += 1
             elif finite_or_none(score) is None:
                 nonfinite += 1
-        outputs.append(Candidate(
-            id=source.id, content=source.content, score=score, score_kind=sc.SCORE_RERANK,
-            metadata=source.metadata, hop=source.hop, raw=raw, _receipt=source._receipt,
-        ))
+        outputs.append(source.copy(score=score, score_kind=sc.SCORE_RERANK, raw=raw, transform_rule=None,
+                                   derived_from=None))
     if unmatched:
         s.finding(f"{unmatched} result(s) pointed at no input document")
     if nonfinite:

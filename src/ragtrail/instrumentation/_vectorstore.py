@@ -36,12 +36,11 @@ from opentelemetry import trace
 
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate
+from ragtrail.recorder.candidates import CONTENT_KEYS, Candidate
 from ragtrail.contract.receipts import canonical_json, finite_or_none
 from ragtrail.instrumentation._hook import Call, record_internal_error, run, run_async
-from ragtrail.stage import Stage, stage
+from ragtrail.recorder.stage import Stage, stage
 
-CONTENT_KEYS = ("text", "content", "page_content", "document", "body", "chunk", "passage")
 _log = logging.getLogger("ragtrail")
 
 
@@ -172,7 +171,7 @@ class StoreCall:
                 self._query(s, first.query)
                 self._knobs(s, first)
         except Exception as exc:
-            s._error("vectorstore.start", exc)
+            s.record_error("vectorstore.start", exc)
         return self
 
     @property
@@ -209,7 +208,7 @@ class StoreCall:
                                    f"only ({sc.ENV_VECTORSTORE_MAX_QUERIES})")
                     self._record(s0, row, 0, outcome.rows, size, first=True)
         except Exception as exc:
-            s0._error("vectorstore.complete", exc)
+            s0.record_error("vectorstore.complete", exc)
         if outcome is not None and outcome.rows > 1:
             self._pending = (outcome, limit, size)
 
@@ -231,7 +230,7 @@ class StoreCall:
             if s.recording:
                 self._record(s, outcome.row(index), index, outcome.rows, size, first=False)
         except Exception as exc:
-            s._error("vectorstore.sibling", exc)
+            s.record_error("vectorstore.sibling", exc)
         finally:
             s.finish()
 

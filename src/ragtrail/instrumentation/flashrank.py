@@ -22,7 +22,7 @@ from ragtrail.instrumentation._rerank import (
     document_list,
     ranked,
 )
-from ragtrail.stage import Stage
+from ragtrail.recorder.stage import Stage
 
 _KEY = "flashrank.rerank"
 

@@ -29,12 +29,12 @@ from typing import Any
 
 import wrapt
 
-from ragtrail.candidates import Candidate, adapt, normalize_id
+from ragtrail.recorder.candidates import Candidate, adapt, normalize_id
 from ragtrail.contract.receipts import content_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import argument, component_name, guard, run, run_async
 from ragtrail.instrumentation._rerank import RerankArgs, RerankHook, ranked
-from ragtrail.stage import Stage
+from ragtrail.recorder.stage import Stage
 
 _KEY = "rerankers.rank"
 

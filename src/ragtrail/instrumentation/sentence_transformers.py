@@ -24,7 +24,7 @@ from ragtrail.instrumentation._rerank import (
     ranked,
     top_k_of,
 )
-from ragtrail.stage import Stage
+from ragtrail.recorder.stage import Stage
 
 _KEY = "sentence_transformers.cross_encoder"
 

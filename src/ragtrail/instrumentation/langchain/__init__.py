@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Collection
 
-from ragtrail.candidates import register_adapter, unregister_adapter
+from ragtrail.recorder.candidates import register_adapter, unregister_adapter
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import record_internal_error
 

@@ -19,11 +19,12 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence
 import wrapt
 
 from ragtrail import settings
-from ragtrail.candidates import Candidate, _lookup, adapt
+from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
 from ragtrail.contract.receipts import receipt
-from ragtrail.instrumentation._hook import Call, argument, component_name, record_internal_error, run
+from ragtrail.instrumentation._hook import Call, record_internal_error, run
 from ragtrail.instrumentation._hook import run_async as run_async_call
-from ragtrail.stage import Stage, current_pipeline
+from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.stage import Stage
 
 
 # --- sinks: scores a stage recovers from the calls beneath it -------------------------------------
@@ -212,7 +213,7 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
     metadata = None
     if keep_metadata and isinstance(doc.metadata, dict):
         metadata = dict(doc.metadata)  # snapshot: some compressors edit metadata in place
-    return Candidate(id=ident, content=content, metadata=metadata, raw=doc, _receipt=rec)
+    return Candidate(id=ident, content=content, metadata=metadata, raw=doc).with_receipt(rec)
 
 
 def adapt_all(items: Iterable[Any]) -> list[Candidate]:
@@ -222,7 +223,7 @@ def adapt_all(items: Iterable[Any]) -> list[Candidate]:
     keep_metadata = settings.get().metadata
     out = []
     for item in items:
-        if _lookup(type(item)) is adapt_document:  # the adapter adapt() would pick (registry-cached)
+        if lookup_adapter(type(item)) is adapt_document:  # the adapter adapt() would pick (registry-cached)
             out.append(_adapt_document(item, memory, keep_metadata))
         else:
             out.append(adapt(item))

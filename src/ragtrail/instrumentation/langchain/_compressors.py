@@ -28,7 +28,7 @@ from collections import Counter
 from typing import Any, Callable, Iterator
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.instrumentation._hook import argument, component_name, enabled, record_internal_error
 from ragtrail.instrumentation.langchain._common import (
     LangChainCall,
@@ -41,7 +41,7 @@ from ragtrail.instrumentation.langchain._common import (
     run_sync,
     shared_memory,
 )
-from ragtrail.stage import current_pipeline
+from ragtrail.recorder.pipeline import current_pipeline
 
 REASON_LLM_IRRELEVANT = "custom:llm_judged_irrelevant"
 REASON_NOT_RANKED = "custom:not_ranked_by_llm"
