@@ -108,7 +108,7 @@ def argument(args: tuple, kwargs: Mapping[str, Any], position: int | None, *name
     return default
 
 
-_signatures: dict[Any, inspect.Signature | None] = {}
+_signatures: dict[tuple[Any, bool], inspect.Signature | None] = {}
 
 
 def bind(fn: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,7 +117,7 @@ def bind(fn: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> dict
     ``n_results=10`` reads ``10``). The signature is computed once per function. Without a
     signature, or when the arguments do not fit it (the call will raise its own ``TypeError``, and
     the stage records that failure), the keyword arguments as given."""
-    key = getattr(fn, "__func__", fn)
+    key = (getattr(fn, "__func__", fn), hasattr(fn, "__self__"))  # a bound method's signature has no self
     try:
         signature = _signatures[key]
     except KeyError:
