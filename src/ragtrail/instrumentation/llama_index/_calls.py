@@ -9,14 +9,14 @@ another wrapped public method of *itself* (``aretrieve`` falling back on ``retri
 calling ``super()``) records once, while a different component called inside it (the sub-retrievers
 of a fusion retriever, a nested query engine) still gets its own span. While it records, a call is
 found by the hooks inside it (fusion input, LLM rerank choices, the nodes a synthesizer turns into
-text chunks) through :func:`active_call`.
+text chunks) through :func:`ragtrail.instrumentation._hook.active_call`.
 """
 
 from __future__ import annotations
 
-from ragtrail.instrumentation._hook import Call, active_call, argument, async_wrapper, component_name, sync_wrapper
+from ragtrail.instrumentation._hook import Call
 
-__all__ = ["LlamaCall", "active_call", "argument", "async_wrapper", "component_name", "sync_wrapper"]
+__all__ = ["LlamaCall"]
 
 
 class LlamaCall(Call):

@@ -26,9 +26,10 @@ from typing import Any, Callable
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import adapt, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, receipt
+from ragtrail.instrumentation._hook import active_call, argument
 from ragtrail.recorder.stage import Stage
 
-from ._calls import LlamaCall, active_call, argument
+from ._calls import LlamaCall
 from ._nodes import Snap, node_content, node_id, query_text, snap
 from ._retrieve import record_kept
 

@@ -18,9 +18,10 @@ from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, content_id, truncate_rule
 from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.instrumentation._hook import active_call, argument
 from ragtrail.recorder.stage import Stage
 
-from ._calls import LlamaCall, active_call, argument
+from ._calls import LlamaCall
 from ._nodes import node_id, query_text
 from ._retrieve import record_kept
 
