@@ -1,4 +1,5 @@
-"""Decorators for custom pipeline code: a thin layer over :mod:`ragtrail.stage`.
+"""Decorators for custom pipeline code: a thin layer over :mod:`ragtrail.stage`, run by the one
+hook skeleton every library instrumentation uses (:mod:`ragtrail.instrumentation._hook`).
 
 Each decorator opens a stage around the call, records the query and a snapshot of the input
 candidates *before* the call (libraries sort and rescore in place), and the output after it.
@@ -17,12 +18,70 @@ from opentelemetry import trace
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import is_candidate_list
-from ragtrail.recorder.errors import record_internal_error
+from ragtrail.instrumentation._hook import Call, component_name, record_internal_error, run, run_async
 from ragtrail.recorder.stage import Stage, current_stage, stage
 
 F = TypeVar("F", bound=Callable[..., Any])
 _QUERY_NAMES = ("query", "query_str", "question", "q", "text", "prompt", "query_text")
 _INPUT_NAMES = ("candidates", "documents", "docs", "nodes", "results", "hits", "passages", "chunks", "items", "contexts")
+
+
+class _Decorated(Call):
+    """One call of a decorated function: the stage it is, its query and input snapshot before the
+    call, its outputs after. Decorated functions nest freely (no suppression key): each call of
+    each decorated function is its own stage."""
+
+    site = "decorator"
+
+    def __init__(self, spec: "_Spec", args: tuple, kwargs: dict) -> None:
+        super().__init__(spec.tracer, spec.fn, None, args, kwargs)
+        self.spec = spec
+
+    def key(self) -> None:
+        return None
+
+    def open(self) -> Stage:
+        spec = self.spec
+        return self.new_stage(spec.kind, spec.component, **spec.options)
+
+    def before(self, s: Stage) -> None:
+        """Record what the call was given: the query and a snapshot of the input candidates."""
+        spec, args = self.spec, self.args
+        bound = self.arguments if spec.names else {}
+        query = bound.get(spec.query_arg) if spec.query_arg else None
+        if spec.query_position is not None and args and isinstance(args[0], str):
+            query = args[0]
+        if query is not None:
+            s.query(query)
+        if spec.takes_inputs:
+            candidates = bound.get(spec.inputs_arg) if spec.inputs_arg else next((a for a in args if is_candidate_list(a)), None)
+            if candidates is None:
+                s.finding("no candidate list among the arguments")
+            elif is_candidate_list(candidates):
+                s.inputs(candidates)
+            else:
+                # an iterator the function still has to read: never consume the host's data
+                s.finding(f"inputs are a {type(candidates).__name__}, not a list: not snapshotted")
+
+    def after(self, s: Stage, result: Any) -> None:
+        kind = self.spec.kind
+        if kind == sc.KIND_QUERY_TRANSFORM:
+            variants = [result] if isinstance(result, str) else result if is_candidate_list(result) else None
+            if variants is None:
+                s.finding(f"query transform returned a {type(result).__name__}, not a query or list of queries")
+                return
+            for text in variants:
+                s.add_query_variant(text, transform=self.spec.transform)
+            return
+        if kind == sc.KIND_PIPELINE:
+            return
+        if is_candidate_list(result):
+            s.outputs(result)
+        elif result is None:
+            s.outputs([])
+            s.finding("stage returned None")
+        else:
+            s.finding(f"stage returned a {type(result).__name__}, not a candidate list: outputs not recorded")
 
 
 class _Spec:
@@ -34,13 +93,14 @@ class _Spec:
         self.fn = fn
         self.kind = kind
         self.transform = transform
-        self.component = component or f"{fn.__module__}.{fn.__qualname__}"
+        self.component = component or component_name(fn)
+        self.tracer = options.pop("tracer", None)
         self.options = options
         try:
-            self.signature: inspect.Signature | None = inspect.signature(fn)
-            names = list(self.signature.parameters)
+            names = list(inspect.signature(fn).parameters)
         except (TypeError, ValueError):  # builtins without a signature
-            self.signature, names = None, []
+            names = []
+        self.names = names
         self.query_arg = query_arg or next((n for n in names if n in _QUERY_NAMES), None)
         # with no query-like parameter, only a stage that takes no candidates may have its first
         # parameter read as the query (never guess among a filter's other arguments: an API key...)
@@ -48,100 +108,20 @@ class _Spec:
         self.inputs_arg = inputs_arg or (next((n for n in names if n in _INPUT_NAMES), None) if takes_inputs else None)
         self.takes_inputs = takes_inputs
 
-    def open(self) -> Stage:
-        return stage(self.kind, self.component, **self.options).start()
-
-    def before(self, s: Stage, args: tuple, kwargs: dict) -> None:
-        """Record what the call was given: the query and a snapshot of the input candidates."""
-        if not s.recording:
-            return
-        try:
-            bound = self.signature.bind_partial(*args, **kwargs).arguments if self.signature else {}
-            query = bound.get(self.query_arg) if self.query_arg else None
-            if self.query_position is not None and args and isinstance(args[0], str):
-                query = args[0]
-            if query is not None:
-                s.query(query)
-            if self.takes_inputs:
-                candidates = bound.get(self.inputs_arg) if self.inputs_arg else next((a for a in args if is_candidate_list(a)), None)
-                if candidates is None:
-                    s.finding("no candidate list among the arguments")
-                elif is_candidate_list(candidates):
-                    s.inputs(candidates)
-                else:
-                    # an iterator the function still has to read: never consume the host's data
-                    s.finding(f"inputs are a {type(candidates).__name__}, not a list: not snapshotted")
-        except Exception as exc:
-            s.record_error("decorator.before", exc)
-
-    def after(self, s: Stage, result: Any) -> None:
-        if not s.recording:
-            return
-        try:
-            if self.kind == sc.KIND_QUERY_TRANSFORM:
-                variants = [result] if isinstance(result, str) else result if is_candidate_list(result) else None
-                if variants is None:
-                    s.finding(f"query transform returned a {type(result).__name__}, not a query or list of queries")
-                    return
-                for text in variants:
-                    s.add_query_variant(text, transform=self.transform)
-                return
-            if self.kind == sc.KIND_PIPELINE:
-                return
-            if is_candidate_list(result):
-                s.outputs(result)
-            elif result is None:
-                s.outputs([])
-                s.finding("stage returned None")
-            else:
-                s.finding(f"stage returned a {type(result).__name__}, not a candidate list: outputs not recorded")
-        except Exception as exc:
-            s.record_error("decorator.after", exc)
-
 
 def _decorate(fn: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            s = _open(spec)
-            if s is None:
-                return await fn(*args, **kwargs)
-            spec.before(s, args, kwargs)
-            try:
-                result = await fn(*args, **kwargs)
-            except BaseException as exc:
-                s.finish(exc)
-                raise
-            spec.after(s, result)
-            s.finish()
-            return result
+            return await run_async(_Decorated(spec, args, kwargs))
 
         return async_wrapper
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        s = _open(spec)
-        if s is None:
-            return fn(*args, **kwargs)
-        spec.before(s, args, kwargs)
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:
-            s.finish(exc)
-            raise
-        spec.after(s, result)
-        s.finish()
-        return result
+        return run(_Decorated(spec, args, kwargs))
 
     return wrapper
-
-
-def _open(spec: _Spec) -> Stage | None:
-    try:
-        return spec.open()
-    except Exception as exc:  # pragma: no cover - Stage.start never raises; belt and braces
-        record_internal_error("decorator.open", exc)
-        return None
 
 
 def _factory(kind: str, takes_inputs: bool, fn: Callable[..., Any] | None, component: str | None,

@@ -161,37 +161,36 @@ def _spy_library_rank_async(monkeypatch: Any) -> list[Any]:
     return runs
 
 
-async def test_rank_async_not_recording_runs_the_librarys_own_code(ranker, instrumentor, span_exporter,
-                                                                   monkeypatch) -> None:
-    """Suppressed, or inside a rerank stage that already records the call: the library's rank_async
-    runs untouched, and the rank it starts in the executor (which cannot see the suppression) does
-    not open a stray root span either."""
+async def test_rank_async_runs_the_librarys_own_code(ranker, instrumentor, span_exporter, monkeypatch) -> None:
+    """Recording, suppressed, or inside a rerank stage that already records the call: the library's
+    rank_async runs (ragtrail never replaces it), and the rank it starts in the executor, which
+    runs in the caller's context, opens no second span and no stray root span."""
     from opentelemetry.instrumentation.utils import suppress_instrumentation
 
     import ragtrail
-    from ragtrail.instrumentation import rerankers as module
 
     runs = _spy_library_rank_async(monkeypatch)
-    plain = await ranker.rank_async(QUERY, DOCS)  # recording: ragtrail's context-carrying twin
-    assert runs == []
+    plain = await ranker.rank_async(QUERY, DOCS)
+    assert len(runs) == 1
+    (recorded,) = rerank_spans(span_exporter)
+    assert runs[0].get_span_context() == recorded.context  # the library ran inside the stage
     span_exporter.clear()
     with suppress_instrumentation():
         suppressed = await ranker.rank_async(QUERY, DOCS)
-    assert len(runs) == 1
+    assert len(runs) == 2
     assert repr(suppressed) == repr(plain)
     assert rerank_spans(span_exporter) == []
     with ragtrail.stage("rerank", "app.outer"):
         inside = await ranker.rank_async(QUERY, DOCS)
-    assert len(runs) == 2
+    assert len(runs) == 3
     assert repr(inside) == repr(plain)
     assert [s.name for s in rerank_spans(span_exporter)] == ["rerank outer"]  # the outer stage only
-    assert module._passing == {}  # nothing left marked once the calls returned
 
 
 # --- an application-defined ranker ----------------------------------------------------------------
 
 
-def test_application_subclass_defined_after_instrumenting_is_recorded_once(instrumentor, span_exporter) -> None:
+def _application_rankers() -> tuple[type, type]:
     class KeywordRanker(BaseRanker):
         def __init__(self, model_name_or_path: str = "keyword", verbose: int = 0) -> None:
             self.model_name = model_name_or_path
@@ -211,24 +210,53 @@ def test_application_subclass_defined_after_instrumenting_is_recorded_once(instr
             full = super().rank(query, docs, doc_ids, metadata)
             return RankedResults(full.results[:1], query, True)
 
+    return KeywordRanker, TopOneRanker
+
+
+def _check_top_one(span: Any, cls: type, docs: list[str]) -> None:
+    inputs = [doc(t) for t in docs]
+    check_rerank_span(span, component=f"{__name__}.{cls.__qualname__}", query=QUERY, model="keyword",
+                      inputs=inputs, outputs=[doc("plants make energy", score=2.0)],
+                      exclusions=[(1, inputs[1], "unexplained", None), (2, inputs[2], "unexplained", None)])
+
+
+def test_application_subclass_is_recorded_once(instrumentor, tracer_provider, span_exporter) -> None:
+    """A ranker class that exists when rerankers is patched; its ``rank`` calls the patched
+    ``super().rank``: one span. The library's class creation is never touched."""
+    _, TopOneRanker = _application_rankers()
+    instrumentor.uninstrument()
+    instrumentor.instrument(tracer_provider=tracer_provider)  # patches the classes that exist now
+    assert "__init_subclass__" not in BaseRanker.__dict__
     docs = ["plants make energy", "stock market", "energy"]
     result = TopOneRanker().rank(QUERY, docs)
     assert [r.document.text for r in result.results] == ["plants make energy"]
     (span,) = span_exporter.get_finished_spans()
-    inputs = [doc(t) for t in docs]
-    check_rerank_span(span, component=f"{__name__}.{TopOneRanker.__qualname__}", query=QUERY, model="keyword",
-                      inputs=inputs, outputs=[doc("plants make energy", score=2.0)],
-                      exclusions=[(1, inputs[1], "unexplained", None), (2, inputs[2], "unexplained", None)])
+    _check_top_one(span, TopOneRanker, docs)
 
     instrumentor.uninstrument()
     try:
-        assert "__init_subclass__" not in BaseRanker.__dict__
         assert not hasattr(TopOneRanker.__dict__["rank"], "__wrapped__")
         span_exporter.clear()
         TopOneRanker().rank(QUERY, docs)
         assert span_exporter.get_finished_spans() == ()
     finally:
-        instrumentor.instrument()
+        instrumentor.instrument(tracer_provider=tracer_provider)
+
+
+async def test_application_subclass_defined_later_is_patched_when_met(instrumentor, span_exporter) -> None:
+    """Defined after rerankers was patched: its direct ``rank`` is not recorded until the class is
+    met at run time through ``rank_async``; from then on both are recorded, once each."""
+    _, TopOneRanker = _application_rankers()
+    docs = ["plants make energy", "stock market", "energy"]
+    TopOneRanker().rank(QUERY, docs)
+    assert span_exporter.get_finished_spans() == ()
+    await TopOneRanker().rank_async(QUERY, docs)
+    (span,) = span_exporter.get_finished_spans()
+    _check_top_one(span, TopOneRanker, docs)
+    span_exporter.clear()
+    TopOneRanker().rank(QUERY, docs)
+    (span,) = span_exporter.get_finished_spans()
+    _check_top_one(span, TopOneRanker, docs)
 
 
 # --- APIRanker against a real HTTP server on loopback ----------------------------------------------

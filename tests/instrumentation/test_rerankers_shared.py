@@ -179,7 +179,7 @@ def test_plain_score_turns_numpy_scalars_into_floats() -> None:
 
 def test_ranked_maps_indices_and_reports_bad_ones(span_exporter, tracer_provider) -> None:
     tracer = tracer_provider.get_tracer("test")
-    call = _rerank.RerankCall("my.Reranker", query="q")
+    call = _rerank.RerankArgs("my.Reranker", query="q")
     with stage(sc.KIND_RERANK, "my.Reranker", tracer=tracer) as s:
         call.inputs = _rerank.snapshot(["a", {"id": "B", "text": "b"}])
         s.inputs(call.inputs)
@@ -208,7 +208,7 @@ def test_argument_and_document_list() -> None:
     assert _rerank.argument(("q", ["d"]), {}, 1, "documents") == ["d"]
     assert _rerank.argument(("q",), {"docs": 3}, 1, "documents", "docs") == 3
     assert _rerank.argument((), {}, None, "query", default="x") == "x"
-    call = _rerank.RerankCall("c")
+    call = _rerank.RerankArgs("c")
     assert _rerank.document_list(call, iter(["a"])) is None
     assert _rerank.document_list(call, None) is None
     assert call.findings == ["documents are a list_iterator, not a list: not snapshotted",

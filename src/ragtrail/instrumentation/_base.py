@@ -1,6 +1,5 @@
-"""What every ragtrail library instrumentation shares: patching with wrapt, clean unpatching,
-re-entrancy suppression (no double spans when a wrapped method calls another wrapped one), and a
-guard that keeps instrumentation errors away from the host.
+"""What every ragtrail library instrumentor shares: patching with wrapt and clean unpatching. How
+a patched call is recorded (suppression, guarding, sync and async) is :mod:`._hook`.
 
 A library module subclasses :class:`RagtrailInstrumentor`, declares ``_instruments`` and implements
 ``_patch()`` with :meth:`RagtrailInstrumentor.wrap`; ``uninstrument()`` undoes every wrap it made and
@@ -15,55 +14,18 @@ and the patching runs when the application imports the module (at once when it a
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import importlib
 import threading
-from typing import Any, Callable, Collection, Iterator
+from typing import Any, Callable, Collection
 
 import wrapt
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled, unwrap
+from opentelemetry.instrumentation.utils import unwrap
 
 from ragtrail import __version__
 from ragtrail.recorder import candidates as _candidates
-from ragtrail.recorder.errors import record_internal_error
-
-_active: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("ragtrail_active_wrappers", default=frozenset())
-
-
-@contextlib.contextmanager
-def suppressed(key: str) -> Iterator[bool]:
-    """Yield True when an outer wrapper with the same ``key`` is already recording in this context
-    (so the inner call must not open a second span); otherwise mark ``key`` active while inside."""
-    active = _active.get()
-    if key in active:
-        yield True
-        return
-    token = _active.set(active | {key})
-    try:
-        yield False
-    finally:
-        _active.reset(token)
-
-
-def is_suppressed(key: str) -> bool:
-    return key in _active.get()
-
-
-def enabled() -> bool:
-    """False inside ``suppress_instrumentation()`` (OTel's own switch); respected by every wrapper."""
-    return is_instrumentation_enabled()
-
-
-def guard(site: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run a recording step; an error is counted and logged once, never raised into the app."""
-    try:
-        return fn(*args, **kwargs)
-    except Exception as exc:
-        record_internal_error(site, exc)
-        return None
+from ragtrail.instrumentation._hook import guard
 
 
 class RagtrailInstrumentor(BaseInstrumentor):  # type: ignore[misc]

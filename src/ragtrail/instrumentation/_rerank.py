@@ -18,20 +18,18 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence
-
-from opentelemetry import trace
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ragtrail import settings
-from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
-from ragtrail.instrumentation._base import enabled, guard, is_suppressed, suppressed
+from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import finite_or_none
-from ragtrail.recorder.stage import Stage, current_stage, stage
+from ragtrail.instrumentation._hook import Call, argument, component_name
+from ragtrail.recorder.stage import Stage, current_stage
 
 
 @dataclass
-class RerankCall:
+class RerankArgs:
     """What a wrapper read from the call's arguments before running it.
 
     ``documents`` is the list as the caller passed it (``None`` when it could not be read without
@@ -49,14 +47,8 @@ class RerankCall:
     snapshot: Callable[[Sequence[Any]], list[Candidate]] | None = None
 
 
-Prepare = Callable[[], "RerankCall | None"]
-Record = Callable[[Stage, RerankCall, Any], None]
-
-
-def component_of(instance: Any) -> str:
-    """``module.Class`` of the object that ran, e.g. ``cohere.client_v2.ClientV2``."""
-    cls = type(instance)
-    return f"{cls.__module__}.{cls.__qualname__}"
+Prepare = Callable[[Any, tuple, dict], "RerankArgs | None"]
+Record = Callable[[Stage, "RerankArgs", Any], None]
 
 
 def inside_rerank_stage() -> bool:
@@ -65,8 +57,40 @@ def inside_rerank_stage() -> bool:
     return current is not None and current.kind == sc.KIND_RERANK
 
 
-def should_record(key: str) -> bool:
-    return enabled() and not is_suppressed(key) and not inside_rerank_stage()
+class RerankHook(Call):
+    """A reranker call on the hook skeleton: ``prepare(instance, args, kwargs)`` reads the request,
+    the stage records query, model and the input snapshot before the call, and ``record`` reads the
+    library's result after it. One suppression key per library (``site``), and no stage at all
+    inside an open ``rerank`` stage."""
+
+    per_instance = False
+
+    def __init__(self, tracer: Any, site: str, wrapped: Callable[..., Any], instance: Any, args: tuple,
+                 kwargs: dict, prepare: Prepare, record: Record) -> None:
+        super().__init__(tracer, wrapped, instance, args, kwargs)
+        self.site = site
+        self.prepare = prepare
+        self.record = record
+        self.request: RerankArgs | None = None
+
+    def open(self) -> Stage | None:
+        if inside_rerank_stage():
+            return None
+        request = self.request = self.prepare(self.instance, self.args, self.kwargs)
+        if request is None:
+            return None
+        return self.new_stage(sc.KIND_RERANK, request.component, top_k=request.top_k, score_kind=sc.SCORE_RERANK)
+
+    def before(self, s: Stage) -> None:
+        _record_inputs(s, self.request)  # type: ignore[arg-type]
+
+    def after(self, s: Stage, result: Any) -> None:
+        self.record(s, self.request, result)  # type: ignore[arg-type]
+
+    def failed(self, s: Stage, exc: BaseException) -> None:
+        """``timeout`` for timeout exceptions of any library (e.g. httpx's), else plain ``failed``."""
+        if "timeout" in type(exc).__name__.lower():
+            s.set_status(sc.STATUS_FAILED, failure_class="timeout")
 
 
 def snapshot(documents: Sequence[Any]) -> list[Candidate]:
@@ -96,7 +120,7 @@ def plain_score(value: Any) -> Any:
 
 def ranked(
     s: Stage,
-    call: RerankCall,
+    request: RerankArgs,
     items: Iterable[tuple[Any, Any, Any]],
     orphan: Callable[[Any], Candidate | None] | None = None,
 ) -> list[Candidate]:
@@ -104,7 +128,7 @@ def ranked(
 
     An index that points at no input is a finding (the result cannot be tied to a document); when
     ``orphan`` can still identify the raw result it is kept as a candidate that was not an input."""
-    inputs = call.inputs
+    inputs = request.inputs
     outputs: list[Candidate] = []
     unmatched = nonfinite = not_numbers = 0
     for index, score, raw in items:
@@ -137,100 +161,29 @@ def ranked(
     return outputs
 
 
-def open_stage(tracer: trace.Tracer, prepare: Prepare) -> tuple[Stage | None, RerankCall | None]:
-    """Read the call (``prepare``), open the stage and record query, model and the input snapshot."""
-    call = guard("rerank.prepare", prepare)
-    if call is None:
-        return None, None
-    s = stage(sc.KIND_RERANK, call.component, top_k=call.top_k, score_kind=sc.SCORE_RERANK, tracer=tracer).start()
-    if s.recording:
-        guard("rerank.inputs", _record_inputs, s, call)
-    return s, call
-
-
-def _record_inputs(s: Stage, call: RerankCall) -> None:
-    if call.query is not None:
-        s.query(call.query)
-    if call.model:
-        s.set_attribute(sc.STAGE_MODEL, str(call.model))
+def _record_inputs(s: Stage, request: RerankArgs) -> None:
+    if request.query is not None:
+        s.query(request.query)
+    if request.model:
+        s.set_attribute(sc.STAGE_MODEL, str(request.model))
         if settings.get().mirror_openinference:
-            s.set_attribute(sc.OI_RERANKER_MODEL_NAME, str(call.model))
-    for text in call.findings:
+            s.set_attribute(sc.OI_RERANKER_MODEL_NAME, str(request.model))
+    for text in request.findings:
         s.finding(text)
-    if call.documents is None:
+    if request.documents is None:
         return
-    call.inputs = (call.snapshot or snapshot)(call.documents)
-    s.inputs(call.inputs)
+    request.inputs = (request.snapshot or snapshot)(request.documents)
+    s.inputs(request.inputs)
 
 
-def finish_failed(s: Stage, exc: BaseException) -> None:
-    """End the stage ``failed`` (``timeout`` for timeout exceptions of any library, e.g. httpx's)."""
-    if "timeout" in type(exc).__name__.lower():
-        s.set_status(sc.STATUS_FAILED, failure_class="timeout")
-    s.finish(exc)
-
-
-def finish_ok(s: Stage, call: RerankCall, result: Any, record: Record) -> None:
-    """Record the outputs from the library's result (read only) and end the stage."""
-    if s.recording:
-        guard("rerank.outputs", record, s, call, result)
-    s.finish()
-
-
-def run_sync(tracer: trace.Tracer, key: str, wrapped: Callable[..., Any], args: tuple, kwargs: dict,
-             prepare: Prepare, record: Record) -> Any:
-    """Run ``wrapped`` as one rerank stage (or straight through when it must not record)."""
-    if not should_record(key):
-        return wrapped(*args, **kwargs)
-    with suppressed(key):
-        s, call = open_stage(tracer, prepare)
-        if s is None:
-            return wrapped(*args, **kwargs)
-        try:
-            result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            finish_failed(s, exc)
-            raise
-        finish_ok(s, call, result, record)
-        return result
-
-
-async def run_async(tracer: trace.Tracer, key: str, wrapped: Callable[..., Awaitable[Any]], args: tuple,
-                    kwargs: dict, prepare: Prepare, record: Record) -> Any:
-    """The ``async`` twin of :func:`run_sync`: the span covers the awaited work, in the caller's task."""
-    if not should_record(key):
-        return await wrapped(*args, **kwargs)
-    with suppressed(key):
-        s, call = open_stage(tracer, prepare)
-        if s is None:
-            return await wrapped(*args, **kwargs)
-        try:
-            result = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            finish_failed(s, exc)
-            raise
-        finish_ok(s, call, result, record)
-        return result
-
-
-def argument(args: tuple, kwargs: Mapping[str, Any], position: int | None, *names: str, default: Any = None) -> Any:
-    """A call argument by keyword (any of ``names``) or by position (``None``: keyword-only)."""
-    for name in names:
-        if name in kwargs:
-            return kwargs[name]
-    if position is not None and len(args) > position:
-        return args[position]
-    return default
-
-
-def document_list(call: RerankCall, documents: Any) -> Sequence[Any] | None:
+def document_list(request: RerankArgs, documents: Any) -> Sequence[Any] | None:
     """The documents when they can be snapshotted without consuming anything the library must read."""
     if documents is None:
-        call.findings.append("no documents among the arguments")
+        request.findings.append("no documents among the arguments")
         return None
     if is_candidate_list(documents):
         return documents
-    call.findings.append(f"documents are a {type(documents).__name__}, not a list: not snapshotted")
+    request.findings.append(f"documents are a {type(documents).__name__}, not a list: not snapshotted")
     return None
 
 
@@ -252,7 +205,6 @@ def top_k_of(value: Any) -> int | None:
 
 
 __all__ = [
-    "RerankCall", "argument", "component_of", "document_list", "finish_failed", "finish_ok", "inside_rerank_stage",
-    "open_stage", "plain_score", "ranked", "run_async", "run_sync",
-    "should_record", "snapshot", "top_k_of",
+    "RerankHook", "RerankArgs", "argument", "component_name", "document_list", "inside_rerank_stage", "plain_score",
+    "ranked", "snapshot", "top_k_of",
 ]

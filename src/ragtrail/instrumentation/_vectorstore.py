@@ -27,7 +27,6 @@ result object is only read, never changed.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -39,8 +38,7 @@ from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import CONTENT_KEYS, Candidate
 from ragtrail.contract.receipts import canonical_json, finite_or_none
-from ragtrail.instrumentation._base import enabled, guard, is_suppressed, suppressed
-from ragtrail.recorder.errors import record_internal_error
+from ragtrail.instrumentation._hook import Call, record_internal_error, run, run_async
 from ragtrail.recorder.stage import Stage, stage
 
 _log = logging.getLogger("ragtrail")
@@ -144,25 +142,6 @@ def text_of(payload: Any) -> str | None:
     return None
 
 
-_signatures: dict[Any, inspect.Signature] = {}
-
-
-def arguments_of(wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
-    """The call's arguments by name, defaults included (the signature is computed once per method).
-    Arguments that do not fit the signature give ``{}``: the call itself will raise its own
-    ``TypeError``, and the stage still records that failure."""
-    key = getattr(wrapped, "__func__", wrapped)
-    signature = _signatures.get(key)
-    if signature is None:
-        signature = _signatures[key] = inspect.signature(wrapped)
-    try:
-        bound = signature.bind_partial(*args, **kwargs)
-    except TypeError:
-        return {}
-    bound.apply_defaults()
-    return dict(bound.arguments)
-
-
 class StoreCall:
     """One instrumented store call: stage 0 live around the call, more queries as sibling stages."""
 
@@ -173,6 +152,7 @@ class StoreCall:
         self._stage0: Stage | None = None
         self._t0 = 0
         self._siblings = False
+        self._pending: tuple[Outcome, int, Any] | None = None
 
     # --- before the call ---------------------------------------------------------------------------
     def start(self, first: Row) -> "StoreCall":
@@ -200,19 +180,20 @@ class StoreCall:
         return self._siblings
 
     # --- after the call ----------------------------------------------------------------------------
-    def fail(self, exc: BaseException) -> None:
-        """The call raised: stage 0 ends ``failed`` (the caller re-raises the same exception)."""
-        if self._stage0 is not None:
-            self._stage0.finish(exc)
+    @property
+    def stage0(self) -> Stage | None:
+        return self._stage0
 
     def complete(self, build: Callable[[], Outcome | None]) -> None:
-        """Record the result: stage 0 gets row 0, siblings get rows 1.. Never raises."""
+        """Record the result into stage 0 (row 0) and keep the rest for :meth:`write_siblings`,
+        which runs once stage 0 has ended (a sibling must not be its child)."""
         s0 = self._stage0
         if s0 is None:
             return
         outcome: Outcome | None = None
         size: Any = None
         limit = 1
+        self._pending = None
         try:
             if self._siblings:
                 outcome = build()
@@ -228,9 +209,14 @@ class StoreCall:
                     self._record(s0, row, 0, outcome.rows, size, first=True)
         except Exception as exc:
             s0.record_error("vectorstore.complete", exc)
-        finally:
-            s0.finish()
         if outcome is not None and outcome.rows > 1:
+            self._pending = (outcome, limit, size)
+
+    def write_siblings(self) -> None:
+        """Stages 1.. of a batch, after stage 0 ended."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            outcome, limit, size = pending
             for index in range(1, min(outcome.rows, limit)):
                 self._sibling(outcome, index, size)
 
@@ -301,41 +287,43 @@ def _call(fn: Callable[[], Any], site: str) -> Any:
         return None
 
 
+class StoreHook(Call):
+    """A store call on the hook skeleton: ``start`` opens stage 0 (a :class:`StoreCall`), ``done``
+    records the result into it, the siblings are written once it ended. One suppression key per
+    library: a store call made inside another (a client calling itself) records once."""
+
+    per_instance = False
+
+    def __init__(self, site: str, start: Callable[[], "StoreCall | None"], done: Callable[["StoreCall", Any], None],
+                 wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        super().__init__(None, wrapped, None, args, kwargs)
+        self.site = site
+        self._start = start
+        self._done = done
+        self.store: StoreCall | None = None
+
+    def open(self) -> Stage | None:
+        self.store = self._start()
+        return self.store.stage0 if self.store is not None else None
+
+    def records(self) -> bool:
+        return self.store is not None and self.store.active
+
+    def after(self, s: Stage, result: Any) -> None:
+        self._done(self.store, result)  # type: ignore[arg-type]
+
+    def cleanup(self) -> None:
+        if self.store is not None:
+            self.store.write_siblings()
+
+
 def call_through(key: str, start: Callable[[], "StoreCall | None"], wrapped: Callable[..., Any], args: tuple,
                  kwargs: dict, done: Callable[["StoreCall", Any], None]) -> Any:
-    """The one shape of every vector-store wrapper: skip when disabled or nested, open the stages
-    (errors counted, never raised), call the client outside any ``try`` that could swallow its
-    exception, end the stages ``failed`` on an exception (re-raised unchanged) or record the result
-    with ``done``, and return the client's own result."""
-    if not enabled() or is_suppressed(key):
-        return wrapped(*args, **kwargs)
-    with suppressed(key):
-        call = guard(f"{key}.start", start)
-        try:
-            result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            if call is not None:
-                call.fail(exc)
-            raise
-        if call is not None:
-            done(call, result)
-        return result
+    """Every vector-store wrapper: the client's call as :class:`StoreHook` stages (see ``_hook``)."""
+    return run(StoreHook(key, start, done, wrapped, args, kwargs))
 
 
 async def acall_through(key: str, start: Callable[[], "StoreCall | None"], wrapped: Callable[..., Any], args: tuple,
                         kwargs: dict, done: Callable[["StoreCall", Any], None]) -> Any:
-    """:func:`call_through` for async clients: the stages cover the awaited query, and nothing is
-    awaited after the client's result has arrived."""
-    if not enabled() or is_suppressed(key):
-        return await wrapped(*args, **kwargs)
-    with suppressed(key):
-        call = guard(f"{key}.start", start)
-        try:
-            result = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            if call is not None:
-                call.fail(exc)
-            raise
-        if call is not None:
-            done(call, result)
-        return result
+    """:func:`call_through` for async clients: the stages cover the awaited query."""
+    return await run_async(StoreHook(key, start, done, wrapped, args, kwargs))

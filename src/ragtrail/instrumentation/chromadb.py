@@ -27,7 +27,8 @@ from typing import Any, Callable, Collection, Mapping
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreCall, acall_through, arguments_of,
+from ragtrail.instrumentation._hook import bind
+from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreCall, acall_through,
                                                   call_through, filter_json, plain)
 from ragtrail.contract.receipts import content_id
 
@@ -100,7 +101,7 @@ def _vectors(embeddings: Any) -> list[Any] | None:
 
 
 def _start(tracer: Any, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> _ChromaCall:
-    arguments = arguments_of(wrapped, args, kwargs)
+    arguments = bind(wrapped, args, kwargs)
     call = _ChromaCall(tracer, f"chromadb.{type(instance).__qualname__}", collection=getattr(instance, "name", None))
     call.texts = _as_list(arguments.get("query_texts"))
     call.vectors = None if call.texts is not None else _vectors(arguments.get("query_embeddings"))

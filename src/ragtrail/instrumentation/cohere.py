@@ -13,14 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._hook import run, run_async
 from ragtrail.instrumentation._rerank import (
-    RerankCall,
+    RerankHook,
+    RerankArgs,
     argument,
-    component_of,
+    component_name,
     document_list,
     ranked,
-    run_async,
-    run_sync,
     top_k_of,
 )
 from ragtrail.recorder.stage import Stage
@@ -34,23 +34,23 @@ _TARGETS = (
 )
 
 
-def _prepare(instance: Any, args: tuple, kwargs: dict) -> RerankCall:
+def _prepare(instance: Any, args: tuple, kwargs: dict) -> RerankArgs:
     # every rerank parameter is keyword-only in cohere >= 5
-    call = RerankCall(component_of(instance))
-    call.query = argument(args, kwargs, None, "query")
-    call.documents = document_list(call, argument(args, kwargs, None, "documents"))
-    call.top_k = top_k_of(argument(args, kwargs, None, "top_n"))
+    request = RerankArgs(component_name(instance))
+    request.query = argument(args, kwargs, None, "query")
+    request.documents = document_list(request, argument(args, kwargs, None, "documents"))
+    request.top_k = top_k_of(argument(args, kwargs, None, "top_n"))
     model = argument(args, kwargs, None, "model")
-    call.model = model if isinstance(model, str) else None
-    return call
+    request.model = model if isinstance(model, str) else None
+    return request
 
 
-def _record(s: Stage, call: RerankCall, response: Any) -> None:
+def _record(s: Stage, request: RerankArgs, response: Any) -> None:
     results = getattr(response, "results", None)
     if results is None:
         s.finding(f"cohere returned a {type(response).__name__} without results: outputs not recorded")
         return
-    s.outputs(ranked(s, call, ((getattr(r, "index", None), getattr(r, "relevance_score", None), r) for r in results)))
+    s.outputs(ranked(s, request, ((getattr(r, "index", None), getattr(r, "relevance_score", None), r) for r in results)))
 
 
 class CohereInstrumentor(RagtrailInstrumentor):
@@ -66,7 +66,7 @@ class CohereInstrumentor(RagtrailInstrumentor):
             self.wrap(module, name, self._async_wrapper if is_async else self._sync_wrapper)
 
     def _sync_wrapper(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run_sync(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare(instance, args, kwargs), _record)
+        return run(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))
 
     async def _async_wrapper(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return await run_async(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare(instance, args, kwargs), _record)
+        return await run_async(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))

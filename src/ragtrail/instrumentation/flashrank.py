@@ -13,13 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._hook import run
 from ragtrail.instrumentation._rerank import (
-    RerankCall,
+    RerankHook,
+    RerankArgs,
     argument,
-    component_of,
+    component_name,
     document_list,
     ranked,
-    run_sync,
 )
 from ragtrail.recorder.stage import Stage
 
@@ -31,27 +32,27 @@ def _model_name(instance: Any) -> str | None:
     return getattr(model_dir, "name", None) if model_dir is not None else None
 
 
-def _prepare(instance: Any, args: tuple, kwargs: dict) -> RerankCall:
-    call = RerankCall(component_of(instance), model=_model_name(instance))
-    request = argument(args, kwargs, 0, "request")
-    call.query = getattr(request, "query", None)
-    passages = document_list(call, getattr(request, "passages", None))
+def _prepare(instance: Any, args: tuple, kwargs: dict) -> RerankArgs:
+    request = RerankArgs(component_name(instance), model=_model_name(instance))
+    rerank_request = argument(args, kwargs, 0, "request")  # flashrank's RerankRequest
+    request.query = getattr(rerank_request, "query", None)
+    passages = document_list(request, getattr(rerank_request, "passages", None))
     if passages is not None:
-        call.documents = list(passages)  # the caller's list is about to be sorted in place
+        request.documents = list(passages)  # the caller's list is about to be sorted in place
         positions: dict[int, list[int]] = {}
         for position, passage in enumerate(passages):
             positions.setdefault(id(passage), []).append(position)
-        call.lookup = positions
-    return call
+        request.lookup = positions
+    return request
 
 
-def _record(s: Stage, call: RerankCall, result: Any, listwise: bool) -> None:
-    if call.lookup is None:
+def _record(s: Stage, request: RerankArgs, result: Any, listwise: bool) -> None:
+    if request.lookup is None:
         return
     if not isinstance(result, list):
         s.finding(f"rerank returned a {type(result).__name__}, not a list: outputs not recorded")
         return
-    positions: dict[int, list[int]] = call.lookup
+    positions: dict[int, list[int]] = request.lookup
 
     def items() -> Any:
         for passage in result:
@@ -60,7 +61,7 @@ def _record(s: Stage, call: RerankCall, result: Any, listwise: bool) -> None:
             score = None if listwise or not isinstance(passage, dict) else passage.get("score")
             yield index, score, passage
 
-    s.outputs(ranked(s, call, items()))
+    s.outputs(ranked(s, request, items()))
 
 
 class FlashrankInstrumentor(RagtrailInstrumentor):
@@ -73,5 +74,5 @@ class FlashrankInstrumentor(RagtrailInstrumentor):
 
     def _rerank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         listwise = getattr(instance, "llm_model", None) is not None
-        return run_sync(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare(instance, args, kwargs),
-                        lambda s, call, result: _record(s, call, result, listwise))
+        return run(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare,
+                              lambda s, request, result: _record(s, request, result, listwise)))

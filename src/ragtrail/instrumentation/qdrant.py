@@ -37,21 +37,20 @@ from typing import Any, Callable, Collection, Mapping
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, normalize_id
-from ragtrail.instrumentation._base import RagtrailInstrumentor, guard
+from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._hook import bind, guard, record_internal_error
 from ragtrail.instrumentation._vectorstore import (
     Outcome,
     Query,
     Row,
     StoreCall,
     acall_through,
-    arguments_of,
     call_through,
     filter_json,
     plain,
     text_of,
 )
 from ragtrail.contract.receipts import canonical_json, content_id
-from ragtrail.recorder.errors import record_internal_error
 
 _KEY = "ragtrail.qdrant"
 _METHODS = ("query_points", "query_batch_points", "query_points_groups")
@@ -112,14 +111,10 @@ class QdrantInstrumentor(RagtrailInstrumentor):
 
 def _complete(call: "_QdrantCall", result: Any, instance: Any,
               facts_of: Callable[[Any, str | None], "_Facts | None"]) -> None:
-    """Read the collection's facts (local or cached: never a wait on the network) and end the
-    stages; they end even if the read is interrupted."""
-    facts = None
-    try:
-        if call.active:
-            facts = guard("qdrant.facts", facts_of, instance, call.collection)
-    finally:
-        call.complete(lambda: _outcome(call, result, facts))
+    """Read the collection's facts (local or cached: never a wait on the network) and record the
+    result (the hook skeleton ends the stages whatever happens here)."""
+    facts = guard("qdrant.facts", facts_of, instance, call.collection) if call.active else None
+    call.complete(lambda: _outcome(call, result, facts))
 
 
 def point_candidate(point: Any) -> Candidate:
@@ -138,7 +133,7 @@ class _QdrantCall(StoreCall):
 
 def _start(tracer: Any, method: str, wrapped: Callable[..., Any], instance: Any, args: tuple,
            kwargs: dict) -> _QdrantCall:
-    arguments = arguments_of(wrapped, args, kwargs)
+    arguments = bind(wrapped, args, kwargs)
     collection = arguments.get("collection_name")
     call = _QdrantCall(tracer, f"qdrant_client.{type(instance).__qualname__}.{method}",
                        collection=collection if isinstance(collection, str) else None)

@@ -13,14 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._hook import run
 from ragtrail.instrumentation._rerank import (
-    RerankCall,
+    RerankHook,
+    RerankArgs,
     argument,
-    component_of,
+    component_name,
     document_list,
     plain_score,
     ranked,
-    run_sync,
     top_k_of,
 )
 from ragtrail.recorder.stage import Stage
@@ -36,19 +37,19 @@ def _model_name(instance: Any) -> str | None:
     return None
 
 
-def _prepare_rank(instance: Any, args: tuple, kwargs: dict) -> RerankCall:
-    call = RerankCall(component_of(instance), model=_model_name(instance))
-    call.query = argument(args, kwargs, 0, "query")
-    call.documents = document_list(call, argument(args, kwargs, 1, "documents"))
-    call.top_k = top_k_of(argument(args, kwargs, 2, "top_k"))
-    return call
+def _prepare_rank(instance: Any, args: tuple, kwargs: dict) -> RerankArgs:
+    request = RerankArgs(component_name(instance), model=_model_name(instance))
+    request.query = argument(args, kwargs, 0, "query")
+    request.documents = document_list(request, argument(args, kwargs, 1, "documents"))
+    request.top_k = top_k_of(argument(args, kwargs, 2, "top_k"))
+    return request
 
 
-def _record_rank(s: Stage, call: RerankCall, result: Any) -> None:
+def _record_rank(s: Stage, request: RerankArgs, result: Any) -> None:
     if not isinstance(result, list):
         s.finding(f"rank returned a {type(result).__name__}, not a list: outputs not recorded")
         return
-    s.outputs(ranked(s, call, ((r.get("corpus_id"), r.get("score"), r) for r in result if isinstance(r, dict))))
+    s.outputs(ranked(s, request, ((r.get("corpus_id"), r.get("score"), r) for r in result if isinstance(r, dict))))
 
 
 def _is_pair(value: Any) -> bool:
@@ -62,36 +63,36 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _prepare_predict(instance: Any, args: tuple, kwargs: dict) -> RerankCall:
-    call = RerankCall(component_of(instance), model=_model_name(instance))
+def _prepare_predict(instance: Any, args: tuple, kwargs: dict) -> RerankArgs:
+    request = RerankArgs(component_name(instance), model=_model_name(instance))
     inputs = argument(args, kwargs, 0, "inputs", "sentences")
     if hasattr(inputs, "tolist") and not isinstance(inputs, (list, tuple)):
         inputs = inputs.tolist()  # a numpy array of strings: a copy, nothing consumed
     if isinstance(inputs, (list, tuple)) and inputs and not isinstance(inputs[0], (list, tuple)):
-        call.lookup = "single"  # one pair: predict returns one score
+        request.lookup = "single"  # one pair: predict returns one score
         inputs = [inputs]
-    pairs = document_list(call, inputs)
+    pairs = document_list(request, inputs)
     if pairs is None:
-        return call
+        return request
     if not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
-        call.findings.append("predict inputs are not (query, document) pairs: not snapshotted")
-        return call
+        request.findings.append("predict inputs are not (query, document) pairs: not snapshotted")
+        return request
     queries: list[Any] = []
     for first, _ in pairs:
         if not any(_same(first, q) for q in queries):
             queries.append(first)
     if len(queries) == 1:
-        call.query = queries[0]
+        request.query = queries[0]
     elif len(queries) > 1:
-        call.findings.append(f"{len(queries)} distinct queries in one predict call: query not recorded")
-    call.documents = [second for _, second in pairs]
-    return call
+        request.findings.append(f"{len(queries)} distinct queries in one predict request: query not recorded")
+    request.documents = [second for _, second in pairs]
+    return request
 
 
-def _record_predict(s: Stage, call: RerankCall, result: Any) -> None:
-    if call.documents is None:
+def _record_predict(s: Stage, request: RerankArgs, result: Any) -> None:
+    if request.documents is None:
         return
-    scores = [result] if call.lookup == "single" else list(result)
+    scores = [result] if request.lookup == "single" else list(result)
     multi = 0
     items = []
     for index, score in enumerate(scores):
@@ -100,7 +101,7 @@ def _record_predict(s: Stage, call: RerankCall, result: Any) -> None:
             multi += 1
             score = None
         items.append((index, score, None))
-    outputs = ranked(s, call, items)
+    outputs = ranked(s, request, items)
     if multi:
         s.finding(f"{multi} multi-label score vector(s) (num_labels > 1): no rerank score recorded")
     s.outputs(outputs)
@@ -122,8 +123,7 @@ class SentenceTransformersInstrumentor(RagtrailInstrumentor):
         self.wrap(module, "CrossEncoder.predict", self._predict)
 
     def _rank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run_sync(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare_rank(instance, args, kwargs), _record_rank)
+        return run(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare_rank, _record_rank))
 
     def _predict(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run_sync(self.tracer, _KEY, wrapped, args, kwargs, lambda: _prepare_predict(instance, args, kwargs),
-                        _record_predict)
+        return run(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare_predict, _record_predict))

@@ -24,7 +24,7 @@ from typing import Any, Collection
 
 from ragtrail.recorder.candidates import register_adapter, unregister_adapter
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.recorder.errors import record_internal_error
+from ragtrail.instrumentation._hook import record_internal_error
 
 _CLASSES = {
     "BaseRetriever": "langchain_core.retrievers",

@@ -1,4 +1,4 @@
-"""What every LangChain wrapper shares: the call skeleton (sync and async), score sinks, the
+"""What every LangChain wrapper shares: its call on the hook skeleton (``_hook``), score sinks, the
 LangChain ``Document`` adapter with pipeline-wide identity, and lazy class patching.
 
 LangChain computes many scores it does not return (BM25, cross-encoder, RRF, vector similarity).
@@ -20,11 +20,11 @@ import wrapt
 
 from ragtrail import settings
 from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
-from ragtrail.instrumentation._base import enabled, guard, suppressed
 from ragtrail.contract.receipts import receipt
-from ragtrail.recorder.errors import record_internal_error
+from ragtrail.instrumentation._hook import Call, record_internal_error, run
+from ragtrail.instrumentation._hook import run_async as run_async_call
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.recorder.stage import Stage, current_stage, stage
+from ragtrail.recorder.stage import Stage
 
 
 # --- sinks: scores a stage recovers from the calls beneath it -------------------------------------
@@ -63,119 +63,55 @@ def feed(obj: Any, key: str, value: Any) -> bool:
 
 
 # --- one instrumented call ---------------------------------------------------------------------------
-class Call:
-    """An open stage plus what its finisher needs. ``finish`` turns the library's result into the
-    stage's outputs; it runs guarded, after the library call returned, and never touches the result."""
+Opener = Callable[["LangChainCall"], None]
 
-    __slots__ = ("stage", "sink", "_sink_token", "finisher", "state", "resets")
 
-    def __init__(self, s: Stage, feeds: Sequence[Any] = (), finisher: Callable[["Call", Any], None] | None = None) -> None:
-        self.stage = s
-        self.finisher = finisher
-        self.state: dict[str, Any] = {}
-        self.resets: list[tuple[contextvars.ContextVar, contextvars.Token]] = []
+class LangChainCall(Call):
+    """One LangChain call on the hook skeleton. Its ``opener`` (per wrapped method) opens the stage
+    with :func:`open_stage`, may name the objects whose lower-level calls feed it scores
+    (:meth:`listen`), and sets the ``finisher`` that turns the library's result into the stage's
+    outputs (run after the call returned, only while recording, never touching the result) and
+    the ``memo`` it reads. The suppression key is per (``site``, instance)."""
+
+    def __init__(self, tracer: Any, site: str, opener: Opener, wrapped: Callable[..., Any], instance: Any,
+                 args: tuple, kwargs: dict) -> None:
+        super().__init__(tracer, wrapped, instance, args, kwargs)
+        self.site = site
+        self.opener = opener
         self.sink: Sink | None = None
-        self._sink_token: contextvars.Token | None = None
-        if s.recording and feeds:
+        self.finisher: Callable[["LangChainCall", Any], None] | None = None
+        self.memo: dict[str, Any] = {}
+
+    def open(self) -> Stage | None:
+        self.opener(self)
+        return self.stage
+
+    def listen(self, feeds: Sequence[Any]) -> None:
+        """Open a sink for what calls fed by ``feeds`` compute while this stage is open."""
+        s = self.stage
+        if s is not None and s.recording and feeds:
             self.sink = Sink(s, feeds)
-            self._sink_token = _sink.set(self.sink)
+            self.set_var(_sink, self.sink)
 
-    def set_var(self, var: contextvars.ContextVar, value: Any) -> None:
-        """Set a context variable for the duration of the call (reset however the call ends)."""
-        self.resets.append((var, var.set(value)))
-
-    def _close_sink(self) -> None:
-        while self.resets:
-            var, token = self.resets.pop()
-            try:
-                var.reset(token)
-            except ValueError:  # pragma: no cover - finished in another context
-                pass
-        if self._sink_token is not None:
-            try:
-                _sink.reset(self._sink_token)
-            except ValueError:  # finished in another context: nothing of ours is left there
-                pass
-            self._sink_token = None
-
-    def done(self, result: Any) -> None:
-        self._close_sink()
-        if self.stage.recording and self.finisher is not None:
-            guard("langchain.finish", self.finisher, self, result)
-        self.stage.finish()
-
-    def fail(self, exc: BaseException) -> None:
-        self._close_sink()
-        self.stage.finish(exc)
+    def after(self, s: Stage, result: Any) -> None:
+        if self.finisher is not None:
+            self.finisher(self, result)
 
 
-Opener = Callable[[Any, tuple, dict], "Call | None"]
-
-# context variables an opener may set for the duration of a call (a module adds its own here)
-SCOPED_VARS: list[contextvars.ContextVar] = [_sink]
-
-
-def _open(key: str, opener: Opener, instance: Any, args: tuple, kwargs: dict) -> "Call | None":
-    """Run the opener; if it fails half-way, close whatever it had opened (the stage's span and
-    context, any call-scoped variable) so the host's context is exactly as before."""
-    before_stage = current_stage()
-    before = [(var, var.get()) for var in SCOPED_VARS]
-    try:
-        return opener(instance, args, kwargs)
-    except Exception as exc:
-        record_internal_error(f"langchain.open.{key}", exc)
-        for var, value in before:
-            if var.get() is not value:
-                var.set(value)
-        opened = current_stage()
-        if opened is not None and opened is not before_stage:
-            opened.finish()
-        return None
+def run_sync(tracer: Any, site: str, opener: Opener, wrapped: Callable[..., Any], instance: Any, args: tuple,
+             kwargs: dict) -> Any:
+    return run(LangChainCall(tracer, site, opener, wrapped, instance, args, kwargs))
 
 
-def run_sync(key: str, opener: Opener, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-    """The sync skeleton: call through when disabled or already recorded by an outer wrapper of
-    the same object; otherwise open, call (outside any try that could swallow), finish."""
-    if not enabled():
-        return wrapped(*args, **kwargs)
-    with suppressed(f"{key}:{id(instance)}") as inner:
-        if inner:
-            return wrapped(*args, **kwargs)
-        call = _open(key, opener, instance, args, kwargs)
-        if call is None:
-            return wrapped(*args, **kwargs)
-        try:
-            result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            call.fail(exc)
-            raise
-        call.done(result)
-        return result
+async def run_async(tracer: Any, site: str, opener: Opener, wrapped: Callable[..., Awaitable[Any]], instance: Any,
+                    args: tuple, kwargs: dict) -> Any:
+    return await run_async_call(LangChainCall(tracer, site, opener, wrapped, instance, args, kwargs))
 
 
-async def run_async(key: str, opener: Opener, wrapped: Callable[..., Awaitable[Any]], instance: Any, args: tuple, kwargs: dict) -> Any:
-    """The async skeleton: a real coroutine; the stage ends when the awaited work ends."""
-    if not enabled():
-        return await wrapped(*args, **kwargs)
-    with suppressed(f"{key}:{id(instance)}") as inner:
-        if inner:
-            return await wrapped(*args, **kwargs)
-        call = _open(key, opener, instance, args, kwargs)
-        if call is None:
-            return await wrapped(*args, **kwargs)
-        try:
-            result = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            call.fail(exc)
-            raise
-        call.done(result)
-        return result
-
-
-def open_stage(tracer: Any, kind: str, component: str, *, query: Any = None, top_k: Any = None,
+def open_stage(call: LangChainCall, kind: str, comp: str, *, query: Any = None, top_k: Any = None,
                threshold: Any = None, score_kind: str | None = None) -> Stage:
-    s = stage(kind, component, top_k=_int_or_none(top_k), threshold=_float_or_none(threshold),
-              score_kind=score_kind, tracer=tracer).start()
+    s = call.new_stage(kind, comp, top_k=_int_or_none(top_k), threshold=_float_or_none(threshold),
+                       score_kind=score_kind)
     if s.recording and isinstance(query, str):
         s.query(query)
     return s
@@ -197,25 +133,6 @@ def _float_or_none(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
-
-
-_components: dict[type, str] = {}
-
-
-def component(obj: Any) -> str:
-    """``module.Class`` of what ran (cached per class)."""
-    cls = type(obj)
-    name = _components.get(cls)
-    if name is None:
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        _components[cls] = name
-    return name
-
-
-def arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
-    if len(args) > index:
-        return args[index]
-    return kwargs.get(name, default)
 
 
 # --- Documents: pipeline-wide identity ----------------------------------------------------------

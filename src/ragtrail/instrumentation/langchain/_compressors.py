@@ -29,12 +29,11 @@ from typing import Any, Callable, Iterator
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate
+from ragtrail.instrumentation._hook import argument, component_name, enabled, record_internal_error
 from ragtrail.instrumentation.langchain._common import (
-    Call,
+    LangChainCall,
     LazyPatcher,
     adapt_all,
-    arg,
-    component,
     feed,
     open_stage,
     sink_for,
@@ -42,8 +41,6 @@ from ragtrail.instrumentation.langchain._common import (
     run_sync,
     shared_memory,
 )
-from ragtrail.instrumentation._base import enabled
-from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.pipeline import current_pipeline
 
 REASON_LLM_IRRELEVANT = "custom:llm_judged_irrelevant"
@@ -71,7 +68,7 @@ class CompressorWrappers:
                 return wrapped(*args, **kwargs)
             with self._standalone(instance):
                 return wrapped(*args, **kwargs)
-        return run_sync("lc.compress", self._open_compress, wrapped, instance, args, kwargs)
+        return run_sync(self.tracer, "lc.compress", self._open_compress, wrapped, instance, args, kwargs)
 
     async def acompress(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         if self.container(instance):
@@ -79,14 +76,14 @@ class CompressorWrappers:
                 return await wrapped(*args, **kwargs)
             with self._standalone(instance):
                 return await wrapped(*args, **kwargs)
-        return await run_async("lc.compress", self._open_compress, wrapped, instance, args, kwargs)
+        return await run_async(self.tracer, "lc.compress", self._open_compress, wrapped, instance, args, kwargs)
 
     @contextlib.contextmanager
     def _standalone(self, instance: Any) -> Iterator[None]:
         """A compressor pipeline called on its own (no stage around it): a plain span (no ragtrail
         attributes, not a stage) so its steps form one trace, and one identity memory so a Document
         one step rebuilt without ``id`` keeps its id in the next step."""
-        with self.tracer.start_as_current_span(f"compress {component(instance).rsplit('.', 1)[-1]}"):
+        with self.tracer.start_as_current_span(f"compress {component_name(instance).rsplit('.', 1)[-1]}"):
             with shared_memory():
                 yield
 
@@ -119,12 +116,12 @@ class CompressorWrappers:
     def transform(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         if self._profile(type(instance), transformer=True) is None:
             return wrapped(*args, **kwargs)
-        return run_sync("lc.compress", self._open_transform, wrapped, instance, args, kwargs)
+        return run_sync(self.tracer, "lc.compress", self._open_transform, wrapped, instance, args, kwargs)
 
     async def atransform(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         if self._profile(type(instance), transformer=True) is None:
             return await wrapped(*args, **kwargs)
-        return await run_async("lc.compress", self._open_transform, wrapped, instance, args, kwargs)
+        return await run_async(self.tracer, "lc.compress", self._open_transform, wrapped, instance, args, kwargs)
 
     def cross_encoder_score(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         result = wrapped(*args, **kwargs)
@@ -177,32 +174,33 @@ class CompressorWrappers:
         return profile
 
     # --- opening a stage ---------------------------------------------------------------------
-    def _open_compress(self, instance: Any, args: tuple, kwargs: dict) -> Call:
-        return self._open(instance, arg(args, kwargs, 0, "documents"), arg(args, kwargs, 1, "query"), transformer=False)
+    def _open_compress(self, call: LangChainCall) -> None:
+        args, kwargs = call.args, call.kwargs
+        self._open(call, argument(args, kwargs, 0, "documents"), argument(args, kwargs, 1, "query"), transformer=False)
 
-    def _open_transform(self, instance: Any, args: tuple, kwargs: dict) -> Call:
-        return self._open(instance, arg(args, kwargs, 0, "documents"), None, transformer=True)
+    def _open_transform(self, call: LangChainCall) -> None:
+        self._open(call, argument(call.args, call.kwargs, 0, "documents"), None, transformer=True)
 
-    def _open(self, instance: Any, documents: Any, query: Any, transformer: bool) -> Call:
+    def _open(self, call: LangChainCall, documents: Any, query: Any, transformer: bool) -> None:
+        instance = call.instance
         profile = self._profile(type(instance), transformer)(instance)
-        comp = component(instance)
-        s = open_stage(self.tracer, profile["kind"], comp, query=query, top_k=profile.get("top_k"),
+        comp = component_name(instance)
+        s = open_stage(call, profile["kind"], comp, query=query, top_k=profile.get("top_k"),
                        threshold=profile.get("threshold"), score_kind=profile.get("score_kind"))
-        feeds = profile.get("feeds", ())
         if s.recording and self._is(type(instance), "CrossEncoderReranker"):
             self.patcher.ensure(type(instance.model), "score", self.cross_encoder_score)
-        call = Call(s, feeds=feeds if s.recording else (), finisher=_finish_with(profile["finish"]))
+        call.listen(profile.get("feeds", ()))
+        call.finisher = _finish_with(profile["finish"])
         if not s.recording:
-            return call
-        call.state.update(instance=instance, component=comp, profile=profile)
+            return
+        call.memo.update(component=comp, profile=profile)
         if isinstance(documents, (list, tuple)):
             inputs = adapt_all(documents)  # snapshot now: compressors rebuild and reorder
             s.inputs(inputs)
-            call.state["inputs"] = inputs
-            call.state["documents"] = list(documents)
+            call.memo["inputs"] = inputs
+            call.memo["documents"] = list(documents)
         else:
             s.finding(f"documents are a {type(documents).__name__}, not a list: not snapshotted")
-        return call
 
 
 class _Recording:
@@ -231,12 +229,12 @@ def _generic_compressor(instance: Any) -> dict[str, Any]:
 
 
 # --- finishing --------------------------------------------------------------------------------------
-def _finish_with(fn: Callable[[Call, list, list[Candidate]], dict[str, tuple[str, str | None]]]) -> Callable[[Call, Any], None]:
+def _finish_with(fn: Callable[[LangChainCall, list, list[Candidate]], dict[str, tuple[str, str | None]]]) -> Callable[[LangChainCall, Any], None]:
     """Common tail: outputs recorded by ``fn``, which returns explicit exclusions by input id."""
 
-    def finisher(call: Call, result: Any) -> None:
+    def finisher(call: LangChainCall, result: Any) -> None:
         s = call.stage
-        inputs: list[Candidate] | None = call.state.get("inputs")
+        inputs: list[Candidate] | None = call.memo.get("inputs")
         if not isinstance(result, (list, tuple)):
             s.finding(f"compressor returned a {type(result).__name__}, not a list")
             return
@@ -286,12 +284,12 @@ def _dropped(inputs: list[Candidate], outputs: list[Candidate]) -> list[Candidat
     return dropped
 
 
-def _finish_generic(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+def _finish_generic(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
     call.stage.outputs(outputs)
     return {}
 
 
-def _finish_metadata_scores(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+def _finish_metadata_scores(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
     """Rerankers that write ``relevance_score`` into the returned Documents' metadata (Cohere,
     Flashrank, Jina, ...)."""
     for candidate, doc in zip(outputs, result):
@@ -300,15 +298,15 @@ def _finish_metadata_scores(call: Call, result: list, outputs: list[Candidate]) 
             candidate.score = score
             candidate.score_kind = sc.SCORE_RERANK
     call.stage.outputs(outputs)
-    top_n = call.state["profile"].get("top_k")
-    return {c.id: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_n}") for c in _dropped(call.state["inputs"], outputs)}
+    top_n = call.memo["profile"].get("top_k")
+    return {c.id: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_n}") for c in _dropped(call.memo["inputs"], outputs)}
 
 
-def _finish_cross_encoder(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+def _finish_cross_encoder(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
     s = call.stage
-    top_n = call.state["profile"]["top_k"]
+    top_n = call.memo["profile"]["top_k"]
     scores = call.sink.data.get("scores") if call.sink is not None else None
-    documents = call.state["documents"]
+    documents = call.memo["documents"]
     by_object: dict[int, Any] = {}
     if scores is not None and len(scores) == len(documents):
         by_object = {id(doc): score for doc, score in zip(documents, scores)}
@@ -320,7 +318,7 @@ def _finish_cross_encoder(call: Call, result: list, outputs: list[Candidate]) ->
             candidate.score_kind = sc.SCORE_RERANK
     s.outputs(outputs)
     explicit: dict[str, tuple[str, str | None]] = {}
-    inputs = call.state["inputs"]
+    inputs = call.memo["inputs"]
     for candidate in _dropped(inputs, outputs):
         doc = candidate.raw
         detail = f"top_k={top_n}"
@@ -330,11 +328,11 @@ def _finish_cross_encoder(call: Call, result: list, outputs: list[Candidate]) ->
     return explicit
 
 
-def _finish_embeddings_filter(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+def _finish_embeddings_filter(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
     """EmbeddingsFilter keeps ``argsort(similarity)[::-1][:k]``, then those above the threshold,
     in similarity order. Fewer than ``min(k, n)`` kept means the threshold cut everything it
     dropped (the ones past rank k score no higher); otherwise rank k cut them."""
-    instance = call.state["instance"]
+    instance = call.instance
     for candidate, doc in zip(outputs, result):
         state = getattr(doc, "state", None)
         if isinstance(state, dict) and "query_similarity_score" in state:
@@ -342,7 +340,7 @@ def _finish_embeddings_filter(call: Call, result: list, outputs: list[Candidate]
             candidate.score_kind = sc.SCORE_SIMILARITY
     call.stage.outputs(outputs)
     k, threshold = instance.k, instance.similarity_threshold
-    inputs = call.state["inputs"]
+    inputs = call.memo["inputs"]
     if k is None or (threshold is not None and len(outputs) < min(k, len(inputs))):
         reason, detail = sc.REASON_BELOW_SCORE_THRESHOLD, f"similarity <= threshold={threshold:g}"
     else:
@@ -350,11 +348,11 @@ def _finish_embeddings_filter(call: Call, result: list, outputs: list[Candidate]
     return {c.id: (reason, detail) for c in _dropped(inputs, outputs)}
 
 
-def _finish_extractor(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+def _finish_extractor(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
     """LLMChainExtractor returns new Documents holding an extract of each input it kept (the input's
     metadata, in input order): each keeps the input's identity, with the transform declared.
     (pydantic copies the metadata dict, so it is matched by equality, in order.)"""
-    inputs: list[Candidate] = call.state["inputs"]
+    inputs: list[Candidate] = call.memo["inputs"]
     j = 0
     for candidate, doc in zip(outputs, result):
         metadata = getattr(doc, "metadata", None)
@@ -374,16 +372,16 @@ def _finish_extractor(call: Call, result: list, outputs: list[Candidate]) -> dic
             for c in _dropped(inputs, outputs)}
 
 
-def _finish_llm_filter(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+def _finish_llm_filter(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
     call.stage.outputs(outputs)
     return {c.id: (REASON_LLM_IRRELEVANT, "the LLM judged it not relevant to the query")
-            for c in _dropped(call.state["inputs"], outputs)}
+            for c in _dropped(call.memo["inputs"], outputs)}
 
 
-def _finish_listwise(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+def _finish_listwise(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
     call.stage.outputs(outputs)
-    top_n = call.state["profile"]["top_k"]
-    inputs = call.state["inputs"]
+    top_n = call.memo["profile"]["top_k"]
+    inputs = call.memo["inputs"]
     if len(outputs) < min(top_n, len(inputs)):
         reason, detail = REASON_NOT_RANKED, f"left out of the LLM's ranking (top_k={top_n})"
     else:
@@ -391,15 +389,15 @@ def _finish_listwise(call: Call, result: list, outputs: list[Candidate]) -> dict
     return {c.id: (reason, detail) for c in _dropped(inputs, outputs)}
 
 
-def _finish_redundant(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+def _finish_redundant(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
     call.stage.outputs(outputs)
-    threshold = call.state["instance"].similarity_threshold
+    threshold = call.instance.similarity_threshold
     return {c.id: (sc.REASON_DEDUPLICATED, f"embedding similarity > {threshold:g} with a kept document")
-            for c in _dropped(call.state["inputs"], outputs)}
+            for c in _dropped(call.memo["inputs"], outputs)}
 
 
-def _finish_clustering(call: Call, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+def _finish_clustering(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
     call.stage.outputs(outputs)
     return {c.id: (REASON_NOT_REPRESENTATIVE, "not among the documents closest to a cluster centre")
-            for c in _dropped(call.state["inputs"], outputs)}
+            for c in _dropped(call.memo["inputs"], outputs)}
 

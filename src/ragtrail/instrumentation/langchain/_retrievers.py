@@ -21,12 +21,11 @@ from collections import defaultdict
 from typing import Any, Callable
 
 from ragtrail.contract import semconv as sc
+from ragtrail.instrumentation._hook import argument, component_name
 from ragtrail.instrumentation.langchain._common import (
-    Call,
+    LangChainCall,
     LazyPatcher,
     adapt_all,
-    arg,
-    component,
     feed,
     open_stage,
     run_async,
@@ -69,26 +68,26 @@ class RetrieverWrappers:
         self.tracer = tracer
         self.patcher = patcher
         self.classes = classes
-        self._profiles: dict[type, Callable[[Any, Any, str], Call]] = {}
+        self._profiles: dict[type, Callable[[LangChainCall, Any, str], None]] = {}
         self.compressor_class_hook: Callable[[type], None] | None = None
 
     # --- BaseRetriever.invoke / ainvoke ---------------------------------------------------------
     def invoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run_sync("lc.retriever", self._open_retriever, wrapped, instance, args, kwargs)
+        return run_sync(self.tracer, "lc.retriever", self._open_retriever, wrapped, instance, args, kwargs)
 
     async def ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        return await run_async("lc.retriever", self._open_retriever, wrapped, instance, args, kwargs)
+        return await run_async(self.tracer, "lc.retriever", self._open_retriever, wrapped, instance, args, kwargs)
 
-    def _open_retriever(self, instance: Any, args: tuple, kwargs: dict) -> Call:
-        query = arg(args, kwargs, 0, "input")
-        cls = type(instance)
+    def _open_retriever(self, call: LangChainCall) -> None:
+        query = argument(call.args, call.kwargs, 0, "input")
+        cls = type(call.instance)
         profile = self._profiles.get(cls)
         if profile is None:
             profile = self._profile_for(cls)
             self._profiles[cls] = profile
-        return profile(instance, query, component(instance))
+        profile(call, query, component_name(call.instance))
 
-    def _profile_for(self, cls: type) -> Callable[[Any, Any, str], Call]:
+    def _profile_for(self, cls: type) -> Callable[[LangChainCall, Any, str], None]:
         def is_a(name: str) -> bool:
             klass = self.classes.get(name)
             return klass is not None and issubclass(cls, klass)
@@ -103,20 +102,23 @@ class RetrieverWrappers:
             return self._open_multi_query
         return self._open_generic
 
-    def _open_generic(self, instance: Any, query: Any, comp: str) -> Call:
+    def _open_generic(self, call: LangChainCall, query: Any, comp: str) -> None:
+        instance = call.instance
         k = getattr(instance, "k", None)
         compressor = getattr(instance, "base_compressor", None)  # ContextualCompressionRetriever
         if compressor is not None and self.compressor_class_hook is not None:
             self.compressor_class_hook(type(compressor))
-        s = open_stage(self.tracer, sc.KIND_RETRIEVE, comp, query=query, top_k=k if isinstance(k, int) else None)
-        return Call(s, finisher=_outputs_as_is)
+        open_stage(call, sc.KIND_RETRIEVE, comp, query=query, top_k=k if isinstance(k, int) else None)
+        call.finisher = _outputs_as_is
 
-    def _open_multi_query(self, instance: Any, query: Any, comp: str) -> Call:
-        s = open_stage(self.tracer, sc.KIND_RETRIEVE, comp, query=query)
-        return Call(s, feeds=(instance,), finisher=_finish_multi_query)
+    def _open_multi_query(self, call: LangChainCall, query: Any, comp: str) -> None:
+        open_stage(call, sc.KIND_RETRIEVE, comp, query=query)
+        call.listen((call.instance,))
+        call.finisher = _finish_multi_query
 
-    def _open_bm25(self, instance: Any, query: Any, comp: str) -> Call:
-        s = open_stage(self.tracer, sc.KIND_RETRIEVE, comp, query=query, top_k=getattr(instance, "k", None),
+    def _open_bm25(self, call: LangChainCall, query: Any, comp: str) -> None:
+        instance = call.instance
+        s = open_stage(call, sc.KIND_RETRIEVE, comp, query=query, top_k=getattr(instance, "k", None),
                        score_kind=sc.SCORE_BM25)
         vectorizer = getattr(instance, "vectorizer", None)
         if s.recording:
@@ -125,11 +127,11 @@ class RetrieverWrappers:
                 s.corpus_size(len(docs))
             if vectorizer is not None:
                 self.patcher.ensure(type(vectorizer), "get_scores", self.bm25_get_scores)
-        call = Call(s, feeds=(vectorizer,) if vectorizer is not None else (), finisher=_finish_bm25)
-        call.state["instance"] = instance
-        return call
+        call.listen((vectorizer,) if vectorizer is not None else ())
+        call.finisher = _finish_bm25
 
-    def _open_vectorstore_retriever(self, instance: Any, query: Any, comp: str) -> Call:
+    def _open_vectorstore_retriever(self, call: LangChainCall, query: Any, comp: str) -> None:
+        instance = call.instance
         search_kwargs = getattr(instance, "search_kwargs", None) or {}
         search_type = getattr(instance, "search_type", "similarity")
         store = getattr(instance, "vectorstore", None)
@@ -140,62 +142,60 @@ class RetrieverWrappers:
             score_kind = with_score_kind(store)
         else:
             score_kind = None
-        s = open_stage(self.tracer, sc.KIND_RETRIEVE, comp, query=query, top_k=search_kwargs.get("k", 4),
+        s = open_stage(call, sc.KIND_RETRIEVE, comp, query=query, top_k=search_kwargs.get("k", 4),
                        threshold=threshold, score_kind=score_kind)
         if s.recording and store is not None:
             s.corpus_size(corpus_size_of(store))
             self.ensure_store_class(type(store))
-        call = Call(s, feeds=(store,) if store is not None else (), finisher=_finish_vectorstore)
-        call.state["threshold"] = threshold
-        return call
+        call.listen((store,) if store is not None else ())
+        call.finisher = _finish_vectorstore
+        call.memo["threshold"] = threshold
 
     # --- EnsembleRetriever: a fuse stage with recovered RRF scores ------------------------------
     def ensemble_invoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run_sync("lc.retriever", self._open_ensemble_call, wrapped, instance, args, kwargs)
+        return run_sync(self.tracer, "lc.retriever", self._open_ensemble_call, wrapped, instance, args, kwargs)
 
     async def ensemble_ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        return await run_async("lc.retriever", self._open_ensemble_call, wrapped, instance, args, kwargs)
+        return await run_async(self.tracer, "lc.retriever", self._open_ensemble_call, wrapped, instance, args, kwargs)
 
-    def _open_ensemble_call(self, instance: Any, args: tuple, kwargs: dict) -> Call:
-        return self._open_ensemble(instance, arg(args, kwargs, 0, "input"), component(instance))
+    def _open_ensemble_call(self, call: LangChainCall) -> None:
+        self._open_ensemble(call, argument(call.args, call.kwargs, 0, "input"), component_name(call.instance))
 
-    def _open_ensemble(self, instance: Any, query: Any, comp: str) -> Call:
-        s = open_stage(self.tracer, sc.KIND_FUSE, comp, query=query, score_kind=sc.SCORE_RRF)
-        call = Call(s, feeds=(instance,), finisher=_finish_ensemble)
-        call.state["instance"] = instance
-        return call
+    def _open_ensemble(self, call: LangChainCall, query: Any, comp: str) -> None:
+        open_stage(call, sc.KIND_FUSE, comp, query=query, score_kind=sc.SCORE_RRF)
+        call.listen((call.instance,))
+        call.finisher = _finish_ensemble
 
     def weighted_reciprocal_rank(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         result = wrapped(*args, **kwargs)
         if sink_for(instance) is not None:
-            doc_lists = arg(args, kwargs, 0, "doc_lists")
+            doc_lists = argument(args, kwargs, 0, "doc_lists")
             feed(instance, "rrf", ([list(docs) for docs in doc_lists], result))
         return result
 
     # --- MultiQueryRetriever: query hops --------------------------------------------------------
     def generate_queries(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        question = arg(args, kwargs, 0, "question")
+        question = argument(args, kwargs, 0, "question")
         sink = sink_for(instance)
         if sink is not None:
             result = wrapped(*args, **kwargs)
             _add_variants(sink.stage, question, result)
             return result
-        return run_sync("lc.mq", self._open_transform, wrapped, instance, args, kwargs)
+        return run_sync(self.tracer, "lc.mq", self._open_transform, wrapped, instance, args, kwargs)
 
     async def agenerate_queries(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        question = arg(args, kwargs, 0, "question")
+        question = argument(args, kwargs, 0, "question")
         sink = sink_for(instance)
         if sink is not None:
             result = await wrapped(*args, **kwargs)
             _add_variants(sink.stage, question, result)
             return result
-        return await run_async("lc.mq", self._open_transform, wrapped, instance, args, kwargs)
+        return await run_async(self.tracer, "lc.mq", self._open_transform, wrapped, instance, args, kwargs)
 
-    def _open_transform(self, instance: Any, args: tuple, kwargs: dict) -> Call:
-        question = arg(args, kwargs, 0, "question")
-        s = open_stage(self.tracer, sc.KIND_QUERY_TRANSFORM, component(instance), query=question)
-        call = Call(s, finisher=lambda c, result: _add_variants(c.stage, question, result))
-        return call
+    def _open_transform(self, call: LangChainCall) -> None:
+        question = argument(call.args, call.kwargs, 0, "question")
+        open_stage(call, sc.KIND_QUERY_TRANSFORM, component_name(call.instance), query=question)
+        call.finisher = lambda c, result: _add_variants(c.stage, question, result)
 
     # --- score producers feeding sinks ----------------------------------------------------------
     def bm25_get_scores(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -221,21 +221,23 @@ class RetrieverWrappers:
             result = wrapped(*args, **kwargs)
             feed(instance, "scored", result)
             return result
-        return run_sync("lc.vs", self._open_with_score, wrapped, instance, args, kwargs)
+        return run_sync(self.tracer, "lc.vs", self._open_with_score, wrapped, instance, args, kwargs)
 
     async def asimilarity_search_with_score(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         if sink_for(instance) is not None:
             result = await wrapped(*args, **kwargs)
             feed(instance, "scored", result)
             return result
-        return await run_async("lc.vs", self._open_with_score, wrapped, instance, args, kwargs)
+        return await run_async(self.tracer, "lc.vs", self._open_with_score, wrapped, instance, args, kwargs)
 
-    def _open_with_score(self, instance: Any, args: tuple, kwargs: dict) -> Call:
-        s = open_stage(self.tracer, sc.KIND_RETRIEVE, component(instance), query=arg(args, kwargs, 0, "query"),
-                       top_k=arg(args, kwargs, 1, "k", 4), score_kind=with_score_kind(instance))
+    def _open_with_score(self, call: LangChainCall) -> None:
+        instance, args, kwargs = call.instance, call.args, call.kwargs
+        s = open_stage(call, sc.KIND_RETRIEVE, component_name(instance), query=argument(args, kwargs, 0, "query"),
+                       top_k=argument(args, kwargs, 1, "k", default=4), score_kind=with_score_kind(instance))
         if s.recording:
             s.corpus_size(corpus_size_of(instance))
-        return Call(s, feeds=(instance,), finisher=_outputs_as_is)
+        call.listen((instance,))
+        call.finisher = _outputs_as_is
 
     def pre_threshold(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         result = wrapped(*args, **kwargs)
@@ -252,36 +254,37 @@ class RetrieverWrappers:
             result = wrapped(*args, **kwargs)
             feed(instance, "relevance", result)
             return result
-        return run_sync("lc.vs", self._open_relevance, wrapped, instance, args, kwargs)
+        return run_sync(self.tracer, "lc.vs", self._open_relevance, wrapped, instance, args, kwargs)
 
     async def asimilarity_search_with_relevance_scores(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         if sink_for(instance) is not None:
             result = await wrapped(*args, **kwargs)
             feed(instance, "relevance", result)
             return result
-        return await run_async("lc.vs", self._open_relevance, wrapped, instance, args, kwargs)
+        return await run_async(self.tracer, "lc.vs", self._open_relevance, wrapped, instance, args, kwargs)
 
-    def _open_relevance(self, instance: Any, args: tuple, kwargs: dict) -> Call:
+    def _open_relevance(self, call: LangChainCall) -> None:
+        instance, args, kwargs = call.instance, call.args, call.kwargs
         threshold = kwargs.get("score_threshold")
-        s = open_stage(self.tracer, sc.KIND_RETRIEVE, component(instance), query=arg(args, kwargs, 0, "query"),
-                       top_k=arg(args, kwargs, 1, "k", 4), threshold=threshold, score_kind=sc.SCORE_SIMILARITY)
+        s = open_stage(call, sc.KIND_RETRIEVE, component_name(instance), query=argument(args, kwargs, 0, "query"),
+                       top_k=argument(args, kwargs, 1, "k", default=4), threshold=threshold, score_kind=sc.SCORE_SIMILARITY)
         if s.recording:
             s.corpus_size(corpus_size_of(instance))
             self.ensure_store_class(type(instance))
-        call = Call(s, feeds=(instance,), finisher=_finish_relevance)
-        call.state["threshold"] = threshold
-        return call
+        call.listen((instance,))
+        call.finisher = _finish_relevance
+        call.memo["threshold"] = threshold
 
 
 # --- finishers ------------------------------------------------------------------------------------
-def _outputs_as_is(call: Call, result: Any) -> None:
+def _outputs_as_is(call: LangChainCall, result: Any) -> None:
     if isinstance(result, (list, tuple)):
         call.stage.outputs(adapt_all(result))
     else:
         call.stage.finding(f"retriever returned a {type(result).__name__}, not a list")
 
 
-def _finish_multi_query(call: Call, result: Any) -> None:
+def _finish_multi_query(call: LangChainCall, result: Any) -> None:
     """The union of what every query variant found: each hit carries the hop of the variant whose
     sub-retrieval found it first (recorded by those child stages), not the original question's."""
     if not isinstance(result, list):
@@ -302,13 +305,13 @@ def _scored(pairs: Any) -> list[Any]:
     return out
 
 
-def _scored_outputs(call: Call, result: list, scored: Any) -> None:
+def _scored_outputs(call: LangChainCall, result: list, scored: Any) -> None:
     """Pair each returned Document with the score computed for that very object."""
     by_object = {id(doc): score for doc, score in scored} if isinstance(scored, list) else {}
     call.stage.outputs(_scored((doc, by_object.get(id(doc))) for doc in result))
 
 
-def _finish_vectorstore(call: Call, result: Any) -> None:
+def _finish_vectorstore(call: LangChainCall, result: Any) -> None:
     if not isinstance(result, list):
         return _outputs_as_is(call, result)
     data = call.sink.data if call.sink is not None else {}
@@ -318,18 +321,18 @@ def _finish_vectorstore(call: Call, result: Any) -> None:
     _scored_outputs(call, result, data.get("scored"))
 
 
-def _finish_relevance(call: Call, result: Any) -> None:
+def _finish_relevance(call: LangChainCall, result: Any) -> None:
     if not isinstance(result, list):
         return _outputs_as_is(call, result)
     data = call.sink.data if call.sink is not None else {}
     _record_threshold(call, data.get("pre_threshold"), result, None)
 
 
-def _record_threshold(call: Call, pre: Any, post: list, docs: list | None) -> None:
+def _record_threshold(call: LangChainCall, pre: Any, post: list, docs: list | None) -> None:
     """Relevance search: the pre-threshold hits are the stage's inputs, so every hit the threshold
     removed is an exclusion (``below_score_threshold`` with its score)."""
     s = call.stage
-    if isinstance(pre, list) and call.state.get("threshold") is not None:
+    if isinstance(pre, list) and call.memo.get("threshold") is not None:
         s.inputs(_scored(pre), score_kind=sc.SCORE_SIMILARITY)
     if docs is None:
         s.outputs(_scored(post))
@@ -337,14 +340,14 @@ def _record_threshold(call: Call, pre: Any, post: list, docs: list | None) -> No
         _scored_outputs(call, docs, post)
 
 
-def _finish_bm25(call: Call, result: Any) -> None:
+def _finish_bm25(call: LangChainCall, result: Any) -> None:
     """BM25Retriever returns ``vectorizer.get_top_n`` without scores: the scores array rank_bm25
     computed is in the sink; the top-n are re-derived with rank_bm25's own ``argsort`` and must be
     exactly the returned objects, else the scores are left out (a finding, never a guess)."""
     if not isinstance(result, list):
         return _outputs_as_is(call, result)
     scores = call.sink.data.get("bm25_scores") if call.sink is not None else None
-    docs = getattr(call.state["instance"], "docs", None)
+    docs = getattr(call.instance, "docs", None)
     if scores is None or not isinstance(docs, list) or len(docs) != len(scores):
         call.stage.outputs(result)
         return
@@ -358,7 +361,7 @@ def _finish_bm25(call: Call, result: Any) -> None:
     call.stage.outputs(_scored((doc, float(scores[i])) for i, doc in zip(top, result)))
 
 
-def _finish_ensemble(call: Call, result: Any) -> None:
+def _finish_ensemble(call: LangChainCall, result: Any) -> None:
     s = call.stage
     if not isinstance(result, list):
         return _outputs_as_is(call, result)
@@ -367,7 +370,7 @@ def _finish_ensemble(call: Call, result: Any) -> None:
         s.outputs(result)
         return
     doc_lists, fused = captured
-    instance = call.state["instance"]
+    instance = call.instance
     # inputs: the union of the sub-retrievers' results (by ragtrail identity, first seen first)
     union = []
     seen: set[str] = set()

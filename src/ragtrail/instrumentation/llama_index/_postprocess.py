@@ -26,9 +26,10 @@ from typing import Any, Callable
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import adapt, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, receipt
+from ragtrail.instrumentation._hook import active_call, argument
 from ragtrail.recorder.stage import Stage
 
-from ._calls import Call, active_call, argument
+from ._calls import LlamaCall
 from ._nodes import Snap, node_content, node_id, query_text, snap
 from ._retrieve import record_kept
 
@@ -153,8 +154,8 @@ def _number(value: Any) -> Any:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-class PostprocessCall(Call):
-    prefix = "llama_index.postprocess"
+class PostprocessCall(LlamaCall):
+    site = "llama_index.postprocess"
     selected: set[str] | None = None
     snapshot: list[Snap] | None = None
 
@@ -234,5 +235,5 @@ def selection_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> An
             for item in result or ():
                 call.selected.add(str(item.node.node_id))
         except Exception as exc:
-            call.stage.record_error("llama_index.selection", exc)
+            call.error("selection", exc)
     return result

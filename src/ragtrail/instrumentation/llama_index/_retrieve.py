@@ -16,9 +16,10 @@ from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.instrumentation._vectorstore import filter_json
 from ragtrail.contract.receipts import receipt
 from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.instrumentation._hook import active_call, argument
 from ragtrail.recorder.stage import Stage
 
-from ._calls import Call, active_call, argument
+from ._calls import LlamaCall
 from ._nodes import embedded_texts, node_id, query_text
 
 _FUSION_SCORE_KINDS = {
@@ -85,11 +86,11 @@ def record_kept(s: Stage, items: list[Any], ids: list[str]) -> None:
     s.outputs(outputs)
 
 
-class RetrieveCall(Call):
+class RetrieveCall(LlamaCall):
     """One ``retrieve``/``aretrieve``: a ``retrieve`` stage, or a ``fuse`` stage for QueryFusionRetriever
     (whose per-query retrievals are child ``retrieve`` stages)."""
 
-    prefix = "llama_index.retrieve"
+    site = "llama_index.retrieve"
 
     def open(self) -> Stage:
         inst = self.instance
@@ -169,16 +170,15 @@ def fusion_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         try:
             call.record_fusion_inputs(argument(args, kwargs, 0, "results"))
         except Exception as exc:
-            if call.stage is not None:
-                call.stage.record_error("llama_index.fusion_inputs", exc)
+            call.error("fusion_inputs", exc)
     return wrapped(*args, **kwargs)
 
 
-class FusionQueriesCall(Call):
+class FusionQueriesCall(LlamaCall):
     """``QueryFusionRetriever._get_queries/_aget_queries``: a ``query_transform`` stage whose outputs
     are ``multi_query`` hops."""
 
-    prefix = "llama_index.fusion_queries"
+    site = "llama_index.fusion_queries"
 
     def open(self) -> Stage:
         return self.new_stage(sc.KIND_QUERY_TRANSFORM)
@@ -212,11 +212,11 @@ def _transform_of(obj: Any) -> str:
     return sc.TRANSFORM_REWRITE
 
 
-class QueryTransformCall(Call):
+class QueryTransformCall(LlamaCall):
     """``BaseQueryTransform.run``: every text the transform produced becomes a hop (HyDE's
     ``embedding_strs`` as ``hyde``, a changed ``query_str`` as ``decompose``/``rewrite``)."""
 
-    prefix = "llama_index.query_transform"
+    site = "llama_index.query_transform"
 
     def open(self) -> Stage:
         return self.new_stage(sc.KIND_QUERY_TRANSFORM)
@@ -240,11 +240,11 @@ class QueryTransformCall(Call):
                 added.add(text)
 
 
-class CondenseCall(Call):
+class CondenseCall(LlamaCall):
     """A chat engine's ``_condense_question``: the latest message rewritten, with the chat history,
     into the standalone question that is retrieved with (a ``rewrite`` hop)."""
 
-    prefix = "llama_index.condense"
+    site = "llama_index.condense"
 
     def open(self) -> Stage:
         return self.new_stage(sc.KIND_QUERY_TRANSFORM)

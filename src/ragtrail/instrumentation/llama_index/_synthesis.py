@@ -18,20 +18,21 @@ from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, content_id, truncate_rule
 from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.instrumentation._hook import active_call, argument
 from ragtrail.recorder.stage import Stage
 
-from ._calls import Call, active_call, argument
+from ._calls import LlamaCall
 from ._nodes import node_id, query_text
 from ._retrieve import record_kept
 
 _synthesis: contextvars.ContextVar["SynthesizeCall | None"] = contextvars.ContextVar("ragtrail_llama_index_synthesis", default=None)
 
 
-class QueryEngineCall(Call):
+class QueryEngineCall(LlamaCall):
     """The outermost query engine call is the ``pipeline`` root; a nested engine (a transform engine's
     inner engine, a sub-question engine) or a pipeline the user opened keeps the existing root."""
 
-    prefix = "llama_index.query_engine"
+    site = "llama_index.query_engine"
 
     def open(self) -> Stage | None:
         if current_pipeline() is not None:
@@ -46,41 +47,27 @@ class ChatCall(QueryEngineCall):
     """``BaseChatEngine.chat/achat/stream_chat/astream_chat``: the turn is the ``pipeline`` root; its
     query is the user's message (a condensed standalone question becomes a ``rewrite`` hop)."""
 
-    prefix = "llama_index.chat_engine"
+    site = "llama_index.chat_engine"
 
     def before(self, s: Stage) -> None:
         message = argument(self.args, self.kwargs, 0, "message")
         s.query(message if isinstance(message, str) else query_text(message))
 
 
-class SynthesizeCall(Call):
+class SynthesizeCall(LlamaCall):
     """``BaseSynthesizer.synthesize/asynthesize``: a ``generate`` stage whose inputs are the nodes
     handed to the synthesizer and whose outputs are ``Response.source_nodes``. While it runs, the
     budget stages inside it can match text chunks back to these nodes."""
 
-    prefix = "llama_index.synthesize"
+    site = "llama_index.synthesize"
     _chunk_ids: dict[str, str] | None = None
     _llm_texts: list[tuple[str, str]] | None = None
 
     def open(self) -> Stage:
         return self.new_stage(sc.KIND_GENERATE)
 
-    def start(self) -> bool:
-        started = super().start()
-        if started:
-            self._synth_token = _synthesis.set(self)
-        return started
-
-    def end(self, result: Any = None, exc: BaseException | None = None) -> None:
-        token = getattr(self, "_synth_token", None)
-        if token is not None:
-            try:
-                _synthesis.reset(token)
-            except ValueError:  # pragma: no cover - ended in another context
-                pass
-        super().end(result, exc)
-
     def before(self, s: Stage) -> None:
+        self.set_var(_synthesis, self)  # reset when the stage ends
         s.query(query_text(argument(self.args, self.kwargs, 0, "query")))
         nodes = argument(self.args, self.kwargs, 1, "nodes")
         extra = argument(self.args, self.kwargs, 2, "additional_source_nodes")
@@ -160,12 +147,12 @@ def _cut(candidate: Candidate, original: Candidate) -> None:
         candidate.transform_rule = truncate_rule(len(text)).id if source.startswith(text) else BUDGET_TRIM_RULE.id
 
 
-class BudgetCall(Call):
+class BudgetCall(LlamaCall):
     """``PromptHelper.truncate`` / ``repack``. Knobs: ``budget.limit`` = tokens available for context
     in one LLM call; ``budget.used`` = tokens of chunk text in the fullest call (all chunks for
     ``truncate``, the largest packed chunk for ``repack``)."""
 
-    prefix = "llama_index.budget"
+    site = "llama_index.budget"
     method = "truncate"
     joined: list[tuple[str, str]] | None = None
     available: int | None = None

@@ -1,0 +1,82 @@
+"""``InMemoryBM25Retriever`` / ``InMemoryEmbeddingRetriever``: ``retrieve`` stages (``bm25`` /
+``similarity`` scores, the effective filters and the store's size)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragtrail.contract import semconv as sc
+from ragtrail.contract.receipts import canonical_json
+from ragtrail.instrumentation._hook import guard
+from ragtrail.recorder.candidates import adapt
+from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.stage import Stage
+
+from ._common import HaystackCall, documents_of, query_text
+
+
+class TextRetriever(HaystackCall):
+    """``InMemoryBM25Retriever``: the query is text."""
+
+    score_kind = sc.SCORE_BM25
+
+    def query_text(self, bound: dict[str, Any]) -> Any:
+        return bound.get("query")
+
+    def before(self, s: Stage) -> None:
+        instance, bound = self.instance, self.arguments
+        s.score_kind = self.score_kind
+        top_k = bound.get("top_k")
+        s.set(top_k=getattr(instance, "top_k", None) if top_k is None else top_k)
+        memo: dict[str, Any] = {}
+        text = self.query_text(bound)
+        if isinstance(text, str):
+            memo["hop"] = s.query(text)
+        else:
+            memo["hop"] = _only_hop()
+        filters = _effective_filters(instance, bound.get("filters"))
+        if filters:
+            s.set_attribute(sc.STAGE_FILTER, canonical_json(filters))
+        store = getattr(instance, "document_store", None)
+        count = getattr(store, "count_documents", None)
+        if callable(count):
+            s.corpus_size(guard("haystack.count_documents", count))
+        self.memo = memo
+
+    def after(self, s: Stage, result: Any) -> None:
+        instance, memo = self.instance, self.memo
+        docs = documents_of(result)
+        if docs is None:
+            s.finding(f"run returned a {type(result).__name__} without a documents list")
+            return
+        candidates = [adapt(d) for d in docs]
+        s.outputs(candidates, hop=memo.get("hop"))
+
+
+class EmbeddingRetriever(TextRetriever):
+    """``InMemoryEmbeddingRetriever``: the query is a vector; its text is known when a multi-query
+    retriever embedded it (or, in a pipeline that saw one query only, it is that query's hop)."""
+
+    score_kind = sc.SCORE_SIMILARITY
+
+    def query_text(self, bound: dict[str, Any]) -> Any:
+        return query_text.get()
+
+
+def _only_hop() -> int | None:
+    """Hop 0 when this pipeline has seen exactly one query (the retriever must have searched for
+    it); ``None`` when that cannot be said."""
+    state = current_pipeline()
+    if state is not None and state.hop_count() == 1:
+        return 0
+    return None
+
+
+def _effective_filters(instance: Any, runtime: Any) -> Any:
+    policy = getattr(instance, "filter_policy", None)
+    init = getattr(instance, "filters", None)
+    if policy is None:
+        return runtime or init
+    from haystack.document_stores.types.filter_policy import apply_filter_policy
+
+    return apply_filter_policy(policy, init, runtime)
