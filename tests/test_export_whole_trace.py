@@ -30,6 +30,12 @@ LOSS_KEYS = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _local_store_in_tmp(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loss record that cannot reach the backend goes to the local store: keep it out of the cwd."""
+    monkeypatch.setenv(semconv.ENV_LOCAL_STORE_DIR, str(tmp_path / "store"))
+
+
 def pipeline(server: OTLPServer, exporter_timeout: float = 5.0, **options: Any):
     options.setdefault("schedule_delay_millis", 20)
     options.setdefault("grace_millis", 100)

@@ -159,6 +159,11 @@ class WholeTraceSpanProcessor(SpanProcessor):
         return len(self._buffer.segments)
 
     @property
+    def in_flight_traces(self) -> int:
+        """Trace segments taken for export and not yet delivered or counted lost."""
+        return len(self._buffer.in_flight)
+
+    @property
     def loss_store_directory(self) -> Any:
         """Where the final loss record goes when the backend does not take it."""
         return self._reporter.store_directory
