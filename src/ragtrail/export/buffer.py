@@ -124,28 +124,36 @@ class SegmentBuffer:
         evicted: list[Segment] = []
         with self.lock:
             segment = self._by_span.pop(span_id, None)
-            if segment is None:  # started before this processor was added: a segment of its own
-                segment = self._new_segment_locked(context.trace_id, span_id, evicted)
-                segment.open = 1
-            state = segment.state
-            outcome: Optional[str] = None
-            if state <= READY:  # still buffered: the common case
-                outcome = self._add_ended_locked(segment, span, span_id, size)
-            elif state == DROPPED:
-                outcome = "late_dropped"
-            else:  # taken or exported already: a late span, sent on its own
-                self._add_late_locked(span, span_id, size, evicted)
-            if self.bytes > self.limits.max_bytes or len(self.segments) > self.limits.max_traces:
-                evicted.extend(self._evict_locked())
-            if self.ready_spans >= self.limits.max_export_batch_size:
-                self.cond.notify()
-        if outcome == "late_dropped":
+            if self.closed:  # shutdown began after the check above: nothing new may be buffered
+                outcome: Optional[str] = REASON_AFTER_SHUTDOWN
+            else:
+                if segment is None:  # started before this processor was added: a segment of its own
+                    segment = self._new_segment_locked(context.trace_id, span_id, evicted)
+                    segment.open = 1
+                outcome = self._place_locked(segment, span, span_id, size, evicted)
+                if self.bytes > self.limits.max_bytes or len(self.segments) > self.limits.max_traces:
+                    evicted.extend(self._evict_locked())
+                if self.ready_spans >= self.limits.max_export_batch_size:
+                    self.cond.notify()
+        if outcome == REASON_AFTER_SHUTDOWN:
+            self.loss.dropped(0, 1, REASON_AFTER_SHUTDOWN)
+        elif outcome == "late_dropped":
             self.loss.dropped(0, 1, segment.reason)
         elif outcome == REASON_TRACE_TOO_LARGE:
             self.loss.dropped(1, len(segment.spans), REASON_TRACE_TOO_LARGE)
             segment.spans = []
         if evicted:
             self.account_dropped(evicted, REASON_QUEUE_FULL)
+
+    def _place_locked(self, segment: Segment, span: ReadableSpan, span_id: int, size: int,
+                      evicted: list[Segment]) -> Optional[str]:
+        state = segment.state
+        if state <= READY:  # still buffered: the common case
+            return self._add_ended_locked(segment, span, span_id, size)
+        if state == DROPPED:
+            return "late_dropped"
+        self._add_late_locked(span, span_id, size, evicted)  # taken or exported already: sent on its own
+        return None
 
     def _add_ended_locked(self, segment: Segment, span: ReadableSpan, span_id: int, size: int) -> Optional[str]:
         state = segment.state
