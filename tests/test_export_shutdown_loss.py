@@ -237,3 +237,16 @@ def test_a_split_segment_sends_the_root_first_and_a_failed_later_part_is_counted
     assert (processor.loss.total_traces_export_failed, processor.loss.total_spans_export_failed) == (1, 11)
     (record,) = store_records(store)  # the backend refused the last request: final record is local
     assert record[semconv.LOSS_TRACES_EXPORT_FAILED] == 1
+
+
+def test_a_slow_backend_at_shutdown_gets_no_request_that_cannot_end_in_time(otlp_server: OTLPServer, store: Path) -> None:  # noqa: F811
+    """Requests take 0.4 s and shutdown has 1 s: the requests that fit are sent, the rest are counted
+    without being started, so no trace ends up both received and counted."""
+    provider, processor, tracer = pipeline(otlp_server, max_export_batch_size=3, schedule_delay_millis=60_000)
+    otlp_server.set_delay(0.4)
+    sent = [make_trace(tracer, children=2) for _ in range(20)]  # 20 requests of one trace each
+    processor.shutdown(timeout_millis=1000)
+    provider.shutdown()
+    t = tally(otlp_server, store, sent)
+    assert_every_trace_accounted(processor, t)
+    assert 0 < t["whole"] < 20 and t["partial"] == 0

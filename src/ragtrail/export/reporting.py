@@ -1,8 +1,9 @@
 """Where the counts of lost traces go: periodic ``ragtrail.loss`` records through the trace
 exporter, and one final record at shutdown, sent after the last trace was settled.
 
-The final record goes to the backend when the backend took the last request; otherwise (the
-backend is down, failing or hanging at shutdown, or the export worker is stuck in a request) it is
+The final record goes to the backend when the backend took the last request and a request as slow
+as that one still fits before the shutdown deadline; otherwise (the backend is down, failing, too
+slow or hanging at shutdown, or the export worker is stuck in a request) it is
 written to the local store: one OTLP JSON line in ``traces-*.jsonl`` under the local store directory
 (``RAGTRAIL_LOCAL_STORE_DIR``, default ``./.ragtrail``; see docs/semconv.md §5), where ``ragtrail``
 reads it. A count that comes after the final record (a span ending after shutdown) is written there
@@ -64,7 +65,8 @@ class LossReporter:
         if window.empty:
             return
         record = loss_record(window, self.resource, time.time_ns())
-        if backend_usable and self.sender.last_ok is not False and self.sender.export_once([record]):
+        if (backend_usable and self.sender.last_ok is not False and self.sender.fits_before_deadline()
+                and self.sender.export_once([record])):
             return
         self._write_local(window)
 

@@ -40,6 +40,7 @@ class Sender:
         self.max_export_batch_size = max_export_batch_size
         self.retry_timeout = retry_timeout
         self.last_ok: Optional[bool] = None  # the outcome of the last attempt (None: none yet)
+        self.last_seconds = 0.0  # how long the last attempt took
         self._shutdown_deadline: Optional[float] = None
         self._given_up = False
         self._wake = threading.Event()  # interrupts retry backoff at shutdown
@@ -60,19 +61,29 @@ class Sender:
         return self._shutdown_deadline is not None
 
     def _closed(self) -> bool:
-        return self._given_up or (self._shutdown_deadline is not None and time.monotonic() >= self._shutdown_deadline)
+        return self._given_up or not self.fits_before_deadline()
+
+    def fits_before_deadline(self) -> bool:
+        """Whether a request, taking as long as the last one did, would end before the shutdown
+        deadline (always, before shutdown): one that would not is not started, so that shutdown
+        does not end with a request whose outcome nobody knows."""
+        if self._shutdown_deadline is None:
+            return True
+        return time.monotonic() + self.last_seconds < self._shutdown_deadline
 
     # --- requests -------------------------------------------------------------------------------------
     def export_once(self, spans: Sequence[ReadableSpan]) -> bool:
         """One attempt; False (without trying) once given up."""
         if self._given_up:
             return False
+        started = time.monotonic()
         try:
             ok = self.exporter.export(spans) == SpanExportResult.SUCCESS
         except Exception:  # an exporter must not kill the worker
             _logger.exception("ragtrail: span exporter raised")
             ok = False
         self.last_ok = ok
+        self.last_seconds = time.monotonic() - started
         return ok
 
     def deliver(self, groups: list[list[ReadableSpan]], oversized: bool) -> set[int]:
