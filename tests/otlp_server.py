@@ -17,6 +17,9 @@ Usage::
         otlp_server.reject_over(4 * 1024 * 1024)   # 413 for bodies over 4 MiB
         otlp_server.set_delay(0.5)            # every response 0.5 s late
         otlp_server.down(); otlp_server.up()  # connection refused, then back on the same port
+        otlp_server.fail_with(429, retry_after=1)  # 429 with a Retry-After header
+        otlp_server.hang()                    # read each request, never answer, never keep it
+        otlp_server.reset_connections()       # read each request, then reset the connection (RST)
 """
 
 from __future__ import annotations
@@ -124,6 +127,10 @@ class OTLPServer:
         self.requests: list[ReceivedRequest] = []
         self._fail_status: Optional[int] = None
         self._fail_times: Optional[int] = None
+        self._retry_after: Optional[float] = None
+        self._hang = threading.Event()  # set: requests hang
+        self._release = threading.Event()  # set: hanging requests are let go (closed, not stored)
+        self._reset = False
         self._reject_over: Optional[int] = None
         self._reject_status = 413
         self._delay = 0.0
@@ -163,6 +170,7 @@ class OTLPServer:
         return self
 
     def stop(self) -> None:
+        self._release.set()  # hanging handlers give up their connections
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -206,11 +214,23 @@ class OTLPServer:
         return self.url + TRACES_PATH
 
     # --- failure modes ------------------------------------------------------------------------------
-    def fail_with(self, status: int = 500, times: Optional[int] = None) -> None:
-        """Answer ``status`` to the next ``times`` requests (every request when ``None``)."""
+    def fail_with(self, status: int = 500, times: Optional[int] = None, retry_after: Optional[float] = None) -> None:
+        """Answer ``status`` to the next ``times`` requests (every request when ``None``), with a
+        ``Retry-After: <seconds>`` header when ``retry_after`` is given."""
         with self._lock:
             self._fail_status = status
             self._fail_times = times
+            self._retry_after = retry_after
+
+    def hang(self) -> None:
+        """Read every request and never answer it (until :meth:`heal` or :meth:`stop`, which close
+        the connection); a request that hung is not kept, as a backend that never committed it."""
+        self._release.clear()
+        self._hang.set()
+
+    def reset_connections(self, on: bool = True) -> None:
+        """Read every request, then reset the connection (TCP RST) without answering or keeping it."""
+        self._reset = on
 
     def reject_over(self, max_body_bytes: Optional[int], status: int = 413) -> None:
         """Refuse bodies larger than ``max_body_bytes`` (``None`` to accept any size)."""
@@ -232,8 +252,12 @@ class OTLPServer:
         with self._lock:
             self._fail_status = None
             self._fail_times = None
+            self._retry_after = None
             self._reject_over = None
         self._delay = 0.0
+        self._reset = False
+        self._hang.clear()
+        self._release.set()
 
     def on_request(self, callback: Optional[Callable[[ReceivedRequest], None]]) -> None:
         """Call ``callback`` with each request after it is recorded (in the server thread)."""
@@ -313,6 +337,11 @@ class OTLPServer:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in handler.headers.items()}
+        if self._hang.is_set() or self._reset:
+            if self._hang.is_set():
+                self._release.wait()
+            _abort(handler)
+            return
         if self._delay:
             time.sleep(self._delay)
         with self._lock:
@@ -355,10 +384,24 @@ class OTLPServer:
             body = json.dumps({"code": status, "message": "refused by test server"}).encode()
             content_type = "application/json"
         handler.send_response(status)
+        if status >= 300 and self._retry_after is not None:
+            handler.send_header("Retry-After", f"{self._retry_after:g}")
         handler.send_header("Content-Type", content_type)
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)
+
+
+def _abort(handler: BaseHTTPRequestHandler) -> None:
+    """Reset the connection (SO_LINGER 0: RST, not FIN) without an answer."""
+    import struct
+
+    try:
+        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        handler.connection.close()
+    except OSError:
+        pass
+    handler.close_connection = True
 
 
 def _truncate(request: ExportTraceServiceRequest, max_bytes: int) -> None:

@@ -105,12 +105,17 @@ def test_an_unwritable_directory_fails_the_export_which_the_processor_counts(tmp
     exporter = LocalStoreSpanExporter(blocker / "store")
     assert exporter.export(_finished_spans()) is SpanExportResult.FAILURE
     provider = TracerProvider()
-    processor = WholeTraceSpanProcessor(exporter, retry_timeout_millis=1)
+    processor = WholeTraceSpanProcessor(exporter, retry_timeout_millis=1, loss_store_dir=tmp_path / "fallback")
     provider.add_span_processor(processor)
     with provider.get_tracer("t").start_as_current_span("root"):
         pass
     provider.shutdown()
     assert processor.loss.total_traces_export_failed == 1
+    # the exporter took nothing, so the final loss record went to the fallback directory
+    (path,) = (tmp_path / "fallback").glob("traces-*.jsonl")
+    (span,) = [s for rs in parse_request(path.read_text()).resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert span.name == semconv.LOSS_SPAN_NAME
+    assert {kv.key: kv.value.int_value for kv in span.attributes}[semconv.LOSS_TRACES_EXPORT_FAILED] == 1
 
 
 def test_registered_as_the_ragtrail_file_exporter() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 _EXPORTS = {
     "WholeTraceSpanProcessor": "ragtrail.export.whole_trace",
-    "estimate_span_bytes": "ragtrail.export.whole_trace",
+    "estimate_span_bytes": "ragtrail.export.sizing",
     "LocalStoreSpanExporter": "ragtrail.export.local_store",
     "LossLedger": "ragtrail.export.loss",
     "RagtrailConfigurator": "ragtrail.export.configurator",

@@ -9,6 +9,10 @@ Two outlets, so that loss is loud wherever people look:
   accounts for, carrying the counts of one window. A window is only closed when its record was
   exported, so a record that fails to leave is folded into the next one: counts are never lost
   twice.
+
+At shutdown the ledger is *closed* (:meth:`LossLedger.close`) after the last trace is settled: the
+final window becomes the last record, and any count that still comes later (a span ending after
+shutdown) is handed to the ``after_close`` callback as a window of its own, never dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from opentelemetry import metrics
 from opentelemetry.sdk.resources import Resource
@@ -63,6 +67,7 @@ class LossLedger:
         self.total_spans_dropped = 0
         self.total_traces_export_failed = 0
         self.total_spans_export_failed = 0
+        self._after_close: Optional[Callable[[LossWindow], None]] = None
         meter = metrics.get_meter(meter_name, meter_provider=meter_provider)
         self._trace_counter = meter.create_counter(
             semconv.METRIC_LOSS_TRACES, unit="{trace}", description="Whole traces ragtrail's exporter gave up"
@@ -76,26 +81,32 @@ class LossLedger:
         if not traces and not spans:
             return
         with self._lock:
-            w = self._window
+            w = self._window if self._after_close is None else LossWindow(start_ns=time.time_ns())
             w.traces_dropped += traces
             w.spans_dropped += spans
             w.reasons[reason] = w.reasons.get(reason, 0) + traces
             self.total_traces_dropped += traces
             self.total_spans_dropped += spans
+            after_close = self._after_close
         self._record(traces, spans, reason)
+        if after_close is not None:
+            after_close(w)
 
     def export_failed(self, traces: int, spans: int) -> None:
         """Count traces/spans the exporter did not deliver after every retry."""
         if not traces and not spans:
             return
         with self._lock:
-            w = self._window
+            w = self._window if self._after_close is None else LossWindow(start_ns=time.time_ns())
             w.traces_export_failed += traces
             w.spans_export_failed += spans
             w.reasons[REASON_EXPORT_FAILED] = w.reasons.get(REASON_EXPORT_FAILED, 0) + traces
             self.total_traces_export_failed += traces
             self.total_spans_export_failed += spans
+            after_close = self._after_close
         self._record(traces, spans, REASON_EXPORT_FAILED)
+        if after_close is not None:
+            after_close(w)
 
     def _record(self, traces: int, spans: int, reason: str) -> None:
         try:
@@ -120,9 +131,21 @@ class LossLedger:
                 reasons=dict(w.reasons),
             )
 
-    def commit(self, reported: LossWindow, end_ns: int) -> None:
-        """Subtract what a delivered record reported; whatever arrived meanwhile stays for the next."""
+    def close(self, after_close: Callable[[LossWindow], None]) -> LossWindow:
+        """The final window (everything not yet reported); every later count goes to ``after_close``
+        as a window of its own, so no count ever waits for a record that will not come."""
         with self._lock:
+            final, self._window = self._window, LossWindow(start_ns=time.time_ns())
+            self._after_close = after_close
+        return final
+
+    def commit(self, reported: LossWindow, end_ns: int) -> None:
+        """Subtract what a delivered record reported; whatever arrived meanwhile stays for the next.
+        After :meth:`close` the final window already holds it (a record delivered by a worker that
+        was stuck past shutdown is then reported twice: over-counted, never uncounted)."""
+        with self._lock:
+            if self._after_close is not None:
+                return
             w = self._window
             w.traces_dropped -= reported.traces_dropped
             w.spans_dropped -= reported.spans_dropped
