@@ -32,6 +32,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.candidates import Candidate, adapt
+from ragtrail.contract import receipts as _receipts
 from ragtrail.contract.receipts import content_id
 from ragtrail.contract.receipts import PREVIEW_CHARS, canonical_json, events_digest, finite_or_none, receipt
 
@@ -116,6 +117,19 @@ def current_stage() -> "Stage | None":
 
 def current_pipeline() -> PipelineState | None:
     return _pipeline_state.get()
+
+
+def _cut_finding(cuts: tuple[str, ...]) -> None:
+    """A value too big, too deep or too odd to put in canonical form whole (see receipts.canonical_json)
+    is a finding of the stage that met it, once per kind of cut."""
+    s = _current_stage.get()
+    if s is not None and s.recording:
+        text = f"canonical form cut ({'; '.join(cuts)}): the id or receipt covers only what was kept"
+        if text not in s._findings:
+            s._findings.append(text)
+
+
+_receipts.set_cut_observer(_cut_finding)
 
 
 def short_component(component: str) -> str:
@@ -492,6 +506,8 @@ class Stage:
         spans = self._emit(events, limits)
         digest_items = [_digest_item(name, attrs) for name, attrs in events]
         final: dict[str, Any] = {}
+        if len(self._findings) > len(own.get(sc.STAGE_FINDINGS, ())):  # found while building the events
+            final[sc.STAGE_FINDINGS] = list(self._findings)
         if self._errors:
             final[sc.STAGE_INSTRUMENTATION_ERRORS] = self._errors
         if spans > 1:

@@ -17,6 +17,7 @@ recorder.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from ragtrail.contract.receipts import (CHANGED_CITED, CHANGED_UNCITED, INTACT, 
                                classify, events_digest)
 
 from .model import Span, Trace
-from .stages import StageView, Stitched
+from .stages import StageView, Stitched, continuation_index
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _QUERY_PREFIX = sc.QUERY_SHA256.rsplit(".", 1)[0]  # "ragtrail.query": the receipt's attribute prefix
@@ -212,13 +213,14 @@ class _Checker:
         received = view.events()
         stamped = attrs.get(sc.EVENTS_COUNT)
         announced = attrs.get(sc.EVENTS_SPANS, 1)
-        if isinstance(announced, int) and announced > 1:
-            have = {int(s.attributes.get(sc.STAGE_CONTINUATION_INDEX, -1) or -1) for s in view.continuations}
-            missing = [i for i in range(1, announced) if i not in have]
-            if missing:
-                self.f.missing_spans += len(missing)
+        if type(announced) is int and announced > 1:
+            have = {i for i in map(continuation_index, view.continuations) if i is not None and 0 < i < announced}
+            n_missing = announced - 1 - len(have)  # counted, not listed: the announced number is untrusted
+            if n_missing:
+                first = [str(i) for i in itertools.islice((i for i in range(1, announced) if i not in have), 5)]
+                self.f.missing_spans += n_missing
                 self.alarm(view.span, label, "", sc.EVENTS_SPANS, "missing continuation spans",
-                           f"{len(missing)} of {announced - 1} missing (index {', '.join(map(str, missing[:5]))})")
+                           f"{n_missing} of {announced - 1} missing (index {', '.join(first)})")
         for cont in view.continuations:
             own = cont.attributes.get(sc.EVENTS_COUNT)
             got = sum(1 for e in cont.events if e.name in (sc.EVENT_CANDIDATE, sc.EVENT_EXCLUSION, sc.EVENT_QUERY))
@@ -239,9 +241,10 @@ class _Checker:
         for _, event in received:
             a = event.attributes
             if event.name == sc.EVENT_QUERY:
-                items.append((event.name, f"hop:{a.get(sc.QUERY_HOP)}", a.get(sc.QUERY_SHA256, "")))
+                items.append((event.name, f"hop:{a.get(sc.QUERY_HOP)}", _digest_text(a.get(sc.QUERY_SHA256, ""))))
             else:
-                items.append((event.name, str(a.get(sc.CANDIDATE_ID, "")), a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
+                items.append((event.name, str(a.get(sc.CANDIDATE_ID, "")),
+                              _digest_text(a.get(sc.CANDIDATE_CONTENT_SHA256, ""))))
         if not (isinstance(digest, str) and len(digest) == 64):
             self.alarm(view.span, label, "", sc.EVENTS_DIGEST, UNVERIFIABLE, "digest missing or damaged")
         elif len(received) == stamped and events_digest(items) != digest:
@@ -354,6 +357,12 @@ def _receipt_keys(prefix: str) -> tuple[str, str, str]:
 
 def _resource_key(span: Span) -> tuple[Any, Any]:
     return span.resource.get("service.name"), span.resource.get("service.instance.id")
+
+
+def _digest_text(value: Any) -> str:
+    """A digest item as the recorder wrote it (a string). Any other type arrived changed: it is marked so
+    that it can never hash like what the recorder wrote (a sha256 in hex, or empty: never a NUL)."""
+    return value if isinstance(value, str) else f"\x00{type(value).__name__}:{value!r:.200}"
 
 
 def _first_bad(items: list[tuple[str, str, Any]]) -> str:
