@@ -19,6 +19,7 @@ from rich.text import Text
 from ragtrail.inspect import errors, render
 from ragtrail.inspect._gc import gc_paused
 from ragtrail.inspect.errors import EXIT_CODES, InspectError
+from ragtrail.inspect.safe import json_text, plain
 
 _EXIT_TABLE = "\n".join(f"  {code:<3} {text}" for code, text in EXIT_CODES)
 _EPILOG = f"""\b
@@ -35,11 +36,12 @@ Exit codes:
 
 
 def _stdout() -> Console:
-    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 120, highlight=False)
+    """Trace data is printed as ``Text`` (never markup); emoji codes such as ``:x:`` in it stay literal too."""
+    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 120, highlight=False, emoji=False)
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, emoji=False)
 
 
 @contextmanager
@@ -79,7 +81,7 @@ def _load(ref: str, source: str | None, timeout: float) -> dict[str, Any]:
 
 
 def _json_out(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    click.echo(json_text(data, indent=2, default=str))
 
 
 @click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -150,14 +152,13 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
             continue
         if f["alarms"]:
             for a in f["alarms"]:
-                out.print(render.alarm_line(a), highlight=False, soft_wrap=True)
+                out.print(Text(render.alarm_line(a)))
         else:
             events = m.get("events_checked", sum(len(s["candidates"]) + len(s["excluded"]) for s in m.get("stages", [])))
-            out.print(f"ok trace={m['trace_id']}: intact {f['intact']}, changed_cited {f['changed_cited']}, "
-                      f"not captured {f['not_captured']}, {events} events and {m['span_count']} spans checked",
-                      highlight=False, soft_wrap=True)
+            out.print(Text(f"ok trace={plain(m['trace_id'])}: intact {f['intact']}, changed_cited {f['changed_cited']}, "
+                           f"not captured {f['not_captured']}, {events} events and {m['span_count']} spans checked"))
         for finding in findings:
-            out.print(f"FINDING trace={m['trace_id']}: {finding}", highlight=False, soft_wrap=True)
+            out.print(Text(f"FINDING trace={plain(m['trace_id'])}: {plain(finding)}"))
     if as_json:
         _json_out([{"trace_id": m["trace_id"], "fidelity": m["fidelity"], "findings": m.get("findings", [])}
                    for m in results])
@@ -223,18 +224,19 @@ def demo(store: str, report_path: str | None, budget: int, as_json: bool) -> int
         _json_out(result.manifest)
     else:
         out = _stdout()
-        out.print(Text.assemble(("answer", "bold"), ": ", result.answer), highlight=False)
+        out.print(Text.assemble(("answer", "bold"), ": ", plain(result.answer)))
         out.print("")
         render.show(out, result.manifest)
         out.print("")
-        out.print(f"[bold]HTML report[/bold]: {result.report_path}", highlight=False)
+        out.print(Text.assemble(("HTML report", "bold"), f": {plain(result.report_path)}"))
         also = ""
         if result.otlp_endpoint:
-            also = (f"; also exported to {result.otlp_endpoint}" if not result.otlp_failures else
-                    f"; export to {result.otlp_endpoint} FAILED ({result.otlp_failures} batches): is the collector up?")
-        out.print(f"traces in {result.store_path}{also}", highlight=False)
-        out.print(f"next: ragtrail show {result.manifest['trace_id']} --source {store}   ·   "
-                  f"ragtrail verify last --source {store}", highlight=False, soft_wrap=True)
+            also = (f"; also exported to {plain(result.otlp_endpoint)}" if not result.otlp_failures else
+                    f"; export to {plain(result.otlp_endpoint)} FAILED ({result.otlp_failures} batches): "
+                    "is the collector up?")
+        out.print(Text(f"traces in {plain(result.store_path)}{also}"))
+        out.print(Text(f"next: ragtrail show {plain(result.manifest['trace_id'])} --source {plain(store)}   ·   "
+                       f"ragtrail verify last --source {plain(store)}"))
     return errors.EXIT_OK
 
 
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="ragtrail", standalone_mode=False)
     except InspectError as exc:
-        _stderr().print(f"ragtrail: error: {exc.one_line()}", highlight=False, markup=False, soft_wrap=True)
+        _stderr().print(Text(f"ragtrail: error: {plain(exc.one_line())}"), soft_wrap=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         _stderr().print("ragtrail: interrupted", markup=False)
@@ -252,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         hint = "run `ragtrail --help`" if not isinstance(exc, click.UsageError) or exc.ctx is None \
             else f"run `{exc.ctx.command_path} --help`"
-        _stderr().print(f"ragtrail: error: {exc.format_message()}: {hint}", highlight=False, markup=False, soft_wrap=True)
+        _stderr().print(Text(f"ragtrail: error: {plain(exc.format_message())}: {hint}"), soft_wrap=True)
         sys.exit(errors.EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -261,8 +263,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug in ragtrail: still one line unless asked for the traceback
         if debug:
             raise
-        _stderr().print(f"ragtrail: internal error: {type(exc).__name__}: {exc}: please report it "
-                        "(RAGTRAIL_DEBUG=1 shows the traceback)", highlight=False, markup=False, soft_wrap=True)
+        _stderr().print(Text(f"ragtrail: internal error: {type(exc).__name__}: {plain(exc)}: please report it "
+                             "(RAGTRAIL_DEBUG=1 shows the traceback)"), soft_wrap=True)
         sys.exit(errors.EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else 0)
 

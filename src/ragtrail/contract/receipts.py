@@ -16,8 +16,9 @@ import hashlib
 import json
 import math
 import re
+import time
 from dataclasses import dataclass
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from ragtrail.contract import semconv
@@ -34,8 +35,6 @@ PREVIEW_CHARS = 256
 def preview(text: str) -> str:
     """The authorised cut ``preview@1``: exactly the first ``PREVIEW_CHARS`` code points."""
     return text[:PREVIEW_CHARS]
-
-
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -61,43 +60,216 @@ def receipt_keys(prefix: str) -> tuple[str, str, str]:
     return keys
 
 
-def _json_default(value: Any) -> Any:
-    """Make common non-JSON values deterministic (never ``repr``: it embeds memory addresses)."""
-    item = getattr(value, "item", None)  # numpy scalars
-    if callable(item) and getattr(value, "shape", None) == ():
-        try:
-            return item()
-        except Exception:  # pragma: no cover - exotic scalar types
-            pass
-    tolist = getattr(value, "tolist", None)  # numpy arrays
-    if callable(tolist):
-        try:
-            return tolist()
-        except Exception:  # pragma: no cover
-            pass
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$bytes": bytes(value).hex()}
+# --- canonical JSON, with bounded work ----------------------------------------------------------
+# A candidate, a metadata value or a filter is whatever the host handed over: a deeply nested dict, a
+# million-item list, or an object that answers every attribute (``unittest.mock.MagicMock``: its
+# ``tolist()`` returns another MagicMock, whose ``tolist()``...). The host's thread must not wait on
+# it, so the work per value is bounded; what does not fit is replaced by a ``<cut:REASON>`` marker in
+# the canonical form, and reported (see :func:`canonical_json_bounded`, :func:`set_cut_observer`).
+# Ordinary values never reach a bound: their canonical form is what it always was.
+MAX_DEPTH = 64  # containers nested deeper than this are cut
+MAX_ITEMS = 200_000  # values visited per canonical form
+MAX_CHARS = 16 * 1024 * 1024  # characters of strings and keys per canonical form
+TIME_BUDGET_S = 0.5  # a last resort (slow conversions): a cut by time is not reproducible, and says so
+
+_SCALARS = (str, int, float, bool, type(None))
+_NATIVE = (*_SCALARS, list, tuple, dict)
+_KEY_TYPES = (str, int, float, bool, type(None))
+
+
+class Canonical(NamedTuple):
+    """A canonical JSON text and what had to be cut to make it (empty when nothing was)."""
+
+    text: str
+    cuts: tuple[str, ...]
+
+
+CutObserver = Callable[[tuple[str, ...]], None]
+_cut_observer: CutObserver | None = None
+
+
+def set_cut_observer(observer: CutObserver | None) -> None:
+    """Who hears about cuts made by :func:`canonical_json` (the recorder: a finding on the current
+    stage). One observer per process; it must not raise."""
+    global _cut_observer
+    _cut_observer = observer
+
+
+class _Budget:
+    __slots__ = ("items", "chars", "deadline", "cuts")
+
+    def __init__(self) -> None:
+        self.items = 0
+        self.chars = 0
+        self.deadline = time.perf_counter() + TIME_BUDGET_S
+        self.cuts: dict[str, None] = {}
+
+    def cut(self, reason: str, marker: str | None = None) -> str:
+        """Note the cut; the marker that stands in the canonical form where the value was."""
+        self.cuts[reason] = None
+        return f"<cut:{marker or reason}>"
+
+    def spend(self) -> str | None:
+        """Count one visited value; the reason to stop, if any."""
+        self.items += 1
+        if self.items > MAX_ITEMS:
+            return "items"
+        if not self.items & 1023 and time.perf_counter() > self.deadline:
+            return "time"
+        return None
+
+
+def _type_name(value: Any) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+_NO_CONVERSION = object()
+
+
+def _json_default(value: Any, budget: "_Budget | None" = None) -> Any:
+    """Make common non-JSON values deterministic (never ``repr``: it embeds memory addresses).
+
+    A conversion is taken only when it yields a plain value (numpy's ``item()``/``tolist()``, a date's
+    ``isoformat()``): an object answering every attribute gets no further than its type name."""
+    try:
+        item = getattr(value, "item", None)  # numpy scalars
+        if callable(item) and getattr(value, "shape", None) == ():
+            result = item()
+            if isinstance(result, _SCALARS):
+                return result
+        tolist = getattr(value, "tolist", None)  # numpy arrays
+        if callable(tolist):
+            result = tolist()
+            if isinstance(result, _NATIVE):
+                return result
+            if budget is not None:  # an object answering every attribute (a mock): its type name only
+                return budget.cut(f"opaque {_type_name(value)} (its tolist() returned a {_type_name(result)})",
+                                  f"opaque:{_type_name(value)}")
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return {"$bytes": bytes(value).hex()}
+        isoformat = getattr(value, "isoformat", None)
+        if callable(isoformat):
+            result = isoformat()
+            if isinstance(result, str):
+                return result
+        if isinstance(value, Mapping):
+            return {str(k): v for k, v in value.items()}
+    except Exception:  # a conversion that fails is not taken: the type name stands for the value
+        pass
+    return f"<{_type_name(value)}>"
+
+
+def _dict_keys_native(value: dict[Any, Any]) -> bool:
+    """True when json.dumps(sort_keys=True) takes these keys as they are (JSON key types, sortable)."""
+    keys = list(value)
+    if all(type(k) is str for k in keys):
+        return True
+    if not all(isinstance(k, _KEY_TYPES) for k in keys):
+        return False
+    try:
+        sorted(keys)
+    except TypeError:
+        return False
+    return True
+
+
+def _convert(value: Any, depth: int, budget: _Budget) -> Any:
+    """``value`` as plain JSON data (containers rebuilt, odd values converted), within the budget."""
+    stop = budget.spend()
+    if stop:
+        return budget.cut(stop)
+    if isinstance(value, str):
+        budget.chars += len(value)
+        return value if budget.chars <= MAX_CHARS else budget.cut("size")
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple, dict, set, frozenset)) and depth >= MAX_DEPTH:
+        return budget.cut("depth")
+    if isinstance(value, dict):
+        if not _dict_keys_native(value):
+            value = {str(k): v for k, v in value.items()}  # keys of mixed or non-JSON types: as text
+        out = {}
+        for k, v in value.items():
+            if isinstance(k, str):
+                budget.chars += len(k)
+            out[k] = _convert(v, depth + 1, budget)
+            if budget.items > MAX_ITEMS:
+                break
+        return out
+    if isinstance(value, (list, tuple)):
+        out_list = []
+        for v in value:
+            out_list.append(_convert(v, depth + 1, budget))
+            if budget.items > MAX_ITEMS:
+                break
+        return out_list
     if isinstance(value, (set, frozenset)):
-        return sorted((canonical_json(v) for v in value))
-    isoformat = getattr(value, "isoformat", None)
-    if callable(isoformat):
-        return isoformat()
-    if isinstance(value, Mapping):
-        return {str(k): v for k, v in value.items()}
-    if isinstance(value, (list, tuple)):  # pragma: no cover - json handles these itself
-        return list(value)
-    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+        return sorted(_dumps(_convert(v, depth + 1, budget)) for v in value)
+    # converted values are plain data (see _json_default), so this recursion ends: depth grows by one
+    return _convert(_json_default(value, budget), depth + 1, budget)
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _plain_within_bounds(value: Any) -> bool:
+    """True for exactly dicts (str keys), lists, tuples, str, int, float, bool and None, within every
+    bound: such a value's canonical form is json.dumps of it, done at C speed. (Checked without
+    recursion, so a value nested as deep as it likes costs at most MAX_DEPTH levels of looking.)"""
+    stack = [(value, 0)]
+    items = chars = 0
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, depth = pop()
+        items += 1
+        t = type(v)
+        if t is str:
+            chars += len(v)
+        elif t is dict:
+            if depth >= MAX_DEPTH:
+                return False
+            for k, x in v.items():
+                if type(k) is not str:
+                    return False
+                chars += len(k)
+                push((x, depth + 1))
+        elif t is list or t is tuple:
+            if depth >= MAX_DEPTH:
+                return False
+            for x in v:
+                push((x, depth + 1))
+        elif not (v is None or t is int or t is float or t is bool):
+            return False
+        if items > MAX_ITEMS or chars > MAX_CHARS:
+            return False
+    return True
+
+
+def canonical_json_bounded(value: Any) -> Canonical:
+    """Canonical JSON of ``value`` and the reasons anything was cut (``depth``, ``items``, ``size``,
+    ``time``, or an object with no plain form): sorted keys, compact separators, no ASCII escaping
+    (docs/semconv.md §4). Never raises, never recurses without bound."""
+    if _plain_within_bounds(value):
+        return Canonical(_dumps(value), ())
+    budget = _Budget()
+    try:
+        data = _convert(value, 0, budget)
+    except RecursionError:  # the host's own stack was nearly full: the value stands as cut
+        data = budget.cut("depth")
+    return Canonical(_dumps(data), tuple(budget.cuts))
 
 
 def canonical_json(value: Any) -> str:
-    """JSON with sorted keys, compact separators and no ASCII escaping (docs/semconv.md §4)."""
-    try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default)
-    except (TypeError, ValueError):
-        # keys of mixed types cannot be sorted; stringify them, still deterministically
-        if isinstance(value, Mapping):
-            return canonical_json({str(k): v for k, v in value.items()})
-        return json.dumps(_json_default(value), separators=(",", ":"), ensure_ascii=False)
+    """JSON with sorted keys, compact separators and no ASCII escaping (docs/semconv.md §4), its work bounded:
+    a cut is marked ``<cut:REASON>`` in the text and reported to the cut observer."""
+    text, cuts = canonical_json_bounded(value)
+    if cuts and _cut_observer is not None:
+        try:
+            _cut_observer(cuts)
+        except Exception:  # pragma: no cover - an observer must not break the caller
+            pass
+    return text
 
 
 def canonical_text(value: Any) -> str:
@@ -193,7 +365,8 @@ class TransformRule:
 
 PREVIEW_RULE = TransformRule(semconv.RULE_PREVIEW, "prefix", PREVIEW_CHARS)
 BUDGET_TRIM_RULE = TransformRule(semconv.RULE_BUDGET_TRIM, "shorter")
-_RULE_ID = re.compile(re.escape(semconv.RULE_TRUNCATE_PREFIX) + r"(\d+)")
+# ASCII digits, at most 18 (a rule id read back from a trace is untrusted: int() of 5,000 digits raises)
+_RULE_ID = re.compile(re.escape(semconv.RULE_TRUNCATE_PREFIX) + r"([0-9]{1,18})")
 
 
 def truncate_rule(length: int) -> TransformRule:
@@ -234,13 +407,21 @@ def classify(received: Any, original: "Receipt | None", rules: Iterable["str | T
     return CHANGED_UNCITED
 
 
+def _digest_part(value: Any) -> str:
+    """A digest item's sha256 part as the recorder wrote it (a string, or ``""`` when missing). Any
+    other type arrived changed: it is marked so that it can never hash like what the recorder wrote
+    (a sha256 in hex, or empty: never a NUL)."""
+    return value if isinstance(value, str) else f"\x00{type(value).__name__}:{value!r:.200}"
+
+
 def digest_item(name: str, attributes: Mapping[str, Any]) -> tuple[str, str, str]:
     """One event's entry in ``ragtrail.events.digest`` (docs/semconv.md §3): ``(event name,
     candidate id, content sha256)``; a query event is identified as ``hop:<n>`` with the query's
     sha256. A missing part is ``""`` (the reader digests what arrived)."""
     if name == semconv.EVENT_QUERY:
-        return name, f"hop:{attributes.get(semconv.QUERY_HOP)}", attributes.get(semconv.QUERY_SHA256, "")
-    return name, str(attributes.get(semconv.CANDIDATE_ID, "")), attributes.get(semconv.CANDIDATE_CONTENT_SHA256, "")
+        return name, f"hop:{attributes.get(semconv.QUERY_HOP)}", _digest_part(attributes.get(semconv.QUERY_SHA256, ""))
+    return (name, str(attributes.get(semconv.CANDIDATE_ID, "")),
+            _digest_part(attributes.get(semconv.CANDIDATE_CONTENT_SHA256, "")))
 
 
 def events_digest(items: Iterable[tuple[str, str, str]]) -> str:

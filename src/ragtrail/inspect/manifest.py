@@ -34,7 +34,7 @@ def _as_list(value: Any) -> list[Any]:
         try:
             parsed = json.loads(value)
             return parsed if isinstance(parsed, list) else [value]
-        except ValueError:
+        except (ValueError, RecursionError):  # not a JSON list (or absurdly nested): one value
             return [value]
     return [] if value is None else [value]
 
@@ -173,7 +173,9 @@ def _sampling(trace: Trace, stitched: Stitched) -> dict[str, Any]:
         if p is None and a.get(sc.JAEGER_SAMPLER_TYPE) == "probabilistic":
             p = a.get(sc.JAEGER_SAMPLER_PARAM)
         if isinstance(p, (int, float)) and 0 < p <= 1:
-            adjusted = a.get(sc.SAMPLING_ADJUSTED_COUNT) or 1 / p
+            adjusted = a.get(sc.SAMPLING_ADJUSTED_COUNT)
+            if isinstance(adjusted, bool) or not isinstance(adjusted, (int, float)) or not adjusted > 0:
+                adjusted = 1 / p
             return {"probability": p, "adjusted_count": adjusted, "source": "span attributes",
                     "statement": f"sampled at p={p:g}: this trace stands for {_requests(adjusted)}"}
     for span in candidates:

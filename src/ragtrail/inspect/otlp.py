@@ -19,6 +19,50 @@ from .model import Event, Span
 _STATUS_CODES = {0: "UNSET", 1: "OK", 2: "ERROR", "STATUS_CODE_UNSET": "UNSET", "STATUS_CODE_OK": "OK",
                  "STATUS_CODE_ERROR": "ERROR"}
 
+MAX_VALUE_DEPTH = 32
+"""How deeply arrays and key/value lists may nest inside one attribute value. OTLP sets no bound;
+ragtrail writes flat values, and a reader that recursed as deep as the input asked would end in a
+RecursionError (exit 70) instead of a one-line "malformed input" (exit 4)."""
+
+_INT64 = (-(1 << 63), 1 << 63)
+_UINT64 = (0, 1 << 64)
+# what a span or event decoder may meet and must report as malformed input, never as a bug
+DECODE_ERRORS: tuple[type[Exception], ...] = (AttributeError, KeyError, TypeError, ValueError, OverflowError,
+                                              IndexError)
+
+
+def int64(value: Any) -> int:
+    """An OTLP int64 (a JSON number or string); ``ValueError`` outside the int64 range."""
+    n = int(value)
+    if not _INT64[0] <= n < _INT64[1]:
+        raise ValueError(f"integer {value!r:.40} is outside int64")
+    return n
+
+
+def uint64(value: Any) -> int:
+    """An OTLP fixed64/uint32 (times, dropped counts): ``0`` when absent, ``ValueError`` when negative or too big."""
+    if value is None or value == "":
+        return 0
+    n = int(value)
+    if not _UINT64[0] <= n < _UINT64[1]:
+        raise ValueError(f"count or time {value!r:.40} is outside 0..2**64")
+    return n
+
+
+def text_or_none(value: Any, what: str) -> str | None:
+    """A field that must be a string when present (a name, tracestate, a status message)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise MalformedInput(f"{what} is a {type(value).__name__}, not a string", "the input is not OTLP JSON")
+
+
+def attribute_key(key: Any) -> str:
+    """An attribute key: always a string (a number or object there would break every reader downstream)."""
+    if isinstance(key, str):
+        return key
+    raise MalformedInput(f"attribute key {key!r:.60} is a {type(key).__name__}, not a string",
+                         "the input is not OTLP JSON")
+
 
 def _get(d: dict[str, Any], camel: str, snake: str, default: Any = None) -> Any:
     value = d.get(camel)
@@ -51,53 +95,74 @@ def decode_id(value: Any, nbytes: int) -> str | None:
     raise MalformedInput(f"id {text!r} is neither hex nor base64 of {nbytes} bytes", "the input is not OTLP JSON")
 
 
-def decode_value(value: Any) -> Any:
-    """An OTLP ``AnyValue`` as a Python value (``None`` for an empty value)."""
+def decode_value(value: Any, depth: int = 0) -> Any:
+    """An OTLP ``AnyValue`` as a Python value (``None`` for an empty value). A string value must be a
+    string; arrays and key/value lists may nest :data:`MAX_VALUE_DEPTH` levels deep."""
     if not isinstance(value, dict):
         return value
     for key, inner in value.items():
         if key in ("stringValue", "string_value"):
+            if not isinstance(inner, str):
+                raise MalformedInput(f"stringValue is a {type(inner).__name__}", "the input is not OTLP JSON")
             return inner
         if key in ("intValue", "int_value"):
-            return int(inner)
+            if isinstance(inner, float) and not inner.is_integer():
+                raise ValueError(f"intValue {inner!r} is not an integer")
+            return int64(inner)
         if key in ("doubleValue", "double_value"):
+            if isinstance(inner, bool) or not isinstance(inner, (int, float, str)):
+                raise ValueError(f"doubleValue is a {type(inner).__name__}")
             return float(inner)
         if key in ("boolValue", "bool_value"):
             return bool(inner) if not isinstance(inner, str) else inner == "true"
-        if key in ("arrayValue", "array_value"):
-            return [decode_value(v) for v in (inner or {}).get("values", [])]
-        if key in ("kvlistValue", "kvlist_value"):
-            return decode_attributes((inner or {}).get("values", []))
+        if key in ("arrayValue", "array_value", "kvlistValue", "kvlist_value"):
+            if depth >= MAX_VALUE_DEPTH:
+                raise MalformedInput(f"an attribute value nests deeper than {MAX_VALUE_DEPTH} levels",
+                                     "ragtrail reads values nested up to that depth: the input is not a trace it reads")
+            values = (inner or {}).get("values") or []
+            if not isinstance(values, list):
+                raise TypeError(f"{key}.values is a {type(values).__name__}, not a list")
+            if key in ("arrayValue", "array_value"):
+                return [decode_value(v, depth + 1) for v in values]
+            return decode_attributes(values, depth + 1)
         if key in ("bytesValue", "bytes_value"):
             return base64.b64decode(inner)
     return None
 
 
-def decode_attributes(items: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
+def decode_attributes(items: Iterable[dict[str, Any]] | None, depth: int = 0) -> dict[str, Any]:
     """Attributes as a dict. Strings, ints and doubles (nearly all of a ragtrail trace: a 5,000-span
     trace holds about a million of them) take an inlined fast path; everything else goes through
-    :func:`decode_value`."""
+    :func:`decode_value`. Keys must be strings."""
     out: dict[str, Any] = {}
     if not items:
         return out
     for kv in items:
+        key = kv["key"]
+        if type(key) is not str:
+            key = attribute_key(key)
         value = kv.get("value")
         if value:
             if "stringValue" in value:
-                out[kv["key"]] = value["stringValue"]
-                continue
-            if "intValue" in value:
-                out[kv["key"]] = int(value["intValue"])
-                continue
-            if "doubleValue" in value:
-                out[kv["key"]] = float(value["doubleValue"])
-                continue
-        out[kv["key"]] = decode_value(value)
+                inner = value["stringValue"]
+                if type(inner) is str:
+                    out[key] = inner
+                    continue
+            elif "intValue" in value:
+                inner = value["intValue"]
+                if type(inner) is str or type(inner) is int:
+                    out[key] = int64(inner)
+                    continue
+            elif "doubleValue" in value:
+                inner = value["doubleValue"]
+                if type(inner) is float:
+                    out[key] = inner
+                    continue
+        out[key] = decode_value(value, depth)
     return out
 
 
-def _int(value: Any) -> int:
-    return int(value) if value not in (None, "") else 0
+_int = uint64
 
 
 def _scope_spans(resource_spans: dict[str, Any]) -> list[dict[str, Any]]:
@@ -117,15 +182,17 @@ def decode_span(raw: dict[str, Any], resource: dict[str, Any], scope_name: str |
         dropped = e.get("droppedAttributesCount")
         if dropped is None:
             dropped = e.get("dropped_attributes_count")
-        append(Event(e.get("name", ""), int(when) if when not in (None, "") else 0,
-                     decode_attributes(e.get("attributes")), int(dropped) if dropped not in (None, "") else 0))
+        name = e.get("name", "")
+        if type(name) is not str:
+            name = text_or_none(name, "an event name") or ""
+        append(Event(name, uint64(when), decode_attributes(e.get("attributes")), uint64(dropped)))
     status = raw.get("status") or {}
     code = status.get("code")
     return Span(
         trace_id=decode_id(_get(raw, "traceId", "trace_id"), 16) or "",
         span_id=decode_id(_get(raw, "spanId", "span_id"), 8) or "",
         parent_span_id=decode_id(_get(raw, "parentSpanId", "parent_span_id"), 8),
-        name=raw.get("name", ""),
+        name=text_or_none(raw.get("name", ""), "a span name") or "",
         start_ns=_int(_get(raw, "startTimeUnixNano", "start_time_unix_nano", 0)),
         end_ns=_int(_get(raw, "endTimeUnixNano", "end_time_unix_nano", 0)),
         attributes=decode_attributes(raw.get("attributes")),
@@ -133,11 +200,11 @@ def decode_span(raw: dict[str, Any], resource: dict[str, Any], scope_name: str |
         dropped_attributes=_int(_get(raw, "droppedAttributesCount", "dropped_attributes_count", 0)),
         dropped_events=_int(_get(raw, "droppedEventsCount", "dropped_events_count", 0)),
         dropped_links=_int(_get(raw, "droppedLinksCount", "dropped_links_count", 0)),
-        trace_state=_get(raw, "traceState", "trace_state") or None,
+        trace_state=text_or_none(_get(raw, "traceState", "trace_state") or None, "a tracestate"),
         resource=resource,
-        scope_name=scope_name,
+        scope_name=text_or_none(scope_name, "a scope name"),
         status_code=_STATUS_CODES.get(code, str(code) if code is not None else None),
-        status_message=status.get("message") or None,
+        status_message=text_or_none(status.get("message") or None, "a status message"),
     )
 
 
@@ -167,8 +234,8 @@ def decode_document(document: dict[str, Any], trace_id: str | None = None) -> It
                         yield span
     except MalformedInput:
         raise
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise MalformedInput(f"not valid OTLP JSON ({type(exc).__name__}: {exc})",
+    except DECODE_ERRORS as exc:
+        raise MalformedInput(f"not valid OTLP JSON ({type(exc).__name__}: {str(exc)[:200]})",
                              "expected OTLP JSON traces (resourceSpans/scopeSpans/spans)") from None
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from .model import Event, Span
-from .otlp import _STATUS_CODES, decode_id, decode_value
+from .otlp import _STATUS_CODES, decode_id, decode_value, int64, uint64
 
 try:
     import msgspec
@@ -108,7 +108,7 @@ def _attributes(items: list[Any] | None) -> dict[str, Any]:
         elif v.stringValue is not None:
             out[kv.key] = v.stringValue
         elif v.intValue is not None:
-            out[kv.key] = int(v.intValue)
+            out[kv.key] = int64(v.intValue)
         elif v.doubleValue is not None:
             out[kv.key] = float(v.doubleValue)
         elif v.boolValue is not None:
@@ -124,8 +124,7 @@ def _attributes(items: list[Any] | None) -> dict[str, Any]:
     return out
 
 
-def _n(value: Any) -> int:
-    return int(value) if value not in (None, "") else 0
+_n = uint64
 
 
 def decode_line(data: bytes, trace_id: str | None = None) -> list[Span] | None:

@@ -32,6 +32,8 @@ def _environment() -> jinja2.Environment:
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["score"] = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+    # the embedded manifest holds whatever the trace held (bytes values too): never a reason to fail
+    env.policies["json.dumps_kwargs"] = {"sort_keys": True, "default": str}
     return env
 
 

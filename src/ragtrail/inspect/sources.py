@@ -22,7 +22,7 @@ from .errors import (HttpStatusError, InspectError, MalformedInput, SourceUnreac
                      TruncatedInput, UsageError)
 from .jaeger import decode_jaeger_trace
 from .model import Span, Trace, is_trace_id, normalize_trace_id
-from .otlp import decode_document, id_forms
+from .otlp import DECODE_ERRORS, decode_document, id_forms, uint64
 from .otlp_fast import decode_line
 
 if TYPE_CHECKING:  # httpx is imported only when a server is read: it costs ~60 ms of every CLI start
@@ -68,15 +68,27 @@ except ImportError:  # pragma: no cover - msgspec is a runtime dependency
     _fast_json = None
 
 
+def _too_deep(where: str) -> MalformedInput:
+    return MalformedInput(f"{where} nests JSON too deeply to be a trace (hundreds of levels)",
+                          "pass OTLP JSON (lines), Jaeger or Tempo JSON")
+
+
 def loads(text: str | bytes, where: str) -> Any:
-    """Parse JSON; a failure says malformed or truncated, and where it happened."""
+    """Parse JSON; a failure says malformed, truncated or nested too deeply, and where it happened.
+
+    Both parsers refuse nesting past the interpreter's recursion limit with a ``RecursionError``
+    (msgspec after ~1,000 levels, at once even for 100 MB of brackets): that is malformed input here."""
     if _fast_json is not None:
         try:
             return _fast_json.decode(text)
+        except RecursionError:
+            raise _too_deep(where) from None
         except Exception:  # msgspec.DecodeError and friends
             pass  # re-parse with the standard library for a precise diagnosis
     try:
         return json.loads(text)
+    except RecursionError:
+        raise _too_deep(where) from None
     except (ValueError, UnicodeDecodeError) as exc:
         as_text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
         if _looks_truncated(as_text, exc):
@@ -159,7 +171,7 @@ class FileSource:
         self.path = Path(path)
         self.description = str(self.path)
         self.progress = progress
-        if not self.path.exists():
+        if not _exists(self.path):
             if self.path.name == DEFAULT_STORE or str(path) == DEFAULT_STORE:
                 raise TraceNotFound(f"no local store at {self.path.resolve()}",
                                     "run `ragtrail demo` or your app first, or pass --source")
@@ -198,6 +210,8 @@ class FileSource:
             first = fh.readline()
         try:
             json.loads(first)
+            return False
+        except RecursionError:  # a whole JSON value on the first line: read as lines, where it is reported
             return False
         except ValueError:
             return True
@@ -343,6 +357,8 @@ class _HttpSource:
         text = response.text
         try:
             return json.loads(text)
+        except RecursionError:
+            raise _too_deep(where) from None
         except ValueError:
             # streamed gRPC-gateway answers are several JSON objects, one per line
             docs = [loads(line, where) for line in text.splitlines() if line.strip()]
@@ -403,17 +419,21 @@ class JaegerSource(_HttpSource):
                                  "e.g. --query ragtrail.stage.status=degraded")
             tags = {key.strip(): value.strip()}
         services_body = self._json(self._get("/api/services"), self.description)
-        services = [s for s in (services_body.get("data") or []) if s != "jaeger-all-in-one"] \
+        services = [s for s in (services_body.get("data") or []) if isinstance(s, str) and s != "jaeger-all-in-one"] \
             if isinstance(services_body, dict) else []
         found: dict[str, int] = {}
         for service in services:
             response = self._get("/api/traces", params={"service": service, "tags": json.dumps(tags),
                                                         "limit": limit, "lookback": lookback or "1h"})
             body = self._json(response, self.description)
-            for item in (body.get("data") or []) if isinstance(body, dict) else []:
-                start = max((int(s.get("startTime", 0)) for s in item.get("spans") or ()), default=0)
-                tid = normalize_trace_id(item.get("traceID", ""))
-                found[tid] = max(found.get(tid, 0), start)
+            try:
+                for item in (body.get("data") or []) if isinstance(body, dict) else []:
+                    start = max((uint64(s.get("startTime", 0)) for s in item.get("spans") or ()), default=0)
+                    tid = normalize_trace_id(item.get("traceID", ""))
+                    found[tid] = max(found.get(tid, 0), start)
+            except DECODE_ERRORS as exc:
+                raise MalformedInput(f"{self.description} answered a search with something else than Jaeger JSON "
+                                     f"({type(exc).__name__})", "check the server version") from None
         return sorted(found, key=found.get, reverse=True)[:limit]  # type: ignore[arg-type]
 
 
@@ -452,9 +472,13 @@ class TempoSource(_HttpSource):
             now = int(time.time())
             params.update(start=now - seconds, end=now)
         body = self._json(self._get("/api/search", params=params), self.description)
-        items = body.get("traces") or [] if isinstance(body, dict) else []
-        items = sorted(items, key=lambda t: int(t.get("startTimeUnixNano", 0) or 0), reverse=True)
-        return [normalize_trace_id(t["traceID"]) for t in items if t.get("traceID")][:limit]
+        try:
+            items = body.get("traces") or [] if isinstance(body, dict) else []
+            items = sorted(items, key=lambda t: uint64(t.get("startTimeUnixNano", 0) or 0), reverse=True)
+            return [normalize_trace_id(t["traceID"]) for t in items if t.get("traceID")][:limit]
+        except DECODE_ERRORS as exc:
+            raise MalformedInput(f"{self.description} answered a search with something else than Tempo JSON "
+                                 f"({type(exc).__name__})", "check the server version") from None
 
 
 def _lookback_seconds(text: str) -> int:
@@ -483,11 +507,28 @@ def open_source(spec: str | None, *, timeout: float = DEFAULT_TIMEOUT, progress:
     return FileSource(spec, progress=progress)
 
 
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a name the OS refuses (too long, a NUL byte) rather than an OSError."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+MAX_PATH_ARGUMENT = 4096  # PATH_MAX on Linux: a longer TRACE is neither an id nor a file
+
+
 def resolve(ref: str, source_spec: str | None, *, timeout: float = DEFAULT_TIMEOUT,
             progress: Progress | None = None, transport: httpx.BaseTransport | None = None) -> Trace:
     """A trace from what the user typed: a trace id, ``last``, or a path to a file holding one trace."""
+    if not ref.strip():
+        # Path("") is the current folder: reading every *.json under it is never what was meant
+        raise UsageError("the TRACE argument is empty", "pass a 32-digit hex trace id, `last`, or a path")
+    if len(ref) > MAX_PATH_ARGUMENT:
+        raise UsageError(f"the TRACE argument is {len(ref)} characters long: neither a trace id nor a path",
+                         "pass a 32-digit hex trace id, `last`, or a path")
     path = Path(ref)
-    if not is_trace_id(ref) and ref != "last" and (path.exists() or "/" in ref or ref.endswith((".json", ".jsonl"))):
+    if not is_trace_id(ref) and ref != "last" and (_exists(path) or "/" in ref or ref.endswith((".json", ".jsonl"))):
         source = FileSource(path, progress=progress)
         traces = source.all_traces()
         if not traces:
@@ -502,7 +543,8 @@ def resolve(ref: str, source_spec: str | None, *, timeout: float = DEFAULT_TIMEO
         if ref == "last":
             ref = source.latest()
         if not is_trace_id(ref):
-            raise UsageError(f"{ref!r} is neither a trace id (hex), `last`, nor an existing file",
+            raise UsageError(f"{ref[:80]!r}{'…' if len(ref) > 80 else ''} is neither a trace id (hex), `last`, "
+                             "nor an existing file",
                              "pass a 32-digit hex trace id, `last`, or a path")
         return source.get(ref)
     finally:

@@ -66,6 +66,12 @@ class Stitched:
     pipelines: list[StageView]
 
 
+def continuation_index(span: Span) -> int | None:
+    """A continuation span's index when the trace holds a whole number there (it is untrusted input)."""
+    value = span.attributes.get(sc.STAGE_CONTINUATION_INDEX)
+    return value if type(value) is int else None
+
+
 def is_ragtrail(span: Span) -> bool:
     return sc.STAGE_KIND in span.attributes
 
@@ -92,7 +98,7 @@ def stitch(trace: Trace) -> Stitched:
         else:
             head.continuations.append(span)
     for head in heads.values():
-        head.continuations.sort(key=lambda s: int(s.attributes.get(sc.STAGE_CONTINUATION_INDEX, 0) or 0))
+        head.continuations.sort(key=lambda s: continuation_index(s) or 0)
     ordered = sorted(heads.values(), key=lambda v: (v.span.start_ns, v.span.end_ns))
     pipelines = [v for v in ordered if v.kind == sc.KIND_PIPELINE]
     stages = [v for v in ordered if v.kind != sc.KIND_PIPELINE]

@@ -22,6 +22,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ragtrail import settings
+from ragtrail.contract import receipts as _receipts
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
 from ragtrail.recorder.candidates import Candidate, adapt
@@ -31,6 +32,19 @@ from ragtrail.recorder.pipeline import PipelineState, QueryRecord, _pipeline_sta
 from ragtrail.recorder.writer import TRACER_NAME, Seen, span_name, write
 
 _current_stage: contextvars.ContextVar["Stage | None"] = contextvars.ContextVar("ragtrail_stage", default=None)
+
+
+def _cut_finding(cuts: tuple[str, ...]) -> None:
+    """A value too big, too deep or too odd to put in canonical form whole (see
+    ``contract.receipts.canonical_json``) is a finding of the stage that met it, once per kind of cut."""
+    s = _current_stage.get()
+    if s is not None and s.recording:
+        text = f"canonical form cut ({'; '.join(cuts)}): the id or receipt covers only what was kept"
+        if text not in s._seen.findings:
+            s.finding(text)
+
+
+_receipts.set_cut_observer(_cut_finding)
 
 
 def current_stage() -> "Stage | None":

@@ -84,6 +84,7 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     if attributes:
         span.set_attributes(attributes)
     span.set_attributes(_own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions))  # 2.
+    findings_written = len(seen.findings)
     if exc is not None:
         _record_exception(span, seen.config, exc)
     events = event_rules.EventBuilder(seen.config, stage.score_kind).events(seen.variants, outputs, exclusions)  # 3.
@@ -92,6 +93,8 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     spans = event_rules.emit(span, events, room, tracer, span_name(stage.kind, stage.component), stage.kind,
                              stage.component)
     final: dict[str, Any] = {}  # 4.
+    if len(seen.findings) > findings_written:  # found while building the events (a canonical form cut)
+        final[sc.STAGE_FINDINGS] = list(seen.findings)
     if stage._errors:
         final[sc.STAGE_INSTRUMENTATION_ERRORS] = stage._errors
     if spans > 1:
