@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 import ragtrail
 from otlp_server import OTLPServer, ReceivedSpan, otlp_server  # noqa: F401  (fixture)
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor
 from ragtrail.contract.receipts import (
     CHANGED_CITED,

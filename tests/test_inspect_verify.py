@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import SpanLimits
 
 from fixtures.ragtrail_traces import attr, event_attr, rag_run, record, rewrite_store, trace_id_now
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.inspect.manifest import build
 from ragtrail.inspect.sources import FileSource
 from ragtrail.contract.receipts import receipt

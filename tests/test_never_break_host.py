@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import ragtrail
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate, register_adapter, unregister_adapter
+from ragtrail.recorder.candidates import Candidate, register_adapter, unregister_adapter
 from ragtrail.contract.receipts import events_digest, receipt
 from spanutil import attrs, events
 

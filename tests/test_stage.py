@@ -395,7 +395,7 @@ def test_sampled_out_stage_does_no_recording_work(monkeypatch):
     provider = TracerProvider(sampler=ALWAYS_OFF)
     tracer = provider.get_tracer("t")
     calls = []
-    recorder = importlib.import_module("ragtrail.stage")  # the attribute ragtrail.stage is the function
+    recorder = importlib.import_module("ragtrail.recorder.stage")
     monkeypatch.setattr(recorder, "receipt", lambda v: calls.append(v))
     monkeypatch.setattr(recorder, "adapt", lambda v: calls.append(v))
 
@@ -440,7 +440,7 @@ def test_context_crosses_threads_and_tasks(span_exporter):
 
 
 def test_a_budget_trim_is_recorded_with_its_rule_and_lineage(span_exporter):
-    from ragtrail.candidates import Candidate
+    from ragtrail.recorder.candidates import Candidate
     from ragtrail.contract.receipts import CHANGED_CITED, classify
 
     original = {"id": "long", "content": "word " * 50}

@@ -11,21 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragtrail.api import budgeter, cite, filter, pipeline, query_transform, reranker, retriever
-from ragtrail.candidates import Candidate, register_adapter
+from ragtrail.api import budgeter, cite, filter, pipeline, query_transform, reranker, retriever  # noqa: A004
+from ragtrail.recorder.answer import answer
+from ragtrail.recorder.candidates import Candidate, register_adapter
+from ragtrail.recorder.errors import internal_error_count
+from ragtrail.recorder.stage import Stage, current_stage, stage
 from ragtrail.settings import set_capture
-from ragtrail.stage import Stage, current_stage, internal_error_count, stage
 
 __version__ = "0.1.0"
 
+# ``filter`` is an attribute (``@ragtrail.filter``) but not in __all__: a star import must not
+# shadow the builtin
 __all__ = [
     "Candidate",
     "Stage",
+    "answer",
     "budgeter",
     "cite",
     "configure",
     "current_stage",
-    "filter",
     "internal_error_count",
     "pipeline",
     "query_transform",

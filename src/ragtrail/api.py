@@ -16,8 +16,9 @@ from typing import Any, Callable, Iterable, TypeVar
 from opentelemetry import trace
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import is_candidate_list
-from ragtrail.stage import Stage, _internal_error, current_stage, stage
+from ragtrail.recorder.candidates import is_candidate_list
+from ragtrail.recorder.errors import record_internal_error
+from ragtrail.recorder.stage import Stage, current_stage, stage
 
 F = TypeVar("F", bound=Callable[..., Any])
 _QUERY_NAMES = ("query", "query_str", "question", "q", "text", "prompt", "query_text")
@@ -71,7 +72,7 @@ class _Spec:
                     # an iterator the function still has to read: never consume the host's data
                     s.finding(f"inputs are a {type(candidates).__name__}, not a list: not snapshotted")
         except Exception as exc:
-            s._error("decorator.before", exc)
+            s.record_error("decorator.before", exc)
 
     def after(self, s: Stage, result: Any) -> None:
         if not s.recording:
@@ -95,7 +96,7 @@ class _Spec:
             else:
                 s.finding(f"stage returned a {type(result).__name__}, not a candidate list: outputs not recorded")
         except Exception as exc:
-            s._error("decorator.after", exc)
+            s.record_error("decorator.after", exc)
 
 
 def _decorate(fn: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
@@ -139,7 +140,7 @@ def _open(spec: _Spec) -> Stage | None:
     try:
         return spec.open()
     except Exception as exc:  # pragma: no cover - Stage.start never raises; belt and braces
-        _internal_error("decorator.open", exc)
+        record_internal_error("decorator.open", exc)
         return None
 
 
@@ -210,7 +211,7 @@ def cite(ids: Iterable[Any], *, component: str = "cite", tracer: trace.Tracer | 
             s.outputs([{"id": i} for i in ids])
             s.cite(ids)
     except Exception as exc:  # pragma: no cover - stage() never raises
-        _internal_error("cite", exc)
+        record_internal_error("cite", exc)
 
 
 __all__ = ["budgeter", "cite", "current_stage", "filter", "pipeline", "query_transform", "reranker", "retriever", "stage"]

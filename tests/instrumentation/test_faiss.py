@@ -404,7 +404,7 @@ def test_under_opentelemetry_instrument_thousand_hits_arrive_in_the_local_store(
 def test_instrumentation_errors_never_reach_the_app(instrumentor, span_exporter, monkeypatch) -> None:
     """A recording step that breaks is counted on the span; the search result is untouched."""
     import ragtrail.instrumentation.faiss as module
-    from ragtrail.stage import internal_error_count
+    from ragtrail.recorder.errors import internal_error_count
 
     index = faiss.IndexFlatL2(D)
     index.add(vectors(10))

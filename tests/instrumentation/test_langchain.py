@@ -47,7 +47,7 @@ from rank_bm25 import BM25Okapi  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
-from ragtrail.stage import internal_error_count  # noqa: E402
+from ragtrail.recorder.errors import internal_error_count  # noqa: E402
 
 from .test_langchain_support import (  # noqa: E402
     TEXTS,
@@ -750,9 +750,9 @@ def test_uninstrument_removes_every_wrapper(tracer_provider, span_exporter):
     compression_retriever().invoke("cat")
     reranker.compress_documents(corpus(), "cat")
     assert span_exporter.get_finished_spans() == ()
-    from ragtrail.candidates import _lookup
+    from ragtrail.recorder.candidates import lookup_adapter
 
-    assert _lookup(Document) is None
+    assert lookup_adapter(Document) is None
 
 
 def test_instrumentation_errors_never_reach_the_app(instrumentor, tracer_provider, span_exporter, monkeypatch):
@@ -818,7 +818,7 @@ def test_a_failure_while_opening_a_stage_leaves_the_hosts_context_as_it_was(inst
 
     from ragtrail.instrumentation.langchain import _retrievers
     from ragtrail.instrumentation.langchain._common import _sink
-    from ragtrail.stage import current_stage
+    from ragtrail.recorder.stage import current_stage
 
     def broken(store):
         raise RuntimeError("cannot size this store")

@@ -566,7 +566,7 @@ def test_sampled_out_records_nothing_and_changes_nothing(instrumentor, span_expo
 
 def test_instrumentation_errors_never_reach_the_app(instrumented, monkeypatch):
     from ragtrail.instrumentation.llama_index import _postprocess
-    from ragtrail.stage import internal_error_count
+    from ragtrail.recorder.errors import internal_error_count
 
     def broken(*args, **kwargs):
         raise RuntimeError("recorder bug")

@@ -20,10 +20,10 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.instrumentation import _rerank
 from ragtrail.contract.receipts import content_id, receipt
-from ragtrail.stage import stage
+from ragtrail.recorder.stage import stage
 
 from spanutil import attrs, pop_all
 

@@ -23,7 +23,7 @@ from opentelemetry import trace
 
 import ragtrail
 from ragtrail.contract import semconv
-from ragtrail.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.contract.receipts import receipt
 
 QUESTION = "What is our refund window for enterprise customers?"

@@ -27,8 +27,8 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, unwrap
 
 from ragtrail import __version__
-from ragtrail import candidates as _candidates
-from ragtrail.stage import _internal_error
+from ragtrail.recorder import candidates as _candidates
+from ragtrail.recorder.errors import record_internal_error
 
 _active: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("ragtrail_active_wrappers", default=frozenset())
 
@@ -62,7 +62,7 @@ def guard(site: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
-        _internal_error(site, exc)
+        record_internal_error(site, exc)
         return None
 
 

@@ -24,10 +24,10 @@ from opentelemetry import trace
 
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate, adapt, is_candidate_list
+from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.instrumentation._base import enabled, guard, is_suppressed, suppressed
 from ragtrail.contract.receipts import finite_or_none
-from ragtrail.stage import Stage, current_stage, stage
+from ragtrail.recorder.stage import Stage, current_stage, stage
 
 
 @dataclass
@@ -126,10 +126,8 @@ def ranked(
                 not_numbers += 1
             elif finite_or_none(score) is None:
                 nonfinite += 1
-        outputs.append(Candidate(
-            id=source.id, content=source.content, score=score, score_kind=sc.SCORE_RERANK,
-            metadata=source.metadata, hop=source.hop, raw=raw, _receipt=source._receipt,
-        ))
+        outputs.append(source.copy(score=score, score_kind=sc.SCORE_RERANK, raw=raw, transform_rule=None,
+                                   derived_from=None))
     if unmatched:
         s.finding(f"{unmatched} result(s) pointed at no input document")
     if nonfinite:

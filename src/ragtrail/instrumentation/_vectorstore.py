@@ -37,12 +37,12 @@ from opentelemetry import trace
 
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate
+from ragtrail.recorder.candidates import CONTENT_KEYS, Candidate
 from ragtrail.contract.receipts import canonical_json, finite_or_none
 from ragtrail.instrumentation._base import enabled, guard, is_suppressed, suppressed
-from ragtrail.stage import Stage, _internal_error, stage
+from ragtrail.recorder.errors import record_internal_error
+from ragtrail.recorder.stage import Stage, stage
 
-CONTENT_KEYS = ("text", "content", "page_content", "document", "body", "chunk", "passage")
 _log = logging.getLogger("ragtrail")
 
 
@@ -191,7 +191,7 @@ class StoreCall:
                 self._query(s, first.query)
                 self._knobs(s, first)
         except Exception as exc:
-            s._error("vectorstore.start", exc)
+            s.record_error("vectorstore.start", exc)
         return self
 
     @property
@@ -227,7 +227,7 @@ class StoreCall:
                                    f"only ({sc.ENV_VECTORSTORE_MAX_QUERIES})")
                     self._record(s0, row, 0, outcome.rows, size, first=True)
         except Exception as exc:
-            s0._error("vectorstore.complete", exc)
+            s0.record_error("vectorstore.complete", exc)
         finally:
             s0.finish()
         if outcome is not None and outcome.rows > 1:
@@ -238,13 +238,13 @@ class StoreCall:
         try:
             s = stage(sc.KIND_RETRIEVE, self.component, tracer=_Backdated(self._tracer, self._t0)).start()
         except Exception as exc:  # pragma: no cover - stage() never raises
-            _internal_error("vectorstore.sibling", exc)
+            record_internal_error("vectorstore.sibling", exc)
             return
         try:
             if s.recording:
                 self._record(s, outcome.row(index), index, outcome.rows, size, first=False)
         except Exception as exc:
-            s._error("vectorstore.sibling", exc)
+            s.record_error("vectorstore.sibling", exc)
         finally:
             s.finish()
 
@@ -297,7 +297,7 @@ def _call(fn: Callable[[], Any], site: str) -> Any:
     try:
         return fn()
     except Exception as exc:
-        _internal_error(site, exc)
+        record_internal_error(site, exc)
         return None
 
 

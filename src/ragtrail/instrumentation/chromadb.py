@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Collection, Mapping
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate, normalize_id
+from ragtrail.recorder.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreCall, acall_through, arguments_of,
                                                   call_through, filter_json, plain)

@@ -23,7 +23,7 @@ from ragtrail.instrumentation._rerank import (
     run_sync,
     top_k_of,
 )
-from ragtrail.stage import Stage
+from ragtrail.recorder.stage import Stage
 
 _KEY = "cohere.rerank"
 _TARGETS = (

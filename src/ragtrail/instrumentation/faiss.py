@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable, Collection
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreCall, call_through, filter_json
 

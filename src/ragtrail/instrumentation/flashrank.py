@@ -21,7 +21,7 @@ from ragtrail.instrumentation._rerank import (
     ranked,
     run_sync,
 )
-from ragtrail.stage import Stage
+from ragtrail.recorder.stage import Stage
 
 _KEY = "flashrank.rerank"
 

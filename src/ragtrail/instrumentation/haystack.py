@@ -37,10 +37,11 @@ from typing import Any, Callable, Collection, Mapping
 
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate, adapt
+from ragtrail.recorder.candidates import Candidate, adapt
 from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, guard, suppressed
 from ragtrail.contract.receipts import canonical_json, finite_or_none, receipt
-from ragtrail.stage import Stage, current_pipeline, stage as new_stage
+from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.stage import Stage, stage as new_stage
 
 _instruments: Collection[str] = ("haystack-ai >= 2.10",)
 
@@ -124,9 +125,9 @@ def _snapshot(docs: Any, *, with_hops: bool = True) -> list[Candidate] | None:
     for doc in docs:
         candidate = adapt(doc)
         if candidate.score_kind is None and state is not None:
-            candidate.score_kind = state.score_kind_of.get(candidate.id)
+            candidate.score_kind = state.candidate_score_kind(candidate.id)
         if with_hops and candidate.hop is None and state is not None:
-            candidate.hop = state.hop_of_candidate.get(candidate.id)
+            candidate.hop = state.candidate_hop(candidate.id)
         result.append(candidate)
     return result
 
@@ -256,7 +257,7 @@ def _only_hop() -> int | None:
     """Hop 0 when this pipeline has seen exactly one query (the retriever must have searched for
     it); ``None`` when that cannot be said."""
     state = current_pipeline()
-    if state is not None and state.next_hop == 1:
+    if state is not None and state.hop_count() == 1:
         return 0
     return None
 
@@ -540,7 +541,7 @@ class _MultiQuery(_Handler):
             found = results.pop(0)
             hop = None
             if isinstance(query, str) and state is not None:
-                hop = state.hop_for(receipt(query).sha256)[0]
+                hop = state.untracked_hop(receipt(query).sha256).number
             for candidate in _snapshot(found, with_hops=False) or []:
                 candidate.hop = hop
                 inputs.append(candidate)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate, normalize_id
+from ragtrail.recorder.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor, guard
 from ragtrail.instrumentation._vectorstore import (
     Outcome,
@@ -51,7 +51,7 @@ from ragtrail.instrumentation._vectorstore import (
     text_of,
 )
 from ragtrail.contract.receipts import canonical_json, content_id
-from ragtrail.stage import _internal_error
+from ragtrail.recorder.errors import record_internal_error
 
 _KEY = "ragtrail.qdrant"
 _METHODS = ("query_points", "query_batch_points", "query_points_groups")
@@ -378,7 +378,7 @@ def _read_in_background(instance: Any, collection: str) -> None:
             with suppress_instrumentation():
                 facts = _facts_of(instance.get_collection(collection), local=False)
         except Exception as exc:
-            _internal_error("qdrant.read_config", exc)
+            record_internal_error("qdrant.read_config", exc)
         finally:
             _remember(instance, collection, facts)
 
@@ -396,7 +396,7 @@ def _aread_in_background(instance: Any, collection: str) -> None:
             with suppress_instrumentation():
                 facts = _facts_of(await instance.get_collection(collection), local=False)
         except Exception as exc:
-            _internal_error("qdrant.read_config", exc)
+            record_internal_error("qdrant.read_config", exc)
         _remember(instance, collection, facts)
 
     def done(task: "asyncio.Task[None]") -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import wrapt
 
-from ragtrail.candidates import Candidate, adapt, normalize_id
+from ragtrail.recorder.candidates import Candidate, adapt, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor, enabled, is_suppressed, suppressed
 from ragtrail.instrumentation._rerank import (
     RerankCall,
@@ -44,7 +44,7 @@ from ragtrail.instrumentation._rerank import (
     run_sync,
 )
 from ragtrail.contract.receipts import content_id
-from ragtrail.stage import Stage
+from ragtrail.recorder.stage import Stage
 
 _KEY = "rerankers.rank"
 # (id(ranker), id(docs)) of library rank_async calls passed through untouched -> how many in flight

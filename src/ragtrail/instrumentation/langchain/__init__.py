@@ -22,9 +22,9 @@ from __future__ import annotations
 import importlib
 from typing import Any, Collection
 
-from ragtrail.candidates import register_adapter, unregister_adapter
+from ragtrail.recorder.candidates import register_adapter, unregister_adapter
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.stage import _internal_error
+from ragtrail.recorder.errors import record_internal_error
 
 _CLASSES = {
     "BaseRetriever": "langchain_core.retrievers",
@@ -134,7 +134,7 @@ class LangChainInstrumentor(RagtrailInstrumentor):
             patcher.ensure(klass, "compress_documents", self._compressors.compress, skip=(base,))
             patcher.ensure(klass, "acompress_documents", self._compressors.acompress)
         except Exception as exc:  # pragma: no cover - defensive
-            _internal_error("langchain.ensure_compressor", exc)
+            record_internal_error("langchain.ensure_compressor", exc)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         super()._uninstrument(**kwargs)

@@ -19,10 +19,12 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence
 import wrapt
 
 from ragtrail import settings
-from ragtrail.candidates import Candidate, _lookup, adapt
+from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
 from ragtrail.instrumentation._base import enabled, guard, suppressed
 from ragtrail.contract.receipts import receipt
-from ragtrail.stage import Stage, _internal_error, current_pipeline, current_stage, stage
+from ragtrail.recorder.errors import record_internal_error
+from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.stage import Stage, current_stage, stage
 
 
 # --- sinks: scores a stage recovers from the calls beneath it -------------------------------------
@@ -121,7 +123,7 @@ def _open(key: str, opener: Opener, instance: Any, args: tuple, kwargs: dict) ->
     try:
         return opener(instance, args, kwargs)
     except Exception as exc:
-        _internal_error(f"langchain.open.{key}", exc)
+        record_internal_error(f"langchain.open.{key}", exc)
         for var, value in before:
             if var.get() is not value:
                 var.set(value)
@@ -294,7 +296,7 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
     metadata = None
     if keep_metadata and isinstance(doc.metadata, dict):
         metadata = dict(doc.metadata)  # snapshot: some compressors edit metadata in place
-    return Candidate(id=ident, content=content, metadata=metadata, raw=doc, _receipt=rec)
+    return Candidate(id=ident, content=content, metadata=metadata, raw=doc).with_receipt(rec)
 
 
 def adapt_all(items: Iterable[Any]) -> list[Candidate]:
@@ -304,7 +306,7 @@ def adapt_all(items: Iterable[Any]) -> list[Candidate]:
     keep_metadata = settings.get().metadata
     out = []
     for item in items:
-        if _lookup(type(item)) is adapt_document:  # the adapter adapt() would pick (registry-cached)
+        if lookup_adapter(type(item)) is adapt_document:  # the adapter adapt() would pick (registry-cached)
             out.append(_adapt_document(item, memory, keep_metadata))
         else:
             out.append(adapt(item))
@@ -351,7 +353,7 @@ class LazyPatcher:
             try:
                 wrapt.wrap_function_wrapper(owner, name, wrapper)
             except Exception as exc:  # pragma: no cover - exotic descriptors
-                _internal_error("langchain.lazy_patch", exc)
+                record_internal_error("langchain.lazy_patch", exc)
                 return
             self._done.add(key)
             self._wrapped.append((owner, name))

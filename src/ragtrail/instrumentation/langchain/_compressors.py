@@ -28,7 +28,7 @@ from collections import Counter
 from typing import Any, Callable, Iterator
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.instrumentation.langchain._common import (
     Call,
     LazyPatcher,
@@ -43,7 +43,8 @@ from ragtrail.instrumentation.langchain._common import (
     shared_memory,
 )
 from ragtrail.instrumentation._base import enabled
-from ragtrail.stage import _internal_error, current_pipeline
+from ragtrail.recorder.errors import record_internal_error
+from ragtrail.recorder.pipeline import current_pipeline
 
 REASON_LLM_IRRELEVANT = "custom:llm_judged_irrelevant"
 REASON_NOT_RANKED = "custom:not_ranked_by_llm"
@@ -112,7 +113,7 @@ class CompressorWrappers:
                     if base is not None and isinstance(inner, base):
                         self.class_hook(type(inner))
             except Exception as exc:  # pragma: no cover - defensive: never break the host
-                _internal_error("langchain.container", exc)
+                record_internal_error("langchain.container", exc)
         return is_container
 
     def transform(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -33,7 +33,7 @@ from ragtrail.instrumentation.langchain._common import (
     run_sync,
     sink_for,
 )
-from ragtrail.stage import current_pipeline
+from ragtrail.recorder.pipeline import current_pipeline
 
 # score kinds of ``similarity_search_with_score`` per store (class name); unknown stores: "none"
 _WITH_SCORE_KIND = {
@@ -287,10 +287,9 @@ def _finish_multi_query(call: Call, result: Any) -> None:
     if not isinstance(result, list):
         return _outputs_as_is(call, result)
     state = current_pipeline()
-    found = state.hop_of_candidate if state is not None else {}
     outputs = adapt_all(result)
     for candidate in outputs:
-        candidate.hop = found.get(candidate.id)
+        candidate.hop = state.candidate_hop(candidate.id) if state is not None else None
     call.stage.outputs(outputs)
 
 

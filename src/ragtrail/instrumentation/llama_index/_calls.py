@@ -18,7 +18,8 @@ import contextvars
 from typing import Any, Callable, Sequence
 
 from ragtrail.instrumentation._base import enabled, is_suppressed, suppressed
-from ragtrail.stage import Stage, _internal_error, stage
+from ragtrail.recorder.errors import record_internal_error
+from ragtrail.recorder.stage import Stage, stage
 
 # component instance id -> the Call recording it right now (for hooks inside the call: fusion input,
 # LLM rerank choices, the nodes a synthesizer turns into text chunks)
@@ -75,19 +76,19 @@ class Call:
                 return False
             self.stage = opened.start()
         except Exception as exc:
-            _internal_error(f"{self.prefix}.open", exc)
+            record_internal_error(f"{self.prefix}.open", exc)
             return False
         try:
             calls = dict(_active_calls.get())
             calls[id(self.instance)] = self
             self._token = _active_calls.set(calls)
         except Exception as exc:  # pragma: no cover - defensive
-            _internal_error(f"{self.prefix}.register", exc)
+            record_internal_error(f"{self.prefix}.register", exc)
         if self.stage.recording:
             try:
                 self.before(self.stage)
             except Exception as exc:
-                self.stage._error(f"{self.prefix}.before", exc)
+                self.stage.record_error(f"{self.prefix}.before", exc)
         return True
 
     def end(self, result: Any = None, exc: BaseException | None = None) -> None:
@@ -98,7 +99,7 @@ class Call:
             try:
                 self.after(s, result)
             except Exception as error:
-                s._error(f"{self.prefix}.after", error)
+                s.record_error(f"{self.prefix}.after", error)
         if self._token is not None:
             try:
                 _active_calls.reset(self._token)

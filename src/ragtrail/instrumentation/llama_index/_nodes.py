@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ragtrail import settings
-from ragtrail.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate
 
 
 def node_content(node: Any) -> Any:

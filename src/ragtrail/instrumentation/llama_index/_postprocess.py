@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import adapt, is_candidate_list
+from ragtrail.recorder.candidates import adapt, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, receipt
-from ragtrail.stage import Stage
+from ragtrail.recorder.stage import Stage
 
 from ._calls import Call, active_call, argument
 from ._nodes import Snap, node_content, node_id, query_text, snap
@@ -234,5 +234,5 @@ def selection_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> An
             for item in result or ():
                 call.selected.add(str(item.node.node_id))
         except Exception as exc:
-            call.stage._error("llama_index.selection", exc)
+            call.stage.record_error("llama_index.selection", exc)
     return result

@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate, adapt, is_candidate_list
+from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.instrumentation._vectorstore import filter_json
 from ragtrail.contract.receipts import receipt
-from ragtrail.stage import Stage, current_pipeline
+from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.stage import Stage
 
 from ._calls import Call, active_call, argument
 from ._nodes import embedded_texts, node_id, query_text
@@ -51,16 +52,18 @@ def _hop_of(text: str) -> int | None:
     state = current_pipeline()
     if state is None:
         return None
-    return state.hop_for(receipt(text).sha256)[0]
+    return state.untracked_hop(receipt(text).sha256).number
 
 
 def _known(text: str) -> bool:
     state = current_pipeline()
     if state is None:
         return False
-    sha = receipt(text).sha256
-    with state.lock:
-        return sha in state.hop_by_sha
+    return state.lookup_hop(receipt(text).sha256) is not None
+
+
+def _nothing(candidate_id: str) -> None:
+    return None
 
 
 def record_kept(s: Stage, items: list[Any], ids: list[str]) -> None:
@@ -68,8 +71,8 @@ def record_kept(s: Stage, items: list[Any], ids: list[str]) -> None:
     stage of this pipeline gave it (a filter or a reorder does not change what a score means).
     The common case, one kind for all, hands the items straight to the recorder."""
     state = current_pipeline()
-    known = state.score_kind_of if state is not None else {}
-    kinds = {known.get(i) for i in ids}
+    known = state.candidate_score_kind if state is not None else _nothing
+    kinds = {known(i) for i in ids}
     if len(kinds) <= 1:
         s.outputs(items, score_kind=next(iter(kinds), None))
         return
@@ -77,7 +80,7 @@ def record_kept(s: Stage, items: list[Any], ids: list[str]) -> None:
     for item, ident in zip(items, ids):
         candidate = adapt(item)
         if candidate.score_kind is None:
-            candidate.score_kind = known.get(ident)
+            candidate.score_kind = known(ident)
         outputs.append(candidate)
     s.outputs(outputs)
 
@@ -167,7 +170,7 @@ def fusion_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
             call.record_fusion_inputs(argument(args, kwargs, 0, "results"))
         except Exception as exc:
             if call.stage is not None:
-                call.stage._error("llama_index.fusion_inputs", exc)
+                call.stage.record_error("llama_index.fusion_inputs", exc)
     return wrapped(*args, **kwargs)
 
 

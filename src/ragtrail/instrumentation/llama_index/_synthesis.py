@@ -15,9 +15,10 @@ import contextvars
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate, is_candidate_list
+from ragtrail.recorder.candidates import Candidate, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, content_id, truncate_rule
-from ragtrail.stage import Stage, current_pipeline
+from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.stage import Stage
 
 from ._calls import Call, active_call, argument
 from ._nodes import node_id, query_text

@@ -18,7 +18,9 @@ from ragtrail.contract.receipts import Receipt, canonical_json, content_id, rece
 
 _MISSING = object()
 _ID_KEYS = ("id", "doc_id", "document_id", "chunk_id", "node_id", "_id", "uuid", "corpus_id")
-_CONTENT_KEYS = ("content", "text", "page_content", "document", "body", "chunk", "passage")
+# the one order in which a payload's text is looked for (a payload with both ``content`` and ``text``
+# gets the same receipt on every path: the adapters here and the vector-store hooks)
+CONTENT_KEYS = ("content", "text", "page_content", "document", "body", "chunk", "passage")
 _SCORE_KEYS = ("score", "relevance_score", "similarity", "distance", "rerank_score")
 _META_KEYS = ("metadata", "meta", "payload")
 
@@ -48,6 +50,29 @@ class Candidate:
             self._receipt = receipt(self.content)
         return self._receipt
 
+    def with_receipt(self, stamped: Receipt | None) -> "Candidate":
+        """This candidate carrying a receipt already stamped over exactly its content (a memo across
+        stages), so the content is not hashed again. Returns the candidate itself."""
+        self._receipt = stamped
+        return self
+
+    def copy(self, **changes: Any) -> "Candidate":
+        """A copy with some public fields changed. The content receipt travels with the copy unless
+        the content itself changes (the same evidence is never hashed twice)."""
+        duplicate = Candidate.__new__(Candidate)
+        duplicate.__dict__.update(self.__dict__)
+        for name, value in changes.items():
+            if name not in _PUBLIC_FIELDS:
+                raise TypeError(f"Candidate has no public field {name!r}")
+            setattr(duplicate, name, value)
+        if "content" in changes and changes["content"] is not self.content:
+            duplicate._receipt = None
+        return duplicate
+
+
+_PUBLIC_FIELDS = frozenset(("id", "content", "score", "score_kind", "metadata", "hop", "transform_rule",
+                            "derived_from", "raw"))
+
 
 Adapter = Callable[[Any], "Candidate | None"]
 _adapters: dict[type, Adapter] = {}
@@ -64,12 +89,14 @@ def register_adapter(cls: type, adapter: Adapter) -> None:
 
 
 def unregister_adapter(cls: type) -> None:
+    """Forget the adapter of ``cls`` (an instrumentor's ``uninstrument``)."""
     with _adapters_lock:
         _adapters.pop(cls, None)
         _resolved.clear()
 
 
-def _lookup(cls: type) -> Adapter | None:
+def lookup_adapter(cls: type) -> Adapter | None:
+    """The adapter registered for ``cls`` or its nearest base (``None``: adapted generically)."""
     try:
         return _resolved[cls]
     except KeyError:
@@ -123,7 +150,7 @@ def _from_mapping(item: Mapping[str, Any]) -> Candidate:
     # the usual keys first, without a loop: this runs once per candidate per stage
     content = get("content")
     if content is None:
-        content = _first(item, _CONTENT_KEYS)
+        content = _first(item, CONTENT_KEYS)
     meta = get("metadata")
     if meta is None:
         meta = _first(item, _META_KEYS)
@@ -138,7 +165,7 @@ def _from_mapping(item: Mapping[str, Any]) -> Candidate:
 
 
 def _from_object(item: Any) -> Candidate:
-    content = _first_attr(item, _CONTENT_KEYS)
+    content = _first_attr(item, CONTENT_KEYS)
     meta = _first_attr(item, _META_KEYS)
     score = _first_attr(item, _SCORE_KEYS)
     return _make(_first_attr(item, _ID_KEYS), content, score, meta, item)
@@ -166,12 +193,11 @@ def adapt(item: Any) -> Candidate:
         return _from_mapping(item)
     if isinstance(item, Candidate):
         # a copy: the recorder assigns hops and score kinds, and must not touch the caller's object
-        copy = Candidate.__new__(Candidate)
-        copy.__dict__.update(item.__dict__)
+        copy = item.copy()
         if copy.raw is None:
             copy.raw = item
         return copy
-    adapter = _lookup(type(item))
+    adapter = lookup_adapter(type(item))
     if adapter is not None:
         result = adapter(item)
         if result is not None:

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import threading
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -31,91 +29,34 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
-from ragtrail.candidates import Candidate, adapt
+from ragtrail.recorder.candidates import Candidate, adapt
+from ragtrail.recorder.errors import record_internal_error
+from ragtrail.recorder.pipeline import Hop, PipelineState, _pipeline_state, current_pipeline
 from ragtrail.contract.receipts import content_id
-from ragtrail.contract.receipts import PREVIEW_CHARS, canonical_json, events_digest, finite_or_none, receipt
+from ragtrail.contract.receipts import canonical_json, events_digest, finite_or_none, receipt
 
 _log = logging.getLogger("ragtrail")
 _TRACER_NAME = "ragtrail"
 _STAGE_ATTRIBUTE_RESERVE = 40  # span attributes kept free for ragtrail's own when mirroring documents
 _MIRROR_ATTRS_PER_DOC = 2
 
-# --- error accounting: caught, counted, logged once per site ---------------------------------------
-_error_lock = threading.Lock()
-_error_counts: Counter[str] = Counter()
+class QueryRecord(NamedTuple):
+    """A query as one stage saw or produced it: its hop, the hop it came from, the transform, the
+    text and its receipt (docs/semconv.md §2)."""
+
+    hop: int
+    parent: int | None
+    transform: str
+    text: Any
+    receipt: Any
 
 
-def _internal_error(site: str, exc: BaseException) -> None:
-    key = f"{site}:{type(exc).__name__}"
-    with _error_lock:
-        _error_counts[key] += 1
-        first = _error_counts[key] == 1
-    if first:
-        _log.warning("ragtrail: internal error in %s (counted, logged once): %r", site, exc, exc_info=True)
-
-
-def internal_error_count() -> int:
-    """How many internal errors ragtrail has caught in this process (never raised into the app)."""
-    with _error_lock:
-        return sum(_error_counts.values())
-
-
-# --- per-trace state: hop numbering, what was retrieved, what reached the model -------------------
-class PipelineState:
-    """Shared by every stage of one pipeline run (also across threads that copy the context)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.next_hop = 0
-        self.hop_by_sha: dict[str, int] = {}
-        self.hops: dict[int, tuple[int | None, str]] = {}  # hop -> (parent, transform)
-        self.hop_of_candidate: dict[str, int] = {}
-        self.score_kind_of: dict[str, str] = {}
-        self.retrieved: dict[str, None] = {}
-        self.in_context: list[str] | None = None
-        self.cited: dict[str, None] = {}
-        self.corpus_size: int | None = None
-
-    def hop_for(self, sha: str) -> tuple[int, int | None, str, bool]:
-        """The hop of a query text: a known hop, hop 0 for the first query, or a new ``untracked`` hop
-        (the query changed between stages and no instrumented transform explains it)."""
-        with self.lock:
-            if sha in self.hop_by_sha:
-                hop = self.hop_by_sha[sha]
-                parent, transform = self.hops[hop]
-                return hop, parent, transform, False
-            hop = self.next_hop
-            self.next_hop += 1
-            parent = None if hop == 0 else hop - 1
-            transform = sc.TRANSFORM_NONE if hop == 0 else sc.TRANSFORM_UNTRACKED
-            self.hop_by_sha[sha] = hop
-            self.hops[hop] = (parent, transform)
-            return hop, parent, transform, True
-
-    def new_hop(self, sha: str, parent: int | None, transform: str) -> tuple[int, bool]:
-        """A hop for a produced query; a text already seen in this pipeline keeps its hop (returns
-        ``(hop, False)``): a multi-query transform that also returns the original makes no new hop."""
-        with self.lock:
-            if sha in self.hop_by_sha:
-                return self.hop_by_sha[sha], False
-            hop = self.next_hop
-            self.next_hop += 1
-            self.hop_by_sha[sha] = hop
-            self.hops[hop] = (parent, transform)
-            return hop, True
-
-
-_pipeline_state: contextvars.ContextVar[PipelineState | None] = contextvars.ContextVar("ragtrail_pipeline", default=None)
 _current_stage: contextvars.ContextVar["Stage | None"] = contextvars.ContextVar("ragtrail_stage", default=None)
 
 
 def current_stage() -> "Stage | None":
     """The innermost ragtrail stage open in this context (for ``exclude()`` calls inside a decorated function)."""
     return _current_stage.get()
-
-
-def current_pipeline() -> PipelineState | None:
-    return _pipeline_state.get()
 
 
 def short_component(component: str) -> str:
@@ -160,9 +101,11 @@ class Stage:
         self._closed = False
         self._errors = 0
         self._config = None
+        self._content_key: str | None = None
         # what the stage saw
-        self._query: tuple[int, int | None, str, str, Any] | None = None  # hop, parent, transform, text, receipt
-        self._variants: list[tuple[int, int | None, str, str, Any]] = []
+        self._query: QueryRecord | None = None
+        self._variants: list[QueryRecord] = []
+        self._answer: dict[str, Any] | None = None
         self._inputs: list[Candidate] | None = None
         self._outputs: list[Candidate] | None = None
         self._explicit: dict[str, tuple[str, str | None, Candidate | None]] = {}
@@ -184,15 +127,20 @@ class Stage:
             self._stage_token = _current_stage.set(self)
             self.recording = self.span.is_recording()
             if self.recording:
-                self._config = settings.get()
+                self._config = config = settings.get()
+                if config.content_for("") is not None:  # content capture is on: preview or full
+                    self._content_key = (sc.CANDIDATE_CONTENT_PREVIEW if config.content_is_preview()
+                                         else sc.CANDIDATE_CONTENT_TEXT)
                 state = _pipeline_state.get()
                 if state is None or self.kind == sc.KIND_PIPELINE:
                     state = PipelineState()
                     self._pipeline_token = _pipeline_state.set(state)
                     self._owns_state = True
+                    if self.kind == sc.KIND_PIPELINE:
+                        state.pipeline_stage = self
                 self._state = state
         except Exception as exc:  # pragma: no cover - defensive
-            self._error("start", exc)
+            self.record_error("start", exc)
         return self
 
     def __enter__(self) -> "Stage":
@@ -218,7 +166,7 @@ class Stage:
             elif exc is not None and self.span.is_recording():  # pragma: no cover
                 self.span.set_status(Status(StatusCode.ERROR))
         except Exception as error:
-            self._error("finish", error)
+            self.record_error("finish", error)
             try:
                 self.span.set_attribute(sc.STAGE_INSTRUMENTATION_ERRORS, self._errors)
             except Exception:  # pragma: no cover
@@ -227,7 +175,7 @@ class Stage:
             try:
                 self.span.end()
             except Exception as error:  # pragma: no cover
-                self._error("end", error)
+                self.record_error("end", error)
             self._detach()
 
     def _detach(self) -> None:
@@ -245,9 +193,11 @@ class Stage:
                 pass
         self._token = self._stage_token = self._pipeline_token = None
 
-    def _error(self, site: str, exc: BaseException) -> None:
+    def record_error(self, site: str, exc: BaseException) -> None:
+        """Count an error caught while recording this stage: in the process-wide count and on the
+        span (``ragtrail.instrumentation.errors``), so a reader knows the record may be incomplete."""
         self._errors += 1
-        _internal_error(site, exc)
+        record_internal_error(site, exc)
 
     # --- what the caller tells us ------------------------------------------------------------------
     def query(self, text: Any, *, transform: str | None = None, parent_hop: int | None = None) -> int | None:
@@ -259,15 +209,14 @@ class Stage:
             return None
         try:
             rec = receipt(text)
-            hop, parent, known_transform, new = self._state.hop_for(rec.sha256)
-            if parent_hop is not None:
-                parent = parent_hop
-            if new and known_transform == sc.TRANSFORM_UNTRACKED and transform is None:
-                self._findings.append(f"query hop {hop} was changed by no instrumented transform (untracked)")
-            self._query = (hop, parent, transform or known_transform, text, rec)
-            return hop
+            known, new = self._state.claim_untracked(rec.sha256)
+            parent = known.parent if parent_hop is None else parent_hop
+            if new and known.transform == sc.TRANSFORM_UNTRACKED and transform is None:
+                self._findings.append(f"query hop {known.number} was changed by no instrumented transform (untracked)")
+            self._query = QueryRecord(known.number, parent, transform or known.transform, text, rec)
+            return known.number
         except Exception as exc:
-            self._error("query", exc)
+            self.record_error("query", exc)
             return None
 
     def add_query_variant(self, text: Any, *, transform: str = sc.TRANSFORM_REWRITE, parent_hop: int | None = None) -> int | None:
@@ -278,13 +227,13 @@ class Stage:
         try:
             rec = receipt(text)
             if parent_hop is None and self._query is not None:
-                parent_hop = self._query[0]
+                parent_hop = self._query.hop
             hop, new = self._state.new_hop(rec.sha256, parent_hop, transform)
             if new:
-                self._variants.append((hop, parent_hop, transform, text, rec))
-            return hop
+                self._variants.append(QueryRecord(hop.number, parent_hop, transform, text, rec))
+            return hop.number
         except Exception as exc:
-            self._error("add_query_variant", exc)
+            self.record_error("add_query_variant", exc)
             return None
 
     def inputs(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None) -> None:
@@ -293,22 +242,22 @@ class Stage:
         if not self.recording:
             return
         try:
-            self._inputs = self._adapt_all(candidates, score_kind, "inputs", inherit=True)
+            self._inputs = self._adapt_list(candidates, score_kind, "inputs", inherit=True)
         except Exception as exc:
-            self._error("inputs", exc)
+            self.record_error("inputs", exc)
 
     def outputs(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None, hop: int | None = None) -> None:
         """The candidates the stage handed on, in output order."""
         if not self.recording:
             return
         try:
-            self._outputs = self._adapt_all(candidates, score_kind, "outputs")
+            self._outputs = self._adapt_list(candidates, score_kind, "outputs")
             if hop is not None:
                 for candidate in self._outputs:
                     if candidate.hop is None:
                         candidate.hop = hop
         except Exception as exc:
-            self._error("outputs", exc)
+            self.record_error("outputs", exc)
 
     def exclude(self, candidate: Any, reason: str, detail: Any = None) -> None:
         """Say why a candidate did not leave the stage. An explicit reason wins over a derived one."""
@@ -327,7 +276,7 @@ class Stage:
                 ident = adapted.id
             self._explicit[ident] = (reason, None if detail is None else str(detail), adapted)
         except Exception as exc:
-            self._error("exclude", exc)
+            self.record_error("exclude", exc)
 
     def set_status(self, status: str, *, failure_class: str | None = None, fallback: str | None = None) -> None:
         """``ok``, ``empty``, ``degraded`` (a fallback ran) or ``failed``; the last two need a failure class."""
@@ -363,10 +312,9 @@ class Stage:
         try:
             size = int(size)
             self._extra[sc.COVERAGE_CORPUS_SIZE] = size
-            with self._state.lock:
-                self._state.corpus_size = max(size, self._state.corpus_size or 0)
+            self._state.add_corpus_size(size)
         except Exception as exc:
-            self._error("corpus_size", exc)
+            self.record_error("corpus_size", exc)
 
     def set_attribute(self, key: str, value: Any) -> None:
         """An extra attribute (e.g. the filter a vector store applied), written with the stage's own."""
@@ -378,19 +326,37 @@ class Stage:
         if self.recording:
             self._findings.append(text)
 
+    def record_answer(self, attributes: Mapping[str, Any]) -> None:
+        """The answer receipt (built by :func:`ragtrail.answer`), written with the pipeline's own
+        attributes at its end."""
+        if self.recording and not self._closed:
+            self._answer = dict(attributes)
+
     def cite(self, ids: Iterable[Any]) -> None:
         if not self.recording:
             return
         try:
-            with self._state.lock:
-                for ident in ids:
-                    self._state.cited[str(ident)] = None
+            self._state.add_cited(ids)
         except Exception as exc:
-            self._error("cite", exc)
+            self.record_error("cite", exc)
 
     # --- recording ---------------------------------------------------------------------------------
-    def _adapt_all(self, candidates: Iterable[Any] | None, score_kind: str | None, which: str,
-                   inherit: bool = False) -> list[Candidate]:
+    def adapt(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None,
+              inherit: bool = False) -> list[Candidate]:
+        """Adapt a list of library objects the way this stage adapts its own inputs (``inherit``:
+        each keeps the hop and score kind an earlier stage of this pipeline gave it) or outputs.
+        Content receipts are memoised per stage. ``[]`` when not recording (sampled out: nothing
+        is adapted) or on an internal error (counted)."""
+        if not self.recording:
+            return []
+        try:
+            return self._adapt_list(candidates, score_kind, "candidates", inherit)
+        except Exception as exc:
+            self.record_error("adapt", exc)
+            return []
+
+    def _adapt_list(self, candidates: Iterable[Any] | None, score_kind: str | None, which: str,
+                    inherit: bool = False) -> list[Candidate]:
         """Adapt every item. Inputs keep the score kind an earlier stage gave them (a reranker's
         input scores are the retriever's similarities, not rerank scores)."""
         if candidates is None:
@@ -399,8 +365,8 @@ class Stage:
             self._findings.append(f"{which} is a {type(candidates).__name__}, not a candidate list")
             return []
         items = list(candidates)
-        known = self._state.score_kind_of if inherit else {}
-        hops = self._state.hop_of_candidate
+        known = self._state._score_kind_of if inherit else {}
+        hops = self._state._hop_of_candidate
         kind = score_kind or (None if inherit else self.score_kind)
         result = []
         memo = self._receipt_memo
@@ -463,11 +429,16 @@ class Stage:
             if value is not None:
                 own[key] = value
         if self._query is not None:
-            own.update(self._query_attributes(*self._query))
+            own.update(self._query_attributes(self._query))
         for key, value in self._extra.items():
             own[key] = _attribute_value(value)
         if self.kind == sc.KIND_PIPELINE and self._owns_state:
-            own.update(self._coverage())
+            own.update(self._state.coverage())
+            own[sc.RUN_STATUS] = self._state.run_status(exc is not None)
+            if self._answer:
+                own.update(self._answer)
+        elif self.kind != sc.KIND_PIPELINE:
+            self._state.add_stage_status(status)
         self._track(outputs)
         if inputs is not None:
             n_in = len(inputs)
@@ -514,23 +485,24 @@ class Stage:
         return status, failure_class
 
     def _record_exception(self, exc: BaseException) -> None:
-        if self._config.query == "text":
+        if self._config.query_text_allowed():
             self.span.record_exception(exc)
             self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
         else:
             # the message may quote the query: in hash/off mode only the type leaves the process
             self.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
 
-    def _query_attributes(self, hop: int, parent: int | None, transform: str, text: Any, rec: Any) -> dict[str, Any]:
-        attributes: dict[str, Any] = {sc.QUERY_HOP: hop, sc.QUERY_TRANSFORM: transform}
-        if parent is not None:
-            attributes[sc.QUERY_PARENT_HOP] = parent
-        mode = self._config.query
-        if mode == "off":
+    def _query_attributes(self, query: "QueryRecord") -> dict[str, Any]:
+        """A query's attributes, the same on the stage span and on a ``ragtrail.query`` event."""
+        attributes: dict[str, Any] = {sc.QUERY_HOP: query.hop, sc.QUERY_TRANSFORM: query.transform}
+        if query.parent is not None:
+            attributes[sc.QUERY_PARENT_HOP] = query.parent
+        config = self._config
+        if not config.query_receipt_allowed():
             return attributes
-        attributes.update(rec.as_attributes(sc.QUERY_RECEIPT_PREFIX))
-        if mode == "text":
-            attributes[sc.QUERY_TEXT] = _text(text)
+        attributes.update(query.receipt.as_attributes(sc.QUERY_RECEIPT_PREFIX))
+        if config.query_text_allowed():
+            attributes[sc.QUERY_TEXT] = wire_text(query.text)
         return attributes
 
     def _exclusions(self, inputs: list[Candidate] | None, outputs: list[Candidate],
@@ -612,48 +584,21 @@ class Stage:
 
     def _assign_hops(self, outputs: Sequence[Candidate]) -> None:
         state = self._state
-        default = self._query[0] if self._query is not None else None
+        default = self._query.hop if self._query is not None else None
         for candidate in outputs:
             if candidate.score_kind is None:
                 candidate.score_kind = self.score_kind
             if candidate.hop is None:
                 # a retrieval's hits were found by its own query; later stages inherit the finder's hop
-                known = None if self.kind == sc.KIND_RETRIEVE else state.hop_of_candidate.get(candidate.id)
+                known = None if self.kind == sc.KIND_RETRIEVE else state.candidate_hop(candidate.id)
                 candidate.hop = known if known is not None else (default if self.kind in sc.PRODUCING_KINDS else None)
-            if candidate.hop is not None:
-                state.hop_of_candidate.setdefault(candidate.id, candidate.hop)
-            if candidate.score_kind is not None:
-                state.score_kind_of[candidate.id] = candidate.score_kind
+            state.remember_candidate(candidate.id, candidate.hop, candidate.score_kind)
 
     def _track(self, outputs: Sequence[Candidate]) -> None:
         state = self._state
         if self._outputs is None or self.kind == sc.KIND_PIPELINE:
             return
-        with state.lock:
-            if self.kind in (sc.KIND_RETRIEVE, sc.KIND_FUSE):
-                for candidate in outputs:
-                    state.retrieved[candidate.id] = None
-            elif self.kind in (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET):
-                state.in_context = [c.id for c in outputs]
-            elif self.kind == sc.KIND_CITE:
-                for candidate in outputs:
-                    state.cited[candidate.id] = None
-
-    def _coverage(self) -> dict[str, Any]:
-        state = self._state
-        with state.lock:
-            retrieved = len(state.retrieved)
-            in_context = len(state.in_context) if state.in_context is not None else retrieved
-            attributes: dict[str, Any] = {
-                sc.COVERAGE_RETRIEVED: retrieved,
-                sc.COVERAGE_IN_CONTEXT: in_context,
-                sc.COVERAGE_CITED: len(state.cited),
-            }
-            if state.corpus_size is not None:
-                attributes[sc.COVERAGE_CORPUS_SIZE] = state.corpus_size
-            if state.cited:
-                attributes[sc.CITED_IDS] = list(state.cited)
-        return attributes
+        state.track(self.kind, [c.id for c in outputs])
 
     def _candidate_attributes(self, candidate: Candidate, rank: int, default_kind: str | None) -> dict[str, Any]:
         config = self._config
@@ -672,10 +617,8 @@ class Stage:
             attributes[sc.CANDIDATE_CONTENT_CHARS] = rec.chars
             attributes[sc.CANDIDATE_CONTENT_BYTES] = rec.bytes
             attributes[sc.CANDIDATE_CONTENT_SHA256] = rec.sha256
-            if config.content == "preview":
-                attributes[sc.CANDIDATE_CONTENT_PREVIEW] = _text(candidate.content)[:PREVIEW_CHARS]
-            elif config.content == "full":
-                attributes[sc.CANDIDATE_CONTENT_TEXT] = _text(candidate.content)
+            if self._content_key is not None:
+                attributes[self._content_key] = config.content_for(wire_text(candidate.content))
         if candidate.transform_rule:
             attributes[sc.CANDIDATE_TRANSFORM_RULE] = candidate.transform_rule
         if candidate.derived_from:
@@ -689,15 +632,8 @@ class Stage:
     def _events(self, outputs: Sequence[Candidate], exclusions: Sequence[tuple[int, Candidate, str, str | None]]) -> list[tuple[str, dict[str, Any]]]:
         events: list[tuple[str, dict[str, Any]]] = []
         mode = self._config.query
-        for hop, parent, transform, text, rec in self._variants:
-            attributes: dict[str, Any] = {sc.QUERY_HOP: hop, sc.QUERY_TRANSFORM: transform}
-            if parent is not None:
-                attributes[sc.QUERY_PARENT_HOP] = parent
-            if mode != "off":
-                attributes.update(rec.as_attributes(sc.QUERY_RECEIPT_PREFIX))
-                if mode == "text":
-                    attributes[sc.QUERY_TEXT] = _text(text)
-            events.append((sc.EVENT_QUERY, attributes))
+        for variant in self._variants:
+            events.append((sc.EVENT_QUERY, self._query_attributes(variant)))
         for rank, candidate in enumerate(outputs):
             events.append((sc.EVENT_CANDIDATE, self._candidate_attributes(candidate, rank, self.score_kind)))
         for rank, candidate, reason, detail in exclusions:
@@ -748,8 +684,8 @@ class Stage:
             attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OI_RERANKER
         else:
             attributes[sc.OPENINFERENCE_SPAN_KIND] = sc.OI_CHAIN
-        if self._query is not None and self._config.query == "text":
-            text = _text(self._query[3])
+        if self._query is not None and self._config.query_text_allowed():
+            text = wire_text(self._query.text)
             attributes[sc.OI_INPUT_VALUE] = text
             if self.kind == sc.KIND_RERANK:
                 attributes[sc.OI_RERANKER_QUERY] = text
@@ -846,7 +782,8 @@ def wire_str(value: str) -> str:
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _text(value: Any) -> str:
+def wire_text(value: Any) -> str:
+    """A payload as wire text: a string (wire-escaped), decoded bytes, or canonical JSON."""
     if isinstance(value, str):
         return wire_str(value)
     if isinstance(value, (bytes, bytearray)):
@@ -906,7 +843,7 @@ def stage(
             s.outputs(kept)
     """
     if kind not in sc.STAGE_KINDS:
-        _internal_error("stage kind", ValueError(f"unknown stage kind {kind!r}"))
+        record_internal_error("stage kind", ValueError(f"unknown stage kind {kind!r}"))
     return Stage(kind, component, top_k=top_k, threshold=threshold, budget_limit=budget_limit,
                  budget_unit=budget_unit, score_kind=score_kind, tracer=tracer, span_kind=span_kind,
                  attributes=attributes)

@@ -1,0 +1,172 @@
+"""Per-pipeline state: hop numbering, what was retrieved, what reached the model, how the stages ended.
+
+One :class:`PipelineState` is shared by every stage of one pipeline run, also across threads and
+tasks that copy the context. Lookups (``lookup_hop``, ``has_hops``, ``candidate_hop`` ...) never
+change anything; a hop is created only by the explicit calls :meth:`PipelineState.new_hop` (a query
+an instrumented transform produced) and :meth:`PipelineState.untracked_hop` (a query nobody
+explains), so reading a hop can never start a false hop chain.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ragtrail.contract import semconv as sc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ragtrail.recorder.stage import Stage
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One query hop (docs/semconv.md §2): its number, the hop it came from, and the transform."""
+
+    number: int
+    parent: int | None
+    transform: str
+
+
+class PipelineState:
+    """Shared by every stage of one pipeline run (also across threads that copy the context)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next_hop = 0
+        self._hop_by_sha: dict[str, Hop] = {}
+        self._hop_of_candidate: dict[str, int] = {}
+        self._score_kind_of: dict[str, str] = {}
+        self.retrieved: dict[str, None] = {}
+        self.in_context: list[str] | None = None
+        self.cited: dict[str, None] = {}
+        self.corpus_size: int | None = None
+        self.stage_statuses: list[str] = []
+        self.pipeline_stage: "Stage | None" = None
+
+    # --- lookups: never change anything -----------------------------------------------------------
+    def lookup_hop(self, sha: str) -> Hop | None:
+        """The hop of a query text (by its sha256), ``None`` when this pipeline has not seen it."""
+        return self._hop_by_sha.get(sha)
+
+    def has_hops(self) -> bool:
+        """Whether any query hop exists in this pipeline yet."""
+        return self._next_hop > 0
+
+    def hop_count(self) -> int:
+        """How many query hops this pipeline has numbered."""
+        return self._next_hop
+
+    def candidate_hop(self, candidate_id: str) -> int | None:
+        """The hop of the query that first found this candidate in this pipeline."""
+        return self._hop_of_candidate.get(candidate_id)
+
+    def candidate_score_kind(self, candidate_id: str) -> str | None:
+        """The score kind an earlier stage of this pipeline gave this candidate."""
+        return self._score_kind_of.get(candidate_id)
+
+    # --- creating calls ----------------------------------------------------------------------------
+    def new_hop(self, sha: str, parent: int | None, transform: str) -> tuple[Hop, bool]:
+        """A hop for a produced query; a text already seen in this pipeline keeps its hop (returns
+        ``(hop, False)``): a multi-query transform that also returns the original makes no new hop."""
+        with self._lock:
+            known = self._hop_by_sha.get(sha)
+            if known is not None:
+                return known, False
+            return self._add(sha, parent, transform), True
+
+    def untracked_hop(self, sha: str) -> Hop:
+        """The hop of a query no instrumented transform produced: its known hop, hop 0 for the first
+        query of the pipeline, else a new hop marked ``untracked`` (the query changed between stages
+        and nothing explains it)."""
+        return self.claim_untracked(sha)[0]
+
+    def claim_untracked(self, sha: str) -> tuple[Hop, bool]:
+        """:meth:`untracked_hop`, also saying whether the hop was created by this call."""
+        with self._lock:
+            known = self._hop_by_sha.get(sha)
+            if known is not None:
+                return known, False
+            first = self._next_hop == 0
+            return self._add(sha, None if first else self._next_hop - 1,
+                             sc.TRANSFORM_NONE if first else sc.TRANSFORM_UNTRACKED), True
+
+    def _add(self, sha: str, parent: int | None, transform: str) -> Hop:
+        hop = Hop(self._next_hop, parent, transform)
+        self._next_hop += 1
+        self._hop_by_sha[sha] = hop
+        return hop
+
+    # --- what the stages report --------------------------------------------------------------------
+    def remember_candidate(self, candidate_id: str, hop: int | None, score_kind: str | None) -> None:
+        """The first hop that found a candidate, and the latest score kind given to it."""
+        if hop is not None:
+            self._hop_of_candidate.setdefault(candidate_id, hop)
+        if score_kind is not None:
+            self._score_kind_of[candidate_id] = score_kind
+
+    def add_corpus_size(self, size: int) -> None:
+        with self._lock:
+            self.corpus_size = max(size, self.corpus_size or 0)
+
+    def add_cited(self, ids: Any) -> None:
+        with self._lock:
+            for ident in ids:
+                self.cited[str(ident)] = None
+
+    def track(self, kind: str, ids: list[str]) -> None:
+        """What a stage handed on: retrieved (retrieve, fuse), in the context (rerank, filter,
+        budget: the last one wins), cited."""
+        with self._lock:
+            if kind in (sc.KIND_RETRIEVE, sc.KIND_FUSE):
+                for ident in ids:
+                    self.retrieved[ident] = None
+            elif kind in (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET):
+                self.in_context = ids
+            elif kind == sc.KIND_CITE:
+                for ident in ids:
+                    self.cited[ident] = None
+
+    def add_stage_status(self, status: str) -> None:
+        with self._lock:
+            self.stage_statuses.append(status)
+
+    def coverage(self) -> dict[str, Any]:
+        """The pipeline's coverage statement (docs/semconv.md §3)."""
+        with self._lock:
+            retrieved = len(self.retrieved)
+            in_context = len(self.in_context) if self.in_context is not None else retrieved
+            attributes: dict[str, Any] = {
+                sc.COVERAGE_RETRIEVED: retrieved,
+                sc.COVERAGE_IN_CONTEXT: in_context,
+                sc.COVERAGE_CITED: len(self.cited),
+            }
+            if self.corpus_size is not None:
+                attributes[sc.COVERAGE_CORPUS_SIZE] = self.corpus_size
+            if self.cited:
+                attributes[sc.CITED_IDS] = list(self.cited)
+        return attributes
+
+    def run_status(self, raised: bool) -> str:
+        """The run as a whole (docs/semconv.md §5): ``failed`` if the pipeline raised or a stage
+        failed, else ``degraded`` if a stage degraded, else ``empty`` if no stage retrieved any
+        candidate, else ``available``."""
+        with self._lock:
+            statuses = set(self.stage_statuses)
+            retrieved = bool(self.retrieved)
+        if raised or sc.STATUS_FAILED in statuses:
+            return sc.RUN_FAILED
+        if sc.STATUS_DEGRADED in statuses:
+            return sc.RUN_DEGRADED
+        if not retrieved:
+            return sc.RUN_EMPTY
+        return sc.RUN_AVAILABLE
+
+
+_pipeline_state: contextvars.ContextVar[PipelineState | None] = contextvars.ContextVar("ragtrail_pipeline", default=None)
+
+
+def current_pipeline() -> PipelineState | None:
+    """The state of the pipeline run open in this context (``None`` outside any recorded stage)."""
+    return _pipeline_state.get()
