@@ -16,8 +16,6 @@ from opentelemetry.sdk.trace import TracerProvider
 import ragtrail as rt
 from fixtures.backend_server import BackendServer
 from fixtures.ragtrail_traces import rag_run, record
-from ragtrail.contract import receipts
-from ragtrail.contract import semconv as sc
 from ragtrail.export.local_store import LocalStoreSpanExporter
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor
 from ragtrail.inspect.search import Filter, query_receipt
@@ -27,14 +25,6 @@ from test_cli_errors import ragtrail
 QUESTIONS = [f"question {i}: how do I configure feature {i}?" for i in range(103)]
 NEVER_RETRIEVED = 7  # the one question both runs refuse: its evidence is never retrieved
 FALLS_BACK = {i for i in range(103) if i % 5 == 0}  # 21 of 103: the new reranker's output fails to parse
-
-
-def _answer(text: str, refused: bool) -> None:
-    """The answer receipt on the pipeline stage (the recorder's ragtrail.answer() is not merged yet)."""
-    stage = rt.current_stage()
-    for key, value in receipts.receipt(text).as_attributes(sc.ANSWER_RECEIPT_PREFIX).items():
-        stage.set_attribute(key, value)
-    stage.set_attribute(sc.ANSWER_REFUSED, refused)
 
 
 def experiment(store: Path, *, new_reranker: bool) -> None:
@@ -68,14 +58,12 @@ def experiment(store: Path, *, new_reranker: bool) -> None:
     def answer(query: str, i: int) -> str:
         context = budget(rerank(query, search(query, i), i))
         evidence = [d["id"] for d in context if d["id"].endswith("evidence")]
-        degraded = new_reranker and i in FALLS_BACK
-        rt.current_stage().set_attribute(sc.RUN_STATUS, "degraded" if degraded else "available")
         if not evidence:
-            _answer("I don't know.", refused=True)
+            rt.answer("I don't know.", claim="none", refused=True)
             return "I don't know."
         rt.cite(evidence, tracer=tracer)
         text = f"Feature {i} is configured in settings."
-        _answer(text, refused=False)
+        rt.answer(text, claim="presence")
         return text
 
     try:
@@ -255,7 +243,7 @@ def test_diff_says_status_answer_and_the_retriever_under_a_fuse(tmp_path):
                 if degraded:
                     s.set_status("degraded", failure_class="parse_error", fallback="input_order")
                 s.outputs(fused)
-            _answer(answer, refused=False)
+            rt.answer(answer)
 
     record(tmp_path / "a", lambda t: run(t, degraded=False, answer="yes", vector_ids=["c"]))
     record(tmp_path / "b", lambda t: run(t, degraded=True, answer="yes", vector_ids=["d"]))

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import click
 
-from ragtrail.cli import _json_out, _source_option, _stderr, _stdout, cli
+from ragtrail.cli import _json_out, _source_option, _stderr, cli
 from ragtrail.inspect import errors
 from ragtrail.inspect._gc import gc_paused
 from ragtrail.inspect.safe import plain, text
@@ -168,15 +168,15 @@ def ls_cmd(source: str | None, timeout: float, since: str | None, until: str | N
 def _emit(records: Iterator[Any], as_json: bool) -> int:
     from ragtrail.inspect.search import summary_line
 
-    out = _stdout()
     n = 0
+    write = sys.stdout.write  # one plain line per trace: rich's layout costs more than reading the trace
     for r in records:
         if as_json:
-            sys.stdout.write(("[\n" if n == 0 else ",\n") + json.dumps(r.as_dict(), ensure_ascii=False, default=str))
+            write(("[\n" if n == 0 else ",\n") + json.dumps(r.as_dict(), ensure_ascii=False, default=str))
         else:
-            out.print(text(summary_line(r)), soft_wrap=True)
+            write(plain(summary_line(r)) + "\n")
             for i in r.insights:
-                out.print(text(f"    {i['insight']}: {i['said']}", "yellow"), soft_wrap=True)
+                write(plain(f"    {i['insight']}: {i['said']}") + "\n")
         n += 1
     if as_json:
         sys.stdout.write("\n]\n" if n else "")
@@ -213,6 +213,13 @@ def stats_cmd(source: str | None, timeout: float, since: str | None, until: str 
     return errors.EXIT_OK
 
 
+def _wide() -> Any:
+    """stdout for tables with many columns: a pipe gets 180 columns, not 120."""
+    from rich.console import Console
+
+    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 180, highlight=False)
+
+
 def _dist(d: dict[str, Any]) -> str:
     return "-" if d["min"] is None else f"{d['min']}/{d['median']}/{d['p90']}/{d['max']}"
 
@@ -227,7 +234,7 @@ def _render_stats(result: dict[str, Any]) -> None:
     from rich import box
     from rich.table import Table
 
-    out = _stdout()
+    out = _wide()
     out.print(text(result["sampling"]))
     out.print(text("runs: " + (_counts(result["run_statuses"], 5) or "-")
                    + (f" · refusal rate {result['refusal_rate']:.1%} of {result['refusal_known']:g}"
@@ -328,7 +335,7 @@ def _render_compare(result: dict[str, Any], show_n: int) -> None:
     from rich import box
     from rich.table import Table
 
-    out = _stdout()
+    out = _wide()
     a, b = result["a"], result["b"]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("")
