@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import ragtrail as rt
@@ -27,10 +28,11 @@ NEVER_RETRIEVED = 7  # the one question both runs refuse: its evidence is never 
 FALLS_BACK = {i for i in range(103) if i % 5 == 0}  # 21 of 103: the new reranker's output fails to parse
 
 
-def experiment(store: Path, *, new_reranker: bool) -> None:
+def experiment(store: Path, *, new_reranker: bool, questions: int = 103, version: str | None = None) -> None:
     """103 questions through retrieve → rerank → budget → answer. The new reranker (seed 003) fails to
     parse on 21 questions, falls back to input order and says so; the budget then evicts the evidence."""
-    provider = TracerProvider()
+    resource = Resource.create({"service.name": "tests.rag", "service.version": version or "0"})
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(WholeTraceSpanProcessor(LocalStoreSpanExporter(store), schedule_delay_millis=10,
                                                         grace_millis=10))
     tracer = provider.get_tracer("tests.experiment")
@@ -67,7 +69,7 @@ def experiment(store: Path, *, new_reranker: bool) -> None:
         return text
 
     try:
-        for i, q in enumerate(QUESTIONS):
+        for i, q in enumerate(QUESTIONS[:questions]):
             answer(q, i)
     finally:
         provider.force_flush()
@@ -140,6 +142,21 @@ def test_compare_finds_the_refusals_and_names_the_stage_per_question(tmp_path):
         ("retrieve exp.hybrid", "kept", 3, None), ("rerank exp.llm_rerank", "kept", 3, None),
         ("budget exp.budget", "excluded", 3, "budget_exceeded")]
     assert fate["verdict"] == "excluded at budget exp.budget (budget_exceeded)" and fate["cited"] is False
+
+
+def test_compare_two_service_versions_in_one_store(tmp_path):
+    experiment(tmp_path, new_reranker=False, questions=10, version="1.3.0")
+    experiment(tmp_path, new_reranker=True, questions=12, version="1.4.0")
+    result = json.loads(ragtrail("compare", "version:1.3.0", "version:1.4.0", "--source", str(tmp_path), "--json").stdout)
+    assert (result["a"]["name"], result["b"]["name"]) == ("version:1.3.0", "version:1.4.0")
+    assert (result["a"]["traces"], result["b"]["traces"]) == (10, 12)
+    assert result["paired"] == 10 and result["only_in_a"] == []
+    assert [q["query_sha256"] for q in result["only_in_b"]] == [query_receipt(QUESTIONS[10]), query_receipt(QUESTIONS[11])]
+    assert result["newly_refused_first_difference"] == {"rerank exp.llm_rerank": 2}  # questions 0 and 5
+    missing = ragtrail("compare", "version:1.3.0", "version:9", "--source", str(tmp_path))
+    assert missing.returncode == 3 and missing.stderr.strip() == (
+        "ragtrail: error: side B (version:9) has no ragtrail trace: check the source or selection")
+    assert ragtrail("compare", "tag:nokey", "version:9", "--source", str(tmp_path)).returncode == 2
 
 
 def test_ls_local_store_filters_and_one_line_errors(tmp_path):

@@ -66,7 +66,7 @@ def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--query-text", default=None, metavar="TEXT",
                      help="The question (hashed here with the contract's receipt; the raw text is never needed on the wire)."),
         click.option("--query-sha256", default=None, metavar="HEX", help="The question's receipt, as recorded."),
-        click.option("--version", "service_version", default=None, help="The resource's service.version."),
+        click.option("--service-version", "service_version", default=None, help="The resource's service.version."),
         click.option("--lookback", default="1h", show_default=True, help="How far back a server search looks."),
         click.option("--limit", type=int, default=None, help="At most this many traces (servers: default 100)."),
         click.option("--date-key", default="updated_at", show_default=True,

@@ -12,7 +12,7 @@ rates; questions found on one side only are listed, never dropped.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from ragtrail.contract import semconv as sc
@@ -43,7 +43,8 @@ class SideSummary:
             self.repeats += 1
             if old.start_ns >= r.start_ns:
                 return
-        self.by_query[r.query_sha256] = r
+        # what a pairing needs, not what ls shows: 100,000 questions a side must fit in memory
+        self.by_query[r.query_sha256] = replace(r, resource={}, findings=[], insights=[], notes=[])
 
 
 def _keyed(stages: Iterable[StageRecord]) -> list[tuple[tuple[str, str, int], StageRecord]]:
