@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -317,3 +318,15 @@ def test_tempo_and_jaeger_push_down():
     assert result.returncode == 3
     (search,) = [r for r in server.requests if r.startswith("/api/search")]
     assert "q=%7B+span.ragtrail.stage.status+%3D+%22degraded%22+%7D" in search
+
+
+def test_jaeger_push_down_sends_every_tag():
+    with BackendServer() as server:
+        server.route("/api/services", {"data": ["rag"]})
+        server.route("/api/traces", {"data": []})
+        result = ragtrail("ls", "--source", f"jaeger+{server.url}", "--status", "degraded", "--component", "exp.budget")
+    assert result.returncode == 3
+    (search,) = [r for r in server.requests if r.startswith("/api/traces?")]
+    params = parse_qs(urlsplit(search).query)
+    assert json.loads(params["tags"][0]) == {"ragtrail.run.status": "degraded", "ragtrail.stage.component": "exp.budget"}
+    assert params["service"] == ["rag"] and params["lookback"] == ["1h"]
