@@ -97,10 +97,22 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest (SPEC §7) as JSON.")
 @click.option("--limit", type=int, default=10, show_default=True, help="Candidates shown per stage.")
 @click.option("--all", "show_all", is_flag=True, help="Show every candidate and exclusion.")
+@click.option("--doc", "doc", default=None, metavar="ID",
+              help="One document's fate, stage by stage (rank, score, kept or excluded and why, content changes, cited).")
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
-def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: int, show_all: bool) -> int:
+def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: int, show_all: bool,
+         doc: str | None) -> int:
     """Show the manifest of TRACE: query hops, stages, candidates, exclusions, citations, coverage, fidelity."""
     manifest = _load(trace, source, timeout)
+    if doc is not None:
+        from ragtrail.inspect import doc_fate
+
+        chain = doc_fate.fate(manifest, doc)
+        if as_json:
+            _json_out(chain)
+        else:
+            doc_fate.render(_stdout(), chain)
+        return errors.EXIT_OK
     if as_json:
         _json_out(manifest)
     else:
@@ -115,12 +127,13 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
 @click.option("--limit", type=int, default=20, show_default=True, help="How many traces --search checks.")
 @click.option("--query", "-q", default=None,
               help="Search filter: TraceQL for Tempo, key=value tag for Jaeger.")
-@click.option("--lookback", default="1h", show_default=True, help="How far back --search looks (30m, 1h, 2d).")
+@click.option("--lookback", default=None,
+              help="How far back --search looks (30m, 1h, 2d; servers default to 1h, a local store to everything).")
 @click.option("--json", "as_json", is_flag=True, help="Print the fidelity of each trace as JSON.")
 @click.option("--strict", is_flag=True, help="Also fail on findings (degraded stages, unexplained exclusions).")
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
 def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: bool, limit: int,
-           query: str | None, lookback: str, as_json: bool, strict: bool) -> int:
+           query: str | None, lookback: str | None, as_json: bool, strict: bool) -> int:
     """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm."""
     from ragtrail.inspect.manifest import build, fidelity_only
     from ragtrail.inspect.sources import open_source, resolve
@@ -268,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(errors.EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else 0)
 
+
+from ragtrail import cli_many as _many  # noqa: E402,F401  (registers ls, stats, compare on `cli`)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

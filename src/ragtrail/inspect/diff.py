@@ -67,6 +67,8 @@ def stage_diff(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, 
         {"id": i, "reason_a": e.get("reason"), "reason_b": eb[i].get("reason"),
          "detail_a": e.get("detail"), "detail_b": eb[i].get("detail")}
         for i, e in ea.items() if i in eb and (e.get("reason"), e.get("detail")) != (eb[i].get("reason"), eb[i].get("detail"))]
+    if a and b and _status(a) != _status(b):
+        result["status_changed"] = {"a": _status_text(a), "b": _status_text(b)}
     qa, qb = _query_sig(a or {}), _query_sig(b or {})
     result["query_changed"] = bool(a and b and qa != qb)
     if result["query_changed"]:
@@ -77,6 +79,40 @@ def stage_diff(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, 
                           or result["exclusions_new"] or result["exclusions_gone"] or result["exclusions_changed"]
                           or result["query_changed"])
     return result
+
+
+def _status(stage: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return stage.get("status"), stage.get("failure_class"), stage.get("fallback")
+
+
+def _status_text(stage: dict[str, Any]) -> str:
+    return status_text(*_status(stage))
+
+
+def status_text(status: Any, failure: Any, fallback: Any) -> str:
+    """``ok``, or ``degraded (parse_error, fallback input_order)``: how a stage's status is said everywhere."""
+    extra = [x for x in (failure, f"fallback {fallback}" if fallback else None) if x]
+    return f"{status or 'unknown'} ({', '.join(extra)})" if extra else str(status or "unknown")
+
+
+def _under_fuse(first: dict[str, Any], stages: list[dict[str, Any]], span_ids: dict[int, tuple[Any, Any]],
+                parents: dict[int, tuple[Any, Any]]) -> dict[str, Any] | None:
+    """The first differing stage whose span is a child of the fuse ``first`` (the retriever underneath)."""
+    fuse_ids = span_ids[id(first)]
+    for s in stages:
+        if s is first or s["same"] or s["kind"] in _MODEL_KINDS:
+            continue
+        pa, pb = parents[id(s)]
+        if (pa is not None and pa == fuse_ids[0]) or (pb is not None and pb == fuse_ids[1]):
+            return s
+    return None
+
+
+def _answer_verdict(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    sa, sb = (a.get("answer") or {}).get("sha256"), (b.get("answer") or {}).get("sha256")
+    if not sa or not sb:
+        return None
+    return "same answer" if sa == sb else "different answer"
 
 
 def _query_text(stage: dict[str, Any]) -> str | None:
@@ -105,16 +141,36 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     index_b = {k: s for k, s in kb}
     keys_a = {k for k, _ in ka}
     stages: list[dict[str, Any]] = []
+    span_ids: dict[int, tuple[Any, Any]] = {}
+    parents: dict[int, tuple[Any, Any]] = {}
     for key, stage in ka:
-        stages.append(stage_diff(stage, index_b.get(key)))
+        other = index_b.get(key)
+        stages.append(stage_diff(stage, other))
+        span_ids[id(stages[-1])] = (stage.get("span_id"), (other or {}).get("span_id"))
+        parents[id(stages[-1])] = (stage.get("parent_span_id"), (other or {}).get("parent_span_id"))
     for key, stage in kb:
         if key not in keys_a:
             stages.append(stage_diff(None, stage))
+            span_ids[id(stages[-1])] = (None, stage.get("span_id"))
+            parents[id(stages[-1])] = (None, stage.get("parent_span_id"))
     first = next((s for s in stages if not s["same"] and s["kind"] not in _MODEL_KINDS), None)
+    fuse = None
+    if first is not None and first["kind"] == sc.KIND_FUSE:
+        underneath = _under_fuse(first, stages, span_ids, parents)
+        if underneath is not None:
+            fuse, first = first, underneath
+    status_changes = [f"{s['kind']} {s['component']}: {s['status_changed']['a']} → {s['status_changed']['b']}"
+                      for s in stages if s.get("status_changed")]
+    answer = _answer_verdict(a, b)
     hops = _hop_diff(a, b)
     cited_same = list(a["cited"]) == list(b["cited"])
     if first is None:
-        verdict = "same evidence at every stage: look at the model"
+        if answer == "different answer":
+            verdict = "same evidence, different answer: look at the model"
+        elif answer == "same answer":
+            verdict = "same evidence, same answer"
+        else:
+            verdict = "same evidence at every stage: look at the model"
         if not cited_same:
             verdict += " (it cited differently)"
     else:
@@ -132,6 +188,15 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         if first["exclusions_new"] or first["exclusions_gone"] or first["exclusions_changed"]:
             what.append("exclusions")
         verdict = f"evidence first differs at {first['kind']} ({first['component']}): {', '.join(what)}"
+        if fuse is not None:
+            verdict += f", underneath fuse ({fuse['component']})"
+        if answer:
+            verdict += f"; {answer}"
+    if status_changes:
+        verdict = "; ".join(status_changes) + "; " + verdict
+    first_difference = None if first is None else {"kind": first["kind"], "component": first["component"]}
+    if first_difference is not None and fuse is not None:
+        first_difference["under"] = {"kind": fuse["kind"], "component": fuse["component"]}
     return {"a": a["trace_id"], "b": b["trace_id"], "same_evidence": first is None, "verdict": verdict,
-            "first_difference": None if first is None else {"kind": first["kind"], "component": first["component"]},
+            "first_difference": first_difference, "status_changes": status_changes, "answer": answer,
             "query_hops": hops, "cited_a": a["cited"], "cited_b": b["cited"], "stages": stages}

@@ -115,6 +115,7 @@ def stage_entry(view: StageView) -> dict[str, Any]:
     n_in, n_out, n_ex = _int(a.get(sc.CANDIDATES_IN)), _int(a.get(sc.CANDIDATES_OUT)), _int(a.get(sc.CANDIDATES_EXCLUDED))
     return {
         "span_id": view.span.span_id,
+        "parent_span_id": view.span.parent_span_id,
         "kind": view.kind,
         "component": view.component,
         "status": a.get(sc.STAGE_STATUS),
@@ -162,6 +163,17 @@ def query_hops(stages: list[dict[str, Any]], pipeline: dict[str, Any] | None) ->
     for hop in hops.values():
         hop["hit_index"] = any(u.startswith((sc.KIND_RETRIEVE + " ", sc.KIND_FUSE + " ")) for u in hop["used_by"])
     return [hops[k] for k in sorted(hops)]
+
+
+def answer_entry(attributes: dict[str, Any]) -> dict[str, Any] | None:
+    """The answer receipt the app stamped on the pipeline span (``None`` when it said nothing)."""
+    if not any(k.startswith(sc.ANSWER_RECEIPT_PREFIX + ".") for k in attributes):
+        return None
+    refused = attributes.get(sc.ANSWER_REFUSED)
+    return {"sha256": attributes.get(sc.ANSWER_SHA256), "chars": _int(attributes.get(sc.ANSWER_CHARS)),
+            "refused": refused if isinstance(refused, bool) else None, "claim": attributes.get(sc.ANSWER_CLAIM),
+            "preview": attributes.get(sc.ANSWER_PREVIEW) or (receipts.preview(str(attributes[sc.ANSWER_TEXT]))
+                                                             if sc.ANSWER_TEXT in attributes else None)}
 
 
 def _sampling(trace: Trace, stitched: Stitched) -> dict[str, Any]:
@@ -286,6 +298,8 @@ def build(trace: Trace) -> dict[str, Any]:
         "coverage": cover,
         "fidelity": fidelity.as_dict(),
         "findings": findings,
+        "run_status": pa.get(sc.RUN_STATUS),
+        "answer": answer_entry(pa),
         "sampling": _sampling(trace, stitched),
         "span_count": len(trace.spans),
     }

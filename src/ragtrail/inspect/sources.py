@@ -317,8 +317,20 @@ class FileSource:
             raise TraceNotFound(f"no traces in {self.description}", "run your app or `ragtrail demo` first")
         return max(spans, key=lambda s: s.end_ns).trace_id
 
-    def search(self, limit: int, query: str | None = None, lookback: str = "") -> list[str]:
-        return [t.trace_id for t in self.all_traces()[:limit]]
+    def search(self, limit: int, query: str | None = None, lookback: str | None = "") -> list[str]:
+        """The most recent traces; ``lookback`` keeps those that ended within it. A local store has no
+        query language: ``query`` is refused, never ignored (``ragtrail ls`` filters local stores)."""
+        if query:
+            raise UsageError(f"--query is a Jaeger or Tempo search; {self.description} is a local store",
+                             "use `ragtrail ls` filters (--status, --reason, --doc, --query-text, ...) instead")
+        traces = self.all_traces()
+        seconds = _lookback_seconds(lookback or "")
+        if seconds:
+            import time
+
+            since = (time.time() - seconds) * 1e9
+            traces = [t for t in traces if max((s.end_ns for s in t.spans), default=0) >= since]
+        return [t.trace_id for t in traces[:limit]]
 
 
 # --- HTTP backends ---------------------------------------------------------------------------------
@@ -409,10 +421,16 @@ class JaegerSource(_HttpSource):
                                 "run your app with OTLP export to this Jaeger")
         return found[0]
 
-    def search(self, limit: int, query: str | None = None, lookback: str = "1h") -> list[str]:
+    def search(self, limit: int, query: str | None = None, lookback: str | None = "1h") -> list[str]:
         """Recent traces carrying ragtrail spans (tag ``ragtrail.schema``, or ``key=value`` from ``query``)."""
         tags = {sc.SCHEMA: str(sc.SCHEMA_VERSION)}
-        if query:
+        if query and query.lstrip().startswith("{"):  # several tags, AND-ed, as Jaeger's API takes them
+            try:
+                tags = {str(k): str(v) for k, v in json.loads(query).items()}
+            except (ValueError, AttributeError):
+                raise UsageError(f"Jaeger tags must be a JSON object, got {query!r}",
+                                 'e.g. --query \'{"ragtrail.stage.status": "degraded"}\'') from None
+        elif query:
             key, _, value = query.partition("=")
             if not value:
                 raise UsageError(f"Jaeger search wants key=value, got {query!r}",
@@ -461,11 +479,11 @@ class TempoSource(_HttpSource):
                                 "run your app with OTLP export to this Tempo")
         return found[0]
 
-    def search(self, limit: int, query: str | None = None, lookback: str = "1h") -> list[str]:
+    def search(self, limit: int, query: str | None = None, lookback: str | None = "1h") -> list[str]:
         """TraceQL search (default: every trace with ragtrail spans), most recent first."""
         q = query or f"{{ span.{sc.SCHEMA} = {sc.SCHEMA_VERSION} }}"
         params: dict[str, Any] = {"q": q, "limit": limit}
-        seconds = _lookback_seconds(lookback)
+        seconds = _lookback_seconds(lookback or "1h")
         if seconds:
             import time
 

@@ -1,0 +1,374 @@
+"""``ragtrail ls``, ``stats`` and ``compare``: commands over many traces, read one at a time.
+
+Registered on :data:`ragtrail.cli.cli`. Every trace is read through
+:class:`ragtrail.inspect.stream.TraceStream` (bounded memory) and reduced to a
+:class:`ragtrail.inspect.records.TraceRecord`; every piece of trace data printed goes through
+:mod:`ragtrail.inspect.safe`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import deque
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import click
+
+from ragtrail.cli import _json_out, _source_option, _stderr, cli
+from ragtrail.inspect import errors
+from ragtrail.inspect._gc import gc_paused
+from ragtrail.inspect.safe import plain, text
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich bar on stderr, shown only when stderr is a terminal and the work has taken over a second."""
+    console = _stderr()
+    if not console.is_terminal:
+        yield lambda done, total: None
+        return
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+    started = time.monotonic()
+    state: dict[str, Any] = {}
+
+    def update(done: int, total: int) -> None:
+        if "bar" not in state:
+            if time.monotonic() - started < 1.0:
+                return
+            bar = state["bar"] = Progress(TextColumn(label), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(),
+                                          console=console, transient=True)
+            bar.start()
+            state["task"] = bar.add_task(label, total=total)
+        state["bar"].update(state["task"], completed=done, total=total)
+
+    try:
+        yield update
+    finally:
+        if "bar" in state:
+            state["bar"].stop()
+
+
+def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed((
+        click.option("--since", default=None, help="Traces that ended after this: ISO time or a duration back (30m, 7d)."),
+        click.option("--until", default=None, help="Traces that started before this: ISO time or a duration back."),
+        click.option("--status", "run_status", default=None, metavar="RUN_STATUS",
+                     help="Run status on the pipeline span (available, empty, degraded, failed)."),
+        click.option("--stage-status", default=None, help="Some stage has this status (ok, empty, degraded, failed)."),
+        click.option("--finding", default=None, help="A finding or insight containing this text (e.g. stale_citation, echo)."),
+        click.option("--reason", default=None, help="Some candidate was excluded with this reason code."),
+        click.option("--component", default=None, help="Some stage (or the pipeline) has this component."),
+        click.option("--doc", "doc", default=None, metavar="ID", help="Some stage saw this document id."),
+        click.option("--query-text", default=None, metavar="TEXT",
+                     help="The question (hashed here with the contract's receipt; the raw text is never needed on the wire)."),
+        click.option("--query-sha256", default=None, metavar="HEX", help="The question's receipt, as recorded."),
+        click.option("--service-version", "service_version", default=None, help="The resource's service.version."),
+        click.option("--lookback", default="1h", show_default=True, help="How far back a server search looks."),
+        click.option("--limit", type=int, default=None, help="At most this many traces (servers: default 100)."),
+        click.option("--date-key", default="updated_at", show_default=True,
+                     help="Metadata key (ragtrail.candidate.meta.KEY) holding a document's date (stale_citation)."),
+        click.option("--self-author", default=None, metavar="KEY=VALUE",
+                     help="Metadata marking content the system wrote itself (self_citation), e.g. author=assistant."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+def _insight_settings(date_key: str, self_author: str | None) -> Any:
+    from ragtrail.inspect.insights import InsightSettings
+
+    if self_author is not None:
+        key, sep, value = self_author.partition("=")
+        if not sep or not key:
+            raise errors.UsageError(f"--self-author wants KEY=VALUE, got {self_author!r}", "e.g. --self-author author=assistant")
+        return InsightSettings(date_key=date_key, author_key=key.strip(), author_value=value.strip())
+    return InsightSettings(date_key=date_key)
+
+
+def _make_filter(since: str | None, until: str | None, run_status: str | None, stage_status: str | None,
+                 finding: str | None, reason: str | None, component: str | None, doc: str | None,
+                 query_text: str | None, query_sha256: str | None, service_version: str | None,
+                 tag: tuple[str, str] | None = None) -> Any:
+    from ragtrail.inspect.search import Filter, parse_time, query_receipt
+
+    if query_text is not None and query_sha256 is not None:
+        raise errors.UsageError("--query-text and --query-sha256 both given", "pass one")
+    return Filter(since_ns=parse_time(since), until_ns=parse_time(until), run_status=run_status,
+                  stage_status=stage_status, finding=finding, reason=reason, component=component, doc=doc,
+                  query_sha256=query_receipt(query_text) if query_text is not None else query_sha256,
+                  service_version=service_version, tag=tag)
+
+
+def _is_server(source: str | None) -> bool:
+    import os
+
+    spec = source or os.environ.get("RAGTRAIL_SOURCE") or ""
+    return spec.startswith(("jaeger+", "tempo+"))
+
+
+def _records(source: str | None, flt: Any, settings: Any, *, timeout: float, lookback: str, limit: int | None,
+             label: str) -> Iterator[Any]:
+    """Matching records of one source, streamed; the filter is pushed down to a server and checked here."""
+    from ragtrail.inspect.errors import NoRagtrailSpans
+    from ragtrail.inspect.records import from_trace
+    from ragtrail.inspect.stream import TraceStream
+
+    import os
+
+    source = source or os.environ.get("RAGTRAIL_SOURCE") or None
+    server_query = None
+    if source and source.startswith("tempo+"):
+        server_query = flt.traceql()
+    elif source and source.startswith("jaeger+"):
+        server_query = flt.jaeger_tags()
+    stream = TraceStream(source, server_query=server_query, lookback=lookback,
+                         limit=limit or 100 if _is_server(source) else 10**9, timeout=timeout)
+    with _progress(label) as progress:
+        stream.progress = progress
+        for trace in stream:
+            try:
+                record = from_trace(trace, settings)
+            except NoRagtrailSpans:
+                continue
+            if flt.matches(record):
+                yield record
+    for note in stream.notes():
+        _stderr().print(f"ragtrail: note: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
+
+
+@cli.command("ls")
+@_source_option
+@_filter_options
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per trace.")
+@gc_paused()
+def ls_cmd(source: str | None, timeout: float, since: str | None, until: str | None, run_status: str | None,
+           stage_status: str | None, finding: str | None, reason: str | None, component: str | None, doc: str | None,
+           query_text: str | None, query_sha256: str | None, service_version: str | None, lookback: str,
+           limit: int | None, date_key: str, self_author: str | None, as_json: bool) -> int:
+    """List the traces in a source that match every filter given, one line per trace (oldest first).
+
+    Filters are pushed down to Tempo (TraceQL) and Jaeger (tags) and always checked on what is read;
+    a local store is read in bounded memory. Exit 3 when no trace matches."""
+    flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text,
+                       query_sha256, service_version)
+    settings = _insight_settings(date_key, self_author)
+    records = _records(source, flt, settings, timeout=timeout, lookback=lookback, limit=limit, label="reading traces")
+    if limit is not None and not _is_server(source):
+        records = iter(deque(records, maxlen=limit))  # the most recent LIMIT, in bounded memory
+    shown = _emit(records, as_json)
+    if not shown:
+        raise errors.TraceNotFound("no trace matches", "loosen the filters (ragtrail ls --help) or check --source")
+    return errors.EXIT_OK
+
+
+def _emit(records: Iterator[Any], as_json: bool) -> int:
+    from ragtrail.inspect.search import summary_line
+
+    n = 0
+    write = sys.stdout.write  # one plain line per trace: rich's layout costs more than reading the trace
+    for r in records:
+        if as_json:
+            write(("[\n" if n == 0 else ",\n") + json.dumps(r.as_dict(), ensure_ascii=False, default=str))
+        else:
+            write(plain(summary_line(r)) + "\n")
+            for i in r.insights:
+                write(plain(f"    {i['insight']}: {i['said']}") + "\n")
+        n += 1
+    if as_json:
+        sys.stdout.write("\n]\n" if n else "")
+    return n
+
+
+@cli.command("stats")
+@_source_option
+@_filter_options
+@click.option("--json", "as_json", is_flag=True, help="Print the aggregates as JSON.")
+@gc_paused()
+def stats_cmd(source: str | None, timeout: float, since: str | None, until: str | None, run_status: str | None,
+              stage_status: str | None, finding: str | None, reason: str | None, component: str | None,
+              doc: str | None, query_text: str | None, query_sha256: str | None, service_version: str | None,
+              lookback: str, limit: int | None, date_key: str, self_author: str | None, as_json: bool) -> int:
+    """Aggregate a source per stage kind and component: counts in/out/excluded, exclusion reasons,
+    statuses and failure classes, fallback and unexplained rates, coverage; weighted by each trace's
+    sampling adjusted count (and said so)."""
+    from ragtrail.inspect.stats import Stats
+
+    flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text,
+                       query_sha256, service_version)
+    stats = Stats()
+    for r in _records(source, flt, _insight_settings(date_key, self_author), timeout=timeout, lookback=lookback,
+                      limit=limit, label="aggregating"):
+        stats.add(r)
+    if not stats.traces:
+        raise errors.TraceNotFound("no trace matches", "loosen the filters or check --source")
+    result = stats.as_dict()
+    if as_json:
+        _json_out(result)
+    else:
+        _render_stats(result)
+    return errors.EXIT_OK
+
+
+def _wide() -> Any:
+    """stdout for tables with many columns: a pipe gets 180 columns, not 120."""
+    from rich.console import Console
+
+    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 180, highlight=False)
+
+
+def _dist(d: dict[str, Any]) -> str:
+    return "-" if d["min"] is None else f"{d['min']}/{d['median']}/{d['p90']}/{d['max']}"
+
+
+def _counts(d: dict[str, Any], n: int = 3) -> str:
+    items = list(d.items())
+    shown = ", ".join(f"{plain(k)} {v:g}" for k, v in items[:n])
+    return shown + (f", +{len(items) - n}" if len(items) > n else "")
+
+
+def _render_stats(result: dict[str, Any]) -> None:
+    from rich import box
+    from rich.table import Table
+
+    out = _wide()
+    out.print(text(result["sampling"]))
+    out.print(text("runs: " + (_counts(result["run_statuses"], 5) or "-")
+                   + (f" · refusal rate {result['refusal_rate']:.1%} of {result['refusal_known']:g}"
+                      if result["refusal_rate"] is not None else " · refusals not recorded")
+                   + (f" · insights: {_counts(result['insights'], 5)}" if result["insights"] else "")
+                   + (f" · {result['alarms']} fidelity alarms" if result["alarms"] else "")))
+    cov = result["coverage"]
+    if cov["mean_read_fraction"] is not None:
+        out.print(text(f"coverage: mean {cov['mean_read_fraction']:.4%} of the corpus read "
+                       f"(corpus size known for {cov['corpus_known']:g}; exhaustive {cov['exhaustive']:g})"))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="in/out/excluded: min/median/p90/max", title_justify="left")
+    for col in ("stage", "component", "traces", "in", "out", "excluded", "reasons", "statuses", "failures",
+                "fallback", "unexplained"):
+        table.add_column(col, justify="right" if col in ("traces", "fallback", "unexplained") else "left",
+                         overflow="fold", no_wrap=col in ("stage", "component"))
+    for s in result["stages"]:
+        table.add_row(text(s["kind"]), text(s["component"]), f"{s['traces']:g}", _dist(s["in"]), _dist(s["out"]),
+                      _dist(s["excluded"]), text(_counts(s["exclusion_reasons"])), text(_counts(s["statuses"])),
+                      text(_counts(s["failure_classes"])),
+                      "-" if s["fallback_rate"] is None else f"{s['fallback_rate']:.1%}",
+                      "-" if s["unexplained_rate"] is None else f"{s['unexplained_rate']:.1%}")
+    out.print(table)
+
+
+# --- compare -----------------------------------------------------------------------------------------
+_SELECTORS = ("version:", "tag:", "time:")
+
+
+def _side(arg: str, source: str | None) -> tuple[str | None, dict[str, Any], str]:
+    """``PATH|SERVER`` (a source of its own), or ``version:V`` / ``tag:KEY=VALUE`` / ``time:SINCE..UNTIL`` on --source."""
+    if not arg.startswith(_SELECTORS):
+        return arg, {}, arg
+    kind, _, value = arg.partition(":")
+    if kind == "version":
+        return source, {"service_version": value}, arg
+    if kind == "tag":
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise errors.UsageError(f"bad side {arg!r}", "use tag:KEY=VALUE (a resource attribute)")
+        return source, {"tag": (key, val)}, arg
+    since, sep, until = value.partition("..")
+    if not sep:
+        raise errors.UsageError(f"bad side {arg!r}", "use time:SINCE..UNTIL (ISO times or durations back, e.g. time:2h..1h)")
+    return source, {"since": since or None, "until": until or None}, arg
+
+
+@cli.command("compare")
+@click.argument("side_a")
+@click.argument("side_b")
+@_source_option
+@click.option("--lookback", default="1h", show_default=True, help="How far back a server search looks.")
+@click.option("--limit", type=int, default=None, help="Server sources: at most this many traces per side (default 100).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print the comparison as Markdown.")
+@click.option("--show", "show_n", type=int, default=30, show_default=True, help="Questions listed in the terminal view.")
+@gc_paused()
+def compare_cmd(side_a: str, side_b: str, source: str | None, timeout: float, lookback: str, limit: int | None,
+                as_json: bool, as_markdown: bool, show_n: int) -> int:
+    """Compare two runs question by question, paired by the receipt of the question (hop 0).
+
+    \b
+    SIDE_A / SIDE_B: a source each (PATH, jaeger+URL, tempo+URL), or a selection of --source:
+      version:1.4.0          resource service.version
+      tag:KEY=VALUE          a resource attribute (e.g. tag:experiment=hop-v2)
+      time:SINCE..UNTIL      ISO times or durations back (time:2h..1h)"""
+    from ragtrail.inspect.compare import SideSummary, compare, markdown
+    from ragtrail.inspect.insights import InsightSettings
+
+    if as_json and as_markdown:
+        raise errors.UsageError("--json and --markdown both given", "pick one")
+    sides = []
+    for name, arg in (("A", side_a), ("B", side_b)):
+        spec, selection, label = _side(arg, source)
+        flt = _make_filter(selection.get("since"), selection.get("until"), None, None, None, None, None, None, None,
+                           None, selection.get("service_version"), selection.get("tag"))
+        summary = SideSummary(name=label)
+        for r in _records(spec, flt, InsightSettings(), timeout=timeout, lookback=lookback, limit=limit,
+                          label=f"reading {name}"):
+            summary.add(r)
+        if not summary.traces:
+            raise errors.TraceNotFound(f"side {name} ({plain(label)}) has no ragtrail trace", "check the source or selection")
+        sides.append(summary)
+    result = compare(*sides)
+    if as_json:
+        _json_out(result)
+    elif as_markdown:
+        sys.stdout.write(markdown(result, limit=show_n))
+    else:
+        _render_compare(result, show_n)
+    return errors.EXIT_OK
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def _render_compare(result: dict[str, Any], show_n: int) -> None:
+    from rich import box
+    from rich.table import Table
+
+    out = _wide()
+    a, b = result["a"], result["b"]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("")
+    table.add_column(text(f"A {a['name']}"), justify="right")
+    table.add_column(text(f"B {b['name']}"), justify="right")
+    table.add_row("traces / questions", f"{a['traces']} / {a['questions']}", f"{b['traces']} / {b['questions']}")
+    table.add_row("refused", f"{a['refused']}/{a['refusal_known']} ({_rate(a['refusal_rate'])})",
+                  f"{b['refused']}/{b['refusal_known']} ({_rate(b['refusal_rate'])})")
+    table.add_row("degraded", f"{a['degraded']} ({_rate(a['degraded_rate'])})", f"{b['degraded']} ({_rate(b['degraded_rate'])})")
+    table.add_row("fallback", f"{a['fallback']} ({_rate(a['fallback_rate'])})", f"{b['fallback']} ({_rate(b['fallback_rate'])})")
+    table.add_row("no query receipt (unpaired)", str(a["no_query_receipt"]), str(b["no_query_receipt"]))
+    table.add_row("only on this side", str(len(result["only_in_a"])), str(len(result["only_in_b"])))
+    out.print(table)
+    surv = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="survival in B of A's evidence (paired questions)",
+                 title_justify="left")
+    for col in ("stage in B", "A's cited present", "A's in-context present"):
+        surv.add_column(col, justify="left" if col == "stage in B" else "right")
+    for s in b["survival"]:
+        surv.add_row(text(s["stage"]), _rate(s["other_cited_present"]), _rate(s["other_in_context_present"]))
+    out.print(surv)
+    verdicts = ", ".join(f"{n} {v}" for v, n in sorted(result["verdicts"].items()))
+    out.print(text(f"{result['paired']} questions paired: {verdicts}"))
+    if result["newly_refused"]:
+        where = ", ".join(f"{n} at {k}" for k, n in sorted(result["newly_refused_first_difference"].items(), key=lambda kv: -kv[1]))
+        out.print(text(f"refused in B, answered in A: {result['newly_refused']} (evidence first differs: {where})", "bold yellow"))
+    changed = [p for p in result["questions"] if p["verdict"] not in ("same evidence", "same evidence, same answer")]
+    changed.sort(key=lambda p: (not (p["refused_b"] and not p["refused_a"]), p["query_sha256"]))
+    for p in changed[:show_n]:
+        refusal = " REFUSED in B" if p["refused_b"] and not p["refused_a"] else ""
+        out.print(text(f"  {p['query_sha256'][:12]} {p['verdict']}{refusal}: {p['cause'] or '-'}  "
+                       f"(A {p['a']} · B {p['b']})"), soft_wrap=True)
+    if len(changed) > show_n:
+        out.print(text(f"  … {len(changed) - show_n} more questions that differ (--json or --markdown lists all)", "dim"))
+    for side, key in (("A", "only_in_a"), ("B", "only_in_b")):
+        for q in result[key][:show_n]:
+            out.print(text(f"  only in {side}: question {q['query_sha256'][:12]} (trace {q['trace_id']})", "dim"), soft_wrap=True)

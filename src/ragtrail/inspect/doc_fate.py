@@ -1,0 +1,87 @@
+"""One document's fate, stage by stage: search results → reranker output → post-budget sources → answer.
+
+Seed 003's rule: every suspect case must be one chain, so that where the evidence died is visible.
+For one id the chain says, at each stage, whether the document was handed on (rank, score), excluded
+(reason, detail) or never seen there, when its content receipt changed (and under which rule), and
+whether the answer cited it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragtrail.contract import semconv as sc
+
+from .errors import TraceNotFound
+
+
+def fate(manifest: dict[str, Any], doc_id: str) -> dict[str, Any]:
+    """``{"id", "steps": [...], "cited", "verdict"}``; raises TraceNotFound when no stage saw the id."""
+    steps: list[dict[str, Any]] = []
+    last_sha: str | None = None
+    last_seen: dict[str, Any] | None = None
+    for i, s in enumerate(manifest["stages"]):
+        row = next((c for c in s["candidates"] if c["id"] == doc_id), None)
+        ex = next((e for e in s["excluded"] if e["id"] == doc_id), None)
+        step: dict[str, Any] = {"index": i, "stage": f"{s['kind']} {s['component']}", "kind": s["kind"],
+                                "status": s["status"]}
+        if row is not None:
+            step.update(state="kept", rank=row["rank"], score=row["score"], of=s["out"])
+            sha = row.get("sha256")
+            if sha and last_sha and sha != last_sha:
+                step["content_changed"] = {"from": last_sha, "to": sha, "rule": row.get("transform_rule")}
+            last_sha = sha or last_sha
+            last_seen = step
+        elif ex is not None:
+            step.update(state="excluded", rank=ex["rank"], reason=ex.get("reason"), detail=ex.get("detail"))
+            last_seen = step
+        else:
+            if last_seen is None or s["kind"] in (sc.KIND_QUERY_TRANSFORM,):
+                continue  # before it was found, or a stage that handles queries only
+            step.update(state="absent")
+        if s.get("fallback"):
+            step["fallback"] = s["fallback"]
+        steps.append(step)
+    if not any(st["state"] != "absent" for st in steps):
+        raise TraceNotFound(f"document {doc_id!r} appears in no stage of trace {manifest['trace_id']}",
+                            "check the id (ragtrail show TRACE lists every candidate with --all)")
+    cited = doc_id in manifest["cited"]
+    in_context = doc_id in manifest["in_context"]
+    last = next(st for st in reversed(steps) if st["state"] != "absent")
+    if cited:
+        verdict = "cited by the answer"
+    elif in_context:
+        verdict = "reached the context, not cited"
+    elif last["state"] == "excluded":
+        verdict = f"excluded at {last['stage']} ({last.get('reason')})"
+    else:
+        verdict = f"last seen at {last['stage']}; did not reach the context"
+    return {"trace_id": manifest["trace_id"], "id": doc_id, "steps": steps, "cited": cited,
+            "in_context": in_context, "verdict": verdict}
+
+
+def render(console: Any, f: dict[str, Any]) -> None:
+    """The chain in a terminal; every piece of trace data through :mod:`ragtrail.inspect.safe`."""
+    from rich.text import Text
+
+    from .safe import plain
+
+    console.print(Text.assemble(("document ", "bold"), (plain(f["id"]), "cyan"), "  in trace ", plain(f["trace_id"])))
+    for st in f["steps"]:
+        head = f"  {st['index']:>2} {plain(st['stage'])}"
+        if st["state"] == "kept":
+            score = "" if st["score"] is None else f", score {st['score']:.4g}"
+            body = f"kept, rank {st['rank']} of {st['of']}{score}"
+            style = "green"
+        elif st["state"] == "excluded":
+            body = f"EXCLUDED: {plain(st.get('reason'))}" + (f" ({plain(st['detail'])})" if st.get("detail") else "")
+            style = "yellow"
+        else:
+            body, style = "not present", "dim"
+        if st.get("status") not in (None, sc.STATUS_OK):
+            body += f"  [stage {plain(st['status'])}" + (f", fallback {plain(st['fallback'])}" if st.get("fallback") else "") + "]"
+        if st.get("content_changed"):
+            c = st["content_changed"]
+            body += f"  content {plain(c['from'])[:12]}… → {plain(c['to'])[:12]}… (rule {plain(c['rule'] or 'none')})"
+        console.print(Text(head + "  ") + Text(body, style=style))
+    console.print(Text.assemble(("fate: ", "bold"), plain(f["verdict"])))

@@ -1,0 +1,165 @@
+"""Named findings that need no eye: each one says what it saw and the evidence it saw it in.
+
+* ``stale_citation``: a cited document is older (by ``meta.<date key>``) than an uncited candidate it
+  outranked at the same stage (seed 000: "current doc retrieved, ranked #2, outranked by an older version").
+* ``echo``: a candidate's content receipt equals a query hop's receipt, so the "evidence" is the question
+  itself (seed 001: "the raw top hit is frequently the asking message itself").
+* ``self_citation``: the answer cited content the system generated itself (``meta.<author key>`` equal to
+  the configured author).
+* ``silent_fallback``: a reranking stage handed on its input order and scores unchanged and said nothing about it
+  (seed 003: "silent fallback disguised missing input as the order the model ranked").
+
+Nothing here guesses: a date that does not parse, or a metadata key the trace does not carry, yields no
+finding (and :func:`insights` says which keys were never seen, so "none found" is not read as "checked").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from ragtrail.contract import semconv as sc
+
+STALE_CITATION = "stale_citation"
+ECHO = "echo"
+SELF_CITATION = "self_citation"
+SILENT_FALLBACK = "silent_fallback"
+INSIGHTS = (STALE_CITATION, ECHO, SELF_CITATION, SILENT_FALLBACK)
+
+# fewer candidates than this and "same order as the input" is a coincidence as often as not
+_MIN_ORDER_EVIDENCE = 3
+
+
+@dataclass(frozen=True)
+class InsightSettings:
+    """What the insights read: the metadata key holding a document's date, and who counts as "self"."""
+
+    date_key: str = "updated_at"
+    author_key: str | None = None
+    author_value: str | None = None
+
+
+def _when(value: Any) -> datetime | float | None:
+    """A comparable date from an ISO string or epoch seconds; ``None`` when it is neither (never guessed)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return None
+
+
+def _comparable(a: Any, b: Any) -> bool:
+    return type(a) is type(b)
+
+
+def stale_citations(manifest: dict[str, Any], date_key: str) -> list[dict[str, Any]]:
+    """One finding per cited document: the best-ranked newer, uncited candidate it outranked, at the
+    first stage where that happened (``stages`` lists every stage where it held)."""
+    cited = set(manifest["cited"])
+    found: dict[str, dict[str, Any]] = {}
+    for stage in manifest["stages"]:
+        if stage["kind"] in (sc.KIND_CITE, sc.KIND_GENERATE):
+            continue
+        label = f"{stage['kind']} {stage['component']}"
+        dated = [(c, _when((c.get("meta") or {}).get(date_key))) for c in stage["candidates"]
+                 if isinstance(c.get("rank"), int)]
+        for c, when_c in dated:
+            if c["id"] not in cited or when_c is None:
+                continue
+            newer = sorted((u for u, when_u in dated if u["id"] not in cited and when_u is not None
+                            and _comparable(when_c, when_u) and c["rank"] < u["rank"] and when_c < when_u),
+                           key=lambda u: u["rank"])
+            if not newer:
+                continue
+            if c["id"] in found:
+                found[c["id"]]["stages"].append(label)
+                continue
+            u = newer[0]
+            found[c["id"]] = {
+                "insight": STALE_CITATION, "stage": label, "stages": [label],
+                "cited": c["id"], "cited_date": c["meta"][date_key], "cited_rank": c["rank"],
+                "newer": u["id"], "newer_date": u["meta"][date_key], "newer_rank": u["rank"],
+                "said": (f"cited {c['id']} ({date_key} {c['meta'][date_key]}, rank {c['rank']}) outranked "
+                         f"the newer {u['id']} ({date_key} {u['meta'][date_key]}, rank {u['rank']}) "
+                         f"at {label}, which was not cited"),
+            }
+    return list(found.values())
+
+
+def echoes(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    hops = {h["sha256"]: h["hop"] for h in manifest["query_hops"] if h.get("sha256")}
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for stage in manifest["stages"]:
+        for c in stage["candidates"]:
+            sha = c.get("sha256")
+            if sha and sha in hops and c["id"] not in seen:
+                seen.add(c["id"])
+                out.append({"insight": ECHO, "stage": f"{stage['kind']} {stage['component']}", "id": c["id"],
+                            "rank": c.get("rank"), "hop": hops[sha],
+                            "said": (f"candidate {c['id']} (rank {c.get('rank')} at {stage['kind']} "
+                                     f"{stage['component']}) has the same content sha256 as query hop "
+                                     f"{hops[sha]}: the question came back as its own evidence")})
+    return out
+
+
+def self_citations(manifest: dict[str, Any], key: str, value: str) -> list[dict[str, Any]]:
+    cited = set(manifest["cited"])
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for stage in manifest["stages"]:
+        for c in stage["candidates"]:
+            author = (c.get("meta") or {}).get(key)
+            if c["id"] in cited and author is not None and str(author) == value and c["id"] not in seen:
+                seen.add(c["id"])
+                out.append({"insight": SELF_CITATION, "id": c["id"], "stage": f"{stage['kind']} {stage['component']}",
+                            "said": f"the answer cited {c['id']}, whose {key} is {value}: content the system wrote itself"})
+    return out
+
+
+def silent_fallbacks(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    stages = manifest["stages"]
+    for i, stage in enumerate(stages):
+        if stage["kind"] != sc.KIND_RERANK or stage.get("fallback"):
+            continue
+        if stage.get("status") in (sc.STATUS_DEGRADED, sc.STATUS_FAILED):
+            continue  # it said so: a declared fallback is a stage status, not a silent one
+        ins = {c["id"] for c in stage["candidates"]} | {e["id"] for e in stage["excluded"]}
+        upstream = next((s for s in reversed(stages[:i]) if s["candidates"]
+                         and s["kind"] not in (sc.KIND_CITE, sc.KIND_GENERATE, sc.KIND_QUERY_TRANSFORM)), None)
+        if upstream is None:
+            continue
+        given_rows = sorted(upstream["candidates"], key=lambda c: (c["rank"] is None, c["rank"]))
+        given = [c["id"] for c in given_rows]
+        if set(given) != ins:
+            continue  # not the same set: the input is not known well enough to compare orders
+        kept_rows = sorted(stage["candidates"], key=lambda c: (c["rank"] is None, c["rank"]))
+        kept = [c["id"] for c in kept_rows]
+        # the same order alone is what a reranker that agrees with its retriever also does: the
+        # evidence of a fallback is the same order *and* the upstream scores handed on unscored
+        same_scores = all(k["score"] == g["score"] for k, g in zip(kept_rows, given_rows))
+        if len(given) >= _MIN_ORDER_EVIDENCE and len(kept) >= 2 and kept == given[:len(kept)] and same_scores:
+            out.append({"insight": SILENT_FALLBACK, "stage": f"{stage['kind']} {stage['component']}",
+                        "upstream": f"{upstream['kind']} {upstream['component']}", "count": len(given),
+                        "said": (f"{stage['kind']} {stage['component']} handed on its input order from "
+                                 f"{upstream['kind']} {upstream['component']} unchanged, scores too ({len(kept)} of "
+                                 f"{len(given)} kept) and reported no fallback: a reranker that fell back "
+                                 "silently looks exactly like this")})
+    return out
+
+
+def insights(manifest: dict[str, Any], settings: InsightSettings | None = None) -> list[dict[str, Any]]:
+    """Every insight found in one manifest, each ``{"insight": name, "said": one line, ...evidence}``."""
+    settings = settings or InsightSettings()
+    found = stale_citations(manifest, settings.date_key) + echoes(manifest) + silent_fallbacks(manifest)
+    if settings.author_key and settings.author_value is not None:
+        found += self_citations(manifest, settings.author_key, settings.author_value)
+    return found
