@@ -57,7 +57,7 @@ def inside_rerank_stage() -> bool:
     return current is not None and current.kind == sc.KIND_RERANK
 
 
-class RerankHook(Call):
+class RerankCall(Call):
     """A reranker call on the hook skeleton: ``prepare(instance, args, kwargs)`` reads the request,
     the stage records query, model and the input snapshot before the call, and ``record`` reads the
     library's result after it. One suppression key per library (``site``), and no stage at all
@@ -205,6 +205,6 @@ def top_k_of(value: Any) -> int | None:
 
 
 __all__ = [
-    "RerankHook", "RerankArgs", "argument", "component_name", "document_list", "inside_rerank_stage", "plain_score",
+    "RerankCall", "RerankArgs", "argument", "component_name", "document_list", "inside_rerank_stage", "plain_score",
     "ranked", "snapshot", "top_k_of",
 ]

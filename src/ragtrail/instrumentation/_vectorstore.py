@@ -142,8 +142,8 @@ def text_of(payload: Any) -> str | None:
     return None
 
 
-class StoreCall:
-    """One instrumented store call: stage 0 live around the call, more queries as sibling stages."""
+class StoreStages:
+    """The stages of one store call: stage 0 live around the call, more queries as sibling stages."""
 
     def __init__(self, tracer: trace.Tracer, component: str, *, collection: str | None = None) -> None:
         self._tracer = tracer
@@ -155,7 +155,7 @@ class StoreCall:
         self._pending: tuple[Outcome, int, Any] | None = None
 
     # --- before the call ---------------------------------------------------------------------------
-    def start(self, first: Row) -> "StoreCall":
+    def start(self, first: Row) -> "StoreStages":
         """Open stage 0 with what is known before the call (its query, knobs and filter)."""
         parent_valid = trace.get_current_span().get_span_context().is_valid
         self._t0 = time.time_ns()
@@ -287,20 +287,20 @@ def _call(fn: Callable[[], Any], site: str) -> Any:
         return None
 
 
-class StoreHook(Call):
-    """A store call on the hook skeleton: ``start`` opens stage 0 (a :class:`StoreCall`), ``done``
+class VectorStoreCall(Call):
+    """A store call on the hook skeleton: ``start`` opens stage 0 (a :class:`StoreStages`), ``done``
     records the result into it, the siblings are written once it ended. One suppression key per
     library: a store call made inside another (a client calling itself) records once."""
 
     per_instance = False
 
-    def __init__(self, site: str, start: Callable[[], "StoreCall | None"], done: Callable[["StoreCall", Any], None],
+    def __init__(self, site: str, start: Callable[[], "StoreStages | None"], done: Callable[["StoreStages", Any], None],
                  wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         super().__init__(None, wrapped, None, args, kwargs)
         self.site = site
         self._start = start
         self._done = done
-        self.store: StoreCall | None = None
+        self.store: StoreStages | None = None
 
     def open(self) -> Stage | None:
         self.store = self._start()
@@ -317,13 +317,13 @@ class StoreHook(Call):
             self.store.write_siblings()
 
 
-def call_through(key: str, start: Callable[[], "StoreCall | None"], wrapped: Callable[..., Any], args: tuple,
-                 kwargs: dict, done: Callable[["StoreCall", Any], None]) -> Any:
-    """Every vector-store wrapper: the client's call as :class:`StoreHook` stages (see ``_hook``)."""
-    return run(StoreHook(key, start, done, wrapped, args, kwargs))
+def call_through(key: str, start: Callable[[], "StoreStages | None"], wrapped: Callable[..., Any], args: tuple,
+                 kwargs: dict, done: Callable[["StoreStages", Any], None]) -> Any:
+    """Every vector-store wrapper: the client's call as :class:`VectorStoreCall` stages (see ``_hook``)."""
+    return run(VectorStoreCall(key, start, done, wrapped, args, kwargs))
 
 
-async def acall_through(key: str, start: Callable[[], "StoreCall | None"], wrapped: Callable[..., Any], args: tuple,
-                        kwargs: dict, done: Callable[["StoreCall", Any], None]) -> Any:
+async def acall_through(key: str, start: Callable[[], "StoreStages | None"], wrapped: Callable[..., Any], args: tuple,
+                        kwargs: dict, done: Callable[["StoreStages", Any], None]) -> Any:
     """:func:`call_through` for async clients: the stages cover the awaited query."""
-    return await run_async(StoreHook(key, start, done, wrapped, args, kwargs))
+    return await run_async(VectorStoreCall(key, start, done, wrapped, args, kwargs))

@@ -28,7 +28,7 @@ from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import bind
-from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreCall, acall_through,
+from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreStages, acall_through,
                                                   call_through, filter_json, plain)
 from ragtrail.contract.receipts import content_id
 
@@ -62,16 +62,16 @@ class ChromaInstrumentor(RagtrailInstrumentor):
 
     def _query(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         return call_through(_KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
-                            lambda call, result: call.complete(lambda: _outcome(call, instance, result, local_count=True)))
+                            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result, local_count=True)))
 
     async def _aquery(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         # AsyncCollection only exists over HTTP: no count (a round trip per query)
         return await acall_through(
             _KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
-            lambda call, result: call.complete(lambda: _outcome(call, instance, result, local_count=False)))
+            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result, local_count=False)))
 
 
-class _ChromaCall(StoreCall):
+class _ChromaStages(StoreStages):
     texts: list[Any] | None = None
     vectors: list[Any] | None = None
     base: Row
@@ -100,31 +100,31 @@ def _vectors(embeddings: Any) -> list[Any] | None:
     return items
 
 
-def _start(tracer: Any, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> _ChromaCall:
+def _start(tracer: Any, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> _ChromaStages:
     arguments = bind(wrapped, args, kwargs)
-    call = _ChromaCall(tracer, f"chromadb.{type(instance).__qualname__}", collection=getattr(instance, "name", None))
-    call.texts = _as_list(arguments.get("query_texts"))
-    call.vectors = None if call.texts is not None else _vectors(arguments.get("query_embeddings"))
+    stages = _ChromaStages(tracer, f"chromadb.{type(instance).__qualname__}", collection=getattr(instance, "name", None))
+    stages.texts = _as_list(arguments.get("query_texts"))
+    stages.vectors = None if stages.texts is not None else _vectors(arguments.get("query_embeddings"))
     include = arguments.get("include")
     distances = include is None or "distances" in include
     conditions = {key: arguments.get(key) for key in ("where", "where_document", "ids")}
     if conditions["ids"] is not None:
         conditions["ids"] = _as_list(conditions["ids"])
-    call.base = Row(
+    stages.base = Row(
         top_k=arguments.get("n_results"),
         filter=filter_json({k: v for k, v in conditions.items() if v is not None}),
         score_kind=sc.SCORE_DISTANCE if distances else None,
     )
-    return call.start(_row(call, 0, ()))  # type: ignore[return-value]
+    return stages.start(_row(stages, 0, ()))  # type: ignore[return-value]
 
 
-def _row(call: _ChromaCall, index: int, candidates: Any) -> Row:
+def _row(stages: _ChromaStages, index: int, candidates: Any) -> Row:
     query = None
-    if call.texts is not None and index < len(call.texts):
-        query = Query(text=call.texts[index])
-    elif call.vectors is not None and index < len(call.vectors):
-        query = Query(vector=call.vectors[index])
-    base = call.base
+    if stages.texts is not None and index < len(stages.texts):
+        query = Query(text=stages.texts[index])
+    elif stages.vectors is not None and index < len(stages.vectors):
+        query = Query(vector=stages.vectors[index])
+    base = stages.base
     return Row(candidates=candidates, query=query, top_k=base.top_k, filter=base.filter, score_kind=base.score_kind)
 
 
@@ -135,7 +135,7 @@ def _column(result: Mapping[str, Any], key: str, index: int) -> list[Any] | None
     return rows[index]
 
 
-def _outcome(call: _ChromaCall, instance: Any, result: Any, *, local_count: bool) -> Outcome | None:
+def _outcome(stages: _ChromaStages, instance: Any, result: Any, *, local_count: bool) -> Outcome | None:
     if not isinstance(result, Mapping) or result.get("ids") is None:
         return None
 
@@ -156,7 +156,7 @@ def _outcome(call: _ChromaCall, instance: Any, result: Any, *, local_count: bool
                 score_kind=kind,
                 metadata=metadata if isinstance(metadata, Mapping) else None,
             ))
-        found = _row(call, index, candidates)
+        found = _row(stages, index, candidates)
         found.score_kind = kind
         return found
 

@@ -15,8 +15,8 @@ from typing import Any
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import run, run_async
 from ragtrail.instrumentation._rerank import (
-    RerankHook,
     RerankArgs,
+    RerankCall,
     argument,
     component_name,
     document_list,
@@ -66,7 +66,7 @@ class CohereInstrumentor(RagtrailInstrumentor):
             self.wrap(module, name, self._async_wrapper if is_async else self._sync_wrapper)
 
     def _sync_wrapper(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))
+        return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))
 
     async def _async_wrapper(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return await run_async(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))
+        return await run_async(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))

@@ -23,7 +23,7 @@ from typing import Any, Callable, Collection
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreCall, call_through, filter_json
+from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, call_through, filter_json
 
 _KEY = "ragtrail.faiss"
 
@@ -66,36 +66,36 @@ class FaissInstrumentor(RagtrailInstrumentor):
 
     def _search(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         return call_through(_KEY, lambda: _start(self.tracer, instance, args, kwargs), wrapped, args, kwargs,
-                            lambda call, result: call.complete(lambda: _outcome(call, instance, result)))
+                            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
 
 
-class _FaissCall(StoreCall):
+class _FaissStages(StoreStages):
     queries: Any = None
     base: Row
     binary: bool = False
 
 
-def _start(tracer: Any, instance: Any, args: tuple, kwargs: dict) -> _FaissCall:
+def _start(tracer: Any, instance: Any, args: tuple, kwargs: dict) -> _FaissStages:
     import faiss
 
     x = args[0] if args else kwargs.get("x")
     k = args[1] if len(args) > 1 else kwargs.get("k")
     params = kwargs.get("params")
-    call = _FaissCall(tracer, f"faiss.{type(instance).__name__}")
-    call.queries = x if getattr(x, "ndim", None) == 2 else None
-    call.binary = isinstance(instance, faiss.IndexBinary)
-    if call.binary:
+    stages = _FaissStages(tracer, f"faiss.{type(instance).__name__}")
+    stages.queries = x if getattr(x, "ndim", None) == 2 else None
+    stages.binary = isinstance(instance, faiss.IndexBinary)
+    if stages.binary:
         kind = sc.SCORE_DISTANCE
     else:
         inner_product = getattr(instance, "metric_type", None) == faiss.METRIC_INNER_PRODUCT
         kind = sc.SCORE_SIMILARITY if inner_product else sc.SCORE_DISTANCE
     selector = _selector(params)
-    call.base = Row(
+    stages.base = Row(
         top_k=int(k) if isinstance(k, int) or hasattr(k, "__index__") else None,
         score_kind=kind,
         filter=filter_json({"id_selector": type(selector).__name__}) if selector is not None else None,
     )
-    return call.start(_row(call, 0, ()))  # type: ignore[return-value]
+    return stages.start(_row(stages, 0, ()))  # type: ignore[return-value]
 
 
 def _selector(params: Any) -> Any:
@@ -110,14 +110,14 @@ def _selector(params: Any) -> Any:
     return getattr(params, "sel", None)
 
 
-def _row(call: _FaissCall, index: int, candidates: Any) -> Row:
-    queries = call.queries
-    query = Query(vector=queries[index], binary=call.binary) if queries is not None and index < len(queries) else None
-    base = call.base
+def _row(stages: _FaissStages, index: int, candidates: Any) -> Row:
+    queries = stages.queries
+    query = Query(vector=queries[index], binary=stages.binary) if queries is not None and index < len(queries) else None
+    base = stages.base
     return Row(candidates=candidates, query=query, top_k=base.top_k, score_kind=base.score_kind, filter=base.filter)
 
 
-def _outcome(call: _FaissCall, instance: Any, result: Any) -> Outcome | None:
+def _outcome(stages: _FaissStages, instance: Any, result: Any) -> Outcome | None:
     distances, labels = result
     if getattr(labels, "ndim", None) != 2:
         return None
@@ -125,10 +125,10 @@ def _outcome(call: _FaissCall, instance: Any, result: Any) -> Outcome | None:
     def row(index: int) -> Row:
         ids = labels[index].tolist()
         scores = distances[index].tolist()
-        kind = call.base.score_kind
+        kind = stages.base.score_kind
         candidates = [Candidate(id=str(ident), score=score, score_kind=kind)
                       for ident, score in zip(ids, scores) if ident != -1]
-        found = _row(call, index, candidates)
+        found = _row(stages, index, candidates)
         empty = len(ids) - len(candidates)
         if empty:
             found.findings.append(f"{empty} of {len(ids)} result slots empty (faiss id -1 padding)")

@@ -15,8 +15,8 @@ from typing import Any
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import run
 from ragtrail.instrumentation._rerank import (
-    RerankHook,
     RerankArgs,
+    RerankCall,
     argument,
     component_name,
     document_list,
@@ -74,5 +74,5 @@ class FlashrankInstrumentor(RagtrailInstrumentor):
 
     def _rerank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         listwise = getattr(instance, "llm_model", None) is not None
-        return run(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare,
+        return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare,
                               lambda s, request, result: _record(s, request, result, listwise)))

@@ -43,7 +43,7 @@ from ragtrail.instrumentation._vectorstore import (
     Outcome,
     Query,
     Row,
-    StoreCall,
+    StoreStages,
     acall_through,
     call_through,
     filter_json,
@@ -96,7 +96,7 @@ class QdrantInstrumentor(RagtrailInstrumentor):
     def _sync(self, method: str) -> Callable[..., Any]:
         def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
             return call_through(_KEY, lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
-                                wrapped, args, kwargs, lambda call, result: _complete(call, result, instance, _facts))
+                                wrapped, args, kwargs, lambda stages, result: _complete(stages, result, instance, _facts))
 
         return wrapper
 
@@ -104,17 +104,17 @@ class QdrantInstrumentor(RagtrailInstrumentor):
         async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
             # nothing is awaited after the result has arrived: it is the host's
             return await acall_through(_KEY, lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
-                                       wrapped, args, kwargs, lambda call, result: _complete(call, result, instance, _afacts))
+                                       wrapped, args, kwargs, lambda stages, result: _complete(stages, result, instance, _afacts))
 
         return wrapper
 
 
-def _complete(call: "_QdrantCall", result: Any, instance: Any,
+def _complete(stages: "_QdrantStages", result: Any, instance: Any,
               facts_of: Callable[[Any, str | None], "_Facts | None"]) -> None:
     """Read the collection's facts (local or cached: never a wait on the network) and record the
     result (the hook skeleton ends the stages whatever happens here)."""
-    facts = guard("qdrant.facts", facts_of, instance, call.collection) if call.active else None
-    call.complete(lambda: _outcome(call, result, facts))
+    facts = guard("qdrant.facts", facts_of, instance, stages.collection) if stages.active else None
+    stages.complete(lambda: _outcome(stages, result, facts))
 
 
 def point_candidate(point: Any) -> Candidate:
@@ -126,22 +126,22 @@ def point_candidate(point: Any) -> Candidate:
     return Candidate(id=ident, content=content, score=plain(point.score), metadata=payload)
 
 
-class _QdrantCall(StoreCall):
+class _QdrantStages(StoreStages):
     method: str
     requests: list[dict[str, Any]]
 
 
 def _start(tracer: Any, method: str, wrapped: Callable[..., Any], instance: Any, args: tuple,
-           kwargs: dict) -> _QdrantCall:
+           kwargs: dict) -> _QdrantStages:
     arguments = bind(wrapped, args, kwargs)
     collection = arguments.get("collection_name")
-    call = _QdrantCall(tracer, f"qdrant_client.{type(instance).__qualname__}.{method}",
+    stages = _QdrantStages(tracer, f"qdrant_client.{type(instance).__qualname__}.{method}",
                        collection=collection if isinstance(collection, str) else None)
-    call.method = method
+    stages.method = method
     if method == "query_batch_points":
         requests = arguments.get("requests")
         # a list or tuple only: an iterator is the library's to read, not ours
-        call.requests = [_request_of(r) for r in requests] if isinstance(requests, (list, tuple)) else []
+        stages.requests = [_request_of(r) for r in requests] if isinstance(requests, (list, tuple)) else []
     else:
         request = {
             "query": arguments.get("query"),
@@ -154,9 +154,9 @@ def _start(tracer: Any, method: str, wrapped: Callable[..., Any], instance: Any,
         if method == "query_points_groups":
             request["group_by"] = arguments.get("group_by")
             request["group_size"] = arguments.get("group_size")
-        call.requests = [request]
-    first = _row(call, 0, (), None)
-    return call.start(first)  # type: ignore[return-value]
+        stages.requests = [request]
+    first = _row(stages, 0, (), None)
+    return stages.start(first)  # type: ignore[return-value]
 
 
 def _request_of(request: Any) -> dict[str, Any]:
@@ -173,8 +173,8 @@ def _request_of(request: Any) -> dict[str, Any]:
     }
 
 
-def _row(call: _QdrantCall, index: int, candidates: Any, facts: _Facts | None) -> Row:
-    request = call.requests[index] if index < len(call.requests) else {}
+def _row(stages: _QdrantStages, index: int, candidates: Any, facts: _Facts | None) -> Row:
+    request = stages.requests[index] if index < len(stages.requests) else {}
     attributes: dict[str, Any] = {}
     if "group_by" in request:
         attributes[sc.STAGE_GROUP_BY] = request["group_by"]
@@ -250,19 +250,19 @@ def _vector_kind(using: str | None, facts: _Facts | None) -> str | None:
     return None
 
 
-def _outcome(call: _QdrantCall, result: Any, facts: _Facts | None) -> Outcome | None:
-    if call.method == "query_batch_points":
+def _outcome(stages: _QdrantStages, result: Any, facts: _Facts | None) -> Outcome | None:
+    if stages.method == "query_batch_points":
         responses = list(result) if isinstance(result, (list, tuple)) else None
         if responses is None:
             return None
         lists = [getattr(response, "points", None) or [] for response in responses]
-    elif call.method == "query_points_groups":
+    elif stages.method == "query_points_groups":
         lists = [[hit for group in (getattr(result, "groups", None) or []) for hit in (group.hits or [])]]
     else:
         lists = [getattr(result, "points", None) or []]
 
     def row(index: int) -> Row:
-        found = _row(call, index, [], facts)
+        found = _row(stages, index, [], facts)
         candidates = []
         for point in lists[index]:
             candidate = point_candidate(point)

@@ -33,7 +33,7 @@ from ragtrail.recorder.candidates import Candidate, adapt, normalize_id
 from ragtrail.contract.receipts import content_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import argument, component_name, guard, run, run_async
-from ragtrail.instrumentation._rerank import RerankArgs, RerankHook, ranked
+from ragtrail.instrumentation._rerank import RerankArgs, RerankCall, ranked
 from ragtrail.recorder.stage import Stage
 
 _KEY = "rerankers.rank"
@@ -179,11 +179,11 @@ class RerankersInstrumentor(RagtrailInstrumentor):
         self._patched = set()
 
     def _rank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))
+        return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))
 
     async def _rank_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         cls = type(instance)
         if (cls, "rank") not in self._patched and "rank" in cls.__dict__:  # defined after rerankers was patched
             with self._hooks_lock:
                 guard("rerankers.patch_class", self._patch_class, cls)
-        return await run_async(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))
+        return await run_async(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))

@@ -15,8 +15,8 @@ from typing import Any
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import run
 from ragtrail.instrumentation._rerank import (
-    RerankHook,
     RerankArgs,
+    RerankCall,
     argument,
     component_name,
     document_list,
@@ -123,7 +123,7 @@ class SentenceTransformersInstrumentor(RagtrailInstrumentor):
         self.wrap(module, "CrossEncoder.predict", self._predict)
 
     def _rank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare_rank, _record_rank))
+        return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare_rank, _record_rank))
 
     def _predict(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run(RerankHook(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare_predict, _record_predict))
+        return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare_predict, _record_predict))
