@@ -2,7 +2,8 @@
 
 Seeds are the real shapes: the local store's OTLP JSON lines (a trace recorded here by the real recorder
 and local-store exporter), Jaeger v3 (OTLP JSON under ``result``) and v1 bodies recorded from a real
-Jaeger (tests/fixtures/jaeger_recorded/), and the Tempo v1/v2 bodies derived from them. Hypothesis
+Jaeger (tests/fixtures/jaeger_recorded/), and the Tempo v1/v2 bodies derived from them; read from files
+(every reader) and served by a real HTTP server on 127.0.0.1 (the Jaeger and Tempo sources). Hypothesis
 drops, duplicates, retypes and re-nests fields, writes huge ints, NaN, odd unicode, and truncates the
 bytes. Whatever comes out, the only allowed outcomes are a manifest (and its terminal, JSON and HTML
 views) or an :class:`~ragtrail.inspect.errors.InspectError` with a documented exit code other than 70;
@@ -29,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from fixtures.backend_server import BackendServer
 from fixtures.ragtrail_traces import rag_run, record, store_lines
 from ragtrail.cli import main
 from ragtrail.inspect import render, report
@@ -186,6 +188,28 @@ def test_readers_never_fail_with_a_bug(tmp_path_factory, data):
     for ref, source in ((str(path), None), (trace_id, str(path)), (trace_id, str(path.parent))):
         code = _outcome(lambda: _read_everything(ref, source))
         SEEN_CODES["readers"][code] = SEEN_CODES["readers"].get(code, 0) + 1
+
+
+@pytest.fixture(scope="module")
+def backend():
+    """A real HTTP server on 127.0.0.1 answering like Jaeger or Tempo with whatever a test routes."""
+    with BackendServer() as server:
+        yield server
+
+
+@settings(FUZZ, max_examples=EXAMPLES or 60)
+@given(st.data())
+def test_http_readers_never_fail_with_a_bug(backend, data):
+    """The same mutations served by a real HTTP server: Jaeger's v3 then v1 API, Tempo's v2 then v1."""
+    trace_id, raw, _ = _mutated_bytes(data)
+    body = raw.decode("utf-8", "replace")
+    kind = data.draw(st.sampled_from(["jaeger", "tempo"]), label="backend")
+    first, fallback = (("/api/v3/traces/", "/api/traces/") if kind == "jaeger" else ("/api/v2/traces/", "/api/traces/"))
+    backend.routes.clear()
+    for prefix in data.draw(st.sampled_from([(first,), (fallback,), (first, fallback)]), label="routes"):
+        backend.route(prefix + trace_id, body, status=data.draw(st.sampled_from([200, 200, 200, 404, 500])))
+    code = _outcome(lambda: _read_everything(trace_id, f"{kind}+{backend.url}"))
+    SEEN_CODES["readers"][code] = SEEN_CODES["readers"].get(code, 0) + 1
 
 
 def _cli(*args: str) -> tuple[int, str, str]:
