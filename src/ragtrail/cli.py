@@ -216,7 +216,7 @@ def report(trace: str, source: str | None, timeout: float, output: str) -> int:
 
     manifest = _load(trace, source, timeout)
     path = html.write(manifest, output)
-    click.echo(str(path))
+    click.echo(plain(path))
     return errors.EXIT_OK
 
 

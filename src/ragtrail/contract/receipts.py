@@ -213,34 +213,43 @@ def _dumps(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_STR_KEYS = {str}
+
+
 def _plain_within_bounds(value: Any) -> bool:
     """True for exactly dicts (str keys), lists, tuples, str, int, float, bool and None, within every
-    bound: such a value's canonical form is json.dumps of it, done at C speed. (Checked without
-    recursion, so a value nested as deep as it likes costs at most MAX_DEPTH levels of looking.)"""
+    bound: such a value's canonical form is json.dumps of it, done at C speed. Checked without
+    recursion, a container's children by their set of types (``map(type, ...)`` runs in C)."""
+    t = type(value)
+    if t in _LEAVES:
+        return t is not str or len(value) <= MAX_CHARS
+    if t is not dict and t is not list and t is not tuple:
+        return False
     stack = [(value, 0)]
     items = chars = 0
-    pop, push = stack.pop, stack.append
     while stack:
-        v, depth = pop()
-        items += 1
-        t = type(v)
-        if t is str:
-            chars += len(v)
-        elif t is dict:
-            if depth >= MAX_DEPTH:
-                return False
-            for k, x in v.items():
-                if type(k) is not str:
-                    return False
-                chars += len(k)
-                push((x, depth + 1))
-        elif t is list or t is tuple:
-            if depth >= MAX_DEPTH:
-                return False
-            for x in v:
-                push((x, depth + 1))
-        elif not (v is None or t is int or t is float or t is bool):
+        v, depth = stack.pop()
+        if depth >= MAX_DEPTH:
             return False
+        if type(v) is dict:
+            if v and set(map(type, v)) != _STR_KEYS:
+                return False
+            chars += sum(map(len, v))
+            children: Any = v.values()
+        else:
+            children = v
+        items += len(children)
+        types = set(map(type, children))
+        if str in types:
+            chars += sum(len(x) for x in children if type(x) is str)
+        if not types <= _LEAVES:
+            for x in children:
+                tx = type(x)
+                if tx is dict or tx is list or tx is tuple:
+                    stack.append((x, depth + 1))
+                elif tx not in _LEAVES:
+                    return False
         if items > MAX_ITEMS or chars > MAX_CHARS:
             return False
     return True

@@ -45,6 +45,8 @@ def plain(value: Any) -> str:
 
     ``None`` and non-strings are shown as ``str(value)``, escaped the same way."""
     s = value if isinstance(value, str) else str(value)
+    if s.isascii() and s.isprintable():  # the common case: nothing to escape (both checks run at C speed)
+        return s
     return _UNSAFE.sub(_escape, s)
 
 
@@ -70,4 +72,6 @@ def json_text(data: Any, **options: Any) -> str:
     (json.dumps escapes C0 controls inside strings itself, and outside strings JSON is ASCII: every other
     such character is inside a string, where ``\\uXXXX`` is legal.)"""
     out = json.dumps(data, ensure_ascii=False, **options)
+    if out.isascii() and "\x7f" not in out:  # the common case, checked at C speed (a 50 MB manifest: ~10 ms)
+        return out
     return _JSON_UNSAFE.sub(_json_escape, out)
