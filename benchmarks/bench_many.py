@@ -38,10 +38,15 @@ def run(args: list[str]) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--traces", type=int, default=100_000)
+    parser.add_argument("--stores", type=Path, default=None, help="Keep (or reuse) the two stores in this directory.")
+    parser.add_argument("--only", default=None, help="Run only the commands whose label starts with this.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        a, b = Path(tmp) / "a", Path(tmp) / "b"
+        base = args.stores or Path(tmp)
+        a, b = base / "a", base / "b"
         for store, extra in ((a, []), (b, ["--fallback-every", "5"])):
+            if store.exists():
+                continue
             subprocess.run([sys.executable, str(HERE / "make_many_store.py"), str(store), "--traces", str(args.traces),
                             *extra], check=True, stdout=subprocess.DEVNULL)
         size = sum(p.stat().st_size for p in a.glob("*.jsonl")) / 2**20
@@ -54,6 +59,8 @@ def main() -> None:
             ("stats", ["stats", "--source", str(b)], args.traces),
             ("compare A B", ["compare", str(a), str(b)], 2 * args.traces),
         ):
+            if args.only and not label.startswith(args.only):
+                continue
             wall, cpu, rss = run(cmd)
             print(f"| `{label}` | {n} | {wall:.1f} | {cpu:.1f} | {n / cpu:,.0f} | {rss:.0f} |")
 

@@ -330,3 +330,27 @@ def test_jaeger_push_down_sends_every_tag():
     params = parse_qs(urlsplit(search).query)
     assert json.loads(params["tags"][0]) == {"ragtrail.run.status": "degraded", "ragtrail.stage.component": "exp.budget"}
     assert params["service"] == ["rag"] and params["lookback"] == ["1h"]
+
+
+def test_hostile_ids_stay_on_one_line_and_print_no_escape(tmp_path):
+    hostile = "evil\n\x1b[2J[bold]id\u202e"
+
+    def run(tracer):
+        with rt.stage("pipeline", "t.p", tracer=tracer) as p:
+            p.query("q")
+            with rt.stage("retrieve", "t.r", tracer=tracer) as s:
+                s.query("q")
+                s.outputs([{"id": hostile, "content": "q"}, {"id": "ok", "content": "fine"}])
+            rt.cite([hostile], tracer=tracer)
+
+    record(tmp_path, run)
+    out = ragtrail("ls", "--source", str(tmp_path), "--doc", hostile)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2 and lines[1] == (
+        "    echo: candidate evil\\n\\x1b[2J[bold]id\\u202e (rank 0 at retrieve t.r) has the same content sha256 as "
+        "query hop 0: the question came back as its own evidence")
+    fate = ragtrail("show", "last", "--source", str(tmp_path), "--doc", hostile)
+    assert fate.returncode == 0 and "\x1b" not in fate.stdout and "\u202e" not in fate.stdout
+    assert fate.stdout.splitlines()[0] == "document evil\\n\\x1b[2J[bold]id\\u202e  in trace " + out.stdout.split()[0]
+    assert fate.stdout.splitlines()[-1] == "fate: cited by the answer"

@@ -44,7 +44,9 @@ class SideSummary:
             if old.start_ns >= r.start_ns:
                 return
         # what a pairing needs, not what ls shows: 100,000 questions a side must fit in memory
-        self.by_query[r.query_sha256] = replace(r, resource={}, findings=[], insights=[], notes=[])
+        self.by_query[r.query_sha256] = replace(
+            r, resource={}, findings=[], insights=[], notes=[],
+            stages=[replace(st, span_id="", parent_span_id=None) for st in r.stages])
 
 
 def _keyed(stages: Iterable[StageRecord]) -> list[tuple[tuple[str, str, int], StageRecord]]:
