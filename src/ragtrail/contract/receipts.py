@@ -68,9 +68,9 @@ def receipt_keys(prefix: str) -> tuple[str, str, str]:
 # the canonical form, and reported (see :func:`canonical_json_bounded`, :func:`set_cut_observer`).
 # Ordinary values never reach a bound: their canonical form is what it always was.
 MAX_DEPTH = 64  # containers nested deeper than this are cut
-MAX_ITEMS = 200_000  # values visited per canonical form
+MAX_ITEMS = 100_000  # values visited per canonical form (well under the time budget, even on a busy machine)
 MAX_CHARS = 16 * 1024 * 1024  # characters of strings and keys per canonical form
-TIME_BUDGET_S = 0.5  # a last resort (slow conversions): a cut by time is not reproducible, and says so
+TIME_BUDGET_S = 1.0  # a last resort (slow conversions): a cut by time is not reproducible, and says so
 
 _SCALARS = (str, int, float, bool, type(None))
 _NATIVE = (*_SCALARS, list, tuple, dict)
