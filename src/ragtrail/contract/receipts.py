@@ -5,7 +5,9 @@ Anything between the producer and the reader (the SDK's limits, a collector's ``
 backend's size cap) that changes a payload is caught by comparing what arrived with its receipt.
 A cut that a versioned transform rule authorises (a 256-character preview, a declared truncation,
 a budget trim) is told apart from a silent one. Both the recorder and the inspector use this module:
-it is part of the wire contract (SPEC §4), not of either side.
+it is part of the wire contract (docs/semconv.md §3-4), not of either side: the rules written once
+here (receipt attribute names, the 64-hex and count checks, the events digest and its items) are
+the ones both sides apply.
 """
 
 from __future__ import annotations
@@ -32,7 +34,31 @@ PREVIEW_CHARS = 256
 def preview(text: str) -> str:
     """The authorised cut ``preview@1``: exactly the first ``PREVIEW_CHARS`` code points."""
     return text[:PREVIEW_CHARS]
+
+
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def is_sha256_hex(value: Any) -> bool:
+    """Exactly 64 lowercase hex digits: a sha256 that arrived whole (a cut one never matches)."""
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
+
+
+def is_count(value: Any) -> bool:
+    """A receipt's ``chars`` / ``bytes``: a non-negative int (never a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+_KEYS: dict[str, tuple[str, str, str]] = {}
+
+
+def receipt_keys(prefix: str) -> tuple[str, str, str]:
+    """A receipt's attribute names under ``prefix``: ``{prefix}.chars``, ``.bytes``, ``.sha256``
+    (e.g. ``semconv.QUERY_RECEIPT_PREFIX``), built once per prefix."""
+    keys = _KEYS.get(prefix)
+    if keys is None:
+        keys = _KEYS[prefix] = (f"{prefix}.chars", f"{prefix}.bytes", f"{prefix}.sha256")
+    return keys
 
 
 def _json_default(value: Any) -> Any:
@@ -64,7 +90,7 @@ def _json_default(value: Any) -> Any:
 
 
 def canonical_json(value: Any) -> str:
-    """JSON with sorted keys, compact separators and no ASCII escaping (SPEC §4)."""
+    """JSON with sorted keys, compact separators and no ASCII escaping (docs/semconv.md §4)."""
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default)
     except (TypeError, ValueError):
@@ -103,14 +129,16 @@ class Receipt(NamedTuple):
 
     def as_attributes(self, prefix: str) -> dict[str, Any]:
         """``{prefix}.chars``, ``{prefix}.bytes``, ``{prefix}.sha256`` as span/event attributes."""
-        return {f"{prefix}.chars": self.chars, f"{prefix}.bytes": self.bytes, f"{prefix}.sha256": self.sha256}
+        chars, size, sha = receipt_keys(prefix)
+        return {chars: self.chars, size: self.bytes, sha: self.sha256}
 
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, Any], prefix: str) -> "Receipt | None":
         """Read a receipt back; ``None`` when any part is missing (which the reader reports)."""
-        chars = attributes.get(f"{prefix}.chars")
-        size = attributes.get(f"{prefix}.bytes")
-        digest = attributes.get(f"{prefix}.sha256")
+        chars_key, bytes_key, sha_key = receipt_keys(prefix)
+        chars = attributes.get(chars_key)
+        size = attributes.get(bytes_key)
+        digest = attributes.get(sha_key)
         if chars is None and size is None and digest is None:
             return None
         return cls(chars=chars, bytes=size, sha256=digest)  # type: ignore[arg-type]
@@ -118,16 +146,7 @@ class Receipt(NamedTuple):
     @property
     def well_formed(self) -> bool:
         """A receipt whose sha256 is not exactly 64 lowercase hex digits was damaged in transit."""
-        return (
-            isinstance(self.sha256, str)
-            and _HEX64.fullmatch(self.sha256) is not None
-            and _is_count(self.chars)
-            and _is_count(self.bytes)
-        )
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return is_sha256_hex(self.sha256) and is_count(self.chars) and is_count(self.bytes)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -215,8 +234,18 @@ def classify(received: Any, original: "Receipt | None", rules: Iterable["str | T
     return CHANGED_UNCITED
 
 
+def digest_item(name: str, attributes: Mapping[str, Any]) -> tuple[str, str, str]:
+    """One event's entry in ``ragtrail.events.digest`` (docs/semconv.md §3): ``(event name,
+    candidate id, content sha256)``; a query event is identified as ``hop:<n>`` with the query's
+    sha256. A missing part is ``""`` (the reader digests what arrived)."""
+    if name == semconv.EVENT_QUERY:
+        return name, f"hop:{attributes.get(semconv.QUERY_HOP)}", attributes.get(semconv.QUERY_SHA256, "")
+    return name, str(attributes.get(semconv.CANDIDATE_ID, "")), attributes.get(semconv.CANDIDATE_CONTENT_SHA256, "")
+
+
 def events_digest(items: Iterable[tuple[str, str, str]]) -> str:
-    """SPEC §3: sha256 of the compact JSON array ``[[event name, candidate id, content sha256], ...]``."""
+    """sha256 of the compact JSON array ``[[event name, candidate id, content sha256], ...]``
+    (docs/semconv.md §3), the items made by :func:`digest_item`."""
     payload = json.dumps([list(i) for i in items], separators=(",", ":"), ensure_ascii=False)
     return sha256_hex(payload.encode("utf-8", "backslashreplace"))
 

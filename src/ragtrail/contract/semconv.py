@@ -8,7 +8,7 @@ from __future__ import annotations
 
 SCHEMA_VERSION = 1
 
-# --- spans (SPEC §1) -------------------------------------------------------------------------------
+# --- spans (docs/semconv.md §1) --------------------------------------------------------------------
 SCHEMA = "ragtrail.schema"
 STAGE_KIND = "ragtrail.stage.kind"
 STAGE_COMPONENT = "ragtrail.stage.component"
@@ -69,7 +69,7 @@ STATUS_DEGRADED = "degraded"
 STATUS_FAILED = "failed"
 STATUSES = (STATUS_OK, STATUS_EMPTY, STATUS_DEGRADED, STATUS_FAILED)
 
-# --- query hops (SPEC §2) --------------------------------------------------------------------------
+# --- query hops (docs/semconv.md §2) ---------------------------------------------------------------
 QUERY_TEXT = "ragtrail.query.text"
 QUERY_HOP = "ragtrail.query.hop"
 QUERY_PARENT_HOP = "ragtrail.query.parent_hop"
@@ -106,7 +106,7 @@ QUERY_TRANSFORMS = (
     TRANSFORM_UNTRACKED,
 )
 
-# --- candidates and exclusions (SPEC §3) -----------------------------------------------------------
+# --- candidates and exclusions (docs/semconv.md §3) ------------------------------------------------
 EVENT_CANDIDATE = "ragtrail.candidate"
 EVENT_EXCLUSION = "ragtrail.exclusion"
 CANDIDATE_ID = "ragtrail.candidate.id"
@@ -162,11 +162,11 @@ REASONS = (
 
 
 def is_valid_reason(reason: str) -> bool:
-    """A reason code is one of SPEC §3's codes or ``custom:<name>`` with a non-empty name."""
+    """A reason code is one of the codes of docs/semconv.md §3 or ``custom:<name>`` with a non-empty name."""
     return reason in REASONS or (reason.startswith(REASON_CUSTOM_PREFIX) and len(reason) > len(REASON_CUSTOM_PREFIX))
 
 
-# --- sampling and completeness (SPEC §5) -----------------------------------------------------------
+# --- sampling and completeness (docs/semconv.md §5) ------------------------------------------------
 SAMPLING_PROBABILITY = "ragtrail.sampling.probability"
 SAMPLING_ADJUSTED_COUNT = "ragtrail.sampling.adjusted_count"
 JAEGER_SAMPLER_TYPE = "sampler.type"
@@ -217,7 +217,7 @@ LOSS_WINDOW_START = "ragtrail.loss.window_start_unix_nano"
 METRIC_LOSS_TRACES = "ragtrail.loss.traces"
 METRIC_LOSS_SPANS = "ragtrail.loss.spans"
 
-# --- mirrors for other tools (SPEC §6) -------------------------------------------------------------
+# --- mirrors for other tools (docs/semconv.md §6) --------------------------------------------------
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_DATA_SOURCE_ID = "gen_ai.data_source.id"
 GEN_AI_REQUEST_TOP_K = "gen_ai.request.top_k"

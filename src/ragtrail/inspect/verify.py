@@ -17,22 +17,18 @@ recorder.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import (CHANGED_CITED, CHANGED_UNCITED, INTACT, PREVIEW_RULE, UNVERIFIABLE, Receipt,
-                               classify, events_digest)
+                                        classify, digest_item, events_digest, is_count, is_sha256_hex, receipt_keys)
 
 from .model import Span, Trace
 from .stages import StageView, Stitched
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_QUERY_PREFIX = sc.QUERY_SHA256.rsplit(".", 1)[0]  # "ragtrail.query": the receipt's attribute prefix
 _SEVERITY = (INTACT, CHANGED_CITED, UNVERIFIABLE, CHANGED_UNCITED)
-_CONTENT_PREFIX = sc.CANDIDATE_CONTENT_SHA256.rsplit(".", 1)[0]
 
 
 @dataclass
@@ -119,16 +115,16 @@ class _Checker:
         received = attributes.get(payload_key) if payload_key else None
         if received is None:
             # the two common cases, settled without building a Receipt (100,000 times on a big trace)
-            chars_key, bytes_key, sha_key = _receipt_keys(prefix)
+            chars_key, bytes_key, sha_key = receipt_keys(prefix)
             sha = attributes.get(sha_key)
             if upstream is not None and sha == upstream and len(upstream) == 64:
                 # the same bytes the stage before handed on
-                if _is_count(attributes.get(chars_key)) and _is_count(attributes.get(bytes_key)) \
-                        and _HEX64.fullmatch(upstream):
+                if is_count(attributes.get(chars_key)) and is_count(attributes.get(bytes_key)) \
+                        and is_sha256_hex(upstream):
                     self.f.intact += 1
                     return
-            elif upstream is None and isinstance(sha, str) and _HEX64.fullmatch(sha) \
-                    and _is_count(attributes.get(chars_key)) and _is_count(attributes.get(bytes_key)):
+            elif upstream is None and is_sha256_hex(sha) \
+                    and is_count(attributes.get(chars_key)) and is_count(attributes.get(bytes_key)):
                 # a well-formed receipt seen for the first time, its payload not captured
                 self.f.not_captured += 1
                 return
@@ -190,14 +186,14 @@ class _Checker:
                     key, payload_rules = sc.CANDIDATE_CONTENT_TEXT, []
                 else:
                     key, payload_rules = None, []
-                self.payload(span, label, cid, a, _CONTENT_PREFIX, key, payload_rules, upstream, rules, derived)
+                self.payload(span, label, cid, a, sc.CANDIDATE_CONTENT_PREFIX, key, payload_rules, upstream, rules, derived)
                 sha = a.get(sc.CANDIDATE_CONTENT_SHA256)
                 if event.name == sc.EVENT_CANDIDATE and isinstance(sha, str):
                     outputs[cid] = sha
             latest.update(outputs)
 
     def query(self, span: Span, label: str, attrs: dict[str, Any], hop_sha: dict[int, tuple[str, str]]) -> None:
-        self.payload(span, label, "", attrs, _QUERY_PREFIX, sc.QUERY_TEXT, [], None, [], None)
+        self.payload(span, label, "", attrs, sc.QUERY_RECEIPT_PREFIX, sc.QUERY_TEXT, [], None, [], None)
         sha, hop = attrs.get(sc.QUERY_SHA256), attrs.get(sc.QUERY_HOP)
         if isinstance(sha, str) and isinstance(hop, int):
             seen = hop_sha.setdefault(hop, (sha, label))
@@ -235,13 +231,7 @@ class _Checker:
             self.alarm(view.span, label, "", sc.EVENTS_COUNT, "event count mismatch",
                        f"{len(received)} received, {stamped} stamped")
         digest = attrs.get(sc.EVENTS_DIGEST)
-        items = []
-        for _, event in received:
-            a = event.attributes
-            if event.name == sc.EVENT_QUERY:
-                items.append((event.name, f"hop:{a.get(sc.QUERY_HOP)}", a.get(sc.QUERY_SHA256, "")))
-            else:
-                items.append((event.name, str(a.get(sc.CANDIDATE_ID, "")), a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
+        items = [digest_item(event.name, event.attributes) for _, event in received]
         if not (isinstance(digest, str) and len(digest) == 64):
             self.alarm(view.span, label, "", sc.EVENTS_DIGEST, UNVERIFIABLE, "digest missing or damaged")
         elif len(received) == stamped and events_digest(items) != digest:
@@ -335,21 +325,6 @@ class _Checker:
         self.receipts()
         self.f.notes.extend(self.trace.notes)
         return self.f
-
-
-def _is_count(value: Any) -> bool:
-    return type(value) is int and value >= 0
-
-
-_KEYS: dict[str, tuple[str, str, str]] = {}
-
-
-def _receipt_keys(prefix: str) -> tuple[str, str, str]:
-    """``{prefix}.chars``, ``{prefix}.bytes``, ``{prefix}.sha256``, built once per prefix."""
-    keys = _KEYS.get(prefix)
-    if keys is None:
-        keys = _KEYS[prefix] = (f"{prefix}.chars", f"{prefix}.bytes", f"{prefix}.sha256")
-    return keys
 
 
 def _resource_key(span: Span) -> tuple[Any, Any]:

@@ -13,38 +13,35 @@ from typing import Any
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
-from ragtrail.recorder.errors import record_internal_error
+from ragtrail.recorder.errors import guarded
 from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.values import wire_text
 
 _log = logging.getLogger("ragtrail")
 _said_outside = False
 
 
+@guarded("answer")
 def answer(text: Any, *, claim: str | None = None, refused: bool = False) -> None:
     """Record the pipeline's answer on the current pipeline span: its receipt (chars, bytes,
     sha256), the text itself only with content capture ``full`` (``preview``: the ``preview@1``
     cut), the kind of claim it makes (``presence``, ``absence``, ``none``; anything else is a
     finding on the stage, not an error) and whether the app refused to answer.
 
-    Never raises into the app. Outside a pipeline (or when it is sampled out) it does nothing."""
-    try:
-        state = current_pipeline()
-        stage = state.pipeline_stage if state is not None else None
-        if stage is None:
-            _outside()
-            return
-        if not stage.recording:
-            return
+    Never raises into the app (an internal error is counted). Outside a pipeline (or when it is
+    sampled out) it does nothing."""
+    state = current_pipeline()
+    stage = state.pipeline_stage if state is not None else None
+    if stage is None:
+        _outside()
+        return
+    if stage.recording:
         stage.record_answer(answer_attributes(stage, text, claim, refused))
-    except Exception as exc:
-        record_internal_error("answer", exc)
 
 
 def answer_attributes(stage: Any, text: Any, claim: str | None, refused: bool) -> dict[str, Any]:
     """The answer's attributes under the capture settings in force; an invalid claim becomes a
     finding on ``stage`` and is not written."""
-    from ragtrail.recorder.stage import wire_text
-
     config = settings.get()
     attributes: dict[str, Any] = {}
     if text is not None:

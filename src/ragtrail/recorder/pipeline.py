@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ragtrail.contract import semconv as sc
 
@@ -27,6 +27,17 @@ class Hop:
     number: int
     parent: int | None
     transform: str
+
+
+class QueryRecord(NamedTuple):
+    """A query as one stage saw or produced it: its hop number, the hop it came from, the
+    transform, the text and its receipt (docs/semconv.md §2)."""
+
+    hop: int
+    parent: int | None
+    transform: str
+    text: Any
+    receipt: Any
 
 
 class PipelineState:

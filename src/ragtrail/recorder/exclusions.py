@@ -1,0 +1,144 @@
+"""Exclusions: which inputs did not leave a stage, and why (docs/semconv.md §3).
+
+Pure derivation from what the stage was given (inputs, outputs, the reasons the caller said, the
+stage's knobs): nothing here touches a span or the pipeline state. An explicit reason wins; an
+input whose id left the stage again is ``deduplicated``; otherwise the stage's knobs explain the
+drop (score threshold, top-k, budget), and what nothing explains is ``unexplained``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ragtrail.contract import semconv as sc
+from ragtrail.contract.receipts import content_id, finite_or_none
+from ragtrail.recorder.candidates import Candidate
+
+
+class Explicit(NamedTuple):
+    """A reason the caller gave with ``Stage.exclude`` (``candidate`` is ``None`` for a bare id)."""
+
+    reason: str
+    detail: str | None
+    candidate: Candidate | None
+
+
+class Exclusion(NamedTuple):
+    """One excluded candidate: its input rank (``-1``: not among the recorded inputs), the
+    candidate, the reason code and its detail."""
+
+    rank: int
+    candidate: Candidate
+    reason: str
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The stage's knobs as it ran: what a derived reason is explained by."""
+
+    top_k: int | None = None
+    threshold: float | None = None
+    budget_limit: float | None = None
+    budget_used: float | None = None
+    budget_unit: str | None = None
+    score_kind: str | None = None
+
+
+def resolve_string_ids(explicit: dict[str, Explicit], strings: set[str], inputs: Sequence[Candidate] | None) -> None:
+    """``exclude("text")`` names a string candidate by its content when no input has that id."""
+    if not strings or inputs is None:
+        return
+    ids = {c.id for c in inputs}
+    for text in strings:
+        if text not in ids and text in explicit:
+            alias = content_id(text)
+            if alias in ids:
+                explicit[alias] = explicit.pop(text)
+
+
+def derive(inputs: Sequence[Candidate] | None, outputs: Sequence[Candidate], explicit: Mapping[str, Explicit],
+           knobs: Knobs, *, failed: bool = False) -> tuple[list[Exclusion], list[str]]:
+    """Every input that did not leave, by identity, and the findings the derivation made. A stage
+    that failed before producing output (or whose inputs are unknown) excluded nothing: only the
+    explicit exclusions are said."""
+    if inputs is None or failed:
+        result = []
+        for ident, said in explicit.items():
+            rank = next((i for i, c in enumerate(inputs or ()) if c.id == ident), -1)
+            result.append(Exclusion(rank, said.candidate or Candidate(id=ident), said.reason, said.detail))
+        return result, []
+    kept = _kept_positions(inputs, outputs)
+    return _dropped(inputs, outputs, kept, explicit, knobs)
+
+
+def _kept_positions(inputs: Sequence[Candidate], outputs: Sequence[Candidate]) -> set[int]:
+    """The input positions that left. Duplicate ids are matched as a multiset; the copy that left is
+    the same object when there is one (libraries keep the best-scored copy, not always the first),
+    else the one with the same score, else the first."""
+    positions: dict[str, list[int]] = {}
+    for index, candidate in enumerate(inputs):
+        positions.setdefault(candidate.id, []).append(index)
+    kept: set[int] = set()
+    for out in outputs:
+        free = [i for i in positions.get(out.id, ()) if i not in kept]
+        if not free:
+            continue
+        if len(free) > 1:
+            same = [i for i in free if out.raw is not None and inputs[i].raw is out.raw]
+            scored = [i for i in free if finite_or_none(inputs[i].score) == finite_or_none(out.score)]
+            free = same or scored or free
+        kept.add(free[0])
+    return kept
+
+
+def _dropped(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: set[int],
+             explicit: Mapping[str, Explicit], knobs: Knobs) -> tuple[list[Exclusion], list[str]]:
+    """The inputs not kept, each with its reason; the surplus copies of a kept id are ``deduplicated``."""
+    result: list[Exclusion] = []
+    findings: list[str] = []
+    seen: set[str] = {inputs[i].id for i in kept}
+    kept_by_sha = {c.receipt.sha256: c.id for c in outputs if c.content is not None}
+    output_ids = {c.id for c in outputs}
+    explicit_used: set[str] = set()
+    for rank, candidate in enumerate(inputs):
+        if rank in kept:
+            continue
+        if candidate.id in explicit and candidate.id not in explicit_used:
+            reason, detail, _ = explicit[candidate.id]
+            explicit_used.add(candidate.id)
+        elif candidate.id in seen or candidate.id in output_ids:
+            reason, detail = sc.REASON_DEDUPLICATED, f"duplicate id of {candidate.id}"
+        else:
+            reason, detail = derive_reason(candidate, outputs, kept_by_sha, knobs)
+        seen.add(candidate.id)
+        result.append(Exclusion(rank, candidate, reason, detail))
+    for ident, said in explicit.items():
+        if ident not in explicit_used and ident not in output_ids and ident not in seen:
+            # excluded before it was handed to us as input (e.g. a pre-filter): still said
+            findings.append(f"exclusion of {ident} that was not among the recorded inputs")
+            result.append(Exclusion(-1, said.candidate or Candidate(id=ident), said.reason, said.detail))
+    return result, findings
+
+
+def derive_reason(candidate: Candidate, outputs: Sequence[Candidate], kept_by_sha: Mapping[str, str],
+                  knobs: Knobs) -> tuple[str, str | None]:
+    """Why an input with no explicit reason did not leave, from the stage's knobs alone."""
+    if candidate.content is not None and candidate.receipt.sha256 in kept_by_sha:
+        return sc.REASON_DEDUPLICATED, f"same content as {kept_by_sha[candidate.receipt.sha256]}"
+    score = finite_or_none(candidate.score)
+    threshold = knobs.threshold
+    if threshold is not None and score is not None:
+        distance = (candidate.score_kind or knobs.score_kind) == sc.SCORE_DISTANCE
+        if (score > threshold) if distance else (score < threshold):
+            op = ">" if distance else "<"
+            return sc.REASON_BELOW_SCORE_THRESHOLD, f"score={score:g} {op} threshold={threshold:g}"
+    if knobs.top_k is not None and len(outputs) <= int(knobs.top_k):
+        return sc.REASON_BELOW_RANK_CUTOFF, f"top_k={knobs.top_k}"
+    if knobs.budget_limit is not None:
+        used = "" if knobs.budget_used is None else f" used={knobs.budget_used:g}"
+        unit = f" {knobs.budget_unit}" if knobs.budget_unit else ""
+        return sc.REASON_BUDGET_EXCEEDED, f"limit={knobs.budget_limit:g}{unit}{used}"
+    return sc.REASON_UNEXPLAINED, None

@@ -1,0 +1,206 @@
+"""The end of a stage: everything it was told, written on its span in an order chosen for loss.
+
+1. mirror attributes for other tools first (the SDK evicts the oldest attributes first, so they are
+   the ones lost under a tight attribute limit),
+2. the stage's own attributes (status, knobs, query, counts, findings; coverage, run status and
+   the answer on a pipeline),
+3. one event per produced query, output candidate and exclusion, spilling into continuation child
+   spans rather than letting the SDK evict the top-ranked candidates,
+4. ``ragtrail.events.count`` and ``ragtrail.events.digest`` last, so they are the last to be lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from ragtrail.contract import semconv as sc
+from ragtrail.recorder import events as event_rules
+from ragtrail.recorder import mirrors
+from ragtrail.recorder.candidates import Candidate
+from ragtrail.recorder.exclusions import Exclusion, Explicit, Knobs, derive, resolve_string_ids
+from ragtrail.recorder.pipeline import QueryRecord
+from ragtrail.recorder.values import attribute_value, wire_text
+from ragtrail.settings import CaptureSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ragtrail.recorder.stage import Stage
+
+TRACER_NAME = "ragtrail"
+
+
+@dataclass
+class Seen:
+    """What a recording stage was told, kept until it ends."""
+
+    config: CaptureSettings
+    extra: dict[str, Any]
+    query: QueryRecord | None = None
+    variants: list[QueryRecord] = field(default_factory=list)
+    inputs: list[Candidate] | None = None
+    outputs: list[Candidate] | None = None
+    explicit: dict[str, Explicit] = field(default_factory=dict)
+    string_ids: set[str] = field(default_factory=set)
+    status: str | None = None
+    failure_class: str | None = None
+    fallback: str | None = None
+    findings: list[str] = field(default_factory=list)
+    answer: dict[str, Any] | None = None
+    receipts: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(content) -> (content, receipt)
+
+
+def short_component(component: str) -> str:
+    return component.rsplit(".", 1)[-1] if component else "stage"
+
+
+def span_name(kind: str, component: str) -> str:
+    """``<kind> <last part of the component>``, e.g. ``retrieve BM25Retriever``."""
+    return f"{kind} {short_component(component)}"
+
+
+def knobs_of(stage: "Stage") -> Knobs:
+    return Knobs(stage.top_k, stage.threshold, stage.budget_limit, stage.budget_used, stage.budget_unit,
+                 stage.score_kind)
+
+
+def write(stage: "Stage", exc: BaseException | None) -> None:
+    """Write a recording stage's attributes and events on its span (not ending it)."""
+    seen = stage._seen
+    span = stage.span
+    limits = getattr(span, "_limits", None)
+    outputs = seen.outputs or []
+    inputs = seen.inputs
+    if seen.outputs is None and inputs is not None and exc is None:
+        seen.findings.append("outputs not recorded: no exclusions derived")
+    resolve_string_ids(seen.explicit, seen.string_ids, inputs)
+    exclusions, findings = derive(inputs, outputs, seen.explicit, knobs_of(stage), failed=seen.outputs is None)
+    seen.findings.extend(findings)
+    _assign_hops(stage, outputs)
+    status, failure_class = final_status(stage.kind, seen, exc, outputs)
+    attributes = _mirrors(stage, seen, limits, inputs, outputs)  # 1.
+    if attributes:
+        span.set_attributes(attributes)
+    span.set_attributes(_own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions))  # 2.
+    if exc is not None:
+        _record_exception(span, seen.config, exc)
+    events = event_rules.EventBuilder(seen.config, stage.score_kind).events(seen.variants, outputs, exclusions)  # 3.
+    room = event_rules.capacity(seen.config.events_per_span, limits)
+    tracer = stage._tracer or trace.get_tracer(TRACER_NAME)
+    spans = event_rules.emit(span, events, room, tracer, span_name(stage.kind, stage.component), stage.kind,
+                             stage.component)
+    final: dict[str, Any] = {}  # 4.
+    if stage._errors:
+        final[sc.STAGE_INSTRUMENTATION_ERRORS] = stage._errors
+    if spans > 1:
+        final[sc.EVENTS_SPANS] = spans
+    final[sc.EVENTS_COUNT] = len(events)
+    final[sc.EVENTS_DIGEST] = event_rules.digest(events)
+    span.set_attributes(final)
+
+
+def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | None,
+             outputs: list[Candidate]) -> dict[str, Any]:
+    config = seen.config
+    attributes: dict[str, Any] = {}
+    if config.mirror_genai:
+        attributes.update(mirrors.genai(stage.kind, stage.component, stage.top_k))
+    if config.mirror_openinference:
+        text = wire_text(seen.query.text) if seen.query is not None and config.query_text_allowed() else None
+        attributes.update(mirrors.openinference(stage.kind, stage.top_k, text, limits, len(seen.extra), inputs, outputs))
+    return attributes
+
+
+def _own_attributes(stage: "Stage", seen: Seen, exc: BaseException | None, status: str, failure_class: str | None,
+                    outputs: list[Candidate], exclusions: list[Exclusion]) -> dict[str, Any]:
+    own: dict[str, Any] = {sc.SCHEMA: sc.SCHEMA_VERSION, sc.STAGE_KIND: stage.kind,
+                           sc.STAGE_COMPONENT: stage.component, sc.STAGE_STATUS: status}
+    if failure_class:
+        own[sc.STAGE_FAILURE_CLASS] = failure_class
+    if seen.fallback:
+        own[sc.STAGE_FALLBACK] = seen.fallback
+    for key, value in ((sc.STAGE_TOP_K, stage.top_k), (sc.STAGE_THRESHOLD, stage.threshold),
+                       (sc.STAGE_BUDGET_LIMIT, stage.budget_limit), (sc.STAGE_BUDGET_USED, stage.budget_used),
+                       (sc.STAGE_BUDGET_UNIT, stage.budget_unit)):
+        if value is not None:
+            own[key] = value
+    if seen.query is not None:
+        own.update(event_rules.query_attributes(seen.query, seen.config))
+    for key, value in seen.extra.items():
+        own[key] = attribute_value(value)
+    state = stage._state
+    if stage.kind == sc.KIND_PIPELINE and stage._owns_state:
+        own.update(state.coverage())
+        own[sc.RUN_STATUS] = state.run_status(exc is not None)
+        if seen.answer:
+            own.update(seen.answer)
+    elif stage.kind != sc.KIND_PIPELINE:
+        state.add_stage_status(status)
+    if seen.outputs is not None and stage.kind != sc.KIND_PIPELINE:
+        state.track(stage.kind, [c.id for c in outputs])
+    own[sc.CANDIDATES_IN] = _count_in(stage.kind, seen, outputs, exclusions)
+    own[sc.CANDIDATES_OUT] = len(outputs)
+    own[sc.CANDIDATES_EXCLUDED] = len(exclusions)
+    if seen.findings:
+        own[sc.STAGE_FINDINGS] = list(seen.findings)
+    return own
+
+
+def _count_in(kind: str, seen: Seen, outputs: list[Candidate], exclusions: list[Exclusion]) -> int:
+    if seen.inputs is not None:
+        return len(seen.inputs)
+    if kind in sc.PRODUCING_KINDS:
+        return 0
+    if seen.outputs is not None:
+        # a narrowing stage whose inputs were never handed over: say so rather than write in=0
+        seen.findings.append("inputs not recorded: candidates.in is out + excluded")
+    return len(outputs) + len(exclusions)
+
+
+def _assign_hops(stage: "Stage", outputs: list[Candidate]) -> None:
+    """Each output's hop and score kind: its own, else (a retrieval's hits were found by its own
+    query; later stages inherit the finder's hop) the pipeline's memory, else the stage's query."""
+    state = stage._state
+    query = stage._seen.query
+    default = query.hop if query is not None else None
+    kind = stage.kind
+    for candidate in outputs:
+        if candidate.score_kind is None:
+            candidate.score_kind = stage.score_kind
+        if candidate.hop is None:
+            known = None if kind == sc.KIND_RETRIEVE else state.candidate_hop(candidate.id)
+            candidate.hop = known if known is not None else (default if kind in sc.PRODUCING_KINDS else None)
+        state.remember_candidate(candidate.id, candidate.hop, candidate.score_kind)
+
+
+def final_status(kind: str, seen: Seen, exc: BaseException | None, outputs: list[Candidate]) -> tuple[str, str | None]:
+    """The stage's status and failure class: ``failed`` when it raised; what the caller set; else
+    ``empty`` (no outputs, for a stage that recorded its outputs) or ``ok``."""
+    status = seen.status
+    failure_class = seen.failure_class
+    if exc is not None:
+        status = sc.STATUS_FAILED
+        if failure_class is None:
+            failure_class = failure_class_of(exc)
+    elif status is None:
+        status = sc.STATUS_EMPTY if (seen.outputs is not None and not outputs and kind != sc.KIND_PIPELINE) else sc.STATUS_OK
+    if status in (sc.STATUS_FAILED, sc.STATUS_DEGRADED) and not failure_class:
+        failure_class = "unspecified"
+    return status, failure_class
+
+
+def failure_class_of(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return f"exception:{type(exc).__name__}"
+
+
+def _record_exception(span: Any, config: CaptureSettings, exc: BaseException) -> None:
+    if config.query_text_allowed():
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    else:
+        # the message may quote the query: in hash/off mode only the type leaves the process
+        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
