@@ -93,9 +93,12 @@ def _as_json(value: Any) -> str:
 
 
 # --- OTel GenAI --------------------------------------------------------------------------------------
-def genai(m: MirrorInput) -> dict[str, Any]:
+def genai(m: MirrorInput, max_documents: int | None = None) -> dict[str, Any]:
     """OTel GenAI's retrieval attributes on retrieve stages; the proposed (experimental) rerank
-    attributes on rerank stages. Nothing on other stages: GenAI has no name for them."""
+    attributes on rerank stages. Nothing on other stages: GenAI has no name for them.
+
+    ``max_documents``: with the OpenInference mirror on, the documents it could write, so both
+    mirrors carry the same list and the cap count is true of both (Phoenix merges the two)."""
     attributes: dict[str, Any] = {}
     if m.kind == sc.KIND_RETRIEVE:
         attributes[sc.GEN_AI_OPERATION_NAME] = sc.GEN_AI_OPERATION_RETRIEVAL
@@ -104,7 +107,7 @@ def genai(m: MirrorInput) -> dict[str, Any]:
             attributes[sc.GEN_AI_REQUEST_TOP_K] = int(m.top_k)
         if m.query_text is not None:
             attributes[sc.GEN_AI_RETRIEVAL_QUERY_TEXT] = m.query_text
-        documents, written = _genai_documents(m)
+        documents, written = _genai_documents(m, max_documents)
         attributes[sc.GEN_AI_RETRIEVAL_DOCUMENTS] = documents
         if written < len(m.outputs):
             attributes.update(_cap(sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL,
@@ -120,11 +123,12 @@ def genai(m: MirrorInput) -> dict[str, Any]:
     return attributes
 
 
-def _genai_documents(m: MirrorInput) -> tuple[str, int]:
+def _genai_documents(m: MirrorInput, max_documents: int | None) -> tuple[str, int]:
     """``gen_ai.retrieval.documents``: a JSON array, one object per output in output order, cut
-    (whole documents) to the span's value-length limit so it stays valid JSON."""
+    (whole documents) to ``max_documents`` and to the span's value-length limit so it stays valid JSON."""
     items = []
-    for candidate in m.outputs:
+    outputs = m.outputs if max_documents is None else m.outputs[:max_documents]
+    for candidate in outputs:
         item: dict[str, Any] = {"id": candidate.id}
         score = finite_or_none(candidate.score)
         if score is not None:

@@ -128,10 +128,11 @@ def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | 
         inputs=inputs, outputs=outputs, exclusions=exclusions, answer=answer,
         model=seen.extra.get(sc.STAGE_MODEL))
     attributes: dict[str, Any] = {}
+    oi = mirrors.openinference(m) if config.mirror_openinference else {}
     if config.mirror_genai:
-        attributes.update(mirrors.genai(m))
-    if config.mirror_openinference:
-        attributes.update(mirrors.openinference(m))
+        written = oi.get(sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED) if config.mirror_openinference else None
+        attributes.update(mirrors.genai(m, written))
+    attributes.update(oi)  # the OpenInference count wins: it is never more than GenAI's
     return attributes
 
 
