@@ -165,7 +165,7 @@ def test_many_documents_say_how_many_of_how_many(phoenix):
     a = retrieve[0]["attributes"]
     cards = ps.documents(a, "retrieval.documents")
     assert a["ragtrail.mirror.output_documents.total"] == 200
-    assert a["ragtrail.mirror.output_documents.mirrored"] == len(cards) > 0
+    assert a["ragtrail.mirror.output_documents.mirrored"] == len(cards) == 27  # docs/phoenix.md says 27
     assert [c["id"] for c in cards] == [f"doc-{i:03d}" for i in range(len(cards))]
     assert a["ragtrail.events.count"] == 200  # ragtrail's own record stays complete
 
@@ -200,3 +200,32 @@ def test_genai_mirror_alone_is_a_retriever_with_query_and_documents(phoenix):
     assert rerank["gen_ai.rerank.top_n"] == 4 and rerank["gen_ai.rerank.candidate.count"] == 5
     # no GenAI name exists for a filter: Phoenix cannot know what it is (docs/phoenix.md says so)
     assert ps.one(shown, "filter status_filter")["span_kind"] == "UNKNOWN"
+
+
+_RAG_HELPER = """
+import json, sys
+from phoenix.client import Client
+from phoenix.client.helpers.spans import get_retrieved_documents
+df = get_retrieved_documents(Client(base_url=sys.argv[1]), project_name=sys.argv[2], timeout=60)
+print(json.dumps([{"input": r["input"], "document": r["document"], "score": r["document_score"]}
+                  for _, r in df.reset_index().iterrows()]))
+"""
+
+
+def test_phoenix_rag_helper_reads_ragtrail_documents(phoenix):
+    """Phoenix's own ``get_retrieved_documents`` (what its document-relevance evals read), run in
+    Phoenix's venv against the demo with content ``full``."""
+    import subprocess
+
+    ragtrail.set_capture(content="full")
+    run_demo(phoenix, "rag-helper")
+    python = ps.phoenix_binary().parent / "python"
+    out = subprocess.run([str(python), "-c", _RAG_HELPER, phoenix.url, "rag-helper"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout)
+    hop1 = [r for r in rows if r["input"] == "refund window enterprise policy"]
+    truth = BM25(load_corpus()).search("refund window enterprise policy", 6)
+    assert sorted((r["document"], r["score"]) for r in hop1) == sorted(
+        (d["text"], round(score, 4)) for d, score in truth)
+    assert len(rows) == 12  # the two retrievals' six documents each
