@@ -30,6 +30,7 @@ from ragtrail.settings import CaptureSettings
 
 STAGE_ATTRIBUTE_RESERVE = 40  # span attributes kept free for ragtrail's own when mirroring documents
 _CAP_ATTRIBUTES = 4  # the mirrored/total pairs, kept free so a cut list can always say so
+GENAI_ATTRIBUTES = 5  # the most attributes the GenAI mirror writes besides the counts (retrieve)
 _SUMMARY_EXCLUSIONS = 20  # exclusions named in a narrowing stage's output.value summary
 NARROWING_KINDS = frozenset({sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_FUSE, sc.KIND_BUDGET})
 _SPAN_KIND = {sc.KIND_RETRIEVE: sc.OI_RETRIEVER, **{k: sc.OI_RERANKER for k in NARROWING_KINDS}}

@@ -122,7 +122,7 @@ def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | 
         answer = stage._state.pipeline_stage._seen.answer  # a cite/generate stage after ragtrail.answer()
     m = mirrors.MirrorInput(
         kind=stage.kind, component=stage.component, top_k=stage.top_k, config=config, limits=limits,
-        extra=len(seen.extra),
+        extra=len(seen.extra) + (mirrors.GENAI_ATTRIBUTES if config.mirror_genai else 0),
         query_text=wire_text(seen.query.text) if seen.query is not None and text_allowed else None,
         produced_queries=[wire_text(v.text) for v in seen.variants] if text_allowed else [],
         inputs=inputs, outputs=outputs, exclusions=exclusions, answer=answer,
