@@ -229,3 +229,30 @@ def test_phoenix_rag_helper_reads_ragtrail_documents(phoenix):
     assert sorted((r["document"], r["score"]) for r in hop1) == sorted(
         (d["text"], round(score, 4)) for d, score in truth)
     assert len(rows) == 12  # the two retrievals' six documents each
+
+
+_OI_NAMES = """
+import json
+from openinference.semconv.trace import DocumentAttributes as D, RerankerAttributes as R, SpanAttributes as S
+from openinference.semconv.trace import OpenInferenceSpanKindValues as K, OpenInferenceMimeTypeValues as M
+print(json.dumps([S.OPENINFERENCE_SPAN_KIND, S.INPUT_VALUE, S.INPUT_MIME_TYPE, S.OUTPUT_VALUE, S.OUTPUT_MIME_TYPE,
+                  S.RETRIEVAL_DOCUMENTS, R.RERANKER_QUERY, R.RERANKER_TOP_K, R.RERANKER_MODEL_NAME,
+                  R.RERANKER_INPUT_DOCUMENTS, R.RERANKER_OUTPUT_DOCUMENTS, D.DOCUMENT_ID, D.DOCUMENT_SCORE,
+                  D.DOCUMENT_CONTENT, D.DOCUMENT_METADATA, K.RETRIEVER.value, K.RERANKER.value, K.CHAIN.value,
+                  M.TEXT.value, M.JSON.value]))
+"""
+
+
+def test_openinference_names_match_the_package_phoenix_ships():
+    """OpenInference names as openinference-semantic-conventions (in Phoenix's venv) spells them."""
+    import subprocess
+
+    python = ps.require_phoenix().parent / "python"
+    out = subprocess.run([str(python), "-c", _OI_NAMES], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == [
+        sc.OPENINFERENCE_SPAN_KIND, sc.OI_INPUT_VALUE, sc.OI_INPUT_MIME_TYPE, sc.OI_OUTPUT_VALUE, sc.OI_OUTPUT_MIME_TYPE,
+        sc.OI_RETRIEVAL_DOCUMENTS, sc.OI_RERANKER_QUERY, sc.OI_RERANKER_TOP_K, sc.OI_RERANKER_MODEL_NAME,
+        sc.OI_RERANKER_INPUT_DOCUMENTS, sc.OI_RERANKER_OUTPUT_DOCUMENTS, sc.OI_DOCUMENT_ID, sc.OI_DOCUMENT_SCORE,
+        sc.OI_DOCUMENT_CONTENT, sc.OI_DOCUMENT_METADATA, sc.OI_RETRIEVER, sc.OI_RERANKER, sc.OI_CHAIN,
+        sc.OI_MIME_TEXT, sc.OI_MIME_JSON]
