@@ -53,6 +53,23 @@ def test_show_rebuilds_the_demo_manifest_from_phoenix(phoenix, demo_trace):
         assert budget["excluded"][0]["reason"] == "budget_exceeded"
 
 
+def test_record_fixture(phoenix, demo_trace):
+    """With RAGTRAIL_RECORD_PHOENIX_FIXTURES=1, keep this real Phoenix's answers (bytes as served) for
+    the default tier's reader test (tests/test_inspect_phoenix.py)."""
+    import os
+    import urllib.request
+
+    if not os.environ.get("RAGTRAIL_RECORD_PHOENIX_FIXTURES"):
+        pytest.skip("recording only with RAGTRAIL_RECORD_PHOENIX_FIXTURES=1")
+    target = rb.REPO / "tests" / "fixtures" / "phoenix_recorded"
+    target.mkdir(parents=True, exist_ok=True)
+    for name, path in (("projects", "/v1/projects?limit=100"),
+                       ("spans", f"/v1/projects/source/spans?trace_id={demo_trace}&limit=1000")):
+        with urllib.request.urlopen(phoenix.url + path, timeout=30) as resp:  # noqa: S310 - loopback
+            (target / f"{name}.json").write_bytes(resp.read())
+    (target / "trace_id").write_text(demo_trace + "\n")
+
+
 def test_last_and_unknown_trace(phoenix, demo_trace):
     result = rb.ragtrail_cli("show", "--json", "--source", f"{phoenix.source}/projects/source", "last")
     assert result.returncode == 0, result.stderr

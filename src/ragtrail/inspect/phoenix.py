@@ -10,7 +10,8 @@ state, and its timestamps are microseconds.
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from datetime import datetime, timezone
 from typing import Any, Iterator
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -18,7 +19,7 @@ from ragtrail.contract import semconv as sc
 
 from .errors import MalformedInput, TraceNotFound, UsageError
 from .model import Event, Span, Trace, normalize_trace_id
-from .sources import _HttpSource
+from .sources import _HttpSource, _lookback_seconds
 
 PAGE = 1000  # Phoenix's largest page
 NOTE_NO_DROPPED_COUNTS = ("Phoenix keeps no dropped attribute or event counts: SDK evictions cannot be seen "
@@ -30,6 +31,8 @@ def split_project(url: str) -> tuple[str, str | None]:
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
     project = None
+    if path.endswith("/projects"):
+        raise UsageError(f"bad Phoenix source {url!r}: no project name", "use phoenix+http://HOST:PORT[/projects/NAME]")
     if "/projects/" in path:
         path, _, project = path.partition("/projects/")
         if not project or "/" in project:
@@ -129,7 +132,8 @@ class PhoenixSource(_HttpSource):
 
     def search(self, limit: int, query: str | None = None, lookback: str = "") -> list[str]:
         """Recent traces with ragtrail spans (or spans whose attribute ``key=value`` from ``query``),
-        most recent first, from the newest ``PAGE`` spans of each project."""
+        most recent first, from the newest ``PAGE`` spans of each project that started within
+        ``lookback`` (e.g. ``1h``; empty: any time)."""
         key, value = sc.SCHEMA, None
         if query:
             key, _, value = query.partition("=")
@@ -137,10 +141,13 @@ class PhoenixSource(_HttpSource):
                 raise UsageError(f"Phoenix search wants key=value, got {query!r}",
                                  "e.g. --query ragtrail.stage.status=degraded")
             key, value = key.strip(), value.strip()
+        params: dict[str, Any] = {"limit": PAGE, "sort": "start_time", "order": "desc"}
+        seconds = _lookback_seconds(lookback)
+        if seconds:
+            params["start_time"] = datetime.fromtimestamp(time.time() - seconds, timezone.utc).isoformat()
         found: dict[str, int] = {}
         for project in self.projects():
-            response = self._get(self._spans_path(project), params={"limit": PAGE, "sort": "start_time",
-                                                                   "order": "desc"}, allow_404=True)
+            response = self._get(self._spans_path(project), params=params, allow_404=True)
             body = self._json(response, self.description) if response is not None else {}
             for raw in body.get("data") or () if isinstance(body, dict) else ():
                 attributes = raw.get("attributes") or {}
