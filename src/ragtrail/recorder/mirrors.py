@@ -139,13 +139,13 @@ def _genai_documents(m: MirrorInput, max_documents: int | None) -> tuple[str, in
             item["content"] = content
         meta = _metadata(m.config, candidate, None)
         if meta:
-            item["metadata"] = meta
-        items.append(json.loads(_as_json(item)))
+            item["metadata"] = json.loads(_as_json(meta))  # numpy and odd values made JSON, keys sorted
+        items.append(item)
     limit = getattr(m.limits, "max_attribute_length", None)
-    text = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(items, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     while limit is not None and len(text) > limit and items:
         items.pop()
-        text = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(items, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     return text, len(items)
 
 
