@@ -7,6 +7,8 @@ async client, a real Chroma server (``chroma run``, shipped in the chromadb whee
 
 from __future__ import annotations
 
+import mirrorutil
+
 import spanutil
 
 import asyncio
@@ -156,6 +158,7 @@ def check_span(span: Any, spans: Any, result: Any, row: int, *, collection: Any,
         if distances is not None and math.isfinite(distances[i]):
             assert a.pop(f"retrieval.documents.{i}.document.score") == pytest.approx(distances[i])
     a.pop(sc.EVENTS_SPANS, None)
+    mirrorutil.pop_mirrors(a, span, spans)
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(ids)
     for rank, (ident, (_, ev)) in enumerate(zip(ids, evs)):

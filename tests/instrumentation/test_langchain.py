@@ -314,7 +314,7 @@ def test_ensemble_is_a_fuse_stage_with_rrf_scores_and_child_retrievals(instrumen
     assert dropped and all(d.page_content in {f.page_content for f in fused} for _, d in dropped)
     left = pop_stage(fuse, {
         **stage_attributes("fuse", ENSEMBLE, n_in=len(union), n_out=len(fused), n_excluded=len(dropped)),
-        **query_attributes(query), sc.OPENINFERENCE_SPAN_KIND: "CHAIN", sc.OI_INPUT_VALUE: query,
+        **query_attributes(query), sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: query,
     })
     assert left == {}
     kept_by_content = {d.page_content: d.id for d in fused}
@@ -454,7 +454,7 @@ def test_compression_pipeline_every_exclusion_has_its_reason(instrumentor, trace
     assert {e.attributes[sc.EXCLUSION_DETAIL] for e in cut} == {"top_k=3"}
     left = pop_stage(efilter, {
         **stage_attributes("filter", EFILTER, n_in=5, n_out=3, n_excluded=2), **query_attributes("the cat sat on the mat"),
-        sc.STAGE_TOP_K: 3, sc.OPENINFERENCE_SPAN_KIND: "CHAIN", sc.OI_INPUT_VALUE: "the cat sat on the mat",
+        sc.STAGE_TOP_K: 3, sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: "the cat sat on the mat",
     })
     assert left == {}
     # reorder: same set, no exclusion

@@ -8,6 +8,8 @@ local Qdrant collection.
 
 from __future__ import annotations
 
+import mirrorutil
+
 import spanutil
 
 import asyncio
@@ -119,6 +121,7 @@ def check_span(span: Any, spans: Any, points: list[Any], *, component: str, kind
         if f"retrieval.documents.{i}.document.id" in a:
             assert a.pop(f"retrieval.documents.{i}.document.id") == str(point.id)
             assert a.pop(f"retrieval.documents.{i}.document.score") == point.score
+    mirrorutil.pop_mirrors(a, span, spans)
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(points)
     for rank, (point, (_, ev)) in enumerate(zip(points, evs)):

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -80,18 +81,27 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     seen.findings.extend(findings)
     _assign_hops(stage, outputs)
     status, failure_class = final_status(stage.kind, seen, exc, outputs)
-    attributes = _mirrors(stage, seen, limits, inputs, outputs)  # 1.
+    attributes = _mirrors(stage, seen, limits, inputs, outputs, exclusions)  # 1.
     if attributes:
         span.set_attributes(attributes)
     span.set_attributes(_own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions))  # 2.
     findings_written = len(seen.findings)
     if exc is not None:
         _record_exception(span, seen.config, exc)
+    elif seen.config.mirror_openinference:
+        # OTel: instrumentation sets OK only when configured to; the OpenInference mirror is that
+        # configuration (Phoenix and OpenInference's instrumentors show OK for a stage that worked)
+        if status == sc.STATUS_FAILED:
+            span.set_status(Status(StatusCode.ERROR, failure_class or sc.STATUS_FAILED))
+        else:
+            span.set_status(Status(StatusCode.OK))
     events = event_rules.EventBuilder(seen.config, stage.score_kind).events(seen.variants, outputs, exclusions)  # 3.
     room = event_rules.capacity(seen.config.events_per_span, limits)
     tracer = stage._tracer or trace.get_tracer(TRACER_NAME)
+    continuation = (functools.partial(mirrors.continuation, stage.kind) if seen.config.mirror_openinference
+                    else None)
     spans = event_rules.emit(span, events, room, tracer, span_name(stage.kind, stage.component), stage.kind,
-                             stage.component)
+                             stage.component, continuation)
     final: dict[str, Any] = {}  # 4.
     if len(seen.findings) > findings_written:  # found while building the events (a canonical form cut)
         final[sc.STAGE_FINDINGS] = list(seen.findings)
@@ -105,14 +115,27 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
 
 
 def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | None,
-             outputs: list[Candidate]) -> dict[str, Any]:
+             outputs: list[Candidate], exclusions: list[Exclusion]) -> dict[str, Any]:
     config = seen.config
+    if not (config.mirror_genai or config.mirror_openinference):
+        return {}
+    text_allowed = config.query_text_allowed()
+    answer = seen.answer
+    if answer is None and stage._state is not None and stage._state.pipeline_stage is not None:
+        answer = stage._state.pipeline_stage._seen.answer  # a cite/generate stage after ragtrail.answer()
+    m = mirrors.MirrorInput(
+        kind=stage.kind, component=stage.component, top_k=stage.top_k, config=config, limits=limits,
+        extra=len(seen.extra) + (mirrors.GENAI_ATTRIBUTES if config.mirror_genai else 0),
+        query_text=wire_text(seen.query.text) if seen.query is not None and text_allowed else None,
+        produced_queries=[wire_text(v.text) for v in seen.variants] if text_allowed else [],
+        inputs=inputs, outputs=outputs, exclusions=exclusions, answer=answer,
+        model=seen.extra.get(sc.STAGE_MODEL))
     attributes: dict[str, Any] = {}
+    oi = mirrors.openinference(m) if config.mirror_openinference else {}
     if config.mirror_genai:
-        attributes.update(mirrors.genai(stage.kind, stage.component, stage.top_k))
-    if config.mirror_openinference:
-        text = wire_text(seen.query.text) if seen.query is not None and config.query_text_allowed() else None
-        attributes.update(mirrors.openinference(stage.kind, stage.top_k, text, limits, len(seen.extra), inputs, outputs))
+        written = oi.get(sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED) if config.mirror_openinference else None
+        attributes.update(mirrors.genai(m, written))
+    attributes.update(oi)  # the OpenInference count wins: it is never more than GenAI's
     return attributes
 
 
