@@ -255,6 +255,9 @@ CAPTURE_CONTENT_MODES = ("off", "preview", "full")
 RULE_PREVIEW = "preview@1"
 RULE_BUDGET_TRIM = "budget_trim@1"
 RULE_TRUNCATE_PREFIX = "truncate@1:"
+# the text handed on is the upstream text with a header of <n> code points put before it (LlamaIndex's
+# metadata header when it builds the prompt): checkable from the receipts, chars = upstream chars + n
+RULE_METADATA_HEADER_PREFIX = "metadata_header@1:"
 # a stage declared it replaced the content (sentence window, PII mask, LLM extraction): not checkable
 # from the receipt alone; readers accept it when derived_from matches the upstream receipt
 RULE_REPLACE = "replace@1"
