@@ -179,6 +179,11 @@ COVERAGE_CORPUS_SIZE = "ragtrail.coverage.corpus_size"
 COVERAGE_RETRIEVED = "ragtrail.coverage.retrieved"
 COVERAGE_IN_CONTEXT = "ragtrail.coverage.in_context"
 COVERAGE_CITED = "ragtrail.coverage.cited"
+# the corpus size (or one of the store sizes summed into it) is an estimate the store reported
+# (qdrant's approximate points_count, a user's figure marked approximate): never enough for absence
+COVERAGE_CORPUS_APPROXIMATE = "ragtrail.coverage.corpus_size.approximate"
+# how many distinct stores were summed into the pipeline's corpus size
+COVERAGE_STORES = "ragtrail.coverage.stores"
 CITED_IDS = "ragtrail.cited.ids"
 
 # the run as a whole, on the pipeline span: rolled up from its stages (seed 003's four buckets)
