@@ -81,6 +81,7 @@ class Stage:
         self._closed = False
         self._errors = 0
         self._seen: Seen | None = None
+        self._parent: "Stage | None" = None
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> "Stage":
@@ -89,6 +90,7 @@ class Stage:
             tracer = self._tracer or trace.get_tracer(TRACER_NAME)
             self.span = tracer.start_span(span_name(self.kind, self.component), kind=self._span_kind)
             self._token = otel_context.attach(trace.set_span_in_context(self.span))
+            self._parent = _current_stage.get()
             self._stage_token = _current_stage.set(self)
             self.recording = self.span.is_recording()
             if self.recording:
@@ -270,8 +272,8 @@ class Stage:
     def corpus_size(self, size: int | None, *, store: Any = None, approximate: bool = False) -> None:
         """How many items the searched store holds (for the coverage statement). ``store`` is the
         store's identity (the client or index object, or a name): the pipeline's corpus is the sum
-        over distinct stores, each counted once however many stages search it; without one, this
-        stage's store is taken as its own. ``approximate`` when the figure is an estimate (a store's
+        over distinct stores, each counted once however many stages search it; without one, the
+        stage's component names the store (stages of one retriever search one store). ``approximate`` when the figure is an estimate (a store's
         approximate count): an absence claim is then never supported. A size the user set with
         :func:`ragtrail.corpus_size` for this store wins over ``size``."""
         if not self.recording:
@@ -287,7 +289,7 @@ class Stage:
             self._seen.extra[sc.COVERAGE_CORPUS_SIZE] = size
             if approximate:
                 self._seen.extra[sc.COVERAGE_CORPUS_APPROXIMATE] = True
-            key = store_key(store) if store is not None else ("stage", id(self))
+            key = store_key(store) if store is not None else ("component", self.component)
             self._state.add_corpus_size(size, key, bool(approximate))
         except Exception as exc:
             self.record_error("corpus_size", exc)

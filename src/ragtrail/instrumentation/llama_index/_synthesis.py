@@ -141,10 +141,15 @@ def _recording_synthesis() -> "SynthesizeCall | None":
 
 def _chunk_candidates(chunks: list[Any]) -> list[Candidate]:
     synthesis = _recording_synthesis()
-    ids = synthesis.chunk_ids() if synthesis is not None else {}
+    # two nodes may build the same text (sentence windows overlap): each chunk takes the next node
+    # of that text, in input order, so neither node's id is given to the other's chunk
+    owners: dict[str, list[str]] = {}
+    for ident, text in (synthesis.llm_texts() if synthesis is not None else ()):
+        owners.setdefault(text, []).append(ident)
     candidates = []
     for chunk in chunks:
-        ident = ids.get(chunk) if isinstance(chunk, str) else None
+        queue = owners.get(chunk) if isinstance(chunk, str) else None
+        ident = (queue.pop(0) if len(queue) > 1 else queue[0]) if queue else None
         if ident is not None and synthesis is not None:
             candidates.append(synthesis.built(ident, chunk, chunk))
         else:
