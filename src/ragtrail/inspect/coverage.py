@@ -25,7 +25,8 @@ def _of(corpus_size: int | None, approximate: bool) -> str:
 
 
 def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: int, *, claim: str | None = None,
-             run_status: str | None = None, approximate: bool = False, stores: int | None = None) -> dict[str, Any]:
+             run_status: str | None = None, approximate: bool = False, stores: int | None = None,
+             excluded: int = 0) -> dict[str, Any]:
     """The manifest's ``coverage`` block: counts, ``exhaustive``, one statement, per-claim verdicts,
     and the verdict for the claim the answer made when the app said which (``ragtrail.answer.claim``).
 
@@ -54,6 +55,9 @@ def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: in
             statement = f"context failure: {retrieved} retrieved, none reached the model: no claim is supported"
         elif run_status == "failed":
             statement = "retrieval failed: nothing retrieved: no claim is supported"
+        elif excluded:
+            statement = (f"nothing handed on: {excluded} found, all excluded before they were retrieved "
+                         "(not an empty result): no claim is supported")
         elif run_status in ("empty", "available", None):
             statement = "empty result: the search found nothing (not a failure): no claim is supported"
         else:

@@ -281,7 +281,8 @@ def build(trace: Trace) -> dict[str, Any]:
                      n_cited if n_cited is not None else len(cited),
                      claim=claim if isinstance(claim, str) else None,
                      run_status=run_status if isinstance(run_status, str) else None,
-                     approximate=approximate, stores=_int(pa.get(sc.COVERAGE_STORES)))
+                     approximate=approximate, stores=_int(pa.get(sc.COVERAGE_STORES)),
+                     excluded=len(excluded))
 
     findings: list[str] = []
     for s in ([pipeline] if pipeline else []) + stages:

@@ -179,15 +179,16 @@ def _outer_retrieval(stage: "Stage") -> "Stage | None":
 def _inner_as_inputs(stage: "Stage", seen: Seen) -> list[Candidate] | None:
     """A retrieval stage that declared no inputs takes what its nested retrieval stages handed up
     as its inputs (first occurrence of each id), so what it did not hand on is an exclusion of its
-    own. Only when they share an id space (some inner id is among its outputs or exclusions): a
-    store that numbers rows differently from the framework above it says nothing about trimming."""
+    own. Only when they share an id space (some inner id is among its outputs or exclusions: a
+    store that numbers rows differently from the framework above it says nothing about trimming),
+    or when it handed nothing on at all (then none of the inner hits reached anyone)."""
     if seen.inputs is not None or not seen.inner or stage.kind not in _RETRIEVAL or seen.outputs is None:
         return seen.inputs
     mine = {c.id for c in seen.outputs} | set(seen.explicit)
     unique: dict[str, Candidate] = {}
     for candidate in seen.inner:
         unique.setdefault(candidate.id, candidate)
-    if not mine & set(unique):
+    if seen.outputs and not mine & set(unique):
         return None
     return list(unique.values())
 

@@ -8,8 +8,8 @@ text the synthesizer built for each node (``get_content(MetadataMode.LLM)``); a 
 node (an already packed chunk) is identified by ``sha256:`` of its text. That text is the node's
 own text with LlamaIndex's metadata header put before it (``file_path: ...``): the budget stage
 receipts the text it was given (a later cut is caught against it) and declares the header with rule
-``metadata_header@1:<header chars>`` derived from the node's own receipt, which the reader checks by
-arithmetic. A built text that is not "header + the node's text" carries no rule (an alarm: a change
+``metadata_header@1:<n>`` (n = code points added: the header, less the trailing whitespace LlamaIndex
+strips from the whole) derived from the node's own receipt, which the reader checks by arithmetic. A built text that is not "header + the node's text" carries no rule (an alarm: a change
 nobody explained). ``truncate`` keeps each
 chunk's identity and stamps the shortened text with rule ``budget_trim@1`` and ``derived_from``.
 """
@@ -107,7 +107,9 @@ class SynthesizeCall(LlamaCall):
                 ident = str(node.node_id)
                 texts.append((ident, built))
                 own = node_content(node)
-                if isinstance(own, str) and isinstance(built, str) and built != own and built.endswith(own):
+                # LlamaIndex strips the built text: a node text ending in a newline loses it
+                if isinstance(own, str) and isinstance(built, str) and built != own and own.rstrip() \
+                        and built.endswith(own.rstrip()) and len(built) > len(own):
                     rule = metadata_header_rule(len(built) - len(own)).id
                     headers.setdefault(ident, (rule, receipt(own).sha256))
             self._llm_texts = texts
