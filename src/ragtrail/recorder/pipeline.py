@@ -187,7 +187,8 @@ class PipelineState:
             }
             if self.corpus_size is not None:
                 attributes[sc.COVERAGE_CORPUS_SIZE] = self.corpus_size
-                attributes[sc.COVERAGE_STORES] = len(self._store_sizes)
+                if len(self._store_sizes) > 1:  # one store is the common case: no attribute for it
+                    attributes[sc.COVERAGE_STORES] = len(self._store_sizes)
                 if any(a for _, a in self._store_sizes.values()):
                     attributes[sc.COVERAGE_CORPUS_APPROXIMATE] = True
             if self.cited:
