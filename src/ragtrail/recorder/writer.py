@@ -53,6 +53,9 @@ class Seen:
     # what retrieval stages nested inside this one handed up (a retriever over a store, a wrapper
     # that trims its inner retriever's hits)
     inner: list[Candidate] = field(default_factory=list)
+    # a nested stage of another kind (a compressor's filter, a splitter) ran inside this one: what it
+    # dropped is explained there, so the inner hits are not this stage's inputs
+    inner_other: bool = False
 
 
 def short_component(component: str) -> str:
@@ -151,6 +154,8 @@ def _own_attributes(stage: "Stage", seen: Seen, exc: BaseException | None, statu
             # hands it on (a trimmed hit is the outer stage's exclusion, never retrieved)
             outer._seen.inner.extend(outputs)
         else:
+            if outer is not None:
+                outer._seen.inner_other = True
             state.track(stage.kind, [c.id for c in outputs])
     if stage.kind in _RETRIEVAL and stage._owns_state and seen.inner:
         # a retrieval root over nested stores (fusion, a wrapper) with no pipeline around it: its
@@ -178,19 +183,19 @@ def _outer_retrieval(stage: "Stage") -> "Stage | None":
 
 def _inner_as_inputs(stage: "Stage", seen: Seen) -> list[Candidate] | None:
     """A retrieval stage that declared no inputs takes what its nested retrieval stages handed up
-    as its inputs (first occurrence of each id), so what it did not hand on is an exclusion of its
-    own. Only when they share an id space (some inner id is among its outputs or exclusions: a
+    as its inputs (in the order they came, duplicates included), so what it did not hand on is an
+    exclusion of its own. Not when a nested stage of another kind (a compressor's filter) ran inside
+    it: those drops are explained there. Only when they share an id space (some inner id is among its outputs or exclusions: a
     store that numbers rows differently from the framework above it says nothing about trimming),
     or when it handed nothing on at all (then none of the inner hits reached anyone)."""
-    if seen.inputs is not None or not seen.inner or stage.kind not in _RETRIEVAL or seen.outputs is None:
+    if seen.inputs is not None or not seen.inner or stage.kind not in _RETRIEVAL or seen.outputs is None \
+            or seen.inner_other:
         return seen.inputs
     mine = {c.id for c in seen.outputs} | set(seen.explicit)
-    unique: dict[str, Candidate] = {}
-    for candidate in seen.inner:
-        unique.setdefault(candidate.id, candidate)
-    if seen.outputs and not mine & set(unique):
+    if seen.outputs and not mine & {c.id for c in seen.inner}:
         return None
-    return list(unique.values())
+    # duplicates kept: the same hit handed up twice (several inner searches) is a ``deduplicated``
+    return list(seen.inner)
 
 
 def _count_in(kind: str, seen: Seen, outputs: list[Candidate], exclusions: list[Exclusion]) -> int:
