@@ -258,6 +258,24 @@ def test_similarity_cutoff_with_missing_score(instrumented):
     ]
 
 
+def test_keyword_postprocessor_says_which_content_rule_fired(instrumented):
+    """The real KeywordNodePostprocessor (spaCy phrase matching): it filters on content, so the
+    reasons name the content rule, never ``filtered_by_metadata``."""
+    pytest.importorskip("spacy")
+    from llama_index.core.postprocessor import KeywordNodePostprocessor
+
+    texts = ["Refunds take 30 days.", "Refunds are void for draft contracts.", "Shipping takes 5 days."]
+    nodes = [NodeWithScore(node=TextNode(id_=f"k{i}", text=t), score=1.0 - i / 10) for i, t in enumerate(texts)]
+    post = KeywordNodePostprocessor(required_keywords=["Refunds"], exclude_keywords=["draft"])
+    out = post.postprocess_nodes(nodes, query_str="refunds")
+    assert [n.node.node_id for n in out] == ["k0"]
+    span = one(instrumented.get_finished_spans(), "filter KeywordNodePostprocessor")
+    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
+        ("k1", "custom:excluded_keyword", "contains 'draft' (exclude_keywords)"),
+        ("k2", "custom:missing_required_keyword", "none of required_keywords=['Refunds']"),
+    ]
+
+
 def test_llm_rerank_tells_cut_from_not_chosen(instrumented):
     nodes = _nodes([0.9, 0.8, 0.7, 0.6, 0.5])
     rerank = LLMRerank(llm=ScriptedLLM(), choice_batch_size=5, top_n=1)

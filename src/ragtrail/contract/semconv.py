@@ -179,6 +179,11 @@ COVERAGE_CORPUS_SIZE = "ragtrail.coverage.corpus_size"
 COVERAGE_RETRIEVED = "ragtrail.coverage.retrieved"
 COVERAGE_IN_CONTEXT = "ragtrail.coverage.in_context"
 COVERAGE_CITED = "ragtrail.coverage.cited"
+# the corpus size (or one of the store sizes summed into it) is an estimate the store reported
+# (qdrant's approximate points_count, a user's figure marked approximate): never enough for absence
+COVERAGE_CORPUS_APPROXIMATE = "ragtrail.coverage.corpus_size.approximate"
+# how many distinct stores were summed into the pipeline's corpus size
+COVERAGE_STORES = "ragtrail.coverage.stores"
 CITED_IDS = "ragtrail.cited.ids"
 
 # the run as a whole, on the pipeline span: rolled up from its stages (seed 003's four buckets)
@@ -277,6 +282,9 @@ CAPTURE_CONTENT_MODES = ("off", "preview", "full")
 RULE_PREVIEW = "preview@1"
 RULE_BUDGET_TRIM = "budget_trim@1"
 RULE_TRUNCATE_PREFIX = "truncate@1:"
+# the text handed on is the upstream text with a header of <n> code points put before it (LlamaIndex's
+# metadata header when it builds the prompt): checkable from the receipts, chars = upstream chars + n
+RULE_METADATA_HEADER_PREFIX = "metadata_header@1:"
 # a stage declared it replaced the content (sentence window, PII mask, LLM extraction): not checkable
 # from the receipt alone; readers accept it when derived_from matches the upstream receipt
 RULE_REPLACE = "replace@1"

@@ -51,6 +51,12 @@ class Seen:
     findings: list[str] = field(default_factory=list)
     answer: dict[str, Any] | None = None
     receipts: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(content) -> (content, receipt)
+    # what retrieval stages nested inside this one handed up (a retriever over a store, a wrapper
+    # that trims its inner retriever's hits)
+    inner: list[Candidate] = field(default_factory=list)
+    # a nested stage of another kind (a compressor's filter, a splitter) ran inside this one: what it
+    # dropped is explained there, so the inner hits are not this stage's inputs
+    inner_other: bool = False
 
 
 def short_component(component: str) -> str:
@@ -73,7 +79,7 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     span = stage.span
     limits = getattr(span, "_limits", None)
     outputs = seen.outputs or []
-    inputs = seen.inputs
+    inputs = seen.inputs = _inner_as_inputs(stage, seen)
     if seen.outputs is None and inputs is not None and exc is None:
         seen.findings.append("outputs not recorded: no exclusions derived")
     resolve_string_ids(seen.explicit, seen.string_ids, inputs)
@@ -165,13 +171,54 @@ def _own_attributes(stage: "Stage", seen: Seen, exc: BaseException | None, statu
     elif stage.kind != sc.KIND_PIPELINE:
         state.add_stage_status(status)
     if seen.outputs is not None and stage.kind != sc.KIND_PIPELINE:
-        state.track(stage.kind, [c.id for c in outputs])
+        outer = _outer_retrieval(stage)
+        if outer is not None and stage.kind in _RETRIEVAL:
+            # nested: what it found is the outer stage's input, "retrieved" only once that stage
+            # hands it on (a trimmed hit is the outer stage's exclusion, never retrieved)
+            outer._seen.inner.extend(outputs)
+        else:
+            if outer is not None:
+                outer._seen.inner_other = True
+            state.track(stage.kind, [c.id for c in outputs])
+    if stage.kind in _RETRIEVAL and stage._owns_state and seen.inner:
+        # a retrieval root over nested stores (fusion, a wrapper) with no pipeline around it: its
+        # span is the only place the run's coverage (the sum over its stores) can be said
+        own.update(state.coverage())
     own[sc.CANDIDATES_IN] = _count_in(stage.kind, seen, outputs, exclusions)
     own[sc.CANDIDATES_OUT] = len(outputs)
     own[sc.CANDIDATES_EXCLUDED] = len(exclusions)
     if seen.findings:
         own[sc.STAGE_FINDINGS] = list(seen.findings)
     return own
+
+
+_RETRIEVAL = (sc.KIND_RETRIEVE, sc.KIND_FUSE)
+
+
+def _outer_retrieval(stage: "Stage") -> "Stage | None":
+    """The retrieval stage this one runs inside, in the same pipeline and still recording."""
+    parent = stage._parent
+    if parent is not None and parent.kind in _RETRIEVAL and parent.recording and not parent._closed \
+            and parent._state is stage._state and parent._seen is not None:
+        return parent
+    return None
+
+
+def _inner_as_inputs(stage: "Stage", seen: Seen) -> list[Candidate] | None:
+    """A retrieval stage that declared no inputs takes what its nested retrieval stages handed up
+    as its inputs (in the order they came, duplicates included), so what it did not hand on is an
+    exclusion of its own. Not when a nested stage of another kind (a compressor's filter) ran inside
+    it: those drops are explained there. Only when they share an id space (some inner id is among its outputs or exclusions: a
+    store that numbers rows differently from the framework above it says nothing about trimming),
+    or when it handed nothing on at all (then none of the inner hits reached anyone)."""
+    if seen.inputs is not None or not seen.inner or stage.kind not in _RETRIEVAL or seen.outputs is None \
+            or seen.inner_other:
+        return seen.inputs
+    mine = {c.id for c in seen.outputs} | set(seen.explicit)
+    if seen.outputs and not mine & {c.id for c in seen.inner}:
+        return None
+    # duplicates kept: the same hit handed up twice (several inner searches) is a ``deduplicated``
+    return list(seen.inner)
 
 
 def _count_in(kind: str, seen: Seen, outputs: list[Candidate], exclusions: list[Exclusion]) -> int:
