@@ -316,15 +316,11 @@ def test_ensemble_is_a_fuse_stage_with_rrf_scores_and_child_retrievals(instrumen
     assert dropped and all(d.page_content in {f.page_content for f in fused} for _, d in dropped)
     left = pop_stage(fuse, {
         **stage_attributes("fuse", ENSEMBLE, n_in=len(union), n_out=len(fused), n_excluded=len(dropped)),
-<<<<<<< HEAD
         **query_attributes(query), sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: query,
-=======
-        **query_attributes(query), sc.OPENINFERENCE_SPAN_KIND: "CHAIN", sc.OI_INPUT_VALUE: query,
         # a fusion root with no pipeline around it carries the run's coverage: both stores summed
         # (BM25 over the corpus, the vector store over the same corpus), only the fused hits retrieved
         sc.COVERAGE_CORPUS_SIZE: 2 * len(corpus()), sc.COVERAGE_STORES: 2, sc.COVERAGE_RETRIEVED: len(fused),
         sc.COVERAGE_IN_CONTEXT: len(fused), sc.COVERAGE_CITED: 0,
->>>>>>> apps-llama
     })
     assert left == {}
     kept_by_content = {d.page_content: d.id for d in fused}

@@ -25,13 +25,8 @@ from typing import Any, Callable, Collection, Mapping
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-<<<<<<< HEAD
-from ragtrail.instrumentation._hook import bind
-from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreStages, acall_through,
-=======
 from ragtrail.instrumentation._hook import bind, guard
-from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreCall, acall_through,
->>>>>>> apps-llama
+from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreStages, acall_through,
                                                   call_through, filter_json, plain)
 from ragtrail.contract.receipts import content_id
 
@@ -66,20 +61,12 @@ class ChromaInstrumentor(RagtrailInstrumentor):
 
     def _query(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         return call_through(_KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
-<<<<<<< HEAD
-                            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result, local_count=True)))
-=======
-                            lambda call, result: call.complete(lambda: _outcome(call, instance, result)))
->>>>>>> apps-llama
+                            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
 
     async def _aquery(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         return await acall_through(
             _KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
-<<<<<<< HEAD
-            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result, local_count=False)))
-=======
-            lambda call, result: call.complete(lambda: _outcome(call, instance, result)))
->>>>>>> apps-llama
+            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
 
 
 class _ChromaStages(StoreStages):
@@ -146,11 +133,7 @@ def _column(result: Mapping[str, Any], key: str, index: int) -> list[Any] | None
     return rows[index]
 
 
-<<<<<<< HEAD
-def _outcome(stages: _ChromaStages, instance: Any, result: Any, *, local_count: bool) -> Outcome | None:
-=======
-def _outcome(call: _ChromaCall, instance: Any, result: Any) -> Outcome | None:
->>>>>>> apps-llama
+def _outcome(stages: _ChromaStages, instance: Any, result: Any) -> Outcome | None:
     if not isinstance(result, Mapping) or result.get("ids") is None:
         return None
 
@@ -176,7 +159,7 @@ def _outcome(call: _ChromaCall, instance: Any, result: Any) -> Outcome | None:
         return found
 
     return Outcome(rows=len(result["ids"]), row=row, corpus_size=lambda: _observed_count(instance),
-                   store=call.collection, approximate=True)
+                   store=stages.collection, approximate=True)
 
 
 def _observed_count(instance: Any) -> int | None:

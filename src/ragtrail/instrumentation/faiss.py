@@ -160,13 +160,8 @@ def _outcome(stages: _FaissStages, instance: Any, result: Any) -> Outcome | None
     def row(index: int) -> Row:
         ids = labels[index].tolist()
         scores = distances[index].tolist()
-<<<<<<< HEAD
         kind = stages.base.score_kind
-        candidates = [Candidate(id=str(ident), score=score, score_kind=kind)
-=======
-        kind = call.base.score_kind
         candidates = [Candidate(id=_id_of(ident, mapped), score=score, score_kind=kind)
->>>>>>> apps-llama
                       for ident, score in zip(ids, scores) if ident != -1]
         found = _row(stages, index, candidates)
         empty = len(ids) - len(candidates)

@@ -110,14 +110,9 @@ def _complete(stages: "_QdrantStages", result: Any, instance: Any,
               facts_of: Callable[[Any, str | None], "_Facts | None"]) -> None:
     """Read the collection's facts (local or cached: never a wait on the network) and record the
     result (the hook skeleton ends the stages whatever happens here)."""
-<<<<<<< HEAD
     facts = guard("qdrant.facts", facts_of, instance, stages.collection) if stages.active else None
+    stages.remote = bool(stages.active and guard("qdrant.is_local", _is_local, instance) is False)
     stages.complete(lambda: _outcome(stages, result, facts))
-=======
-    facts = guard("qdrant.facts", facts_of, instance, call.collection) if call.active else None
-    call.remote = bool(call.active and guard("qdrant.is_local", _is_local, instance) is False)
-    call.complete(lambda: _outcome(call, result, facts))
->>>>>>> apps-llama
 
 
 def point_candidate(point: Any) -> Candidate:
@@ -274,7 +269,7 @@ def _outcome(stages: _QdrantStages, result: Any, facts: _Facts | None) -> Outcom
             candidates.append(candidate)
         found.candidates = candidates
         if found.score_kind is None and candidates:
-            found.findings.append(UNREAD if facts is None and call.remote
+            found.findings.append(UNREAD if facts is None and stages.remote
                                   else "score kind unknown: the collection's distance could not be read")
         return found
 
@@ -283,7 +278,7 @@ def _outcome(stages: _QdrantStages, result: Any, facts: _Facts | None) -> Outcom
         size = lambda: facts.points_count  # noqa: E731
     # the collection is the store (a name the user can give ragtrail.corpus_size); without a size,
     # a user's figure for it is still looked up
-    return Outcome(rows=len(lists), row=row, corpus_size=size or (lambda: None), store=call.collection,
+    return Outcome(rows=len(lists), row=row, corpus_size=size or (lambda: None), store=stages.collection,
                    approximate=bool(facts is not None and facts.approximate))
 
 
