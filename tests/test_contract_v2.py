@@ -371,8 +371,7 @@ def _restamp(doc: dict[str, Any], name: str) -> None:
     _set(_event(span, sc.EVENT_CANDIDATE)["attributes"], sc.CANDIDATE_SCORE, {"doubleValue": 0.99})
     decoded = next(s for s in decode_document(doc) if s.name == name)
     stamp = stage_receipt(stage_fields(decoded.attributes, [(e.name, e.attributes) for e in decoded.events]))
-    alg, _, digest = stamp.receipt.partition(":")
-    _set(span["attributes"], sc.STAGE_RECEIPT, {"stringValue": f"hmac-sha256:{digest}"})
+    _set(span["attributes"], sc.STAGE_RECEIPT, {"stringValue": f"hmac-sha256:{stamp.receipt}"})
     _set(span["attributes"], sc.STAGE_RECEIPT_FIELDS, {"stringValue": stamp.fields})
 
 
@@ -402,5 +401,5 @@ def test_keyed_receipts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: 
     _restamp(plain, "fuse rrf")
     for kv in _span(plain, "fuse rrf")["attributes"]:
         if kv["key"] == sc.STAGE_RECEIPT:
-            kv["value"]["stringValue"] = kv["value"]["stringValue"].replace("hmac-sha256:", "sha256:")
+            kv["value"]["stringValue"] = kv["value"]["stringValue"].replace("hmac-sha256:", "")
     assert _alarms(_write(tmp_path, "plain.json", plain)) == []

@@ -527,7 +527,7 @@ def _mac(text: str, key: bytes | None) -> str:
 
 
 class StageReceipt(NamedTuple):
-    """A stage receipt as written on the wire: ``receipt`` (``<alg>:<64 hex>``) and ``fields``
+    """A stage receipt as written on the wire: ``receipt`` (64 hex, or ``hmac-sha256:<64 hex>``) and ``fields``
     (``<field>=<8 hex>;...`` sorted by field)."""
 
     receipt: str
@@ -536,21 +536,23 @@ class StageReceipt(NamedTuple):
 
 def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageReceipt:
     """The stage receipt over :func:`stage_fields`: sha256, or HMAC-SHA256 when a key is given."""
-    alg = ALG_SHA256 if key is None else ALG_HMAC_SHA256
     ordered = sorted(fields.items())
     whole = _mac(canonical_json([[k, v] for k, v in ordered]), key)
     short = ";".join(f"{k}={_mac(v, key)[:FIELD_DIGEST_HEX]}" for k, v in ordered)
-    return StageReceipt(f"{alg}:{whole}", short)
+    # unkeyed: the bare 64 hex digits (so it fits the 64-character value limit the other receipts
+    # need); keyed: the algorithm named in front
+    return StageReceipt(whole if key is None else f"{ALG_HMAC_SHA256}:{whole}", short)
 
 
 def receipt_algorithm(value: Any) -> str | None:
-    """The algorithm a stage receipt names (``sha256`` / ``hmac-sha256``), or ``None`` when malformed."""
+    """The algorithm of a stage receipt: ``sha256`` (64 hex digits) or ``hmac-sha256``
+    (``hmac-sha256:<64 hex>``); ``None`` when malformed (cut, or an algorithm this reader does not know)."""
+    if is_sha256_hex(value):
+        return ALG_SHA256
     if not isinstance(value, str):
         return None
     alg, _, digest = value.partition(":")
-    if alg in (ALG_SHA256, ALG_HMAC_SHA256) and is_sha256_hex(digest):
-        return alg
-    return None
+    return ALG_HMAC_SHA256 if alg == ALG_HMAC_SHA256 and is_sha256_hex(digest) else None
 
 
 def parse_field_digests(value: Any) -> dict[str, str]:

@@ -42,7 +42,7 @@ EVENTS_COUNT = "ragtrail.events.count"
 EVENTS_DIGEST = "ragtrail.events.digest"
 EVENTS_SPANS = "ragtrail.events.spans"
 # v2: the stage receipt, written last: every semantic field of the stage and of each of its events
-# under one digest ("<alg>:<hex>", alg sha256 or hmac-sha256), and a short digest per field so a
+# under one digest (64 hex: sha256; "hmac-sha256:<64 hex>" when keyed), and a short digest per field so a
 # reader can name the field that changed ("<field>=<8 hex>;..." with the "ragtrail." prefix cut)
 STAGE_RECEIPT = "ragtrail.stage.receipt"
 STAGE_RECEIPT_FIELDS = "ragtrail.stage.receipt.fields"
