@@ -361,6 +361,14 @@ def test_keyed_receipts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: 
     result = _cli(capfd, "verify", forged, "--key-file", str(key_file))
     assert result.exit_code == 1
     assert "stage=fuse tests.rrf" in result.output and "field=ragtrail.stage.receipt" in result.output
+    # a downgrade (the receipt restamped unkeyed) is caught when verify holds the key
+    for kv in _span(doc, "fuse rrf")["attributes"]:
+        if kv["key"] == sc.STAGE_RECEIPT:
+            kv["value"]["stringValue"] = kv["value"]["stringValue"].replace("hmac-sha256:", "")
+    result = _cli(capfd, "verify", _write(tmp_path, "downgraded.json", doc), "--key-file", str(key_file))
+    assert result.exit_code == 1 and result.output.count("ALARM") == 1
+    assert "field=ragtrail.stage.receipt: changed_uncited (the receipt is unkeyed (sha256) but a key was given" \
+        in result.output
     # the same restamp on an unkeyed trace passes: what the key is for
     plain = _record(tmp_path / "plain")
     _restamp(plain, "fuse rrf")

@@ -473,12 +473,19 @@ def sorted_events_digest(items: Iterable[tuple[str, str, str]]) -> str:
     return events_digest(sorted(items))
 
 
+# one encoder for every cell (json.dumps with options builds a new one per call): the same text as _dumps
+_CELL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _field_value(value: Any) -> Any:
     """A value as a digest sees it: a list (or tuple) as its canonical JSON text, because Jaeger's v1
-    API carries array attributes as that text and readers cannot always tell the two apart."""
+    API carries array attributes as that text and readers cannot always tell the two apart; a value
+    JSON cannot carry (bytes, a decoded kvlist's odd value) as its canonical JSON."""
+    if type(value) in _LEAVES:
+        return value
     if isinstance(value, (list, tuple)):
         return canonical_json(list(value))
-    return value
+    return canonical_json(value)
 
 
 def _short(key: str) -> str:
@@ -499,23 +506,30 @@ def stage_fields(span_attributes: Mapping[str, Any],
     the sorted ``[event name, id (or hop:<n>), value]`` triples of the events that carry it (so the
     column does not depend on event order, and moving a score to another candidate changes it);
     the ``candidate.meta.*`` keys share one column. Stamps made after the producer are left out."""
+    # attribute values are OTel primitives (or arrays of them): plain JSON, so json.dumps directly
     fields: dict[str, str] = {}
     for key, value in span_attributes.items():
         if key.startswith(_PREFIX) and key not in _UNCOVERED:
-            fields[_short(key)] = canonical_json(_field_value(value))
-    columns: dict[str, list[list[Any]]] = {}
+            fields[_short(key)] = _dumps(_field_value(value))
+    dumps = _CELL_ENCODER.encode
+    columns: dict[str, list[str]] = {}
+    meta_prefix = semconv.CANDIDATE_META_PREFIX
     for name, attributes in events:
         ident = _event_ident(name, attributes)
         for key, value in attributes.items():
             if not key.startswith(_PREFIX):
                 continue
-            column = "candidate.meta" if key.startswith(semconv.CANDIDATE_META_PREFIX) else "event." + _short(key)
-            cell: list[Any] = [name, ident, _field_value(value)]
-            if column == "candidate.meta":
-                cell.append(key)
-            columns.setdefault(column, []).append(cell)
+            if key.startswith(meta_prefix):
+                column, cell = "candidate.meta", [name, ident, _field_value(value), key]
+            else:
+                column, cell = "event." + key[9:], [name, ident, _field_value(value)]
+            cells = columns.get(column)
+            if cells is None:
+                cells = columns[column] = []
+            cells.append(dumps(cell))
     for column, cells in columns.items():
-        fields[column] = canonical_json(sorted(cells, key=canonical_json))
+        cells.sort()
+        fields[column] = "[" + ",".join(cells) + "]"
     return fields
 
 

@@ -267,6 +267,12 @@ class _Checker:
             self.alarm(view.span, label, "", sc.STAGE_RECEIPT, UNVERIFIABLE,
                        "the receipt is keyed (hmac-sha256) and cannot be checked without the key: pass --key-file")
             return
+        if alg != ALG_HMAC_SHA256 and self.key is not None:
+            # verify was given a key: an unkeyed receipt is what a forger without the key would write
+            self.alarm(view.span, label, "", sc.STAGE_RECEIPT, CHANGED_UNCITED,
+                       "the receipt is unkeyed (sha256) but a key was given: restamped without the key, "
+                       "or the producer ran without RAGTRAIL_RECEIPT_KEY")
+            return
         key = self.key if alg == ALG_HMAC_SHA256 else None
         fields = stage_fields(attrs, [(e.name, e.attributes) for _, e in view.events()])
         computed = stage_receipt(fields, key)
