@@ -376,3 +376,17 @@ def test_keyed_receipts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: 
         if kv["key"] == sc.STAGE_RECEIPT:
             kv["value"]["stringValue"] = kv["value"]["stringValue"].replace("hmac-sha256:", "")
     assert _alarms(_write(tmp_path, "plain.json", plain)) == []
+
+
+def test_export_stamps_every_ragtrail_span_with_its_segment(tmp_path: Path) -> None:
+    doc = _record(tmp_path)
+    spans = all_spans(doc)
+    root = next(s for s in spans if not s.get("parentSpanId"))
+    assert _attr(root, sc.TRACE_SPAN_COUNT) == {"intValue": "7"}
+    assert _attr(root, sc.TRACE_SEGMENT_ROOT) is None and _attr(root, sc.TRACE_SEGMENT_SPAN_COUNT) is None
+    others = [s for s in spans if s is not root]
+    assert len(others) == 6
+    for s in others:
+        assert _attr(s, sc.TRACE_SEGMENT_ROOT) == {"stringValue": root["spanId"]}, s["name"]
+        assert _attr(s, sc.TRACE_SEGMENT_SPAN_COUNT) == {"intValue": "7"}, s["name"]
+        assert _attr(s, sc.TRACE_SPAN_COUNT) is None

@@ -67,7 +67,8 @@ def stamp_segment(
     for span in spans:
         if span.context.span_id == root_span_id:
             root = with_attributes(span, {**marks, semconv.TRACE_SPAN_COUNT: span_count})
-        elif semconv.STAGE_KIND in (span.attributes or {}):
+        elif not late and semconv.STAGE_KIND in (span.attributes or {}):
+            # late spans (the root and its count already left) are counted over, never under: unstamped
             out.append(with_attributes(span, segment))
         else:
             out.append(with_attributes(span, marks) if marks else span)
