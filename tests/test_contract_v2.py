@@ -390,3 +390,18 @@ def test_export_stamps_every_ragtrail_span_with_its_segment(tmp_path: Path) -> N
         assert _attr(s, sc.TRACE_SEGMENT_ROOT) == {"stringValue": root["spanId"]}, s["name"]
         assert _attr(s, sc.TRACE_SEGMENT_SPAN_COUNT) == {"intValue": "7"}, s["name"]
         assert _attr(s, sc.TRACE_SPAN_COUNT) is None
+
+
+def test_field_digests_cut_by_a_value_limit_name_only_what_they_cover() -> None:
+    from ragtrail.contract.receipts import changed_fields, parse_field_digests, stage_receipt
+
+    fields = {"a.one": "1", "b.two": "2", "c.three": "3", "d.four": "4"}
+    stamped = stage_receipt(fields).fields
+    assert changed_fields(fields, parse_field_digests(stamped)) == []
+    changed = dict(fields, **{"a.one": "9"})
+    assert changed_fields(changed, parse_field_digests(stamped)) == ["a.one"]
+    cut = stamped[:stamped.index("c.three=") + 11]  # a collector's truncate_all, mid-digest
+    assert changed_fields(changed, parse_field_digests(cut)) == ["a.one"]
+    assert changed_fields(dict(fields, **{"b.two": "x"}), parse_field_digests(cut)) == ["b.two"]
+    # uncut, a field the producer never wrote is named as added
+    assert changed_fields(dict(fields, **{"e.five": "5"}), parse_field_digests(stamped)) == ["e.five"]

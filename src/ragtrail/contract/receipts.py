@@ -582,7 +582,21 @@ def parse_field_digests(value: Any) -> dict[str, str]:
 
 def changed_fields(received: Mapping[str, str], stamped: Mapping[str, str], key: bytes | None = None) -> list[str]:
     """The fields whose received value does not hash to the stamped field digest, plus the fields
-    present on one side only, sorted (the reader's answer to "which field changed")."""
+    present on one side only, sorted (the reader's answer to "which field changed").
+
+    The field digests are sorted by name, so a list cut by a value-length limit (a collector's
+    ``truncate_all``) covers a prefix of the names: a cut last entry is left out, and a received
+    field sorting after the last stamped one is not called added (the cut hid its digest)."""
+    stamped = dict(stamped)
+    cut = False
+    if stamped:
+        last = max(stamped)
+        if len(stamped[last]) != FIELD_DIGEST_HEX:
+            del stamped[last]
+            cut = True
+    bound = max(stamped) if (cut and stamped) else None
     names = set(received) | set(stamped)
     return sorted(n for n in names
-                  if n not in received or n not in stamped or _mac(received[n], key)[:FIELD_DIGEST_HEX] != stamped[n])
+                  if (n not in stamped and not (cut and (bound is None or n > bound)))
+                  or n not in received
+                  or (n in stamped and _mac(received[n], key)[:FIELD_DIGEST_HEX] != stamped[n]))
