@@ -577,6 +577,8 @@ def parse_field_digests(value: Any) -> dict[str, str]:
             name, sep, digest = part.rpartition("=")
             if sep and name:
                 out[name] = digest
+            elif part:  # a fragment: the list was cut here (kept, in order, so the reader sees the cut)
+                out[part] = ""
     return out
 
 
@@ -587,14 +589,14 @@ def changed_fields(received: Mapping[str, str], stamped: Mapping[str, str], key:
     The field digests are sorted by name, so a list cut by a value-length limit (a collector's
     ``truncate_all``) covers a prefix of the names: a cut last entry is left out, and a received
     field sorting after the last stamped one is not called added (the cut hid its digest)."""
-    stamped = dict(stamped)
+    stamped = dict(stamped)  # in the order written: sorted by name, a cut leaves a fragment last
     cut = False
     if stamped:
-        last = max(stamped)
+        last = next(reversed(stamped))
         if len(stamped[last]) != FIELD_DIGEST_HEX:
             del stamped[last]
             cut = True
-    bound = max(stamped) if (cut and stamped) else None
+    bound = next(reversed(stamped)) if (cut and stamped) else None
     names = set(received) | set(stamped)
     return sorted(n for n in names
                   if (n not in stamped and not (cut and (bound is None or n > bound)))
