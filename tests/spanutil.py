@@ -6,8 +6,40 @@ from typing import Any, Iterable
 
 
 def attrs(span: Any) -> dict[str, Any]:
-    """A mutable copy of a span's attributes (tuples turned into lists) to pop expected keys from."""
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in (span.attributes or {}).items()}
+    """A mutable copy of a span's attributes (tuples turned into lists) to pop expected keys from.
+
+    A schema 2 stage receipt is checked here, against the span's own attributes and events by the
+    contract's rule, and then left out (every test that pops attributes would otherwise repeat its
+    value, a digest); so are the export side's segment stamps, after checking their form (they are
+    tested in tests/test_contract_v2.py)."""
+    return checked({k: (list(v) if isinstance(v, tuple) else v) for k, v in (span.attributes or {}).items()}, span)
+
+
+def own(span: Any) -> dict[str, Any]:
+    """A mutable copy of a span's attributes exactly as the SDK holds them (tuples stay tuples),
+    the stage receipt and segment stamps checked and left out as by :func:`attrs`."""
+    return checked(dict(span.attributes or {}), span)
+
+
+def checked(out: dict[str, Any], span: Any) -> dict[str, Any]:
+    """``out`` (a copy of ``span``'s attributes) with the stage receipt checked and removed, and the
+    export's segment stamps checked for form and removed."""
+    import re
+
+    from ragtrail.contract import semconv as sc
+    from ragtrail.contract.receipts import stage_fields, stage_receipt
+
+    if sc.STAGE_RECEIPT in out and not out.get(sc.STAGE_CONTINUATION):
+        stamp = stage_receipt(stage_fields(span.attributes, [(e.name, e.attributes) for e in span.events]))
+        if ":" not in out[sc.STAGE_RECEIPT] and not out.get(sc.EVENTS_SPANS):  # events all here
+            assert (out[sc.STAGE_RECEIPT], out[sc.STAGE_RECEIPT_FIELDS]) == stamp, "stage receipt does not match"
+        out.pop(sc.STAGE_RECEIPT)
+        out.pop(sc.STAGE_RECEIPT_FIELDS)
+    if sc.TRACE_SEGMENT_ROOT in out:
+        assert re.fullmatch(r"[0-9a-f]{16}", out.pop(sc.TRACE_SEGMENT_ROOT))
+        count = out.pop(sc.TRACE_SEGMENT_SPAN_COUNT)
+        assert isinstance(count, int) and count > 0
+    return out
 
 
 def events(span: Any, name: str | None = None) -> list[dict[str, Any]]:
@@ -74,11 +106,11 @@ def stitched(span: Any, spans: Any) -> list[tuple[str, dict[str, Any]]]:
 def check_count_and_digest(span: Any, evs: list[tuple[str, dict[str, Any]]]) -> None:
     """The stage's stamped event count and digest match the (stitched) candidate events received."""
     from ragtrail.contract import semconv as sc
-    from ragtrail.contract.receipts import events_digest
+    from ragtrail.contract.receipts import sorted_events_digest
 
     items = [(name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")) for name, a in evs]
     assert span.attributes[sc.EVENTS_COUNT] == len(evs)
-    assert span.attributes[sc.EVENTS_DIGEST] == events_digest(items)
+    assert span.attributes[sc.EVENTS_DIGEST] == sorted_events_digest(items)
 
 
 class CallSpy:

@@ -132,12 +132,17 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
               help="How far back --search looks (30m, 1h, 2d; servers default to 1h, a local store to everything).")
 @click.option("--json", "as_json", is_flag=True, help="Print the fidelity of each trace as JSON.")
 @click.option("--strict", is_flag=True, help="Also fail on findings (degraded stages, unexplained exclusions).")
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The receipt key (RAGTRAIL_RECEIPT_KEY of the producer) to check keyed (hmac-sha256) receipts.")
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
 def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: bool, limit: int,
-           query: str | None, lookback: str | None, as_json: bool, strict: bool) -> int:
+           query: str | None, lookback: str | None, as_json: bool, strict: bool, key_file: str | None) -> int:
     """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm."""
     from ragtrail.inspect.manifest import build, fidelity_only
     from ragtrail.inspect.sources import open_source, resolve
+    from ragtrail.settings import read_key_file
+
+    key = read_key_file(key_file) if key_file else None
 
     if not traces and not search:
         raise errors.UsageError("nothing to verify", "pass TRACE ids (or `last`) or --search")
@@ -155,7 +160,7 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
     with _progress(f"verifying {len(refs)} traces", unit="count") as progress:
         for i, ref in enumerate(refs):
             trace = src.get(ref) if src is not None and ref not in traces else resolve(ref, source, timeout=timeout)
-            results.append(build(trace) if strict else fidelity_only(trace))
+            results.append(build(trace, key) if strict else fidelity_only(trace, key))
             progress(i + 1, len(refs))
     failed = False
     for m in results:

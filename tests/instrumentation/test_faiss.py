@@ -76,10 +76,10 @@ def expected_row(index: Any, q: Any, k: int, *, binary: bool = False) -> tuple[A
 def check_row_span(span: Any, spans: Any, index: Any, q_row: Any, dist: Any, ids: Any, *, kind: str,
                    k: int, batch: tuple[int, int] | None = None, binary: bool = False) -> None:
     keep = [(int(i), float(d)) for i, d in zip(ids, dist) if i != -1]
-    a = dict(span.attributes)
+    a = spanutil.own(span)
     dim, sha = vector_receipt(q_row, binary)
     expected = {
-        sc.SCHEMA: 1,
+        sc.SCHEMA: 2,
         sc.STAGE_KIND: sc.KIND_RETRIEVE,
         sc.STAGE_COMPONENT: f"faiss.{type(index).__name__}",
         sc.STAGE_STATUS: sc.STATUS_OK if keep else sc.STATUS_EMPTY,

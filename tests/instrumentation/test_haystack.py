@@ -35,7 +35,7 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.haystack import HaystackInstrumentor  # noqa: E402
-from ragtrail.contract.receipts import events_digest, receipt  # noqa: E402
+from ragtrail.contract.receipts import sorted_events_digest, receipt  # noqa: E402
 from spanutil import attrs, events, pop_all  # noqa: E402
 
 BM25 = "haystack.components.retrievers.in_memory.bm25_retriever.InMemoryBM25Retriever"
@@ -193,12 +193,12 @@ def check_span(span, *, kind: str, component: str, own: dict, cands: list[dict],
             if score is not None:
                 mirrors[f"{prefix}.{i}.document.score"] = score
     pop_all(a, mirrors)
-    pop_all(a, {sc.SCHEMA: 1, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component})
+    pop_all(a, {sc.SCHEMA: 2, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component})
     pop_all(a, own)
     digest_items = [(n, f"hop:{e[sc.QUERY_HOP]}" if n == sc.EVENT_QUERY else e[sc.CANDIDATE_ID],
                      e.get(sc.QUERY_SHA256 if n == sc.EVENT_QUERY else sc.CANDIDATE_CONTENT_SHA256, ""))
                     for n, e in expected_events]
-    pop_all(a, {sc.EVENTS_COUNT: len(expected_events), sc.EVENTS_DIGEST: events_digest(digest_items)})
+    pop_all(a, {sc.EVENTS_COUNT: len(expected_events), sc.EVENTS_DIGEST: sorted_events_digest(digest_items)})
     mirrorutil.pop_mirrors(a, span)
     assert a == {}, f"unexpected attributes left: {a}"
 

@@ -20,7 +20,7 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.embeddings import Embeddings  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
-from ragtrail.contract.receipts import events_digest, receipt  # noqa: E402
+from ragtrail.contract.receipts import sorted_events_digest, receipt  # noqa: E402
 
 
 
@@ -126,13 +126,13 @@ def digest_of(span: Any) -> str:
             items.append([name, f"hop:{attributes[sc.QUERY_HOP]}", attributes.get(sc.QUERY_SHA256, "")])
         else:
             items.append([name, attributes[sc.CANDIDATE_ID], attributes.get(sc.CANDIDATE_CONTENT_SHA256, "")])
-    return events_digest(items)
+    return sorted_events_digest(items)
 
 
 def pop_stage(span: Any, expected: dict[str, Any]) -> dict[str, Any]:
     """Pop the expected attributes (floats approximately), the event count and the digest
     (recomputed from the span's own events); return what is left (tests assert it is empty)."""
-    attributes = dict(span.attributes or {})
+    attributes = spanutil.own(span)
     for key, value in expected.items():
         assert key in attributes, f"{span.name}: missing {key}"
         got = attributes.pop(key)
@@ -148,7 +148,7 @@ def pop_stage(span: Any, expected: dict[str, Any]) -> dict[str, Any]:
 
 def stage_attributes(kind: str, component: str, *, n_in: int, n_out: int, n_excluded: int, status: str = "ok",
                      **extra: Any) -> dict[str, Any]:
-    attributes = {sc.SCHEMA: 1, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component, sc.STAGE_STATUS: status,
+    attributes = {sc.SCHEMA: 2, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component, sc.STAGE_STATUS: status,
                   sc.CANDIDATES_IN: n_in, sc.CANDIDATES_OUT: n_out, sc.CANDIDATES_EXCLUDED: n_excluded}
     attributes.update(extra)
     return attributes

@@ -57,8 +57,9 @@ def _candidate_attrs(d: dict[str, Any], rank: int | None, kind: str) -> dict[str
 
 
 def digest(items: Sequence[tuple[str, str, str]]) -> str:
-    """SPEC §3, re-derived: sha256 of the compact JSON array of [event, id, content sha256]."""
-    payload = json.dumps([list(i) for i in items], separators=(",", ":"), ensure_ascii=False)
+    """SPEC §3, re-derived: sha256 of the compact JSON array of [event, id, content sha256], the
+    items sorted (schema 2: the digest does not depend on the order events arrive in)."""
+    payload = json.dumps([list(i) for i in sorted(items)], separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
@@ -95,7 +96,7 @@ def check_rerank_span(
     a = attrs(span)
     expected: dict[str, Any] = {
         sc.OPENINFERENCE_SPAN_KIND: sc.OI_RERANKER,
-        sc.SCHEMA: 1,
+        sc.SCHEMA: 2,
         sc.STAGE_KIND: sc.KIND_RERANK,
         sc.STAGE_COMPONENT: component,
         sc.STAGE_STATUS: status,

@@ -6,7 +6,9 @@ The recorder, the exporters and the inspector all import them from here so that 
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# schema versions a reader accepts (schema 1 traces still read and verify by the v1 rules)
+SCHEMA_VERSIONS = (1, 2)
 
 # --- spans (docs/semconv.md §1) --------------------------------------------------------------------
 SCHEMA = "ragtrail.schema"
@@ -39,6 +41,11 @@ CANDIDATES_EXCLUDED = "ragtrail.candidates.excluded"
 EVENTS_COUNT = "ragtrail.events.count"
 EVENTS_DIGEST = "ragtrail.events.digest"
 EVENTS_SPANS = "ragtrail.events.spans"
+# v2: the stage receipt, written last: every semantic field of the stage and of each of its events
+# under one digest (64 hex: sha256; "hmac-sha256:<64 hex>" when keyed), and a short digest per field so a
+# reader can name the field that changed ("<field>=<8 hex>;..." with the "ragtrail." prefix cut)
+STAGE_RECEIPT = "ragtrail.stage.receipt"
+STAGE_RECEIPT_FIELDS = "ragtrail.stage.receipt.fields"
 
 KIND_PIPELINE = "pipeline"
 KIND_QUERY_TRANSFORM = "query_transform"
@@ -172,6 +179,10 @@ SAMPLING_ADJUSTED_COUNT = "ragtrail.sampling.adjusted_count"
 JAEGER_SAMPLER_TYPE = "sampler.type"
 JAEGER_SAMPLER_PARAM = "sampler.param"
 TRACE_SPAN_COUNT = "ragtrail.trace.span_count"
+# v2: stamped at export on every other ragtrail span of a segment, so completeness does not depend on
+# the root arriving: the local root's span id (hex) and the segment's span count
+TRACE_SEGMENT_ROOT = "ragtrail.trace.segment.root"
+TRACE_SEGMENT_SPAN_COUNT = "ragtrail.trace.segment.span_count"
 TRACE_LATE = "ragtrail.trace.late"
 # spans of a segment flushed at shutdown before its local root ended
 TRACE_INCOMPLETE = "ragtrail.trace.incomplete"
@@ -274,6 +285,9 @@ ENV_MIRROR_OPENINFERENCE = "RAGTRAIL_MIRROR_OPENINFERENCE"
 ENV_EVENTS_PER_SPAN = "RAGTRAIL_EVENTS_PER_SPAN"
 # most query stages one vector-store call writes (a faiss search of 1M rows must not cost 1M spans)
 ENV_VECTORSTORE_MAX_QUERIES = "RAGTRAIL_VECTORSTORE_MAX_QUERIES"
+
+# v2 keyed receipts: the key (text, UTF-8) that makes stage receipts HMAC-SHA256; never exported
+ENV_RECEIPT_KEY = "RAGTRAIL_RECEIPT_KEY"
 
 CAPTURE_QUERY_MODES = ("text", "hash", "off")
 CAPTURE_CONTENT_MODES = ("off", "preview", "full")

@@ -224,10 +224,11 @@ def _threshold_probability(trace_state: str | None) -> float | None:
 
 
 @gc_paused()
-def build(trace: Trace) -> dict[str, Any]:
-    """The manifest of SPEC §7 (plus the detail the terminal and HTML views need)."""
+def build(trace: Trace, key: bytes | None = None) -> dict[str, Any]:
+    """The manifest of SPEC §7 (plus the detail the terminal and HTML views need); ``key`` checks
+    keyed stage receipts."""
     stitched = stitch(trace)
-    fidelity: Fidelity = check(trace, stitched)
+    fidelity: Fidelity = check(trace, stitched, key)
     stages = [stage_entry(v) for v in stitched.stages]
     pipeline = stage_entry(stitched.pipelines[0]) if stitched.pipelines else None
     pa = stitched.pipelines[0].attributes if stitched.pipelines else {}
@@ -319,10 +320,10 @@ def build(trace: Trace) -> dict[str, Any]:
 
 
 @gc_paused()
-def fidelity_only(trace: Trace) -> dict[str, Any]:
+def fidelity_only(trace: Trace, key: bytes | None = None) -> dict[str, Any]:
     """What ``verify`` needs and nothing more (no candidate tables): the trace's fidelity and sizes."""
     stitched = stitch(trace)
-    fidelity = check(trace, stitched)
+    fidelity = check(trace, stitched, key)
     events = sum(len(v.events()) for v in [*stitched.pipelines, *stitched.stages])
     return {"trace_id": trace.trace_id, "source": trace.source, "fidelity": fidelity.as_dict(),
             "span_count": len(trace.spans), "events_checked": events}

@@ -16,7 +16,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import digest_item, events_digest, finite_or_none
+from ragtrail.contract.receipts import (StageReceipt, digest_item, finite_or_none, sorted_events_digest, stage_fields,
+                                        stage_receipt)
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import Exclusion
 from ragtrail.recorder.pipeline import QueryRecord
@@ -100,8 +101,15 @@ class EventBuilder:
 
 
 def digest(events: Sequence[Event]) -> str:
-    """``ragtrail.events.digest`` over the events (the contract's digest-item rule)."""
-    return events_digest([digest_item(name, attributes) for name, attributes in events])
+    """``ragtrail.events.digest`` over the events (the contract's digest-item rule, schema 2: in
+    sorted order, so a backend that reorders events does not change it)."""
+    return sorted_events_digest([digest_item(name, attributes) for name, attributes in events])
+
+
+def receipt(span_attributes: Any, events: Sequence[Event], key: bytes | None) -> StageReceipt:
+    """The stage receipt (``ragtrail.stage.receipt`` and ``.fields``) over the stage's span
+    attributes as written and its events (the contract's stage-field rule)."""
+    return stage_receipt(stage_fields(span_attributes, events), key)
 
 
 def capacity(configured: int | None, limits: Any) -> int | None:

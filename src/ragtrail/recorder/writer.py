@@ -6,7 +6,9 @@
    the answer on a pipeline),
 3. one event per produced query, output candidate and exclusion, spilling into continuation child
    spans rather than letting the SDK evict the top-ranked candidates,
-4. ``ragtrail.events.count`` and ``ragtrail.events.digest`` last, so they are the last to be lost.
+4. ``ragtrail.events.count`` and ``ragtrail.events.digest``, then
+5. the stage receipt (``ragtrail.stage.receipt`` and ``.fields``) over every semantic field written
+   above, last of all, so it is the last to be lost and nothing written after it goes uncovered.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import Exclusion, Explicit, Knobs, derive, resolve_string_ids
 from ragtrail.recorder.pipeline import QueryRecord
 from ragtrail.recorder.values import attribute_value, wire_text
+from ragtrail import settings
 from ragtrail.settings import CaptureSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,7 +93,8 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     attributes = _mirrors(stage, seen, limits, inputs, outputs, exclusions)  # 1.
     if attributes:
         span.set_attributes(attributes)
-    span.set_attributes(_own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions))  # 2.
+    own = _own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions)
+    span.set_attributes(own)  # 2.
     findings_written = len(seen.findings)
     if exc is not None:
         _record_exception(span, seen.config, exc)
@@ -118,6 +122,11 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     final[sc.EVENTS_COUNT] = len(events)
     final[sc.EVENTS_DIGEST] = event_rules.digest(events)
     span.set_attributes(final)
+    written = getattr(span, "attributes", None)  # 5. what the SDK holds, as the reader will see it
+    if written is None:  # pragma: no cover - not an SDK span: the attributes this stage wrote
+        written = {**own, **final}
+    stamp = event_rules.receipt(written, events, settings.receipt_key())
+    span.set_attributes({sc.STAGE_RECEIPT: stamp.receipt, sc.STAGE_RECEIPT_FIELDS: stamp.fields})
 
 
 def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | None,
