@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -124,7 +125,9 @@ class CaptureSettings:
 
 # filter keys whose string values name a field, an operator or a combinator: the shape of the
 # filter (Chroma's "$and"/"$contains" are keys already), never a value taken from the query
-_FILTER_STRUCTURE_KEYS = frozenset({"key", "field", "operator", "op", "condition", "conditions_operator"})
+# (a value is kept only when it looks like one: a short name or operator, no spaces, no free text)
+_FILTER_STRUCTURE_KEYS = frozenset({"key", "field", "operator", "op", "condition"})
+_FILTER_STRUCTURE_VALUE = re.compile(r"[A-Za-z_$][\w.$-]{0,63}|[=!<>]{1,2}")
 
 
 def _redact_leaf(value: object, keep: bool) -> object:
@@ -141,7 +144,7 @@ def _redact(value: object, keep: bool, key: str | None = None) -> object:
         return {k: _redact(v, keep, k) for k, v in value.items()}
     if isinstance(value, list):
         return [_redact(v, keep) for v in value]
-    if key in _FILTER_STRUCTURE_KEYS and isinstance(value, str):
+    if key in _FILTER_STRUCTURE_KEYS and isinstance(value, str) and _FILTER_STRUCTURE_VALUE.fullmatch(value):
         return value
     return _redact_leaf(value, keep)
 
