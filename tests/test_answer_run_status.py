@@ -3,6 +3,8 @@ real SDK: exact attributes under each content capture mode, and each case of the
 
 from __future__ import annotations
 
+import mirrorutil
+
 import logging
 
 import pytest
@@ -36,6 +38,7 @@ def _pipeline_attributes(span, *, retrieved: int, run_status: str, status: str =
     if findings:
         own[sc.STAGE_FINDINGS] = findings
     pop_all(a, own)
+    mirrorutil.pop_mirrors(a, span)  # output.value: the answer as captured
     return a
 
 

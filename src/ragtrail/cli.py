@@ -27,6 +27,7 @@ Sources (--source, or RAGTRAIL_SOURCE; default ./.ragtrail, the local store):
   PATH                          OTLP JSON lines (local store, Collector file exporter), OTLP/Jaeger/Tempo JSON
   jaeger+http://HOST:16686      Jaeger (API v3, falling back to v1)
   tempo+http://HOST:3200        Grafana Tempo (API v2, falling back to v1)
+  phoenix+http://HOST:6006      Arize Phoenix (REST API v1; /projects/NAME for one project)
 TRACE is a hex trace id, `last` (the most recent trace), or a file holding one trace.
 
 \b

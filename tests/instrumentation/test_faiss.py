@@ -6,6 +6,8 @@ similarity, every other metric a distance; 1,000 hits of one query all reach the
 
 from __future__ import annotations
 
+import mirrorutil
+
 import spanutil
 
 import copy
@@ -104,6 +106,7 @@ def check_row_span(span: Any, spans: Any, index: Any, q_row: Any, dist: Any, ids
     check_count_and_digest(span, evs)
     a.pop(sc.EVENTS_COUNT), a.pop(sc.EVENTS_DIGEST)
     pop_mirrors(a, [str(i) for i, _ in keep], [d for _, d in keep])
+    mirrorutil.pop_mirrors(a, span, spans)
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(keep)
     for rank, ((ident, score), (_, ev)) in enumerate(zip(keep, evs)):

@@ -3,6 +3,8 @@ embedding, a small corpus, the instrumentor fixture, and exact span/event expect
 
 from __future__ import annotations
 
+import mirrorutil
+
 import spanutil
 
 import hashlib
@@ -140,6 +142,7 @@ def pop_stage(span: Any, expected: dict[str, Any]) -> dict[str, Any]:
             assert (list(got) if isinstance(got, tuple) else got) == value, (span.name, key, got, value)
     assert attributes.pop(sc.EVENTS_COUNT) == len(span.events)
     assert attributes.pop(sc.EVENTS_DIGEST) == digest_of(span)
+    mirrorutil.pop_mirrors(attributes, span)
     return attributes
 
 

@@ -4,6 +4,8 @@ readers for spans and events."""
 
 from __future__ import annotations
 
+import mirrorutil
+
 import hashlib
 import math
 import os
@@ -183,3 +185,4 @@ def digest_of(span: Any) -> str:
 def pop_stage_tail(a: dict[str, Any], span: Any) -> None:
     """The count and digest every stage stamps last, checked against the span's own events."""
     pop_all(a, {sc.EVENTS_COUNT: len(span.events), sc.EVENTS_DIGEST: digest_of(span)})
+    mirrorutil.pop_mirrors(a, span)

@@ -357,8 +357,9 @@ class TransformRule:
     """A versioned, named licence to change a payload, checkable from the receipt alone.
 
     ``kind`` is ``prefix`` (the received text is the first ``length`` code points of the original,
-    or all of it when shorter) or ``shorter`` (any strict shortening, e.g. a budget trim whose new
-    payload carries its own receipt and ``transform.derived_from``)."""
+    or all of it when shorter), ``shorter`` (any strict shortening, e.g. a budget trim whose new
+    payload carries its own receipt and ``transform.derived_from``) or ``header`` (the upstream text
+    with ``length`` code points put before it; checked between stages by :meth:`covers_handoff`)."""
 
     id: str
     kind: str
@@ -370,6 +371,14 @@ class TransformRule:
         if self.kind == "shorter":
             return received_chars < original.chars
         return False
+
+    def covers_handoff(self, chars: Any, upstream_chars: Any) -> bool | None:
+        """Whether a receipt of ``chars`` code points, ``derived_from`` an upstream receipt of
+        ``upstream_chars``, is what this rule allows; ``None`` when the rule has no arithmetic
+        between stages (only ``derived_from`` then speaks for it)."""
+        if self.kind != "header" or self.length is None:
+            return None
+        return is_count(chars) and is_count(upstream_chars) and chars == upstream_chars + self.length
 
 
 PREVIEW_RULE = TransformRule(semconv.RULE_PREVIEW, "prefix", PREVIEW_CHARS)
@@ -383,6 +392,15 @@ def truncate_rule(length: int) -> TransformRule:
     return TransformRule(f"{semconv.RULE_TRUNCATE_PREFIX}{int(length)}", "prefix", int(length))
 
 
+_HEADER_RULE_ID = re.compile(re.escape(semconv.RULE_METADATA_HEADER_PREFIX) + r"([0-9]{1,18})")
+
+
+def metadata_header_rule(length: int) -> TransformRule:
+    """The rule for a header of ``length`` code points put before the upstream text (LlamaIndex's
+    metadata header): id ``metadata_header@1:<length>``."""
+    return TransformRule(f"{semconv.RULE_METADATA_HEADER_PREFIX}{int(length)}", "header", int(length))
+
+
 def parse_rule(rule: "str | TransformRule") -> TransformRule | None:
     """A rule from its id; ``None`` for an unknown id (which then authorises nothing)."""
     if isinstance(rule, TransformRule):
@@ -394,6 +412,9 @@ def parse_rule(rule: "str | TransformRule") -> TransformRule | None:
     match = _RULE_ID.fullmatch(rule or "")
     if match:
         return truncate_rule(int(match.group(1)))
+    match = _HEADER_RULE_ID.fullmatch(rule or "")
+    if match:
+        return metadata_header_rule(int(match.group(1)))
     return None
 
 

@@ -181,6 +181,11 @@ COVERAGE_CORPUS_SIZE = "ragtrail.coverage.corpus_size"
 COVERAGE_RETRIEVED = "ragtrail.coverage.retrieved"
 COVERAGE_IN_CONTEXT = "ragtrail.coverage.in_context"
 COVERAGE_CITED = "ragtrail.coverage.cited"
+# the corpus size (or one of the store sizes summed into it) is an estimate the store reported
+# (qdrant's approximate points_count, a user's figure marked approximate): never enough for absence
+COVERAGE_CORPUS_APPROXIMATE = "ragtrail.coverage.corpus_size.approximate"
+# how many distinct stores were summed into the pipeline's corpus size
+COVERAGE_STORES = "ragtrail.coverage.stores"
 CITED_IDS = "ragtrail.cited.ids"
 
 # the run as a whole, on the pipeline span: rolled up from its stages (seed 003's four buckets)
@@ -225,12 +230,25 @@ GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_DATA_SOURCE_ID = "gen_ai.data_source.id"
 GEN_AI_REQUEST_TOP_K = "gen_ai.request.top_k"
 GEN_AI_OPERATION_RETRIEVAL = "retrieval"
+# opt-in (Development status): the query text only with RAGTRAIL_CAPTURE_QUERY=text; the documents as a
+# JSON array of {id, score} plus content/metadata when the capture modes allow (extra fields are allowed)
+GEN_AI_RETRIEVAL_QUERY_TEXT = "gen_ai.retrieval.query.text"
+GEN_AI_RETRIEVAL_DOCUMENTS = "gen_ai.retrieval.documents"
+# EXPERIMENTAL: proposed in semantic-conventions-genai issue #253, in no released package yet
+GEN_AI_RERANK_CANDIDATE_COUNT = "gen_ai.rerank.candidate.count"
+GEN_AI_RERANK_TOP_N = "gen_ai.rerank.top_n"
+GEN_AI_RERANK_SCORES = "gen_ai.rerank.scores"
 
 OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
 OI_RETRIEVER = "RETRIEVER"
 OI_RERANKER = "RERANKER"
 OI_CHAIN = "CHAIN"
 OI_INPUT_VALUE = "input.value"
+OI_INPUT_MIME_TYPE = "input.mime_type"
+OI_OUTPUT_VALUE = "output.value"
+OI_OUTPUT_MIME_TYPE = "output.mime_type"
+OI_MIME_TEXT = "text/plain"
+OI_MIME_JSON = "application/json"
 OI_RETRIEVAL_DOCUMENTS = "retrieval.documents"
 OI_RERANKER_QUERY = "reranker.query"
 OI_RERANKER_TOP_K = "reranker.top_k"
@@ -240,6 +258,15 @@ OI_RERANKER_OUTPUT_DOCUMENTS = "reranker.output_documents"
 OI_DOCUMENT_ID = "document.id"
 OI_DOCUMENT_SCORE = "document.score"
 OI_DOCUMENT_CONTENT = "document.content"
+OI_DOCUMENT_METADATA = "document.metadata"
+
+# when a mirror writes fewer documents than the stage had (the span's attribute limit): how many of
+# how many it wrote, per list (output: retrieval.documents / reranker.output_documents; input:
+# reranker.input_documents). Written only when a list was cut; ragtrail's own events stay complete.
+MIRROR_OUTPUT_DOCUMENTS_MIRRORED = "ragtrail.mirror.output_documents.mirrored"
+MIRROR_OUTPUT_DOCUMENTS_TOTAL = "ragtrail.mirror.output_documents.total"
+MIRROR_INPUT_DOCUMENTS_MIRRORED = "ragtrail.mirror.input_documents.mirrored"
+MIRROR_INPUT_DOCUMENTS_TOTAL = "ragtrail.mirror.input_documents.total"
 
 # --- configuration (environment) -------------------------------------------------------------------
 ENV_CAPTURE_QUERY = "RAGTRAIL_CAPTURE_QUERY"
@@ -258,6 +285,9 @@ CAPTURE_CONTENT_MODES = ("off", "preview", "full")
 RULE_PREVIEW = "preview@1"
 RULE_BUDGET_TRIM = "budget_trim@1"
 RULE_TRUNCATE_PREFIX = "truncate@1:"
+# the text handed on is the upstream text with a header of <n> code points put before it (LlamaIndex's
+# metadata header when it builds the prompt): checkable from the receipts, chars = upstream chars + n
+RULE_METADATA_HEADER_PREFIX = "metadata_header@1:"
 # a stage declared it replaced the content (sentence window, PII mask, LLM extraction): not checkable
 # from the receipt alone; readers accept it when derived_from matches the upstream receipt
 RULE_REPLACE = "replace@1"

@@ -258,6 +258,10 @@ def build(trace: Trace) -> dict[str, Any]:
 
     context_stages = [s for s in stages if s["kind"] in (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET)]
     in_context_ids = [c["id"] for c in context_stages[-1]["candidates"]] if context_stages else list(retrieved)
+    if not pa:
+        # no pipeline span: a retrieval root that wrote the run's coverage speaks for it
+        pa = next((v.attributes for v in stitched.stages if v.span.parent_span_id is None
+                   and sc.COVERAGE_RETRIEVED in v.attributes), {})
     corpus = _int(pa.get(sc.COVERAGE_CORPUS_SIZE))
     if corpus is None:
         sizes = [_int(v.attributes.get(sc.COVERAGE_CORPUS_SIZE)) for v in stitched.stages]
@@ -266,10 +270,19 @@ def build(trace: Trace) -> dict[str, Any]:
     n_retrieved = _int(pa.get(sc.COVERAGE_RETRIEVED))
     n_in_context = _int(pa.get(sc.COVERAGE_IN_CONTEXT))
     n_cited = _int(pa.get(sc.COVERAGE_CITED))
+    claim = pa.get(sc.ANSWER_CLAIM)
+    run_status = pa.get(sc.RUN_STATUS)
+    approximate = pa.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True or (
+        sc.COVERAGE_CORPUS_SIZE not in pa
+        and any(v.attributes.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True for v in stitched.stages))
     cover = coverage(corpus,
                      n_retrieved if n_retrieved is not None else len(retrieved),
                      n_in_context if n_in_context is not None else len(in_context_ids),
-                     n_cited if n_cited is not None else len(cited))
+                     n_cited if n_cited is not None else len(cited),
+                     claim=claim if isinstance(claim, str) else None,
+                     run_status=run_status if isinstance(run_status, str) else None,
+                     approximate=approximate, stores=_int(pa.get(sc.COVERAGE_STORES)),
+                     excluded=len(excluded))
 
     findings: list[str] = []
     for s in ([pipeline] if pipeline else []) + stages:

@@ -513,7 +513,9 @@ def open_source(spec: str | None, *, timeout: float = DEFAULT_TIMEOUT, progress:
                 transport: httpx.BaseTransport | None = None) -> Source:
     """A source from its name; ``None`` means ``$RAGTRAIL_SOURCE`` or the local store ``./.ragtrail``."""
     spec = spec or os.environ.get(ENV_SOURCE) or DEFAULT_STORE
-    for prefix, cls in (("jaeger+", JaegerSource), ("tempo+", TempoSource)):
+    from .phoenix import PhoenixSource  # its own module (it builds on _HttpSource)
+
+    for prefix, cls in (("jaeger+", JaegerSource), ("tempo+", TempoSource), ("phoenix+", PhoenixSource)):
         if spec.startswith(prefix):
             url = spec[len(prefix):]
             if not url.startswith(("http://", "https://")):

@@ -24,7 +24,7 @@ from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import (CHANGED_CITED, CHANGED_UNCITED, INTACT, PREVIEW_RULE, UNVERIFIABLE, Receipt,
-                                        classify, digest_item, events_digest, is_count, is_sha256_hex, receipt_keys)
+                                        classify, digest_item, parse_rule, events_digest, is_count, is_sha256_hex, receipt_keys)
 
 from .model import Span, Trace
 from .stages import StageView, Stitched, continuation_index
@@ -109,7 +109,7 @@ class _Checker:
     # --- receipts ----------------------------------------------------------------------------------
     def payload(self, span: Span, stage: str, candidate: str, attributes: dict[str, Any], prefix: str,
                 payload_key: str | None, payload_rules: list[str], upstream: str | None,
-                transform_rules: list[str], derived_from: str | None) -> None:
+                transform_rules: list[str], derived_from: str | None, upstream_chars: Any = None) -> None:
         """Classify one receipt, twice when possible: the received payload against the receipt (transit),
         and the receipt against the same candidate's receipt one stage upstream (handoff). The worse
         verdict counts; ``changed_uncited`` and ``unverifiable`` raise alarms."""
@@ -148,12 +148,17 @@ class _Checker:
         if upstream is not None and len(upstream) == 64:
             if upstream == original.sha256:
                 verdicts.append(INTACT)
-            elif transform_rules and derived_from == upstream:
+            elif transform_rules and derived_from == upstream and self.covered(transform_rules[0], original, upstream_chars):
                 verdicts.append(CHANGED_CITED)
             else:
                 verdicts.append(CHANGED_UNCITED)
-                why = (f"rule {transform_rules[0]} but derived_from is not the upstream sha256" if transform_rules
-                       else "content changed between stages with no transform rule")
+                if not transform_rules:
+                    why = "content changed between stages with no transform rule"
+                elif derived_from != upstream:
+                    why = f"rule {transform_rules[0]} but derived_from is not the upstream sha256"
+                else:
+                    why = (f"rule {transform_rules[0]} does not cover {original.chars} chars from "
+                           f"{upstream_chars} upstream")
                 self.alarm(span, stage, candidate, f"{prefix}.sha256", CHANGED_UNCITED,
                            f"{why}: upstream {upstream[:12]}…, here {original.sha256[:12]}…")
         if not verdicts:
@@ -161,8 +166,16 @@ class _Checker:
             return
         self.f.count(max(verdicts, key=_SEVERITY.index))
 
+    @staticmethod
+    def covered(rule_id: str, here: Receipt, upstream_chars: Any) -> bool:
+        """A rule with arithmetic between stages (``metadata_header@1:<n>``) must add up; any other
+        rule is taken on its ``derived_from``."""
+        rule = parse_rule(rule_id)
+        return (rule.covers_handoff(here.chars, upstream_chars) if rule is not None else None) is not False
+
     def receipts(self) -> None:
         latest: dict[str, str] = {}  # candidate id -> content sha256 most recently handed on
+        latest_chars: dict[str, Any] = {}  # candidate id -> its content chars
         hop_sha: dict[int, tuple[str, str]] = {}  # hop -> (sha256, stage label) first seen
         views = [*self.stitched.pipelines[:1], *self.stitched.stages]
         for view in sorted(views, key=lambda v: (v.span.start_ns, v.span.end_ns)):
@@ -170,7 +183,7 @@ class _Checker:
             attrs = view.attributes
             if sc.QUERY_HOP in attrs:
                 self.query(view.span, label, attrs, hop_sha)
-            outputs: dict[str, str] = {}
+            outputs: dict[str, tuple[str, Any]] = {}
             for span, event in view.events():
                 a = event.attributes
                 if event.name == sc.EVENT_QUERY:
@@ -187,11 +200,14 @@ class _Checker:
                     key, payload_rules = sc.CANDIDATE_CONTENT_TEXT, []
                 else:
                     key, payload_rules = None, []
-                self.payload(span, label, cid, a, sc.CANDIDATE_CONTENT_PREFIX, key, payload_rules, upstream, rules, derived)
+                self.payload(span, label, cid, a, sc.CANDIDATE_CONTENT_PREFIX, key, payload_rules, upstream, rules, derived,
+                             latest_chars.get(cid))
                 sha = a.get(sc.CANDIDATE_CONTENT_SHA256)
                 if event.name == sc.EVENT_CANDIDATE and isinstance(sha, str):
-                    outputs[cid] = sha
-            latest.update(outputs)
+                    outputs[cid] = (sha, a.get(sc.CANDIDATE_CONTENT_CHARS))
+            for cid, (sha, chars) in outputs.items():
+                latest[cid] = sha
+                latest_chars[cid] = chars
 
     def query(self, span: Span, label: str, attrs: dict[str, Any], hop_sha: dict[int, tuple[str, str]]) -> None:
         self.payload(span, label, "", attrs, sc.QUERY_RECEIPT_PREFIX, sc.QUERY_TEXT, [], None, [], None)

@@ -9,7 +9,7 @@ letting the SDK evict the top-ranked candidates; ``ragtrail.events.count`` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -115,9 +115,11 @@ def capacity(configured: int | None, limits: Any) -> int | None:
 
 
 def emit(span: Any, events: list[Event], room: int | None, tracer: trace.Tracer, name: str,
-         kind: str, component: str) -> int:
+         kind: str, component: str,
+         continuation: Callable[[int, int, int, int, int], dict[str, Any]] | None = None) -> int:
     """Add the events, spilling into continuation child spans so the SDK never evicts any.
-    Returns how many spans carry the stage's events."""
+    Returns how many spans carry the stage's events. ``continuation(index, parts, first, last,
+    total)`` gives a continuation span's mirror attributes (``None``: none)."""
     if room is None or len(events) <= room:
         add_events(span, events)
         return 1
@@ -125,7 +127,11 @@ def emit(span: Any, events: list[Event], room: int | None, tracer: trace.Tracer,
     add_events(span, chunks[0])
     parent = trace.set_span_in_context(span)
     for index, chunk in enumerate(chunks[1:], start=1):
+        first = index * room + 1
+        mirror = {} if continuation is None else continuation(index, len(chunks), first,
+                                                              first + len(chunk) - 1, len(events))
         child = tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes={
+            **mirror,
             sc.SCHEMA: sc.SCHEMA_VERSION,
             sc.STAGE_KIND: kind,
             sc.STAGE_COMPONENT: component,
