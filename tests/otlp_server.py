@@ -103,6 +103,7 @@ class ReceivedRequest:
     status: int
     request: Optional[ExportTraceServiceRequest]
     received_at: float
+    body: bytes = b""  # the request body exactly as it arrived (before any decompression)
 
     @property
     def accepted(self) -> bool:
@@ -372,6 +373,7 @@ class OTLPServer:
                 status=status,
                 request=request,
                 received_at=time.monotonic(),
+                body=raw,
             )
             self.requests.append(record)
             self._lock.notify_all()

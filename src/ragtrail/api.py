@@ -10,7 +10,6 @@ something that is not a list is left unconsumed and recorded as a finding.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Any, Callable, Iterable, TypeVar
 
@@ -18,7 +17,7 @@ from opentelemetry import trace
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import is_candidate_list
-from ragtrail.instrumentation._hook import Call, component_name, record_internal_error, run, run_async
+from ragtrail.instrumentation._hook import Call, component_name, decorated, decorated_async, record_internal_error
 from ragtrail.recorder.stage import Stage, current_stage, stage
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -110,18 +109,12 @@ class _Spec:
 
 
 def _decorate(fn: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
+    def make_call(args: tuple, kwargs: dict) -> _Decorated:
+        return _Decorated(spec, args, kwargs)
+
     if inspect.iscoroutinefunction(fn):
-        @functools.wraps(fn)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return await run_async(_Decorated(spec, args, kwargs))
-
-        return async_wrapper
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return run(_Decorated(spec, args, kwargs))
-
-    return wrapper
+        return decorated_async(fn, make_call)
+    return decorated(fn, make_call)
 
 
 def _factory(kind: str, takes_inputs: bool, fn: Callable[..., Any] | None, component: str | None,

@@ -15,8 +15,11 @@ default (an unknown query mode means ``hash``, the most private one that still k
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -77,6 +80,33 @@ class CaptureSettings:
         """A receipt of the query (or of a query vector) may be written: every mode but ``off``."""
         return self.query != "off"
 
+    def exception_message_allowed(self) -> bool:
+        """An exception's message (and the SDK's exception event) may be exported: a failing
+        stage's message often quotes its query, so only where the query text itself may go."""
+        return self.query_text_allowed()
+
+    def free_text_allowed(self) -> bool:
+        """A string of unknown kind (``exclude("...")`` naming no recorded candidate: an id, or a
+        document's text) may be exported as it is: only while content capture is on."""
+        return self.content != "off"
+
+    def filter_for(self, canonical: str) -> str:
+        """A store's filter (canonical JSON) as it may be exported: whole in ``text`` query mode
+        (filters are often built from the query); in ``hash`` mode its keys and operators with every
+        value replaced by ``sha256:<hex>`` of the value's canonical JSON; in ``off`` mode keys and
+        operators only (every value ``null``). A filter that is not JSON is hashed whole, or left
+        out (``null``)."""
+        if self.query_text_allowed():
+            return canonical
+        from ragtrail.contract.receipts import canonical_json
+
+        keep_values = self.query_receipt_allowed()
+        try:
+            parsed = json.loads(canonical)
+        except (TypeError, ValueError, RecursionError):
+            return canonical_json(_redact_leaf(canonical, keep_values))
+        return canonical_json(_redact(parsed, keep_values))
+
     def content_for(self, text: str) -> Optional[str]:
         """The part of ``text`` that may be exported as content: ``None`` (receipts only), the
         preview (rule ``preview@1``) or all of it."""
@@ -91,6 +121,32 @@ class CaptureSettings:
     def content_is_preview(self) -> bool:
         """Exported content is a cut under ``preview@1``, not the whole text."""
         return self.content == "preview"
+
+
+# filter keys whose string values name a field, an operator or a combinator: the shape of the
+# filter (Chroma's "$and"/"$contains" are keys already), never a value taken from the query
+# (a value is kept only when it looks like one: a short name or operator, no spaces, no free text)
+_FILTER_STRUCTURE_KEYS = frozenset({"key", "field", "operator", "op", "condition"})
+_FILTER_STRUCTURE_VALUE = re.compile(r"[A-Za-z_$][\w.$-]{0,63}|[=!<>]{1,2}")
+
+
+def _redact_leaf(value: object, keep: bool) -> object:
+    if not keep:
+        return None
+    from ragtrail.contract.receipts import canonical_json
+
+    return "sha256:" + hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def _redact(value: object, keep: bool, key: str | None = None) -> object:
+    """Keys and structure of a parsed filter, each value hashed (``keep``) or dropped."""
+    if isinstance(value, dict):
+        return {k: _redact(v, keep, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, keep) for v in value]
+    if key in _FILTER_STRUCTURE_KEYS and isinstance(value, str) and _FILTER_STRUCTURE_VALUE.fullmatch(value):
+        return value
+    return _redact_leaf(value, keep)
 
 
 # kept for the name users and tests already import

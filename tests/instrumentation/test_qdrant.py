@@ -387,8 +387,11 @@ async def test_async_failure_and_cancellation(instrumentor, span_exporter, monke
         await task
     failed, cancelled = retrieve_spans(span_exporter)
     assert failed.attributes[sc.STAGE_FAILURE_CLASS] == "exception:ValueError"
-    assert cancelled.attributes[sc.STAGE_STATUS] == sc.STATUS_FAILED
-    assert cancelled.attributes[sc.STAGE_FAILURE_CLASS] == "exception:CancelledError"
+    # issue 13: a cancellation is not a failure of the retrieval
+    assert cancelled.attributes[sc.STAGE_STATUS] == sc.STATUS_CANCELLED
+    assert sc.STAGE_FAILURE_CLASS not in cancelled.attributes
+    assert not any(e.name == "exception" for e in cancelled.events)
+    assert cancelled.status.status_code is trace.StatusCode.UNSET
     assert trace.get_current_span() is trace.INVALID_SPAN or not trace.get_current_span().is_recording()
 
 

@@ -74,7 +74,9 @@ STATUS_OK = "ok"
 STATUS_EMPTY = "empty"
 STATUS_DEGRADED = "degraded"
 STATUS_FAILED = "failed"
-STATUSES = (STATUS_OK, STATUS_EMPTY, STATUS_DEGRADED, STATUS_FAILED)
+# stopped from outside (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit): not a failure
+STATUS_CANCELLED = "cancelled"
+STATUSES = (STATUS_OK, STATUS_EMPTY, STATUS_DEGRADED, STATUS_FAILED, STATUS_CANCELLED)
 
 # --- query hops (docs/semconv.md §2) ---------------------------------------------------------------
 QUERY_TEXT = "ragtrail.query.text"
@@ -203,7 +205,8 @@ RUN_AVAILABLE = "available"
 RUN_EMPTY = "empty"
 RUN_DEGRADED = "degraded"
 RUN_FAILED = "failed"
-RUN_STATUSES = (RUN_AVAILABLE, RUN_EMPTY, RUN_DEGRADED, RUN_FAILED)
+RUN_CANCELLED = "cancelled"  # the pipeline itself was cancelled or interrupted before it ended
+RUN_STATUSES = (RUN_AVAILABLE, RUN_EMPTY, RUN_DEGRADED, RUN_FAILED, RUN_CANCELLED)
 
 # the answer, on the pipeline span, said by the app with ragtrail.answer(text, claim=..., refused=...):
 # a receipt of the text (<prefix>.chars / .bytes / .sha256), the text itself when content capture

@@ -46,6 +46,7 @@ what ran), :func:`active_call` (the call recording a component right now, for ho
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -83,16 +84,24 @@ _names: dict[Any, str] = {}
 
 
 def component_name(obj: Any) -> str:
-    """``module.Qualname`` of what ran: a function's own name, else its class's (cached)."""
+    """``module.Qualname`` of what ran: a function's own name, else its class's (cached). A
+    ``functools.partial`` is named by the function it wraps; anything without a ``__qualname__``
+    (a callable instance, an extension object) by its class, or by ``__name__``: never raises."""
+    while isinstance(obj, functools.partial):
+        obj = obj.func
     target = obj if isinstance(obj, type) or inspect.isroutine(obj) else type(obj)
     try:
         return _names[target]
     except (KeyError, TypeError):
         pass
-    name = f"{target.__module__}.{target.__qualname__}"
+    module = getattr(target, "__module__", None)
+    qualname = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    if not isinstance(qualname, str):
+        qualname = getattr(type(target), "__qualname__", "callable")
+    name = f"{module}.{qualname}" if isinstance(module, str) and module else str(qualname)
     try:
         _names[target] = name
-    except TypeError:  # pragma: no cover - an unhashable callable
+    except TypeError:  # an unhashable callable
         pass
     return name
 
@@ -327,6 +336,48 @@ async def run_async(call: Call) -> Any:
     return result
 
 
+def decorated(fn: Callable[..., Any], make_call: Callable[[tuple, dict], Call]) -> Callable[..., Any]:
+    """A decorator's wrapper for ``fn``: :func:`run` written out in the wrapper itself, so a
+    decorated call costs one frame more than the bare call and no more (a recursive decorated
+    function keeps its recursion headroom). Near the recursion limit the stage machinery may find
+    no room: that is caught and counted inside it, and the call runs unrecorded."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        call = make_call(args, kwargs)
+        token = _begin(call)
+        if token is False:
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            _end(call, token, exc=exc)
+            raise
+        _end(call, token, result)
+        return result
+
+    return wrapper
+
+
+def decorated_async(fn: Callable[..., Any], make_call: Callable[[tuple, dict], Call]) -> Callable[..., Any]:
+    """:func:`decorated` for a coroutine function (a real coroutine function: the stage covers the
+    awaited work)."""
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        call = make_call(args, kwargs)
+        token = _begin(call)
+        if token is False:
+            return await fn(*args, **kwargs)
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            _end(call, token, exc=exc)
+            raise
+        _end(call, token, result)
+        return result
+
+    return wrapper
+
+
 CallFactory = Callable[[Any, Callable[..., Any], Any, tuple, dict], Call]
 
 
@@ -347,6 +398,7 @@ def async_wrapper(call_cls: CallFactory, tracer_of: Callable[[], Any]) -> Callab
 
 
 __all__ = [
-    "Call", "active_call", "argument", "async_wrapper", "bind", "component_name", "enabled", "guard", "is_active",
+    "Call", "active_call", "argument", "async_wrapper", "bind", "component_name", "decorated", "decorated_async",
+    "enabled", "guard", "is_active",
     "record_internal_error", "run", "run_async", "sync_wrapper",
 ]

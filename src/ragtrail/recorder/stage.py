@@ -25,7 +25,7 @@ from ragtrail import settings
 from ragtrail.contract import receipts as _receipts
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
-from ragtrail.recorder.candidates import Candidate, adapt
+from ragtrail.recorder.candidates import Candidate, adapt, content_id
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.exclusions import Explicit
 from ragtrail.recorder.corpus import store_key, user_corpus_size
@@ -130,6 +130,10 @@ class Stage:
         self._closed = True
         try:
             if self.recording:
+                try:
+                    self._private_string_ids()
+                except Exception as error:  # pragma: no cover - defensive
+                    self.record_error("exclude", error)
                 write(self, exc)
             elif exc is not None and self.span.is_recording():  # pragma: no cover
                 self.span.set_status(Status(StatusCode.ERROR))
@@ -160,6 +164,21 @@ class Stage:
             except Exception:  # pragma: no cover - the SDK logs a mismatched detach itself
                 pass
         self._token = self._stage_token = self._pipeline_token = None
+
+    def _private_string_ids(self) -> None:
+        """With content capture off, a string given to :meth:`exclude` that names no recorded
+        candidate (by id, or as a string candidate's content) may be a document's text: it is
+        named by its content id (the rule string candidates are identified by), never exported as
+        it is, neither as the candidate id nor in a finding."""
+        seen = self._seen
+        if not seen.string_ids or seen.config.free_text_allowed():
+            return
+        known = {c.id for c in seen.inputs or ()} | {c.id for c in seen.outputs or ()}
+        for text in seen.string_ids:
+            if text in seen.explicit and text not in known:
+                alias = content_id(text)
+                if alias not in seen.explicit:
+                    seen.explicit[alias] = seen.explicit.pop(text)
 
     def record_error(self, site: str, exc: BaseException) -> None:
         """Count an error caught while recording this stage: in the process-wide count and on the
@@ -295,9 +314,17 @@ class Stage:
             self.record_error("corpus_size", exc)
 
     def set_attribute(self, key: str, value: Any) -> None:
-        """An extra attribute (e.g. the filter a vector store applied), written with the stage's own."""
-        if self.recording:
+        """An extra attribute (e.g. the filter a vector store applied), written with the stage's own.
+        A filter follows the query's capture mode (it is often built from the query):
+        :meth:`ragtrail.settings.CaptureSettings.filter_for` decides what of it may leave."""
+        if not self.recording:
+            return
+        try:
+            if key == sc.STAGE_FILTER:
+                value = self._seen.config.filter_for(value if isinstance(value, str) else _receipts.canonical_json(value))
             self._seen.extra[key] = value
+        except Exception as exc:
+            self.record_error("set_attribute", exc)
 
     def finding(self, text: str) -> None:
         """Something the stage did that a reader should know about (bad input, an odd output)."""

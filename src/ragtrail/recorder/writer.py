@@ -24,6 +24,7 @@ from ragtrail.contract import semconv as sc
 from ragtrail.recorder import events as event_rules
 from ragtrail.recorder import mirrors
 from ragtrail.recorder.candidates import Candidate
+from ragtrail.recorder.errors import exception_message, is_cancellation
 from ragtrail.recorder.exclusions import Exclusion, Explicit, Knobs, derive, resolve_string_ids
 from ragtrail.recorder.pipeline import QueryRecord
 from ragtrail.recorder.values import attribute_value, wire_text
@@ -97,7 +98,7 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     span.set_attributes(own)  # 2.
     findings_written = len(seen.findings)
     if exc is not None:
-        _record_exception(span, seen.config, exc)
+        _record_exception(span, seen, exc)
     elif seen.config.mirror_openinference:
         # OTel: instrumentation sets OK only when configured to; the OpenInference mirror is that
         # configuration (Phoenix and OpenInference's instrumentors show OK for a stage that worked)
@@ -174,7 +175,8 @@ def _own_attributes(stage: "Stage", seen: Seen, exc: BaseException | None, statu
     state = stage._state
     if stage.kind == sc.KIND_PIPELINE and stage._owns_state:
         own.update(state.coverage())
-        own[sc.RUN_STATUS] = state.run_status(exc is not None)
+        # a cancelled run said as such, not as failed (nor as empty: it did not finish)
+        own[sc.RUN_STATUS] = sc.RUN_CANCELLED if is_cancellation(exc) else state.run_status(exc is not None)
         if seen.answer:
             own.update(seen.answer)
     elif stage.kind != sc.KIND_PIPELINE:
@@ -262,6 +264,9 @@ def final_status(kind: str, seen: Seen, exc: BaseException | None, outputs: list
     ``empty`` (no outputs, for a stage that recorded its outputs) or ``ok``."""
     status = seen.status
     failure_class = seen.failure_class
+    if is_cancellation(exc):
+        # stopped from outside (a cancelled task, Ctrl-C): not a failure of the retrieval
+        return sc.STATUS_CANCELLED, None
     if exc is not None:
         status = sc.STATUS_FAILED
         if failure_class is None:
@@ -279,10 +284,23 @@ def failure_class_of(exc: BaseException) -> str:
     return f"exception:{type(exc).__name__}"
 
 
-def _record_exception(span: Any, config: CaptureSettings, exc: BaseException) -> None:
-    if config.query_text_allowed():
+def _record_exception(span: Any, seen: Seen, exc: BaseException) -> None:
+    """The exception on the span. Its message may quote the query: only in ``text`` query mode
+    does it leave the process; otherwise only the type. A message that cannot be read (its
+    ``__str__`` raises) is said as such, and the stage's record stays whole. A cancellation is
+    not an error of the span: it is said by the stage's status alone."""
+    if is_cancellation(exc):
+        return
+    name = type(exc).__name__
+    if not seen.config.exception_message_allowed():
+        span.set_status(Status(StatusCode.ERROR, name))
+        return
+    message = exception_message(exc)
+    if message is not None:
         span.record_exception(exc)
-        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-    else:
-        # the message may quote the query: in hash/off mode only the type leaves the process
-        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        span.set_status(Status(StatusCode.ERROR, f"{name}: {message}"))
+        return
+    seen.findings.append(f"the {name} raised by the stage has a message that could not be read (its __str__ raised)")
+    span.add_event("exception", {"exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+                                 "exception.message": "<unreadable: __str__ raised>"})
+    span.set_status(Status(StatusCode.ERROR, name))
