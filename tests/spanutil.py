@@ -34,42 +34,23 @@ def run_under_opentelemetry_instrument(script: str, tmp_path: Any, entry_point: 
     """Run ``script`` (dedented) in a real process under ``opentelemetry-instrument`` with only
     ``entry_point`` of ragtrail's instrumentors enabled, exporting through ragtrail's configurator to
     the local store. The script prints ``APP-OK`` when it finished. Returns its stdout and the
-    decoded spans (the inspector's OTLP JSON reader)."""
-    import json
-    import os
-    import subprocess
+    decoded spans (the inspector's OTLP JSON reader). The environment and the store reader are the
+    documentation-app runner's (tests/apps/runner.py), so both kinds of test run apps one way."""
     import sys
     import textwrap
-    from importlib.metadata import entry_points
     from pathlib import Path
 
-    from ragtrail.inspect.otlp import decode_document
+    from apps.runner import BIN, instrumented_env, read_store, run_process
 
     tmp_path = Path(tmp_path)
     store = tmp_path / "store"
     path = tmp_path / "app.py"
     path.write_text(textwrap.dedent(script))
-    others = sorted(ep.name for ep in entry_points(group="opentelemetry_instrumentor") if ep.name != entry_point)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
-    env.update({
-        "OTEL_PYTHON_CONFIGURATOR": "ragtrail",
-        "OTEL_TRACES_EXPORTER": "ragtrail_file",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        "OTEL_SERVICE_NAME": service,
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others),
-        "RAGTRAIL_LOCAL_STORE_DIR": str(store),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    })
+    env = instrumented_env(store, [entry_point], service)
     env.update(extra_env or {})
-    proc = subprocess.run([str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, str(path)],
-                          capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_process([str(BIN / "opentelemetry-instrument"), sys.executable, str(path)], env, tmp_path, timeout)
     assert "APP-OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
-    spans = [span for file in sorted(store.glob("traces-*.jsonl")) for line in file.read_text().splitlines()
-             if line.strip() for span in decode_document(json.loads(line))]
-    return proc.stdout, spans
+    return proc.stdout, read_store(store)
 
 
 def stage_spans(exporter: Any, kind: str) -> list[Any]:
