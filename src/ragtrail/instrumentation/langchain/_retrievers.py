@@ -41,6 +41,7 @@ _WITH_SCORE_KIND = {
     "Chroma": sc.SCORE_DISTANCE,
     "Qdrant": sc.SCORE_SIMILARITY,
     "QdrantVectorStore": sc.SCORE_SIMILARITY,
+    "InMemoryVectorStore": sc.SCORE_SIMILARITY,  # cosine similarity
 }
 
 
