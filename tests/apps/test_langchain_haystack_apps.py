@@ -46,6 +46,7 @@ def hits(manifest: dict[str, Any]) -> dict[int, bool]:
     return {h["hop"]: h["hit_index"] for h in manifest["query_hops"]}
 
 
+@pytest.mark.xfail(strict=True, reason="not done: InMemoryVectorStore hits under VectorStoreRetriever still carry score_kind none")
 def test_rag_tutorial(tmp_path):
     run = run_app("langchain_rag_tutorial.py", tmp_path)
     assert_host_untouched(run)
@@ -84,6 +85,7 @@ def test_compression_pipeline(tmp_path):
     assert all(e["score"] is None or e["score"] <= 0.3 for e in last["excluded"])
 
 
+@pytest.mark.xfail(strict=True, reason="not done: LLMChainExtractor's output has a sha256: id in the outer stage")
 def test_chain_extractor(tmp_path):
     run = run_app("langchain_chain_extractor.py", tmp_path)
     assert_host_untouched(run, stderr_empty=False)
