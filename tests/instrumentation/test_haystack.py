@@ -283,9 +283,17 @@ def test_embedding_retriever_in_a_pipeline_takes_the_pipelines_only_query(tracer
     root = one(spans, "pipeline Pipeline")
     span = one(spans, "retrieve InMemoryEmbeddingRetriever")
     assert span.parent.span_id == root.context.span_id
-    check_span(span, kind="retrieve", component=EMB, top_k=2,
+    # the retriever searched for the run's only query, as this vector: hop 0 hit the index
+    import hashlib
+
+    import numpy as np
+
+    vector = BagOfWordsEmbedder().run(text="wind turbines")["embedding"]
+    check_span(span, kind="retrieve", component=EMB, top_k=2, query="wind turbines",
                own={sc.STAGE_STATUS: "ok", sc.STAGE_TOP_K: 2, sc.COVERAGE_CORPUS_SIZE: 6,
-                    sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 2, sc.CANDIDATES_EXCLUDED: 0},
+                    sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 2, sc.CANDIDATES_EXCLUDED: 0,
+                    **query_attrs("wind turbines", 0), sc.QUERY_VECTOR_DIM: len(vector),
+                    sc.QUERY_VECTOR_SHA256: hashlib.sha256(np.asarray(vector, "<f4").tobytes()).hexdigest()},
                cands=[candidate(d, i, "similarity", hop=0) for i, d in enumerate(docs)])
     check_span(root, kind="pipeline", component=PIPELINE, query="wind turbines",
                own={sc.STAGE_STATUS: "ok", sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 0, sc.CANDIDATES_EXCLUDED: 0,

@@ -374,28 +374,34 @@ def test_multi_query_hops_say_which_variant_found_which_document(instrumentor, t
             found_by.setdefault(f"d{i}", hop)
         assert [e.attributes[sc.CANDIDATE_HOP] for e in by_text[text].events] == [hop, hop]
 
-    # the sub-retrievals' hits are the outer stage's inputs (in the order the subs ended): what it
-    # merged away is a ``deduplicated`` exclusion of its own (issue 12), not a silent in=0
-    handed_up = [e.attributes[sc.CANDIDATE_ID] for sub in sorted(subs, key=lambda s: s.end_time) for e in sub.events]
-    n_dropped = len(handed_up) - len(traced[1])
+    # a fuse stage: its inputs are every inner hit in query order (duplicates included), the
+    # surplus copies of an id are deduplicated
+    texts = {f"d{i}": d.page_content for i, d in enumerate(corpus())}
+    inner = [f"d{i}" for text in ("cats purr happy", "stock markets", "cat on the mat") for i, _ in bm25_expected(text, 2)]
+    kept = [d.id for d in traced[1]]
+    assert kept == list(dict.fromkeys(inner))
+    seen: set[str] = set()
+    dropped = []
+    for rank, ident in enumerate(inner):
+        if ident in seen:
+            dropped.append((rank, ident))
+        seen.add(ident)
     left = pop_stage(outer, {
-        **stage_attributes("retrieve", MULTI, n_in=len(handed_up), n_out=len(traced[1]), n_excluded=n_dropped),
+        **stage_attributes("fuse", MULTI, n_in=len(inner), n_out=len(kept), n_excluded=len(dropped)),
         **query_attributes("cat on the mat"),
+        sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: "cat on the mat",  # the mirrors of a fuse
         # the run's coverage on the root: one BM25 store searched three times, counted once
-        sc.COVERAGE_CORPUS_SIZE: len(corpus()), sc.COVERAGE_RETRIEVED: len(traced[1]),
-        sc.COVERAGE_IN_CONTEXT: len(traced[1]), sc.COVERAGE_CITED: 0,
-        **retrieval_mirrors(MULTI, "cat on the mat", [(d.id, None) for d in traced[1]], None),
+        sc.COVERAGE_CORPUS_SIZE: len(corpus()), sc.COVERAGE_RETRIEVED: len(kept),
+        sc.COVERAGE_IN_CONTEXT: len(kept), sc.COVERAGE_CITED: 0,
     })
     assert left == {}
-    exclusions = [e for e in outer.events if e.name == sc.EVENT_EXCLUSION]
-    assert [e.attributes[sc.EXCLUSION_REASON] for e in exclusions] == ["deduplicated"] * n_dropped
-    assert sorted(e.attributes[sc.CANDIDATE_ID] for e in exclusions) == sorted(
-        i for n, i in enumerate(handed_up) if i in handed_up[:n])
-    assert_events(types.SimpleNamespace(events=[e for e in outer.events if e.name != sc.EVENT_EXCLUSION]), [
+    assert_events(outer, [
         (sc.EVENT_QUERY, query_attributes("cats purr happy", hop=1, transform="multi_query", parent=0)),
         (sc.EVENT_QUERY, query_attributes("stock markets", hop=2, transform="multi_query", parent=0)),
     ] + [(sc.EVENT_CANDIDATE, candidate_event(d.id, rank, d.page_content, hop=found_by[d.id]))
-         for rank, d in enumerate(traced[1])])
+         for rank, d in enumerate(traced[1])]
+      + [(sc.EVENT_EXCLUSION, exclusion_event(ident, rank, texts[ident], "deduplicated", f"duplicate id of {ident}",
+                                              hop=found_by[ident])) for rank, ident in dropped])
 
 
 def test_generate_queries_alone_is_a_query_transform_stage(instrumentor, tracer_provider, span_exporter):

@@ -47,7 +47,7 @@ def test_unmodified_app_under_opentelemetry_instrument(tmp_path):
     stages = [s for s in spans if sc.STAGE_KIND in s.attributes]
     names = sorted(s.name for s in stages)
     assert names == sorted([
-        "retrieve ContextualCompressionRetriever", "retrieve MultiQueryRetriever",
+        "retrieve ContextualCompressionRetriever", "fuse MultiQueryRetriever",
         "fuse EnsembleRetriever", "fuse EnsembleRetriever",
         "retrieve BM25Retriever", "retrieve BM25Retriever",
         "retrieve VectorStoreRetriever", "retrieve VectorStoreRetriever",
@@ -58,7 +58,7 @@ def test_unmodified_app_under_opentelemetry_instrument(tmp_path):
     root = [s for s in stages if s.parent_span_id not in by_id]
     assert [s.name for s in root] == ["retrieve ContextualCompressionRetriever"]
     # query hops: the two generated variants reached the sub-retrievers as hops 1 and 2
-    multi = next(s for s in stages if s.name == "retrieve MultiQueryRetriever")
+    multi = next(s for s in stages if s.name == "fuse MultiQueryRetriever")
     hops = {(e.attributes[sc.QUERY_HOP], e.attributes[sc.QUERY_TEXT]) for e in multi.events if e.name == sc.EVENT_QUERY}
     assert hops == {(1, "cats purr"), (2, "red mat door")}
     fused = [s for s in stages if s.name == "fuse EnsembleRetriever"]

@@ -126,6 +126,7 @@ def stage_entry(view: StageView) -> dict[str, Any]:
         "excluded_count": n_ex if n_ex is not None else len(excluded),
         "knobs": knobs,
         "query": _hop(a) if sc.QUERY_HOP in a else None,
+        "embedding_hops": [h for h in (_int(x) for x in _as_list(a.get(sc.QUERY_EMBEDDING_HOPS))) if h is not None],
         "query_variants": variants,
         "candidates": candidates,
         "excluded": excluded,
@@ -160,8 +161,13 @@ def query_hops(stages: list[dict[str, Any]], pipeline: dict[str, Any] | None) ->
         add(stage["query"], label, None)
         for variant in stage["query_variants"]:
             add(variant, None, label)
+        # hops embedded together (HyDE with the original): every one of them reached the index
+        for number in stage.get("embedding_hops") or ():
+            add({"hop": number}, label, None)
     for hop in hops.values():
-        hop["hit_index"] = any(u.startswith((sc.KIND_RETRIEVE + " ", sc.KIND_FUSE + " ")) for u in hop["used_by"])
+        # only a retrieve stage reads an index: a fuse stage merges what its inner retrievals
+        # (on their own hops) read, so a hop used only by a fuse never hit the index itself
+        hop["hit_index"] = any(u.startswith(sc.KIND_RETRIEVE + " ") for u in hop["used_by"])
     return [hops[k] for k in sorted(hops)]
 
 

@@ -17,6 +17,10 @@ from ragtrail.recorder.stage import Stage
 # the text of the query a multi-query embedding retriever is embedding on this thread/task, so the
 # inner embedding retriever's stage can name the hop that found its documents
 query_text: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragtrail_haystack_query", default=None)
+# the user's query of the Haystack pipeline run this call is in (hop 0), so a retriever that only
+# sees a vector (the text embedder ran before it) can name the hop it searched for
+pipeline_query: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragtrail_haystack_pipeline_query",
+                                                                           default=None)
 # (id of the multi-query retriever, [(query, documents), ...]) collected by its per-query workers
 collector: contextvars.ContextVar[tuple[int, list[tuple[Any, Any]]] | None] = contextvars.ContextVar(
     "ragtrail_haystack_multi_query", default=None)

@@ -10,7 +10,7 @@ from ragtrail.contract import semconv as sc
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
 
-from ._common import HaystackCall
+from ._common import HaystackCall, pipeline_query
 
 _QUERY_KEYS = ("query", "question", "text", "query_str", "prompt")
 
@@ -59,13 +59,32 @@ class PipelineRun(HaystackCall):
         return "haystack:pipeline"  # one root per run, whichever Pipeline object runs inside it
 
     def skip(self) -> bool:
-        return current_pipeline() is not None
+        # an indexing pipeline (converters, splitters, a writer) reads nothing: no root, so no
+        # empty ``pipeline`` trace that ``show last`` would land on
+        return current_pipeline() is not None or not _reads_documents(self.instance)
 
     def before(self, s: Stage) -> None:
         instance, bound = self.instance, self.arguments
         text = _pipeline_query(bound.get("data"))
         if text is not None:
             s.query(text)
+            self.set_var(pipeline_query, text)
+
+
+# the component families that read documents (what this package records)
+_READER_SUFFIXES = ("Retriever", "Ranker", "Joiner", "QueryExpander")
+
+
+def _reads_documents(pipeline: Any) -> bool:
+    """Whether any component of ``pipeline`` retrieves, ranks or fuses documents; True when the
+    pipeline cannot be walked (then it keeps its root as before)."""
+    walk = getattr(pipeline, "walk", None)
+    if not callable(walk):
+        return True
+    try:
+        return any(type(component).__name__.endswith(_READER_SUFFIXES) for _, component in walk())
+    except Exception:  # pragma: no cover - another Haystack version
+        return True
 
 
 def _pipeline_query(data: Any) -> str | None:

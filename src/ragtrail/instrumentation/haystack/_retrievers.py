@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import canonical_json
 from ragtrail.instrumentation._hook import guard
+from ragtrail.instrumentation._vectorstore import vector_receipt
 from ragtrail.recorder.candidates import adapt
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
 
-from ._common import HaystackCall, documents_of, query_text
+from ._common import HaystackCall, documents_of, pipeline_query, query_text
 
 
 class TextRetriever(HaystackCall):
@@ -30,10 +32,13 @@ class TextRetriever(HaystackCall):
         s.set(top_k=getattr(instance, "top_k", None) if top_k is None else top_k)
         memo: dict[str, Any] = {}
         text = self.query_text(bound)
+        if not isinstance(text, str) and _only_hop() == 0:
+            text = pipeline_query.get()  # the one query of this run: the vector is its embedding
         if isinstance(text, str):
             memo["hop"] = s.query(text)
         else:
             memo["hop"] = _only_hop()
+        self.vector_receipt(s, bound)
         filters = _effective_filters(instance, bound.get("filters"))
         if filters:
             s.set_attribute(sc.STAGE_FILTER, canonical_json(filters))
@@ -42,6 +47,9 @@ class TextRetriever(HaystackCall):
         if callable(count):
             s.corpus_size(guard("haystack.count_documents", count))
         self.memo = memo
+
+    def vector_receipt(self, s: Stage, bound: dict[str, Any]) -> None:
+        """A text retriever's query is no vector."""
 
     def after(self, s: Stage, result: Any) -> None:
         instance, memo = self.instance, self.memo
@@ -61,6 +69,17 @@ class EmbeddingRetriever(TextRetriever):
 
     def query_text(self, bound: dict[str, Any]) -> Any:
         return query_text.get()
+
+    def vector_receipt(self, s: Stage, bound: dict[str, Any]) -> None:
+        """The query vector's receipt (``ragtrail.query.vector.*``): the query reached the index as
+        this vector."""
+        vector = bound.get("query_embedding")
+        if vector is None or settings.get().query == "off":
+            return
+        found = vector_receipt(vector, False)
+        if found is not None:
+            s.set_attribute(sc.QUERY_VECTOR_DIM, found[0])
+            s.set_attribute(sc.QUERY_VECTOR_SHA256, found[1])
 
 
 def _only_hop() -> int | None:

@@ -4,7 +4,8 @@ Entry point ``ragtrail_langchain`` (``opentelemetry-instrument`` loads it). What
 
 - ``BaseRetriever.invoke/ainvoke`` → ``retrieve`` (every retriever; scores recovered for BM25 and
   vector stores); ``EnsembleRetriever.invoke/ainvoke`` → ``fuse`` with RRF scores;
-  ``MultiQueryRetriever.generate_queries/agenerate_queries`` → query hops;
+  ``MultiQueryRetriever`` → ``fuse`` (in = every inner hit, surplus copies ``deduplicated``),
+  its ``generate_queries/agenerate_queries`` → query hops;
 - document compressors (``compress_documents``/``acompress_documents`` per subclass) and the
   retrieval transformers (``LongContextReorder``, ``EmbeddingsRedundantFilter``,
   ``EmbeddingsClusteringFilter``) → ``rerank`` / ``filter`` with a reason for every exclusion;
@@ -12,14 +13,15 @@ Entry point ``ragtrail_langchain`` (``opentelemetry-instrument`` loads it). What
 - ``VectorStore.similarity_search_with_score`` / ``similarity_search_with_relevance_scores``
   (sync and async) → ``retrieve`` when called directly; under a retriever they only feed it scores.
 
-Nothing of LangChain is imported until ``instrument()``; a part that is not installed
-(``langchain-classic``, ``langchain-community``) is skipped, and without ``langchain-core`` the
-instrumentor does nothing.
+ragtrail imports nothing of LangChain: each module is patched by a post-import hook when the
+application imports it (so the library's own DeprecationWarning, attributed to the application's
+import line, stays visible); a part that is never imported (``langchain-classic``,
+``langchain-community``) is never patched.
 """
 
 from __future__ import annotations
 
-import importlib
+import sys
 from typing import Any, Collection
 
 from ragtrail.recorder.candidates import register_adapter, unregister_adapter
@@ -50,10 +52,11 @@ _CLASSES = {
 
 
 def _load(name: str) -> type | None:
-    try:
-        return getattr(importlib.import_module(_CLASSES[name]), name)
-    except Exception:  # not installed, or another version without it: that part is skipped
-        return None
+    """The class if the application already imported its module (ragtrail imports none: an import
+    made here would swallow the library's own DeprecationWarning, which Python shows only when
+    the importing frame is the application's ``__main__``)."""
+    module = sys.modules.get(_CLASSES[name])
+    return getattr(module, name, None) if module is not None else None
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -72,19 +75,29 @@ class LangChainInstrumentor(RagtrailInstrumentor):
     _instruments: Collection[str] = ("langchain-core >= 0.3",)
 
     def _patch(self, **kwargs: Any) -> None:
+        """Register a post-import hook per module of ``_CLASSES``; each pass patches what the
+        application has imported so far (every wrap is idempotent)."""
+        self._retrievers = None
+        for module in dict.fromkeys(_CLASSES.values()):
+            self.when_imported(module, self._patch_loaded)
+
+    def _patch_loaded(self) -> None:
         from ragtrail.instrumentation.langchain._common import LazyPatcher, adapt_document
         from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
         from ragtrail.instrumentation.langchain._retrievers import RetrieverWrappers
 
-        classes = {name: _load(name) for name in _CLASSES}
-        if classes["BaseRetriever"] is None or classes["Document"] is None:
-            return  # langchain-core is not installed: nothing to do, nothing to say
-        self._adapted = classes["Document"]
-        register_adapter(self._adapted, adapt_document)
-        patcher = LazyPatcher(self._wrapped)
-        retrievers = RetrieverWrappers(self.tracer, patcher, classes)
-        compressors = CompressorWrappers(self.tracer, patcher, classes)
-        self._retrievers, self._compressors = retrievers, compressors
+        if self._retrievers is None:
+            if _load("BaseRetriever") is None or _load("Document") is None:
+                return  # langchain-core is not imported yet: a later hook does it
+            self._adapted = _load("Document")
+            register_adapter(self._adapted, adapt_document)
+            patcher = LazyPatcher(self._wrapped)
+            classes: dict[str, type | None] = {}
+            self._retrievers = RetrieverWrappers(self.tracer, patcher, classes)
+            self._compressors = CompressorWrappers(self.tracer, patcher, classes)
+        retrievers, compressors = self._retrievers, self._compressors
+        classes, patcher = retrievers.classes, retrievers.patcher
+        classes.update({name: _load(name) for name in _CLASSES})
 
         base_retriever = classes["BaseRetriever"]
         patcher.ensure(base_retriever, "invoke", retrievers.invoke)
@@ -98,6 +111,8 @@ class LangChainInstrumentor(RagtrailInstrumentor):
         if multi_query is not None:
             patcher.ensure(multi_query, "generate_queries", retrievers.generate_queries)
             patcher.ensure(multi_query, "agenerate_queries", retrievers.agenerate_queries)
+            patcher.ensure(multi_query, "retrieve_documents", retrievers.retrieve_documents)
+            patcher.ensure(multi_query, "aretrieve_documents", retrievers.aretrieve_documents)
 
         store_base = classes["VectorStore"]
         if store_base is not None:

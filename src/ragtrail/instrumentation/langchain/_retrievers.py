@@ -41,6 +41,7 @@ _WITH_SCORE_KIND = {
     "Chroma": sc.SCORE_DISTANCE,
     "Qdrant": sc.SCORE_SIMILARITY,
     "QdrantVectorStore": sc.SCORE_SIMILARITY,
+    "InMemoryVectorStore": sc.SCORE_SIMILARITY,  # cosine similarity
 }
 
 
@@ -112,7 +113,9 @@ class RetrieverWrappers:
         call.finisher = _outputs_as_is
 
     def _open_multi_query(self, call: LangChainCall, query: Any, comp: str) -> None:
-        open_stage(call, sc.KIND_RETRIEVE, comp, query=query)
+        # a fuse stage: the inner retriever reads the index once per query variant (each its own
+        # retrieve stage on its own hop); this stage merges those results (unique_union)
+        open_stage(call, sc.KIND_FUSE, comp, query=query)
         call.listen((call.instance,))
         call.finisher = _finish_multi_query
 
@@ -173,7 +176,17 @@ class RetrieverWrappers:
             feed(instance, "rrf", ([list(docs) for docs in doc_lists], result))
         return result
 
-    # --- MultiQueryRetriever: query hops --------------------------------------------------------
+    # --- MultiQueryRetriever: query hops, and the merged inner results -----------------------
+    def retrieve_documents(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        result = wrapped(*args, **kwargs)
+        feed(instance, "inner", result)
+        return result
+
+    async def aretrieve_documents(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        result = await wrapped(*args, **kwargs)
+        feed(instance, "inner", result)
+        return result
+
     def generate_queries(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         question = argument(args, kwargs, 0, "question")
         sink = sink_for(instance)
@@ -290,6 +303,13 @@ def _finish_multi_query(call: LangChainCall, result: Any) -> None:
     if not isinstance(result, list):
         return _outputs_as_is(call, result)
     state = current_pipeline()
+    inner = call.sink.data.get("inner") if call.sink is not None else None
+    if isinstance(inner, list):
+        # every inner hit, duplicates included: the recorder calls the surplus copies deduplicated
+        inputs = adapt_all(inner)
+        for candidate in inputs:
+            candidate.hop = state.candidate_hop(candidate.id) if state is not None else None
+        call.stage.inputs(inputs)
     outputs = adapt_all(result)
     for candidate in outputs:
         candidate.hop = state.candidate_hop(candidate.id) if state is not None else None

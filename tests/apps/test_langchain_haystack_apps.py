@@ -1,0 +1,149 @@
+"""LangChain and Haystack documentation apps (tests/apps/langchain_*.py, haystack_*.py), each run
+plain and under ``opentelemetry-instrument`` and read back with the real ``ragtrail`` CLI: the app's
+output is untouched (its own DeprecationWarning included), ``verify`` raises no alarm, and the
+manifest has the stages, hops and reasons the app's pipeline really has."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.apps.runner import AppRun, assert_host_untouched, run_app
+
+COMMUNITY_WARNING = "DeprecationWarning: `langchain-community` is being sunset"
+NO_BARS = {"TQDM_DISABLE": "1"}
+
+
+def assert_untouched_but_bars(run: AppRun) -> None:
+    """sentence-transformers' progress bars carry timings (never equal twice): compare the rest."""
+    def strip(text: str) -> list[str]:
+        return [line for line in text.replace("\r", "\n").splitlines() if "it/s]" not in line and "s/it]" not in line
+                and line.strip()]
+
+    assert run.stdout == run.plain_stdout
+    assert strip(run.stderr) == strip(run.plain_stderr)
+
+
+def manifests(run: AppRun) -> list[dict[str, Any]]:
+    """Every trace's manifest, each verified first: no alarm, nothing changed without a rule."""
+    out = []
+    for trace in run.traces():
+        report = run.verify(trace["trace_id"])
+        fidelity = report["fidelity"]
+        assert fidelity["alarms"] == [] and fidelity["changed_uncited"] == 0, report
+        assert fidelity["missing_events"] == 0 and fidelity["missing_spans"] == 0, report
+        out.append(run.show(trace["trace_id"]))
+    return out
+
+
+def stages_of(manifest: dict[str, Any]) -> list[tuple[str, str, int, int, int]]:
+    return [(s["kind"], s["component"].rsplit(".", 1)[-1], s["in"], s["out"], s["excluded_count"])
+            for s in manifest["stages"]]
+
+
+def hits(manifest: dict[str, Any]) -> dict[int, bool]:
+    return {h["hop"]: h["hit_index"] for h in manifest["query_hops"]}
+
+
+@pytest.mark.xfail(strict=True, reason="not done: InMemoryVectorStore hits under VectorStoreRetriever still carry score_kind none")
+def test_rag_tutorial(tmp_path):
+    run = run_app("langchain_rag_tutorial.py", tmp_path)
+    assert_host_untouched(run)
+    assert run.stdout == "Task decomposition splits a task into smaller steps.\n"
+    [m] = manifests(run)
+    assert stages_of(m) == [("retrieve", "VectorStoreRetriever", 0, 2, 0)]
+    assert hits(m) == {0: True}
+    assert [c["score_kind"] for c in m["stages"][0]["candidates"]] == ["similarity", "similarity"]
+
+
+def test_multi_query_is_a_fuse_over_the_variants(tmp_path):
+    run = run_app("langchain_multi_query.py", tmp_path)
+    assert_host_untouched(run, stderr_empty=False)
+    assert "Generated queries:" in run.stderr
+    [m] = manifests(run)
+    assert stages_of(m) == [("fuse", "MultiQueryRetriever", 12, 5, 7)] + [("retrieve", "VectorStoreRetriever", 0, 4, 0)] * 3
+    fuse = m["stages"][0]
+    assert {e["reason"] for e in fuse["excluded"]} == {"deduplicated"}
+    # the raw question never reached the index; each variant did
+    assert hits(m) == {0: False, 1: True, 2: True, 3: True}
+    assert [s["query"]["hop"] for s in m["stages"]] == [0, 1, 2, 3]
+
+
+def test_compression_pipeline(tmp_path):
+    run = run_app("langchain_compression_pipeline.py", tmp_path)
+    assert_host_untouched(run, stderr_empty=False)
+    assert COMMUNITY_WARNING in run.stderr  # the app's own import warning is not swallowed
+    [m] = manifests(run)
+    kinds = [(k, c) for k, c, *_ in stages_of(m)]
+    assert kinds[:3] == [("retrieve", "ContextualCompressionRetriever"), ("retrieve", "VectorStoreRetriever"),
+                         ("retrieve", "IndexFlatL2")]
+    assert ("filter", "EmbeddingsRedundantFilter") in kinds and ("filter", "EmbeddingsFilter") in kinds
+    last = m["stages"][-1]
+    assert {e["reason"] for e in last["excluded"]} == {"below_score_threshold"}
+    assert all(c["score"] > 0.3 for c in last["candidates"])
+    assert all(e["score"] is None or e["score"] <= 0.3 for e in last["excluded"])
+
+
+@pytest.mark.xfail(strict=True, reason="not done: LLMChainExtractor's output has a sha256: id in the outer stage")
+def test_chain_extractor(tmp_path):
+    run = run_app("langchain_chain_extractor.py", tmp_path)
+    assert_host_untouched(run, stderr_empty=False)
+    assert COMMUNITY_WARNING in run.stderr
+    [m] = manifests(run)
+    outer, *inner = m["stages"]
+    assert (outer["kind"], outer["out"]) == ("retrieve", 1)
+    extractor = [s for s in inner if s["component"].endswith("LLMChainExtractor")]
+    assert len(extractor) == 1 and extractor[0]["out"] == 1 and extractor[0]["excluded_count"] == 3
+    # the extract keeps one id in its stage and in the outer stage
+    assert outer["candidates"][0]["id"] == extractor[0]["candidates"][0]["id"]
+
+
+def test_ensemble_bm25_faiss(tmp_path):
+    run = run_app("langchain_ensemble.py", tmp_path)
+    assert_host_untouched(run, stderr_empty=False)
+    assert COMMUNITY_WARNING in run.stderr
+    [m] = manifests(run)
+    kinds = [(k, c) for k, c, *_ in stages_of(m)]
+    assert kinds[0] == ("fuse", "EnsembleRetriever")
+    assert ("retrieve", "BM25Retriever") in kinds and ("retrieve", "VectorStoreRetriever") in kinds
+    assert [c["score_kind"] for c in m["stages"][0]["candidates"]] == ["rrf"] * 4
+
+
+def test_haystack_first_rag(tmp_path):
+    run = run_app("haystack_first_rag.py", tmp_path)
+    assert_host_untouched(run)
+    assert run.stdout == "Jean lives in Paris.\n"
+    [m] = manifests(run)
+    assert stages_of(m)[0] == ("retrieve", "InMemoryBM25Retriever", 0, 3, 0)
+    assert hits(m) == {0: True}
+    assert [c["score_kind"] for c in m["stages"][0]["candidates"]] == ["bm25"] * 3
+
+
+def test_haystack_indexing_pipeline_leaves_no_empty_trace(tmp_path):
+    run = run_app("haystack_indexing.py", tmp_path)
+    assert_host_untouched(run)
+    # the indexing pipeline reads nothing: only the query pipeline is a trace `show last` lands on
+    [m] = manifests(run)
+    assert stages_of(m)[0] == ("retrieve", "InMemoryBM25Retriever", 0, 3, 0)
+
+
+@pytest.mark.torch
+def test_haystack_embedding_rag(tmp_path):
+    run = run_app("haystack_embedding_rag.py", tmp_path, extra_env=NO_BARS)
+    assert_untouched_but_bars(run)
+    [m] = manifests(run)
+    assert stages_of(m)[0] == ("retrieve", "InMemoryEmbeddingRetriever", 0, 2, 0)
+    assert hits(m) == {0: True}
+    assert m["stages"][0]["query"]["hop"] == 0
+
+
+@pytest.mark.torch
+def test_haystack_hybrid(tmp_path):
+    run = run_app("haystack_hybrid.py", tmp_path, extra_env=NO_BARS)
+    assert_untouched_but_bars(run)
+    [m] = manifests(run)
+    kinds = sorted((k, c) for k, c, *_ in stages_of(m))
+    assert kinds == [("fuse", "DocumentJoiner"), ("retrieve", "InMemoryBM25Retriever"),
+                     ("retrieve", "InMemoryEmbeddingRetriever")]
+    assert hits(m) == {0: True}
