@@ -64,7 +64,8 @@ def _similarity(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: 
 
 def _keywords(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
     inst = call.instance
-    detail = f"required_keywords={list(getattr(inst, 'required_keywords', []) or [])} exclude_keywords={list(getattr(inst, 'exclude_keywords', []) or [])}"
+    required = list(getattr(inst, 'required_keywords', []) or [])
+    detail = f"required_keywords={required} exclude_keywords={list(getattr(inst, 'exclude_keywords', []) or [])}"
     for candidate in _excluded(inputs, outputs):
         s.exclude(candidate.id, sc.REASON_FILTERED_BY_METADATA, detail)
 
