@@ -6,8 +6,40 @@ from typing import Any, Iterable
 
 
 def attrs(span: Any) -> dict[str, Any]:
-    """A mutable copy of a span's attributes (tuples turned into lists) to pop expected keys from."""
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in (span.attributes or {}).items()}
+    """A mutable copy of a span's attributes (tuples turned into lists) to pop expected keys from.
+
+    A schema 2 stage receipt is checked here, against the span's own attributes and events by the
+    contract's rule, and then left out (every test that pops attributes would otherwise repeat its
+    value, a digest); so are the export side's segment stamps, after checking their form (they are
+    tested in tests/test_contract_v2.py)."""
+    return checked({k: (list(v) if isinstance(v, tuple) else v) for k, v in (span.attributes or {}).items()}, span)
+
+
+def own(span: Any) -> dict[str, Any]:
+    """A mutable copy of a span's attributes exactly as the SDK holds them (tuples stay tuples),
+    the stage receipt and segment stamps checked and left out as by :func:`attrs`."""
+    return checked(dict(span.attributes or {}), span)
+
+
+def checked(out: dict[str, Any], span: Any) -> dict[str, Any]:
+    """``out`` (a copy of ``span``'s attributes) with the stage receipt checked and removed, and the
+    export's segment stamps checked for form and removed."""
+    import re
+
+    from ragtrail.contract import semconv as sc
+    from ragtrail.contract.receipts import stage_fields, stage_receipt
+
+    if sc.STAGE_RECEIPT in out and not out.get(sc.STAGE_CONTINUATION):
+        stamp = stage_receipt(stage_fields(span.attributes, [(e.name, e.attributes) for e in span.events]))
+        if ":" not in out[sc.STAGE_RECEIPT] and not out.get(sc.EVENTS_SPANS):  # events all here
+            assert (out[sc.STAGE_RECEIPT], out[sc.STAGE_RECEIPT_FIELDS]) == stamp, "stage receipt does not match"
+        out.pop(sc.STAGE_RECEIPT)
+        out.pop(sc.STAGE_RECEIPT_FIELDS)
+    if sc.TRACE_SEGMENT_ROOT in out:
+        assert re.fullmatch(r"[0-9a-f]{16}", out.pop(sc.TRACE_SEGMENT_ROOT))
+        count = out.pop(sc.TRACE_SEGMENT_SPAN_COUNT)
+        assert isinstance(count, int) and count > 0
+    return out
 
 
 def events(span: Any, name: str | None = None) -> list[dict[str, Any]]:
@@ -34,42 +66,23 @@ def run_under_opentelemetry_instrument(script: str, tmp_path: Any, entry_point: 
     """Run ``script`` (dedented) in a real process under ``opentelemetry-instrument`` with only
     ``entry_point`` of ragtrail's instrumentors enabled, exporting through ragtrail's configurator to
     the local store. The script prints ``APP-OK`` when it finished. Returns its stdout and the
-    decoded spans (the inspector's OTLP JSON reader)."""
-    import json
-    import os
-    import subprocess
+    decoded spans (the inspector's OTLP JSON reader). The environment and the store reader are the
+    documentation-app runner's (tests/apps/runner.py), so both kinds of test run apps one way."""
     import sys
     import textwrap
-    from importlib.metadata import entry_points
     from pathlib import Path
 
-    from ragtrail.inspect.otlp import decode_document
+    from apps.runner import BIN, instrumented_env, read_store, run_process
 
     tmp_path = Path(tmp_path)
     store = tmp_path / "store"
     path = tmp_path / "app.py"
     path.write_text(textwrap.dedent(script))
-    others = sorted(ep.name for ep in entry_points(group="opentelemetry_instrumentor") if ep.name != entry_point)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
-    env.update({
-        "OTEL_PYTHON_CONFIGURATOR": "ragtrail",
-        "OTEL_TRACES_EXPORTER": "ragtrail_file",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        "OTEL_SERVICE_NAME": service,
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others),
-        "RAGTRAIL_LOCAL_STORE_DIR": str(store),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    })
+    env = instrumented_env(store, [entry_point], service)
     env.update(extra_env or {})
-    proc = subprocess.run([str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, str(path)],
-                          capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_process([str(BIN / "opentelemetry-instrument"), sys.executable, str(path)], env, tmp_path, timeout)
     assert "APP-OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
-    spans = [span for file in sorted(store.glob("traces-*.jsonl")) for line in file.read_text().splitlines()
-             if line.strip() for span in decode_document(json.loads(line))]
-    return proc.stdout, spans
+    return proc.stdout, read_store(store)
 
 
 def stage_spans(exporter: Any, kind: str) -> list[Any]:
@@ -93,11 +106,11 @@ def stitched(span: Any, spans: Any) -> list[tuple[str, dict[str, Any]]]:
 def check_count_and_digest(span: Any, evs: list[tuple[str, dict[str, Any]]]) -> None:
     """The stage's stamped event count and digest match the (stitched) candidate events received."""
     from ragtrail.contract import semconv as sc
-    from ragtrail.contract.receipts import events_digest
+    from ragtrail.contract.receipts import sorted_events_digest
 
     items = [(name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")) for name, a in evs]
     assert span.attributes[sc.EVENTS_COUNT] == len(evs)
-    assert span.attributes[sc.EVENTS_DIGEST] == events_digest(items)
+    assert span.attributes[sc.EVENTS_DIGEST] == sorted_events_digest(items)
 
 
 class CallSpy:

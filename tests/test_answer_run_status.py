@@ -3,13 +3,15 @@ real SDK: exact attributes under each content capture mode, and each case of the
 
 from __future__ import annotations
 
+import mirrorutil
+
 import logging
 
 import pytest
 
 import ragtrail
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import events_digest, receipt
+from ragtrail.contract.receipts import sorted_events_digest, receipt
 from spanutil import attrs, by_name, pop_all
 
 ANSWER = "Enterprise customers have 14 days. " * 10  # 350 characters: longer than a preview
@@ -29,13 +31,14 @@ def _pipeline_attributes(span, *, retrieved: int, run_status: str, status: str =
         sc.COVERAGE_RETRIEVED: retrieved, sc.COVERAGE_IN_CONTEXT: retrieved, sc.COVERAGE_CITED: 0,
         sc.RUN_STATUS: run_status,
         sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 0, sc.CANDIDATES_EXCLUDED: 0,
-        sc.EVENTS_COUNT: 0, sc.EVENTS_DIGEST: events_digest([]),
+        sc.EVENTS_COUNT: 0, sc.EVENTS_DIGEST: sorted_events_digest([]),
     }
     if status in (sc.STATUS_FAILED, sc.STATUS_DEGRADED):
         own[sc.STAGE_FAILURE_CLASS] = ...
     if findings:
         own[sc.STAGE_FINDINGS] = findings
     pop_all(a, own)
+    mirrorutil.pop_mirrors(a, span)  # output.value: the answer as captured
     return a
 
 

@@ -33,7 +33,7 @@ from ragtrail.contract.receipts import (
     UNVERIFIABLE,
     Receipt,
     classify,
-    events_digest,
+    sorted_events_digest,
     receipt,
 )
 from ragtrail.sampling import RagtrailSampler
@@ -149,7 +149,7 @@ def damage_signals(group: list[ReceivedSpan]) -> list[str]:
                 items.append((e.name, f"hop:{a.get(sc.QUERY_HOP)}", a.get(sc.QUERY_SHA256, "")))
             else:
                 items.append((e.name, a.get(sc.CANDIDATE_ID, ""), a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
-        if events_digest(items) != digest:
+        if sorted_events_digest(items) != digest:
             signals.append("events.digest does not match the events received")
     # receipted payloads: the query text on the span
     text = head.attributes.get(sc.QUERY_TEXT)

@@ -26,7 +26,7 @@ def test_manifest_of_a_pipeline(tmp_path):
     cite_in = next(s.attributes["ragtrail.candidates.in"] for s in FileSource(tmp_path).get(trace_id).spans
                    if s.name == "cite cite")
     assert m["trace_id"] == trace_id
-    assert m["schema"] == 1
+    assert m["schema"] == 2  # contract v2 (schema 1 traces: tests/test_contract_v2.py)
     assert m["pipeline"]["component"] == "tests.answer" and m["pipeline"]["status"] == "ok"
     assert [(h["hop"], h["parent_hop"], h["transform"], h["text"], h["used_by"], h["produced_by"], h["hit_index"])
             for h in m["query_hops"]] == [
@@ -146,7 +146,7 @@ def test_a_trace_without_ragtrail_spans(tmp_path):
     (1003, 6, "6 of 1003 read: an absence claim is not supported"),
     (20, 20, "all 20 of 20 read: absence, universal, latest and count claims are supported"),
     (None, 6, "6 read of a corpus of unknown size: an absence claim is not supported"),
-    (1003, 0, "nothing read (8 retrieved, 0 in context): no claim is supported"),
+    (1003, 0, "context failure: 8 retrieved, none reached the model: no claim is supported"),
 ])
 def test_coverage_statements(corpus, read, statement):
     c = coverage(corpus, 8, read, 2)
@@ -155,6 +155,30 @@ def test_coverage_statements(corpus, read, statement):
     supported = {x["claim"]: x["supported"] for x in c["claims"]}
     assert supported["quote"] is (read > 0)
     assert supported["absence"] is c["exhaustive"]
+
+
+@pytest.mark.parametrize("args, kwargs, statement", [
+    # seed 003: an empty result is not a failure; seed 004: zero retrieved in a failed run is
+    ((1003, 0, 0, 0), {"run_status": "empty"}, "empty result: the search found nothing (not a failure): no claim is supported"),
+    ((1003, 0, 0, 0), {"run_status": "failed"}, "retrieval failed: nothing retrieved: no claim is supported"),
+    ((1003, 6, 0, 0), {"run_status": "available"}, "context failure: 6 retrieved, none reached the model: no claim is supported"),
+    ((1003, 6, 6, 1), {"run_status": "degraded"}, "run degraded: 6 of 1003 read: an absence claim is not supported"),
+    ((1003, 6, 6, 1), {"claim": "absence"}, "the answer claims absence: not supported (6 of 1003 read, 997 never read)"),
+    ((20, 20, 20, 0), {"claim": "absence"}, "the answer claims absence: supported (all 20 of 20 read)"),
+    ((None, 6, 6, 0), {"claim": "absence"}, "the answer claims absence: not supported (6 read of a corpus of unknown size)"),
+    ((1003, 6, 6, 2), {"claim": "presence"}, "the answer claims presence: supported by what was read (6 read)"),
+    ((1003, 6, 6, 2), {"claim": "none"}, "the answer makes no claim about the corpus (6 read of 1003)"),
+    ((20, 20, 20, 0), {"approximate": True}, "20 of ~20 (approximate) read: an absence claim is not supported"),
+    ((20, 20, 20, 0), {"approximate": True, "claim": "absence"},
+     "the answer claims absence: not supported (20 of ~20 (approximate) read)"),
+])
+def test_coverage_statement_says_the_claim_and_the_run(args, kwargs, statement):
+    c = coverage(*args, **kwargs)
+    assert c["statement"] == statement
+    absence = {x["claim"]: x["supported"] for x in c["claims"]}["absence"]
+    assert absence is (args[0] is not None and args[2] >= args[0] > 0 and not kwargs.get("approximate"))
+    if "claim" in kwargs:
+        assert c["answer_claim"]["claim"] == kwargs["claim"]
 
 
 def test_reading_and_building_pause_the_cycle_collector_and_restore_it(tmp_path):

@@ -174,7 +174,7 @@ def test_tempo_http_partial_and_search():
         assert trace.partial is True and "PARTIAL" in (trace.partial_message or "")
         assert source.search(5, None, "1h") == [TRACE_ID]
         search = next(r for r in server.requests if r.startswith("/api/search"))
-        assert "q=%7B+span.ragtrail.schema+%3D+1+%7D" in search and "limit=5" in search
+        assert "q=%7B+span.ragtrail.schema+%3E%3D+1+%7D" in search and "limit=5" in search
 
 
 def test_jaeger_search_by_tag():
@@ -187,7 +187,9 @@ def test_jaeger_search_by_tag():
         server.route("/api/traces", {"data": recorded["data"], "total": 0, "limit": 0, "offset": 0, "errors": None})
         assert JaegerSource(server.url).search(10, None, "1h") == [TRACE_ID]
         query = [r for r in server.requests if r.startswith("/api/traces?")]
-        assert len(query) == 1 and f"service={service}" in query[0] and "ragtrail.schema" in query[0]
+        # Jaeger matches a tag exactly: one search per schema version the reader knows (2, then 1)
+        assert len(query) == 2 and all(f"service={service}" in q for q in query)
+        assert ["%22ragtrail.schema%22%3A+%222%22" in query[0], "%22ragtrail.schema%22%3A+%221%22" in query[1]] == [True, True]
 
 
 def test_http_errors_are_typed():

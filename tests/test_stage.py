@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mirrorutil
+
 import asyncio
 import concurrent.futures
 import contextvars
@@ -19,7 +21,7 @@ from opentelemetry.trace import StatusCode
 
 import ragtrail
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import events_digest, receipt
+from ragtrail.contract.receipts import sorted_events_digest, receipt
 from spanutil import attrs, by_name, events, pop_all
 
 DOCS = [
@@ -57,7 +59,7 @@ def _digest(span) -> str:
             items.append((e.name, f"hop:{a[sc.QUERY_HOP]}", a.get(sc.QUERY_SHA256, "")))
         else:
             items.append((e.name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
-    return events_digest(items)
+    return sorted_events_digest(items)
 
 
 def test_retrieve_stage_exact_attributes_and_events(span_exporter):
@@ -70,7 +72,7 @@ def test_retrieve_stage_exact_attributes_and_events(span_exporter):
     assert span.kind == trace.SpanKind.CLIENT
     a = attrs(span)
     pop_all(a, {
-        sc.SCHEMA: 1, sc.STAGE_KIND: "retrieve", sc.STAGE_COMPONENT: "my_app.search", sc.STAGE_STATUS: "ok",
+        sc.SCHEMA: 2, sc.STAGE_KIND: "retrieve", sc.STAGE_COMPONENT: "my_app.search", sc.STAGE_STATUS: "ok",
         sc.STAGE_TOP_K: 4,
         sc.QUERY_HOP: 0, sc.QUERY_TRANSFORM: "none", sc.QUERY_TEXT: query, sc.QUERY_CHARS: len(query),
         sc.QUERY_BYTES: len(query), sc.QUERY_SHA256: _sha(query),
@@ -82,11 +84,12 @@ def test_retrieve_stage_exact_attributes_and_events(span_exporter):
     })
     for i, doc in enumerate(DOCS):
         pop_all(a, {f"retrieval.documents.{i}.document.id": doc["id"], f"retrieval.documents.{i}.document.score": doc["score"]})
+    mirrorutil.pop_mirrors(a, span)
     assert a == {}
     assert [e.name for e in span.events] == [sc.EVENT_CANDIDATE] * 4
     assert events(span) == [_candidate_event(d, i, "similarity") for i, d in enumerate(DOCS)]
-    # the count and digest are the LAST attributes written (the last to be evicted)
-    assert list(span.attributes)[-2:] == [sc.EVENTS_COUNT, sc.EVENTS_DIGEST]
+    # the count and digest, then the stage receipt, are the LAST attributes written (the last to be evicted)
+    assert list(span.attributes)[-4:] == [sc.EVENTS_COUNT, sc.EVENTS_DIGEST, sc.STAGE_RECEIPT, sc.STAGE_RECEIPT_FIELDS]
 
 
 def test_filter_stage_explicit_and_derived_exclusions(span_exporter):
@@ -364,7 +367,7 @@ def test_thousand_candidates_spill_into_continuation_spans_and_nothing_is_lost()
     stitched = [e for x in [main, *continuations] for e in x.events]
     assert [e.attributes[sc.CANDIDATE_ID] for e in stitched] == [h["id"] for h in hits]
     assert [e.attributes[sc.CANDIDATE_RANK] for e in stitched] == list(range(1000))
-    digest = events_digest((e.name, e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_CONTENT_SHA256]) for e in stitched)
+    digest = sorted_events_digest((e.name, e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_CONTENT_SHA256]) for e in stitched)
     assert main.attributes[sc.EVENTS_DIGEST] == digest
     # the OpenInference mirror is capped so it never evicts ragtrail's own attributes
     assert main.dropped_attributes == 0

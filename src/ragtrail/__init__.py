@@ -14,6 +14,7 @@ from typing import Any
 from ragtrail.api import budgeter, cite, filter, pipeline, query_transform, reranker, retriever  # noqa: A004, F401 (filter: see below)
 from ragtrail.recorder.answer import answer
 from ragtrail.recorder.candidates import Candidate, register_adapter
+from ragtrail.recorder.corpus import set_corpus_size as corpus_size
 from ragtrail.recorder.errors import internal_error_count
 from ragtrail.recorder.stage import Stage, current_stage, stage
 from ragtrail.settings import set_capture
@@ -29,6 +30,7 @@ __all__ = [
     "budgeter",
     "cite",
     "configure",
+    "corpus_size",
     "current_stage",
     "internal_error_count",
     "pipeline",

@@ -26,6 +26,7 @@ Sources (--source, or RAGTRAIL_SOURCE; default ./.ragtrail, the local store):
   PATH                          OTLP JSON lines (local store, Collector file exporter), OTLP/Jaeger/Tempo JSON
   jaeger+http://HOST:16686      Jaeger (API v3, falling back to v1)
   tempo+http://HOST:3200        Grafana Tempo (API v2, falling back to v1)
+  phoenix+http://HOST:6006      Arize Phoenix (REST API v1; /projects/NAME for one project)
 TRACE is a hex trace id, `last` (the most recent trace), or a file holding one trace.
 
 \b
@@ -130,12 +131,17 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
               help="How far back --search looks (30m, 1h, 2d; servers default to 1h, a local store to everything).")
 @click.option("--json", "as_json", is_flag=True, help="Print the fidelity of each trace as JSON.")
 @click.option("--strict", is_flag=True, help="Also fail on findings (degraded stages, unexplained exclusions).")
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The receipt key (RAGTRAIL_RECEIPT_KEY of the producer) to check keyed (hmac-sha256) receipts.")
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
 def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: bool, limit: int,
-           query: str | None, lookback: str | None, as_json: bool, strict: bool) -> int:
+           query: str | None, lookback: str | None, as_json: bool, strict: bool, key_file: str | None) -> int:
     """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm."""
     from ragtrail.inspect.manifest import build, fidelity_only
     from ragtrail.inspect.sources import open_source, resolve
+    from ragtrail.settings import read_key_file
+
+    key = read_key_file(key_file) if key_file else None
 
     if not traces and not search:
         raise errors.UsageError("nothing to verify", "pass TRACE ids (or `last`) or --search")
@@ -153,7 +159,7 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
     with _progress(f"verifying {len(refs)} traces", unit="count") as progress:
         for i, ref in enumerate(refs):
             trace = src.get(ref) if src is not None and ref not in traces else resolve(ref, source, timeout=timeout)
-            results.append(build(trace) if strict else fidelity_only(trace))
+            results.append(build(trace, key) if strict else fidelity_only(trace, key))
             progress(i + 1, len(refs))
     failed = False
     for m in results:

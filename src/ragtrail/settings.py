@@ -256,3 +256,24 @@ def local_store_bytes(env: str, value: Optional[int] = None) -> int:
 def local_store_directory() -> Path:
     """``RAGTRAIL_LOCAL_STORE_DIR`` or ``./.ragtrail``."""
     return Path(os.environ.get(semconv.ENV_LOCAL_STORE_DIR) or DEFAULT_LOCAL_STORE_DIRECTORY)
+
+
+# --- keyed receipts (docs/semconv.md "v2 changes") -------------------------------------------------
+DEFAULT_RECEIPT_KEY: Optional[str] = None  # unkeyed sha256 stage receipts
+
+
+def receipt_key() -> Optional[bytes]:
+    """The key that makes stage receipts HMAC-SHA256 (``RAGTRAIL_RECEIPT_KEY``, its UTF-8 bytes), or
+    ``None`` for unkeyed sha256. Read at each stage end, so a process can switch it; the key itself
+    is never written to the wire. An empty value means no key."""
+    value = os.environ.get(semconv.ENV_RECEIPT_KEY, DEFAULT_RECEIPT_KEY)
+    return value.encode("utf-8") if value else None
+
+
+def read_key_file(path: "str | Path") -> bytes:
+    """A key file as ``ragtrail verify --key-file`` reads it: its bytes, one trailing newline cut
+    (so ``echo secret > key`` and ``RAGTRAIL_RECEIPT_KEY=secret`` are the same key)."""
+    data = Path(path).read_bytes()
+    if data.endswith(b"\r\n"):
+        return data[:-2]
+    return data[:-1] if data.endswith(b"\n") else data

@@ -53,6 +53,11 @@ def test_whole_traces_arrive_with_every_event_and_receipt(start_jaeger, start_co
             if want["parent"] is None:
                 # the whole-trace processor stamps the segment's span count on the exported root
                 assert have["attributes"].pop(semconv.TRACE_SPAN_COUNT) == expected
+            elif semconv.STAGE_KIND in want["attributes"]:
+                # and, schema 2, the root's id and the same count on every other ragtrail span
+                root_id = next(i for i, v in local.items() if v["parent"] is None)
+                assert have["attributes"].pop(semconv.TRACE_SEGMENT_ROOT) == root_id
+                assert have["attributes"].pop(semconv.TRACE_SEGMENT_SPAN_COUNT) == expected
             assert have == want
         # the same whole trace went to the second backend (the gateway's Tempo exporter)
         assert len(tempo.wait_for_spans(tid, expected)) == expected

@@ -7,6 +7,8 @@ async client, a real Chroma server (``chroma run``, shipped in the chromadb whee
 
 from __future__ import annotations
 
+import mirrorutil
+
 import spanutil
 
 import asyncio
@@ -112,14 +114,14 @@ def check_span(span: Any, spans: Any, result: Any, row: int, *, collection: Any,
                text: str | None = None, vector: Any = None, hop: int = 0, transform: str = "none",
                parent_hop: int | None = None, filter_json: str | None = None, corpus: int | None = None,
                batch: tuple[int, int] | None = None, component: str = "chromadb.Collection",
-               findings: tuple[str, ...] | None = None) -> None:
+               findings: tuple[str, ...] | None = None, extra: dict[str, Any] | None = None) -> None:
     """Pop every expected attribute (nothing may be left); events exactly the row's hits, in order."""
     ids = result["ids"][row]
     distances = result["distances"][row] if result.get("distances") is not None else None
     documents = result["documents"][row] if result.get("documents") is not None else None
-    a = dict(span.attributes)
+    a = spanutil.own(span)
     expected: dict[str, Any] = {
-        sc.SCHEMA: 1, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
+        sc.SCHEMA: 2, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
         sc.STAGE_STATUS: sc.STATUS_OK if ids else sc.STATUS_EMPTY, sc.STAGE_TOP_K: top_k,
         sc.STAGE_COLLECTION: collection.name, sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: len(ids),
         sc.CANDIDATES_EXCLUDED: 0, sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: collection.name,
@@ -142,6 +144,7 @@ def check_span(span: Any, spans: Any, result: Any, row: int, *, collection: Any,
         expected[sc.STAGE_BATCH_INDEX], expected[sc.STAGE_BATCH_SIZE] = batch
     if findings is not None:
         expected[sc.STAGE_FINDINGS] = findings
+    expected.update(extra or {})
     for key, value in expected.items():
         assert key in a, key
         assert a.pop(key) == value, key
@@ -156,6 +159,7 @@ def check_span(span: Any, spans: Any, result: Any, row: int, *, collection: Any,
         if distances is not None and math.isfinite(distances[i]):
             assert a.pop(f"retrieval.documents.{i}.document.score") == pytest.approx(distances[i])
     a.pop(sc.EVENTS_SPANS, None)
+    mirrorutil.pop_mirrors(a, span, spans)
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(ids)
     for rank, (ident, (_, ev)) in enumerate(zip(ids, evs)):
@@ -192,7 +196,7 @@ def test_one_text_query_exact_span(instrumentor, span_exporter, monkeypatch) -> 
     [span] = retrieve_spans(span_exporter)
     assert span.name == "retrieve Collection" and span.kind == trace.SpanKind.CLIENT
     assert spy.current[0].get_span_context().span_id == span.context.span_id
-    check_span(span, spans, result, 0, collection=collection, top_k=3, text="red fruit", corpus=4)
+    check_span(span, spans, result, 0, collection=collection, top_k=3, text="red fruit")
 
 
 def test_where_where_document_and_ids_are_the_filter(instrumentor, span_exporter) -> None:
@@ -202,7 +206,7 @@ def test_where_where_document_and_ids_are_the_filter(instrumentor, span_exporter
     assert result["ids"] == [["doc-apple"]]
     spans = span_exporter.get_finished_spans()
     [span] = retrieve_spans(span_exporter)
-    check_span(span, spans, result, 0, collection=collection, top_k=2, text="fruit", corpus=4,
+    check_span(span, spans, result, 0, collection=collection, top_k=2, text="fruit",
                filter_json='{"ids":["doc-apple","doc-car","doc-pear"],"where":{"source":"a"},'
                            '"where_document":{"$contains":"fruit"}}')
 
@@ -215,14 +219,16 @@ def test_batch_of_texts_one_stage_per_query(instrumentor, span_exporter, tracer_
     rows = sorted(retrieve_spans(span_exporter), key=lambda s: s.attributes[sc.STAGE_BATCH_INDEX])
     assert len(rows) == 3
     for i, text in enumerate(["red fruit", "fast machines", "green"]):
-        check_span(rows[i], spans, result, i, collection=collection, top_k=2, text=text, corpus=4, batch=(i, 3))
+        check_span(rows[i], spans, result, i, collection=collection, top_k=2, text=text, batch=(i, 3))
     assert {r.parent.span_id for r in rows} == {parent.get_span_context().span_id}
     assert {r.start_time for r in rows} == {rows[0].start_time}
 
 
 def test_multi_query_variants_keep_their_hops(instrumentor, span_exporter) -> None:
-    """Each variant a transform produced is the hop its own stage and candidates carry."""
+    """Each variant a transform produced is the hop its own stage and candidates carry; the one
+    collection both stages searched is counted once in the corpus."""
     collection = new_collection()
+    collection.count()  # the application's own count: the size ragtrail may use
 
     @ragtrail.query_transform(transform="multi_query")
     def variants(query: str) -> list[str]:
@@ -235,12 +241,15 @@ def test_multi_query_variants_keep_their_hops(instrumentor, span_exporter) -> No
     result = answer("fruit")
     spans = span_exporter.get_finished_spans()
     rows = sorted(retrieve_spans(span_exporter), key=lambda s: s.attributes[sc.STAGE_BATCH_INDEX])
+    approximate = {sc.COVERAGE_CORPUS_APPROXIMATE: True}
     check_span(rows[0], spans, result, 0, collection=collection, top_k=2, text="fruit red", hop=1,
-               transform="multi_query", parent_hop=0, corpus=4, batch=(0, 2))
+               transform="multi_query", parent_hop=0, batch=(0, 2), corpus=4, extra=approximate)
     check_span(rows[1], spans, result, 1, collection=collection, top_k=2, text="fruit machines", hop=2,
-               transform="multi_query", parent_hop=0, corpus=4, batch=(1, 2))
+               transform="multi_query", parent_hop=0, batch=(1, 2), corpus=4, extra=approximate)
     pipeline = next(s for s in spans if s.attributes.get(sc.STAGE_KIND) == sc.KIND_PIPELINE)
     assert pipeline.attributes[sc.COVERAGE_CORPUS_SIZE] == 4
+    assert sc.COVERAGE_STORES not in pipeline.attributes  # one store: written only when several
+    assert pipeline.attributes[sc.COVERAGE_CORPUS_APPROXIMATE] is True
     assert pipeline.attributes[sc.COVERAGE_RETRIEVED] == len({i for row in result["ids"] for i in row})
 
 
@@ -256,7 +265,7 @@ def test_embedding_queries_are_receipted_not_exported(instrumentor, span_exporte
     n = 1 if shape == "flat-list" else 2
     assert len(rows) == n == len(result["ids"])
     for i in range(n):
-        check_span(rows[i], spans, result, i, collection=collection, top_k=2, vector=vectors[i], corpus=4,
+        check_span(rows[i], spans, result, i, collection=collection, top_k=2, vector=vectors[i],
                    batch=(i, n) if n > 1 else None)
 
 
@@ -266,7 +275,7 @@ def test_without_distances_the_score_kind_is_none(instrumentor, span_exporter) -
     assert result["distances"] is None
     spans = span_exporter.get_finished_spans()
     [span] = retrieve_spans(span_exporter)
-    check_span(span, spans, result, 0, collection=collection, top_k=2, text="fruit", corpus=4)
+    check_span(span, spans, result, 0, collection=collection, top_k=2, text="fruit")
 
 
 def test_empty_collection_and_zero_hits_are_empty_not_failed(instrumentor, span_exporter) -> None:
@@ -277,8 +286,8 @@ def test_empty_collection_and_zero_hits_are_empty_not_failed(instrumentor, span_
     assert nothing["ids"] == [[]] and filtered["ids"] == [[]]
     spans = span_exporter.get_finished_spans()
     first, second = retrieve_spans(span_exporter)
-    check_span(first, spans, nothing, 0, collection=empty, top_k=5, text="anything", corpus=0)
-    check_span(second, spans, filtered, 0, collection=full, top_k=5, text="fruit", corpus=4,
+    check_span(first, spans, nothing, 0, collection=empty, top_k=5, text="anything")
+    check_span(second, spans, filtered, 0, collection=full, top_k=5, text="fruit",
                filter_json='{"where":{"source":"none-such"}}')
     assert first.attributes[sc.STAGE_STATUS] == second.attributes[sc.STAGE_STATUS] == sc.STATUS_EMPTY
 
@@ -290,7 +299,7 @@ def test_nan_distances_recorded_raw_with_a_finding(instrumentor, span_exporter) 
     assert all(math.isnan(d) for d in result["distances"][0])
     spans = span_exporter.get_finished_spans()
     [span] = retrieve_spans(span_exporter)
-    check_span(span, spans, result, 0, collection=collection, top_k=2, vector=query, corpus=4,
+    check_span(span, spans, result, 0, collection=collection, top_k=2, vector=query,
                findings=(f"2 of 2 scores are not finite (NaN or inf); recorded as {sc.CANDIDATE_SCORE_RAW}",))
 
 
@@ -324,7 +333,7 @@ def test_two_hundred_hits_all_arrive_top_ranked_first(instrumentor, span_exporte
     assert all(s.dropped_events == 0 for s in spans)
     evs = stitched(span, spans)
     assert evs[0][1][sc.CANDIDATE_ID] == result["ids"][0][0] and evs[0][1][sc.CANDIDATE_RANK] == 0
-    check_span(span, spans, result, 0, collection=collection, top_k=200, text="red fruit", corpus=200)
+    check_span(span, spans, result, 0, collection=collection, top_k=200, text="red fruit")
     assert span.attributes[sc.EVENTS_SPANS] == 2
 
 
@@ -335,13 +344,13 @@ def test_thousand_hits_arrive_intact(instrumentor, span_exporter) -> None:
     spans = span_exporter.get_finished_spans()
     [span] = retrieve_spans(span_exporter)
     assert len(stitched(span, spans)) == 1000
-    check_span(span, spans, result, 0, collection=collection, top_k=1000, text="passage about fruit", corpus=1000)
+    check_span(span, spans, result, 0, collection=collection, top_k=1000, text="passage about fruit")
 
 
 def test_uninstrument_restores_query(tracer_provider, span_exporter) -> None:
     from chromadb.api.models.AsyncCollection import AsyncCollection
 
-    names = ("query", "add", "upsert", "delete")
+    names = ("query", "count")
     originals = [vars(Collection)[n] for n in names] + [vars(AsyncCollection)["query"]]
     inst = ChromaInstrumentor()
     inst.instrument(tracer_provider=tracer_provider)
@@ -512,7 +521,7 @@ def test_under_opentelemetry_instrument_two_hundred_hits(tmp_path) -> None:
     [stage_span] = [s for s in spans if s.attributes.get(sc.STAGE_KIND) == sc.KIND_RETRIEVE
                     and not s.attributes.get(sc.STAGE_CONTINUATION)]
     assert stage_span.name == "retrieve Collection"
-    assert stage_span.attributes[sc.COVERAGE_CORPUS_SIZE] == 200
+    assert sc.COVERAGE_CORPUS_SIZE not in stage_span.attributes  # the app never counted: unknown, not asked
     m = manifest.build(Trace(trace_id=stage_span.trace_id, spans=[s for s in spans if s.trace_id == stage_span.trace_id],
                              source="file"))
     [stage] = m["stages"]
@@ -541,33 +550,56 @@ def test_instrumentation_errors_never_reach_the_app(instrumentor, span_exporter,
     assert len(retrieve_spans(span_exporter)) == 1
 
 
-def test_corpus_size_is_cached_until_a_write_or_the_ttl(instrumentor, span_exporter, monkeypatch) -> None:
-    import ragtrail.instrumentation.chromadb as module
-
-    collection = new_collection()
-    counts: list[int] = []
-    original = Collection.count
-
-    def counting(self: Any, *args: Any, **kwargs: Any) -> int:
-        counts.append(1)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Collection, "count", counting)
+def _app(collection: Any) -> None:
+    """What an application does with a collection: writes, queries, its own count, a query again."""
     collection.query(query_texts="fruit", n_results=1)
-    collection.query(query_texts="fruit", n_results=1)
-    assert len(counts) == 1  # the second query reused the count
     collection.add(ids=["doc-new"], documents=["new fruit"])
     collection.query(query_texts="fruit", n_results=1)
+    collection.count()
     collection.delete(ids=["doc-apple", "doc-pear"])
-    collection.query(query_texts="fruit", n_results=1)
     collection.upsert(ids=["doc-x"], documents=["x"])
     collection.query(query_texts="fruit", n_results=1)
-    assert len(counts) == 4
-    monkeypatch.setattr(module, "COUNT_TTL_SECONDS", 0.0)  # another process may write: asked again
-    collection.query(query_texts="fruit", n_results=1)
-    assert len(counts) == 5
-    sizes = [s.attributes[sc.COVERAGE_CORPUS_SIZE] for s in retrieve_spans(span_exporter)]
-    assert sizes == [4, 4, 5, 3, 4, 4]
+
+
+def test_ragtrail_calls_nothing_more_on_the_database(span_exporter, tracer_provider, monkeypatch) -> None:
+    """The in-process client's server API (count, get, query, add, upsert, delete) is called exactly
+    as often with ragtrail as without it; the corpus size is the app's own last count, approximate."""
+    from chromadb.api.rust import RustBindingsAPI
+
+    names = ("_count", "_get", "_query", "_add", "_upsert", "_delete", "_peek")
+    runs = []
+    for instrument in (False, True):
+        spies = {name: Spy(monkeypatch, RustBindingsAPI, name) for name in names}
+        inst = ChromaInstrumentor()
+        if instrument:
+            inst.instrument(tracer_provider=tracer_provider)
+        try:
+            _app(new_collection())
+        finally:
+            if instrument:
+                inst.uninstrument()
+            monkeypatch.undo()
+        runs.append({name: len(spy.returned) for name, spy in spies.items()})
+    assert runs[0] == runs[1]
+    assert runs[1]["_count"] == 1  # the application's own
+    sizes = [(s.attributes.get(sc.COVERAGE_CORPUS_SIZE), s.attributes.get(sc.COVERAGE_CORPUS_APPROXIMATE))
+             for s in retrieve_spans(span_exporter)]
+    # unknown until the app counted (5 then); the writes after it are not watched: approximate
+    assert sizes == [(None, None), (None, None), (5, True)]
+
+
+def test_corpus_size_the_user_set(instrumentor, span_exporter) -> None:
+    from ragtrail.recorder import corpus
+
+    collection = new_collection()
+    ragtrail.corpus_size(collection.name, 1003)
+    try:
+        collection.query(query_texts="fruit", n_results=1)
+    finally:
+        corpus.clear()
+    [span] = retrieve_spans(span_exporter)
+    assert span.attributes[sc.COVERAGE_CORPUS_SIZE] == 1003
+    assert sc.COVERAGE_CORPUS_APPROXIMATE not in span.attributes
 
 
 @pytest.mark.parametrize("mode", ["hash", "off"])

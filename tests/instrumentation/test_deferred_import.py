@@ -103,7 +103,9 @@ TORCH_CASES = {
                 prepared = prep_docs(docs, doc_ids, metadata)
                 scored = sorted(((self.score(query, d.text), d) for d in prepared), key=lambda x: -x[0])
                 return RankedResults([Result(d, score=s, rank=i + 1) for i, (s, d) in enumerate(scored)], query, True)
-        KeywordRanker().rank("cats sleep", ["cats sleep", "dogs bark"])
+        # defined after rerankers was patched: recorded once met through BaseRanker.rank_async
+        import asyncio
+        asyncio.run(KeywordRanker().rank_async("cats sleep", ["cats sleep", "dogs bark"]))
     """, ["rerank KeywordRanker"]),
     "sentence_transformers": ("ragtrail.instrumentation.sentence_transformers", "SentenceTransformersInstrumentor",
                               ["sentence_transformers"], """

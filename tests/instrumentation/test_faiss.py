@@ -6,6 +6,8 @@ similarity, every other metric a distance; 1,000 hits of one query all reach the
 
 from __future__ import annotations
 
+import mirrorutil
+
 import spanutil
 
 import copy
@@ -74,10 +76,10 @@ def expected_row(index: Any, q: Any, k: int, *, binary: bool = False) -> tuple[A
 def check_row_span(span: Any, spans: Any, index: Any, q_row: Any, dist: Any, ids: Any, *, kind: str,
                    k: int, batch: tuple[int, int] | None = None, binary: bool = False) -> None:
     keep = [(int(i), float(d)) for i, d in zip(ids, dist) if i != -1]
-    a = dict(span.attributes)
+    a = spanutil.own(span)
     dim, sha = vector_receipt(q_row, binary)
     expected = {
-        sc.SCHEMA: 1,
+        sc.SCHEMA: 2,
         sc.STAGE_KIND: sc.KIND_RETRIEVE,
         sc.STAGE_COMPONENT: f"faiss.{type(index).__name__}",
         sc.STAGE_STATUS: sc.STATUS_OK if keep else sc.STATUS_EMPTY,
@@ -104,6 +106,7 @@ def check_row_span(span: Any, spans: Any, index: Any, q_row: Any, dist: Any, ids
     check_count_and_digest(span, evs)
     a.pop(sc.EVENTS_COUNT), a.pop(sc.EVENTS_DIGEST)
     pop_mirrors(a, [str(i) for i, _ in keep], [d for _, d in keep])
+    mirrorutil.pop_mirrors(a, span, spans)
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(keep)
     for rank, ((ident, score), (_, ev)) in enumerate(zip(keep, evs)):

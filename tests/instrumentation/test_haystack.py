@@ -8,6 +8,8 @@ embeddings come from a deterministic bag-of-words embedder component of our own.
 
 from __future__ import annotations
 
+import mirrorutil
+
 import asyncio
 import concurrent.futures
 import inspect
@@ -33,7 +35,7 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.haystack import HaystackInstrumentor  # noqa: E402
-from ragtrail.contract.receipts import events_digest, receipt  # noqa: E402
+from ragtrail.contract.receipts import sorted_events_digest, receipt  # noqa: E402
 from spanutil import attrs, events, pop_all  # noqa: E402
 
 BM25 = "haystack.components.retrievers.in_memory.bm25_retriever.InMemoryBM25Retriever"
@@ -166,7 +168,7 @@ def check_span(span, *, kind: str, component: str, own: dict, cands: list[dict],
                        + [(sc.EVENT_EXCLUSION, e) for e in excl])
     got = [(e.name, dict(e.attributes)) for e in span.events]
     assert got == expected_events
-    oi_kind = {sc.KIND_RETRIEVE: sc.OI_RETRIEVER, sc.KIND_RERANK: sc.OI_RERANKER}.get(kind, sc.OI_CHAIN)
+    oi_kind = mirrorutil.KINDS.get(kind, sc.OI_CHAIN)
     mirrors = {sc.OPENINFERENCE_SPAN_KIND: oi_kind}
     if query is not None:
         mirrors[sc.OI_INPUT_VALUE] = query
@@ -178,7 +180,7 @@ def check_span(span, *, kind: str, component: str, own: dict, cands: list[dict],
         if top_k is not None:
             mirrors[sc.GEN_AI_REQUEST_TOP_K] = top_k
         lists = [(sc.OI_RETRIEVAL_DOCUMENTS, [(c[sc.CANDIDATE_ID], c.get(sc.CANDIDATE_SCORE)) for c in cands])]
-    elif kind == sc.KIND_RERANK:
+    elif oi_kind == sc.OI_RERANKER:
         if top_k is not None:
             mirrors[sc.OI_RERANKER_TOP_K] = top_k
         lists = [(sc.OI_RERANKER_OUTPUT_DOCUMENTS, [(c[sc.CANDIDATE_ID], c.get(sc.CANDIDATE_SCORE)) for c in cands]),
@@ -191,12 +193,13 @@ def check_span(span, *, kind: str, component: str, own: dict, cands: list[dict],
             if score is not None:
                 mirrors[f"{prefix}.{i}.document.score"] = score
     pop_all(a, mirrors)
-    pop_all(a, {sc.SCHEMA: 1, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component})
+    pop_all(a, {sc.SCHEMA: 2, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component})
     pop_all(a, own)
     digest_items = [(n, f"hop:{e[sc.QUERY_HOP]}" if n == sc.EVENT_QUERY else e[sc.CANDIDATE_ID],
                      e.get(sc.QUERY_SHA256 if n == sc.EVENT_QUERY else sc.CANDIDATE_CONTENT_SHA256, ""))
                     for n, e in expected_events]
-    pop_all(a, {sc.EVENTS_COUNT: len(expected_events), sc.EVENTS_DIGEST: events_digest(digest_items)})
+    pop_all(a, {sc.EVENTS_COUNT: len(expected_events), sc.EVENTS_DIGEST: sorted_events_digest(digest_items)})
+    mirrorutil.pop_mirrors(a, span)
     assert a == {}, f"unexpected attributes left: {a}"
 
 
@@ -243,7 +246,7 @@ def test_bm25_retriever_exact_span(tracer_provider, span_exporter):
     (span,) = spans
     assert span.name == "retrieve InMemoryBM25Retriever"
     assert span.kind == trace.SpanKind.CLIENT
-    assert span.status.status_code == StatusCode.UNSET
+    assert span.status.status_code == StatusCode.OK  # the OpenInference mirror's status on success
     check_span(span, kind="retrieve", component=BM25, top_k=3, query="solar electricity",
                own={sc.STAGE_STATUS: "ok", sc.STAGE_TOP_K: 3, sc.COVERAGE_CORPUS_SIZE: 6,
                     sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 3, sc.CANDIDATES_EXCLUDED: 0,

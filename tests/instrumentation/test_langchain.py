@@ -9,6 +9,8 @@ uninstrumented call does.
 
 from __future__ import annotations
 
+import types
+
 import asyncio
 import inspect
 import json
@@ -314,7 +316,11 @@ def test_ensemble_is_a_fuse_stage_with_rrf_scores_and_child_retrievals(instrumen
     assert dropped and all(d.page_content in {f.page_content for f in fused} for _, d in dropped)
     left = pop_stage(fuse, {
         **stage_attributes("fuse", ENSEMBLE, n_in=len(union), n_out=len(fused), n_excluded=len(dropped)),
-        **query_attributes(query), sc.OPENINFERENCE_SPAN_KIND: "CHAIN", sc.OI_INPUT_VALUE: query,
+        **query_attributes(query), sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: query,
+        # a fusion root with no pipeline around it carries the run's coverage: both stores summed
+        # (BM25 over the corpus, the vector store over the same corpus), only the fused hits retrieved
+        sc.COVERAGE_CORPUS_SIZE: 2 * len(corpus()), sc.COVERAGE_STORES: 2, sc.COVERAGE_RETRIEVED: len(fused),
+        sc.COVERAGE_IN_CONTEXT: len(fused), sc.COVERAGE_CITED: 0,
     })
     assert left == {}
     kept_by_content = {d.page_content: d.id for d in fused}
@@ -368,13 +374,24 @@ def test_multi_query_hops_say_which_variant_found_which_document(instrumentor, t
             found_by.setdefault(f"d{i}", hop)
         assert [e.attributes[sc.CANDIDATE_HOP] for e in by_text[text].events] == [hop, hop]
 
+    # the sub-retrievals' hits are the outer stage's inputs (in the order the subs ended): what it
+    # merged away is a ``deduplicated`` exclusion of its own (issue 12), not a silent in=0
+    handed_up = [e.attributes[sc.CANDIDATE_ID] for sub in sorted(subs, key=lambda s: s.end_time) for e in sub.events]
+    n_dropped = len(handed_up) - len(traced[1])
     left = pop_stage(outer, {
-        **stage_attributes("retrieve", MULTI, n_in=0, n_out=len(traced[1]), n_excluded=0),
+        **stage_attributes("retrieve", MULTI, n_in=len(handed_up), n_out=len(traced[1]), n_excluded=n_dropped),
         **query_attributes("cat on the mat"),
+        # the run's coverage on the root: one BM25 store searched three times, counted once
+        sc.COVERAGE_CORPUS_SIZE: len(corpus()), sc.COVERAGE_RETRIEVED: len(traced[1]),
+        sc.COVERAGE_IN_CONTEXT: len(traced[1]), sc.COVERAGE_CITED: 0,
         **retrieval_mirrors(MULTI, "cat on the mat", [(d.id, None) for d in traced[1]], None),
     })
     assert left == {}
-    assert_events(outer, [
+    exclusions = [e for e in outer.events if e.name == sc.EVENT_EXCLUSION]
+    assert [e.attributes[sc.EXCLUSION_REASON] for e in exclusions] == ["deduplicated"] * n_dropped
+    assert sorted(e.attributes[sc.CANDIDATE_ID] for e in exclusions) == sorted(
+        i for n, i in enumerate(handed_up) if i in handed_up[:n])
+    assert_events(types.SimpleNamespace(events=[e for e in outer.events if e.name != sc.EVENT_EXCLUSION]), [
         (sc.EVENT_QUERY, query_attributes("cats purr happy", hop=1, transform="multi_query", parent=0)),
         (sc.EVENT_QUERY, query_attributes("stock markets", hop=2, transform="multi_query", parent=0)),
     ] + [(sc.EVENT_CANDIDATE, candidate_event(d.id, rank, d.page_content, hop=found_by[d.id]))
@@ -454,7 +471,7 @@ def test_compression_pipeline_every_exclusion_has_its_reason(instrumentor, trace
     assert {e.attributes[sc.EXCLUSION_DETAIL] for e in cut} == {"top_k=3"}
     left = pop_stage(efilter, {
         **stage_attributes("filter", EFILTER, n_in=5, n_out=3, n_excluded=2), **query_attributes("the cat sat on the mat"),
-        sc.STAGE_TOP_K: 3, sc.OPENINFERENCE_SPAN_KIND: "CHAIN", sc.OI_INPUT_VALUE: "the cat sat on the mat",
+        sc.STAGE_TOP_K: 3, sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: "the cat sat on the mat",
     })
     assert left == {}
     # reorder: same set, no exclusion

@@ -3,6 +3,8 @@ embedding, a small corpus, the instrumentor fixture, and exact span/event expect
 
 from __future__ import annotations
 
+import mirrorutil
+
 import spanutil
 
 import hashlib
@@ -18,7 +20,7 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.embeddings import Embeddings  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
-from ragtrail.contract.receipts import events_digest, receipt  # noqa: E402
+from ragtrail.contract.receipts import sorted_events_digest, receipt  # noqa: E402
 
 
 
@@ -124,13 +126,13 @@ def digest_of(span: Any) -> str:
             items.append([name, f"hop:{attributes[sc.QUERY_HOP]}", attributes.get(sc.QUERY_SHA256, "")])
         else:
             items.append([name, attributes[sc.CANDIDATE_ID], attributes.get(sc.CANDIDATE_CONTENT_SHA256, "")])
-    return events_digest(items)
+    return sorted_events_digest(items)
 
 
 def pop_stage(span: Any, expected: dict[str, Any]) -> dict[str, Any]:
     """Pop the expected attributes (floats approximately), the event count and the digest
     (recomputed from the span's own events); return what is left (tests assert it is empty)."""
-    attributes = dict(span.attributes or {})
+    attributes = spanutil.own(span)
     for key, value in expected.items():
         assert key in attributes, f"{span.name}: missing {key}"
         got = attributes.pop(key)
@@ -140,12 +142,13 @@ def pop_stage(span: Any, expected: dict[str, Any]) -> dict[str, Any]:
             assert (list(got) if isinstance(got, tuple) else got) == value, (span.name, key, got, value)
     assert attributes.pop(sc.EVENTS_COUNT) == len(span.events)
     assert attributes.pop(sc.EVENTS_DIGEST) == digest_of(span)
+    mirrorutil.pop_mirrors(attributes, span)
     return attributes
 
 
 def stage_attributes(kind: str, component: str, *, n_in: int, n_out: int, n_excluded: int, status: str = "ok",
                      **extra: Any) -> dict[str, Any]:
-    attributes = {sc.SCHEMA: 1, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component, sc.STAGE_STATUS: status,
+    attributes = {sc.SCHEMA: 2, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component, sc.STAGE_STATUS: status,
                   sc.CANDIDATES_IN: n_in, sc.CANDIDATES_OUT: n_out, sc.CANDIDATES_EXCLUDED: n_excluded}
     attributes.update(extra)
     return attributes

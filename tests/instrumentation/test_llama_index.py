@@ -146,9 +146,9 @@ def test_pipeline_spans_exact(instrumented):
     span = one(spans, "filter SimilarityPostprocessor")
     a = attrs(span)
     pop_all(a, {
-        sc.SCHEMA: 1, sc.STAGE_KIND: sc.KIND_FILTER, sc.STAGE_COMPONENT: SIMILARITY, sc.STAGE_STATUS: sc.STATUS_OK,
+        sc.SCHEMA: 2, sc.STAGE_KIND: sc.KIND_FILTER, sc.STAGE_COMPONENT: SIMILARITY, sc.STAGE_STATUS: sc.STATUS_OK,
         sc.STAGE_THRESHOLD: cutoff, sc.CANDIDATES_IN: len(retrieved), sc.CANDIDATES_OUT: len(kept),
-        sc.CANDIDATES_EXCLUDED: len(dropped), sc.OPENINFERENCE_SPAN_KIND: sc.OI_CHAIN, sc.OI_INPUT_VALUE: QUERY,
+        sc.CANDIDATES_EXCLUDED: len(dropped), sc.OPENINFERENCE_SPAN_KIND: sc.OI_RERANKER, sc.OI_INPUT_VALUE: QUERY,
         **query_attrs(QUERY, 0, sc.TRANSFORM_NONE),
     })
     pop_stage_tail(a, span)
@@ -255,6 +255,24 @@ def test_similarity_cutoff_with_missing_score(instrumented):
     assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
         ("n1", sc.REASON_BELOW_SCORE_THRESHOLD, "score=None, threshold=0.5"),
         ("n2", sc.REASON_BELOW_SCORE_THRESHOLD, "score=0.2 < threshold=0.5"),
+    ]
+
+
+def test_keyword_postprocessor_says_which_content_rule_fired(instrumented):
+    """The real KeywordNodePostprocessor (spaCy phrase matching): it filters on content, so the
+    reasons name the content rule, never ``filtered_by_metadata``."""
+    pytest.importorskip("spacy")
+    from llama_index.core.postprocessor import KeywordNodePostprocessor
+
+    texts = ["Refunds take 30 days.", "Refunds are void for draft contracts.", "Shipping takes 5 days."]
+    nodes = [NodeWithScore(node=TextNode(id_=f"k{i}", text=t), score=1.0 - i / 10) for i, t in enumerate(texts)]
+    post = KeywordNodePostprocessor(required_keywords=["Refunds"], exclude_keywords=["draft"])
+    out = post.postprocess_nodes(nodes, query_str="refunds")
+    assert [n.node.node_id for n in out] == ["k0"]
+    span = one(instrumented.get_finished_spans(), "filter KeywordNodePostprocessor")
+    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
+        ("k1", "custom:excluded_keyword", "contains 'draft' (exclude_keywords)"),
+        ("k2", "custom:missing_required_keyword", "none of required_keywords=['Refunds']"),
     ]
 
 

@@ -4,6 +4,8 @@ readers for spans and events."""
 
 from __future__ import annotations
 
+import mirrorutil
+
 import hashlib
 import math
 import os
@@ -29,7 +31,7 @@ from llama_index.core.schema import TextNode  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.llama_index import LlamaIndexInstrumentor  # noqa: E402
-from ragtrail.contract.receipts import events_digest, receipt  # noqa: E402
+from ragtrail.contract.receipts import sorted_events_digest, receipt  # noqa: E402
 
 DIM = 64
 _WORD = re.compile(r"[a-z0-9]+")
@@ -129,7 +131,9 @@ def instrumented(instrumentor, tracer_provider, span_exporter):
 
 
 def attrs(span: Any) -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in (span.attributes or {}).items()}
+    import spanutil
+
+    return spanutil.attrs(span)
 
 
 def events(span: Any, name: str | None = None) -> list[dict[str, Any]]:
@@ -177,9 +181,10 @@ def digest_of(span: Any) -> str:
             items.append((event.name, f"hop:{a[sc.QUERY_HOP]}", a.get(sc.QUERY_SHA256, "")))
         else:
             items.append((event.name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
-    return events_digest(items)
+    return sorted_events_digest(items)
 
 
 def pop_stage_tail(a: dict[str, Any], span: Any) -> None:
     """The count and digest every stage stamps last, checked against the span's own events."""
     pop_all(a, {sc.EVENTS_COUNT: len(span.events), sc.EVENTS_DIGEST: digest_of(span)})
+    mirrorutil.pop_mirrors(a, span)

@@ -1,19 +1,20 @@
 """Qdrant ``query_points`` / ``query_batch_points`` / ``query_points_groups`` (sync and async clients)
 as ragtrail ``retrieve`` stages, on real ``:memory:`` clients.
 
-The remote path (config read once per collection, no count) runs the real ``QdrantClient`` over HTTP
-against a loopback stand-in for the Qdrant server (no Qdrant binary here) that answers from a real
+The remote path (no request of ragtrail's: facts only from the app's own get_collection, counted at the
+transport) runs the real ``QdrantClient`` over HTTP against a loopback stand-in for the Qdrant server (no Qdrant binary here) that answers from a real
 local Qdrant collection.
 """
 
 from __future__ import annotations
+
+import mirrorutil
 
 import spanutil
 
 import asyncio
 import json
 import threading
-import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -85,9 +86,9 @@ def check_span(span: Any, spans: Any, points: list[Any], *, component: str, kind
                filter_json: str | None = None, corpus: int | None = 4, batch: tuple[int, int] | None = None,
                extra: dict[str, Any] | None = None, collection: str = "docs") -> None:
     """Pop every expected attribute, then nothing may be left; events exactly the points, in order."""
-    a = dict(span.attributes)
+    a = spanutil.own(span)
     expected: dict[str, Any] = {
-        sc.SCHEMA: 1, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
+        sc.SCHEMA: 2, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
         sc.STAGE_STATUS: sc.STATUS_OK if points else sc.STATUS_EMPTY, sc.STAGE_TOP_K: top_k,
         sc.STAGE_COLLECTION: collection, sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: len(points),
         sc.CANDIDATES_EXCLUDED: 0, sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: collection,
@@ -119,6 +120,7 @@ def check_span(span: Any, spans: Any, points: list[Any], *, component: str, kind
         if f"retrieval.documents.{i}.document.id" in a:
             assert a.pop(f"retrieval.documents.{i}.document.id") == str(point.id)
             assert a.pop(f"retrieval.documents.{i}.document.score") == point.score
+    mirrorutil.pop_mirrors(a, span, spans)
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(points)
     for rank, (point, (_, ev)) in enumerate(zip(points, evs)):
@@ -480,132 +482,112 @@ def fake_remote():
     server.server_close()
 
 
-def wait_for_config(client: Any, collection: str = "docs", timeout: float = 10.0) -> None:
-    """Wait until the background read of a remote collection's config has landed (or failed)."""
-    import ragtrail.instrumentation.qdrant as module
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        hit, facts = module._cached(client, collection)
-        if hit and facts is not module._PENDING:
-            return
-        time.sleep(0.01)
-    raise AssertionError("the collection's config was never read")
+UNREAD = ("score kind unknown: the application has not read this collection's config "
+          "(ragtrail adds no request to the database)")
 
 
-async def await_config(client: Any, collection: str = "docs", timeout: float = 10.0) -> None:
-    import ragtrail.instrumentation.qdrant as module
+def _remote_session(port: int, *, read_config: bool, instrument: bool, tracer_provider: Any) -> list[Any]:
+    """The same application against the stand-in server, with or without ragtrail: three queries,
+    after the app's own ``get_collection`` when ``read_config``. Returns the ids found."""
+    instr = QdrantInstrumentor()
+    if instrument:
+        instr.instrument(tracer_provider=tracer_provider)
+    try:
+        client = QdrantClient(url=f"http://127.0.0.1:{port}", check_compatibility=False)
+        if read_config:
+            client.get_collection("docs")
+        found = [[p.id for p in client.query_points("docs", query=v, limit=2).points]
+                 for v in ([0.9, 0.2, 0.0], [0.0, 0.2, 0.9], [0.9, 0.2, 0.0])]
+        client.close()
+        return found
+    finally:
+        if instrument:
+            instr.uninstrument()
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        hit, facts = module._cached(client, collection)
-        if hit and facts is not module._PENDING:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the collection's config was never read")
 
-
-PENDING = "score kind unknown: the collection's config is still being read"
-
-
-def test_remote_client_reads_config_once_and_never_counts(instrumentor, span_exporter, fake_remote) -> None:
+@pytest.mark.parametrize("read_config", [False, True])
+def test_remote_client_ragtrail_adds_no_request(span_exporter, tracer_provider, fake_remote, read_config) -> None:
+    """Counted at the transport (the stand-in server's request log): the application's requests with
+    ragtrail are exactly its requests without it, whether or not it reads the config itself."""
     server, seen = fake_remote
-    client = QdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False)
-    first = client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
-    wait_for_config(client)
-    second = client.query_points("docs", query=[0.0, 0.2, 0.9], limit=2)
-    third = client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
-    assert [p.id for p in first.points] == [1, 4]
-    assert seen.count(("GET", "/collections/docs")) == 1  # cached for the client's life
+    port = server.server_address[1]
+    plain = _remote_session(port, read_config=read_config, instrument=False, tracer_provider=tracer_provider)
+    without = list(seen)
+    seen.clear()
+    span_exporter.clear()
+    recorded = _remote_session(port, read_config=read_config, instrument=True, tracer_provider=tracer_provider)
+    assert recorded == plain
+    assert seen == without
+    assert seen.count(("GET", "/collections/docs")) == (1 if read_config else 0)
     assert not any("count" in path for _, path in seen)
     spans = span_exporter.get_finished_spans()
-    a, b, c = retrieve_spans(span_exporter)
-    # the first query did not wait for the config: its scores are recorded without a kind
-    check_span(a, spans, first.points, component="qdrant_client.QdrantClient.query_points",
-               kind=sc.SCORE_NONE, top_k=2, vector=[0.9, 0.2, 0.0], corpus=None, extra={sc.STAGE_FINDINGS: (PENDING,)})
-    for span, result, vector in ((b, second, [0.0, 0.2, 0.9]), (c, third, [0.9, 0.2, 0.0])):
-        check_span(span, spans, result.points, component="qdrant_client.QdrantClient.query_points",
-                   kind=sc.SCORE_DISTANCE, top_k=2, vector=vector, corpus=None)
+    stages = retrieve_spans(span_exporter)
+    assert len(stages) == 3
+    for span, vector in zip(stages, ([0.9, 0.2, 0.0], [0.0, 0.2, 0.9], [0.9, 0.2, 0.0])):
+        with suppress_instrumentation():
+            points = server.handler.local.query_points("docs", query=vector, limit=2).points
+        if read_config:
+            # the app's own get_collection told the distance and Qdrant's approximate points_count
+            check_span(span, spans, points, component="qdrant_client.QdrantClient.query_points",
+                       kind=sc.SCORE_DISTANCE, top_k=2, vector=vector, corpus=4,
+                       extra={sc.COVERAGE_CORPUS_APPROXIMATE: True})
+        else:
+            check_span(span, spans, points, component="qdrant_client.QdrantClient.query_points",
+                       kind=sc.SCORE_NONE, top_k=2, vector=vector, corpus=None, extra={sc.STAGE_FINDINGS: (UNREAD,)})
+
+
+def test_remote_corpus_size_the_user_set(instrumentor, span_exporter, fake_remote) -> None:
+    import ragtrail
+    from ragtrail.recorder import corpus
+
+    server, seen = fake_remote
+    client = QdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False)
+    ragtrail.corpus_size("docs", 1003)
+    try:
+        with ragtrail.stage("pipeline", "app"):
+            client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
+    finally:
+        corpus.clear()
+    [span] = retrieve_spans(span_exporter)
+    assert span.attributes[sc.COVERAGE_CORPUS_SIZE] == 1003
+    assert sc.COVERAGE_CORPUS_APPROXIMATE not in span.attributes
+    pipeline = [s for s in span_exporter.get_finished_spans() if s.attributes.get(sc.STAGE_KIND) == "pipeline"][0]
+    assert pipeline.attributes[sc.COVERAGE_CORPUS_SIZE] == 1003
+    assert sc.COVERAGE_STORES not in pipeline.attributes  # one store: written only when several
+    assert seen == [("POST", "/collections/docs/points/query")]
     client.close()
 
 
-def test_remote_config_read_never_delays_the_hosts_call(instrumentor, span_exporter, fake_remote) -> None:
-    """The config read is held by the server until the host's call has returned: a read on the host's
-    path would wait out the gate (and be answered late)."""
+async def test_async_remote_client_adds_no_request(instrumentor, span_exporter, fake_remote) -> None:
     server, seen = fake_remote
-    server.handler.gate = gate = threading.Event()
-    client = QdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False, timeout=10)
-    with suppress_instrumentation():
-        want = client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
-    got = client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
-    answered_late = list(server.handler.late)
-    gate.set()
-    assert got == want
-    assert answered_late == []  # the host's call returned while the config read was still held
-    [span] = retrieve_spans(span_exporter)
-    assert span.end_time is not None and span.attributes[sc.STAGE_FINDINGS] == (PENDING,)
-    wait_for_config(client)
-    assert seen.count(("GET", "/collections/docs")) == 1
-    client.close()
-
-
-async def test_async_remote_cancel_after_the_result_arrived(instrumentor, span_exporter, fake_remote) -> None:
-    """The real AsyncQdrantClient over HTTP: once query_points has its answer nothing more is awaited,
-    so a cancellation that comes while the config read is held cannot lose the result or leave the
-    stage span open (and the context attached)."""
-    server, seen = fake_remote
-    server.handler.gate = gate = threading.Event()
-    client = AsyncQdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False,
-                               timeout=10)
-    with suppress_instrumentation():
-        want = await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
-    before = trace.get_current_span()
-    task = asyncio.ensure_future(client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2))
-    deadline = time.monotonic() + 5
-    while ("GET", "/collections/docs") not in seen and time.monotonic() < deadline:
-        await asyncio.sleep(0.005)
-    assert ("GET", "/collections/docs") in seen  # the config read is under way (and held)
-    task.cancel()
-    got = await task  # before the fix: CancelledError, though the answer had arrived
-    assert got == want
-    [span] = retrieve_spans(span_exporter)
-    assert span.end_time is not None
-    assert span.attributes[sc.STAGE_STATUS] == sc.STATUS_OK
-    assert span.attributes[sc.STAGE_FINDINGS] == (PENDING,)
-    assert trace.get_current_span() is before
-    gate.set()
-    await await_config(client)
-    again = await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
-    assert again == want
-    last = retrieve_spans(span_exporter)[-1]
-    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in last.events} == {sc.SCORE_DISTANCE}
-    assert seen.count(("GET", "/collections/docs")) == 1
+    client = AsyncQdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False)
+    first = await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
+    await client.get_collection("docs")  # the application's own read
+    second = await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
+    assert first == second
+    assert seen == [("POST", "/collections/docs/points/query"), ("GET", "/collections/docs"),
+                    ("POST", "/collections/docs/points/query")]
+    a, b = retrieve_spans(span_exporter)
+    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in a.events} == {sc.SCORE_NONE}
+    assert a.attributes[sc.STAGE_FINDINGS] == (UNREAD,)
+    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in b.events} == {sc.SCORE_DISTANCE}
+    assert b.attributes[sc.COVERAGE_CORPUS_SIZE] == 4
+    assert b.attributes[sc.COVERAGE_CORPUS_APPROXIMATE] is True
     await client.close()
 
 
-async def test_async_remote_read_cancelled_with_its_loop_is_asked_again(instrumentor, span_exporter,
-                                                                       fake_remote) -> None:
-    import ragtrail.instrumentation.qdrant as module
-
-    server, seen = fake_remote
-    server.handler.gate = threading.Event()
-    client = AsyncQdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False,
-                               timeout=10)
-    await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
-    [read] = list(module._reads)
-    read.cancel()  # what asyncio.run does to a task still pending when the loop ends
-    with pytest.raises(asyncio.CancelledError):
-        await read
-    await asyncio.sleep(0)  # its done callbacks run on the next loop step
-    assert module._cached(client, "docs") == (False, None)  # nothing cached: the next query asks again
-    server.handler.gate.set()
-    await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
-    await await_config(client)
-    # the cancelled read never started; the second query's read did, and landed
-    assert seen.count(("GET", "/collections/docs")) == 1
-    hit, facts = module._cached(client, "docs")
-    assert hit and facts is not module._PENDING and facts is not None
-    await client.close()
+def test_local_client_calls_no_client_method_for_its_facts(instrumentor, span_exporter, monkeypatch) -> None:
+    """A local client's config and size are read from its memory: no ``count`` (which scans every
+    point's payload mask), no ``get_collection`` (a deep copy of the config)."""
+    client = make_client(models.Distance.MANHATTAN)
+    client.delete("docs", points_selector=models.PointIdsList(points=[4]))
+    spies = {name: Spy(monkeypatch, QdrantClient, name) for name in ("count", "get_collection", "scroll")}
+    client.query_points("docs", query=[1.0, 0.0, 0.0], limit=2)
+    assert {name: len(spy.returned) for name, spy in spies.items()} == {"count": 0, "get_collection": 0, "scroll": 0}
+    [span] = retrieve_spans(span_exporter)
+    assert span.attributes[sc.COVERAGE_CORPUS_SIZE] == 3  # 4 upserted, 1 deleted: exact
+    assert sc.COVERAGE_CORPUS_APPROXIMATE not in span.attributes
+    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in span.events} == {sc.SCORE_DISTANCE}
 
 
 # --- under opentelemetry-instrument ----------------------------------------------------------------
@@ -673,64 +655,6 @@ def test_instrumentation_errors_never_reach_the_app(instrumentor, span_exporter,
     monkeypatch.setattr(module, "_outcome", broken)
     assert client.query_points("docs", query=[1.0, 0.0, 0.0], limit=2) == want
     assert retrieve_spans(span_exporter)[-1].attributes[sc.STAGE_INSTRUMENTATION_ERRORS] == 1
-
-
-def test_local_reads_config_in_place_and_falls_back_to_get_collection(instrumentor, span_exporter, monkeypatch) -> None:
-    import ragtrail.instrumentation.qdrant as module
-
-    client = make_client(models.Distance.MANHATTAN)
-    calls: list[str] = []
-    original = QdrantClient.get_collection
-
-    def spying(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append("get_collection")
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(QdrantClient, "get_collection", spying)
-    client.query_points("docs", query=[1.0, 0.0, 0.0], limit=2)
-    assert calls == []  # no deep copy of the config per query
-    monkeypatch.setattr(module, "_local_config", lambda *a: None)  # another local-mode layout
-    client.query_points("docs", query=[1.0, 0.0, 0.0], limit=2)
-    assert calls == ["get_collection"]
-    for span in retrieve_spans(span_exporter):
-        assert span.attributes[sc.COVERAGE_CORPUS_SIZE] == 4
-        assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in span.events} == {sc.SCORE_DISTANCE}
-
-
-def test_remote_failed_config_read_is_retried_later_not_per_query(instrumentor, span_exporter, fake_remote,
-                                                                 monkeypatch) -> None:
-    import ragtrail.instrumentation.qdrant as module
-
-    server, seen = fake_remote
-    client = QdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False)
-    original = QdrantClient.get_collection
-    failing = {"on": True}
-    asked: list[str] = []
-
-    def flaky(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self is not client:  # the stand-in server's own local client
-            return original(self, *args, **kwargs)
-        asked.append("get_collection")
-        if failing["on"]:
-            raise ConnectionError("network blip")
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(QdrantClient, "get_collection", flaky)
-    client.query_points("docs", query=[1.0, 0.0, 0.0], limit=1)  # starts the read, which fails
-    wait_for_config(client)
-    failing["on"] = False
-    client.query_points("docs", query=[1.0, 0.0, 0.0], limit=1)  # within the retry delay: not asked again
-    assert asked == ["get_collection"]
-    monkeypatch.setattr(module, "RETRY_FAILED_READ_SECONDS", 0.0)
-    client.query_points("docs", query=[1.0, 0.0, 0.0], limit=1)  # asks again, in the background
-    wait_for_config(client)
-    monkeypatch.setattr(module, "RETRY_FAILED_READ_SECONDS", 60.0)
-    client.query_points("docs", query=[1.0, 0.0, 0.0], limit=1)
-    kinds = [{e.attributes[sc.CANDIDATE_SCORE_KIND] for e in s.events} for s in retrieve_spans(span_exporter)]
-    assert kinds == [{sc.SCORE_NONE}, {sc.SCORE_NONE}, {sc.SCORE_NONE}, {sc.SCORE_DISTANCE}]
-    assert asked == ["get_collection"] * 2
-    assert seen.count(("GET", "/collections/docs")) == 1
-    client.close()
 
 
 def test_batch_requests_given_as_an_iterator_are_not_consumed(instrumentor, span_exporter) -> None:

@@ -13,6 +13,7 @@ the ones both sides apply.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 import re
@@ -357,8 +358,9 @@ class TransformRule:
     """A versioned, named licence to change a payload, checkable from the receipt alone.
 
     ``kind`` is ``prefix`` (the received text is the first ``length`` code points of the original,
-    or all of it when shorter) or ``shorter`` (any strict shortening, e.g. a budget trim whose new
-    payload carries its own receipt and ``transform.derived_from``)."""
+    or all of it when shorter), ``shorter`` (any strict shortening, e.g. a budget trim whose new
+    payload carries its own receipt and ``transform.derived_from``) or ``header`` (the upstream text
+    with ``length`` code points put before it; checked between stages by :meth:`covers_handoff`)."""
 
     id: str
     kind: str
@@ -370,6 +372,14 @@ class TransformRule:
         if self.kind == "shorter":
             return received_chars < original.chars
         return False
+
+    def covers_handoff(self, chars: Any, upstream_chars: Any) -> bool | None:
+        """Whether a receipt of ``chars`` code points, ``derived_from`` an upstream receipt of
+        ``upstream_chars``, is what this rule allows; ``None`` when the rule has no arithmetic
+        between stages (only ``derived_from`` then speaks for it)."""
+        if self.kind != "header" or self.length is None:
+            return None
+        return is_count(chars) and is_count(upstream_chars) and chars == upstream_chars + self.length
 
 
 PREVIEW_RULE = TransformRule(semconv.RULE_PREVIEW, "prefix", PREVIEW_CHARS)
@@ -383,6 +393,15 @@ def truncate_rule(length: int) -> TransformRule:
     return TransformRule(f"{semconv.RULE_TRUNCATE_PREFIX}{int(length)}", "prefix", int(length))
 
 
+_HEADER_RULE_ID = re.compile(re.escape(semconv.RULE_METADATA_HEADER_PREFIX) + r"([0-9]{1,18})")
+
+
+def metadata_header_rule(length: int) -> TransformRule:
+    """The rule for a header of ``length`` code points put before the upstream text (LlamaIndex's
+    metadata header): id ``metadata_header@1:<length>``."""
+    return TransformRule(f"{semconv.RULE_METADATA_HEADER_PREFIX}{int(length)}", "header", int(length))
+
+
 def parse_rule(rule: "str | TransformRule") -> TransformRule | None:
     """A rule from its id; ``None`` for an unknown id (which then authorises nothing)."""
     if isinstance(rule, TransformRule):
@@ -394,6 +413,9 @@ def parse_rule(rule: "str | TransformRule") -> TransformRule | None:
     match = _RULE_ID.fullmatch(rule or "")
     if match:
         return truncate_rule(int(match.group(1)))
+    match = _HEADER_RULE_ID.fullmatch(rule or "")
+    if match:
+        return metadata_header_rule(int(match.group(1)))
     return None
 
 
@@ -449,3 +471,155 @@ def finite_or_none(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
+
+
+# --- v2: order-free events digest and the stage receipt (docs/semconv.md "v2 changes") ---------
+# Backends reorder events (Jaeger v2 sorts a span's events by name), so schema 2 digests are taken
+# over a canonical order: the items sorted, never the order they arrived in.
+ALG_SHA256 = "sha256"
+ALG_HMAC_SHA256 = "hmac-sha256"
+FIELD_DIGEST_HEX = 8  # the per-field digests only locate a change: the stage receipt is the full digest
+
+# span attributes a stage receipt does not cover: itself, and what is stamped after the producer
+# (the export side's segment stamps, the sampler's marks set when the span starts)
+_UNCOVERED = frozenset({semconv.STAGE_RECEIPT, semconv.STAGE_RECEIPT_FIELDS, semconv.TRACE_SPAN_COUNT,
+                        semconv.TRACE_SEGMENT_ROOT, semconv.TRACE_SEGMENT_SPAN_COUNT, semconv.TRACE_LATE,
+                        semconv.TRACE_INCOMPLETE, semconv.SAMPLING_PROBABILITY, semconv.SAMPLING_ADJUSTED_COUNT})
+_PREFIX = "ragtrail."
+
+
+def sorted_events_digest(items: Iterable[tuple[str, str, str]]) -> str:
+    """Schema 2 ``ragtrail.events.digest``: :func:`events_digest` over the items in sorted order, so
+    it does not depend on the order a backend returns events in."""
+    return events_digest(sorted(items))
+
+
+# one encoder for every cell (json.dumps with options builds a new one per call): the same text as _dumps
+_CELL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _field_value(value: Any) -> Any:
+    """A value as a digest sees it: a list (or tuple) as its canonical JSON text, because Jaeger's v1
+    API carries array attributes as that text and readers cannot always tell the two apart; a value
+    JSON cannot carry (bytes, a decoded kvlist's odd value) as its canonical JSON."""
+    if type(value) in _LEAVES:
+        return value
+    if isinstance(value, (list, tuple)):
+        return canonical_json(list(value))
+    return canonical_json(value)
+
+
+def _short(key: str) -> str:
+    return key[len(_PREFIX):] if key.startswith(_PREFIX) else key
+
+
+def _event_ident(name: str, attributes: Mapping[str, Any]) -> str:
+    if name == semconv.EVENT_QUERY:
+        return f"hop:{attributes.get(semconv.QUERY_HOP)}"
+    return str(attributes.get(semconv.CANDIDATE_ID, ""))
+
+
+def stage_fields(span_attributes: Mapping[str, Any],
+                 events: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+    """Every semantic field of a stage as canonical text, by field name (``ragtrail.`` cut).
+
+    The span's own ``ragtrail.*`` attributes are one field each. Each event attribute is a column:
+    the sorted ``[event name, id (or hop:<n>), value]`` triples of the events that carry it (so the
+    column does not depend on event order, and moving a score to another candidate changes it);
+    the ``candidate.meta.*`` keys share one column. Stamps made after the producer are left out."""
+    # attribute values are OTel primitives (or arrays of them): plain JSON, so json.dumps directly
+    fields: dict[str, str] = {}
+    for key, value in span_attributes.items():
+        if key.startswith(_PREFIX) and key not in _UNCOVERED:
+            fields[_short(key)] = _dumps(_field_value(value))
+    dumps = _CELL_ENCODER.encode
+    columns: dict[str, list[str]] = {}
+    meta_prefix = semconv.CANDIDATE_META_PREFIX
+    for name, attributes in events:
+        ident = _event_ident(name, attributes)
+        for key, value in attributes.items():
+            if not key.startswith(_PREFIX):
+                continue
+            if key.startswith(meta_prefix):
+                column, cell = "candidate.meta", [name, ident, _field_value(value), key]
+            else:
+                column, cell = "event." + key[9:], [name, ident, _field_value(value)]
+            cells = columns.get(column)
+            if cells is None:
+                cells = columns[column] = []
+            cells.append(dumps(cell))
+    for column, cells in columns.items():
+        cells.sort()
+        fields[column] = "[" + ",".join(cells) + "]"
+    return fields
+
+
+def _mac(text: str, key: bytes | None) -> str:
+    data = text.encode("utf-8", "backslashreplace")
+    if key is None:
+        return sha256_hex(data)
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+class StageReceipt(NamedTuple):
+    """A stage receipt as written on the wire: ``receipt`` (64 hex, or ``hmac-sha256:<64 hex>``) and ``fields``
+    (``<field>=<8 hex>;...`` sorted by field)."""
+
+    receipt: str
+    fields: str
+
+
+def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageReceipt:
+    """The stage receipt over :func:`stage_fields`: sha256, or HMAC-SHA256 when a key is given."""
+    ordered = sorted(fields.items())
+    whole = _mac(canonical_json([[k, v] for k, v in ordered]), key)
+    short = ";".join(f"{k}={_mac(v, key)[:FIELD_DIGEST_HEX]}" for k, v in ordered)
+    # unkeyed: the bare 64 hex digits (so it fits the 64-character value limit the other receipts
+    # need); keyed: the algorithm named in front
+    return StageReceipt(whole if key is None else f"{ALG_HMAC_SHA256}:{whole}", short)
+
+
+def receipt_algorithm(value: Any) -> str | None:
+    """The algorithm of a stage receipt: ``sha256`` (64 hex digits) or ``hmac-sha256``
+    (``hmac-sha256:<64 hex>``); ``None`` when malformed (cut, or an algorithm this reader does not know)."""
+    if is_sha256_hex(value):
+        return ALG_SHA256
+    if not isinstance(value, str):
+        return None
+    alg, _, digest = value.partition(":")
+    return ALG_HMAC_SHA256 if alg == ALG_HMAC_SHA256 and is_sha256_hex(digest) else None
+
+
+def parse_field_digests(value: Any) -> dict[str, str]:
+    """``ragtrail.stage.receipt.fields`` back into ``{field: 8 hex}`` (what does not parse is left out)."""
+    out: dict[str, str] = {}
+    if isinstance(value, str):
+        for part in value.split(";"):
+            name, sep, digest = part.rpartition("=")
+            if sep and name:
+                out[name] = digest
+            elif part:  # a fragment: the list was cut here (kept, in order, so the reader sees the cut)
+                out[part] = ""
+    return out
+
+
+def changed_fields(received: Mapping[str, str], stamped: Mapping[str, str], key: bytes | None = None) -> list[str]:
+    """The fields whose received value does not hash to the stamped field digest, plus the fields
+    present on one side only, sorted (the reader's answer to "which field changed").
+
+    The field digests are sorted by name, so a list cut by a value-length limit (a collector's
+    ``truncate_all``) covers a prefix of the names: a cut last entry is left out, and a received
+    field sorting after the last stamped one is not called added (the cut hid its digest)."""
+    stamped = dict(stamped)  # in the order written: sorted by name, a cut leaves a fragment last
+    cut = False
+    if stamped:
+        last = next(reversed(stamped))
+        if len(stamped[last]) != FIELD_DIGEST_HEX:
+            del stamped[last]
+            cut = True
+    bound = next(reversed(stamped)) if (cut and stamped) else None
+    names = set(received) | set(stamped)
+    return sorted(n for n in names
+                  if (n not in stamped and not (cut and (bound is None or n > bound)))
+                  or n not in received
+                  or (n in stamped and _mac(received[n], key)[:FIELD_DIGEST_HEX] != stamped[n]))

@@ -6,7 +6,9 @@ The recorder, the exporters and the inspector all import them from here so that 
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# schema versions a reader accepts (schema 1 traces still read and verify by the v1 rules)
+SCHEMA_VERSIONS = (1, 2)
 
 # --- spans (docs/semconv.md §1) --------------------------------------------------------------------
 SCHEMA = "ragtrail.schema"
@@ -39,6 +41,11 @@ CANDIDATES_EXCLUDED = "ragtrail.candidates.excluded"
 EVENTS_COUNT = "ragtrail.events.count"
 EVENTS_DIGEST = "ragtrail.events.digest"
 EVENTS_SPANS = "ragtrail.events.spans"
+# v2: the stage receipt, written last: every semantic field of the stage and of each of its events
+# under one digest (64 hex: sha256; "hmac-sha256:<64 hex>" when keyed), and a short digest per field so a
+# reader can name the field that changed ("<field>=<8 hex>;..." with the "ragtrail." prefix cut)
+STAGE_RECEIPT = "ragtrail.stage.receipt"
+STAGE_RECEIPT_FIELDS = "ragtrail.stage.receipt.fields"
 
 KIND_PIPELINE = "pipeline"
 KIND_QUERY_TRANSFORM = "query_transform"
@@ -172,6 +179,10 @@ SAMPLING_ADJUSTED_COUNT = "ragtrail.sampling.adjusted_count"
 JAEGER_SAMPLER_TYPE = "sampler.type"
 JAEGER_SAMPLER_PARAM = "sampler.param"
 TRACE_SPAN_COUNT = "ragtrail.trace.span_count"
+# v2: stamped at export on every other ragtrail span of a segment, so completeness does not depend on
+# the root arriving: the local root's span id (hex) and the segment's span count
+TRACE_SEGMENT_ROOT = "ragtrail.trace.segment.root"
+TRACE_SEGMENT_SPAN_COUNT = "ragtrail.trace.segment.span_count"
 TRACE_LATE = "ragtrail.trace.late"
 # spans of a segment flushed at shutdown before its local root ended
 TRACE_INCOMPLETE = "ragtrail.trace.incomplete"
@@ -179,6 +190,11 @@ COVERAGE_CORPUS_SIZE = "ragtrail.coverage.corpus_size"
 COVERAGE_RETRIEVED = "ragtrail.coverage.retrieved"
 COVERAGE_IN_CONTEXT = "ragtrail.coverage.in_context"
 COVERAGE_CITED = "ragtrail.coverage.cited"
+# the corpus size (or one of the store sizes summed into it) is an estimate the store reported
+# (qdrant's approximate points_count, a user's figure marked approximate): never enough for absence
+COVERAGE_CORPUS_APPROXIMATE = "ragtrail.coverage.corpus_size.approximate"
+# how many distinct stores were summed into the pipeline's corpus size
+COVERAGE_STORES = "ragtrail.coverage.stores"
 CITED_IDS = "ragtrail.cited.ids"
 
 # the run as a whole, on the pipeline span: rolled up from its stages (seed 003's four buckets)
@@ -222,12 +238,25 @@ GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_DATA_SOURCE_ID = "gen_ai.data_source.id"
 GEN_AI_REQUEST_TOP_K = "gen_ai.request.top_k"
 GEN_AI_OPERATION_RETRIEVAL = "retrieval"
+# opt-in (Development status): the query text only with RAGTRAIL_CAPTURE_QUERY=text; the documents as a
+# JSON array of {id, score} plus content/metadata when the capture modes allow (extra fields are allowed)
+GEN_AI_RETRIEVAL_QUERY_TEXT = "gen_ai.retrieval.query.text"
+GEN_AI_RETRIEVAL_DOCUMENTS = "gen_ai.retrieval.documents"
+# EXPERIMENTAL: proposed in semantic-conventions-genai issue #253, in no released package yet
+GEN_AI_RERANK_CANDIDATE_COUNT = "gen_ai.rerank.candidate.count"
+GEN_AI_RERANK_TOP_N = "gen_ai.rerank.top_n"
+GEN_AI_RERANK_SCORES = "gen_ai.rerank.scores"
 
 OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
 OI_RETRIEVER = "RETRIEVER"
 OI_RERANKER = "RERANKER"
 OI_CHAIN = "CHAIN"
 OI_INPUT_VALUE = "input.value"
+OI_INPUT_MIME_TYPE = "input.mime_type"
+OI_OUTPUT_VALUE = "output.value"
+OI_OUTPUT_MIME_TYPE = "output.mime_type"
+OI_MIME_TEXT = "text/plain"
+OI_MIME_JSON = "application/json"
 OI_RETRIEVAL_DOCUMENTS = "retrieval.documents"
 OI_RERANKER_QUERY = "reranker.query"
 OI_RERANKER_TOP_K = "reranker.top_k"
@@ -237,6 +266,15 @@ OI_RERANKER_OUTPUT_DOCUMENTS = "reranker.output_documents"
 OI_DOCUMENT_ID = "document.id"
 OI_DOCUMENT_SCORE = "document.score"
 OI_DOCUMENT_CONTENT = "document.content"
+OI_DOCUMENT_METADATA = "document.metadata"
+
+# when a mirror writes fewer documents than the stage had (the span's attribute limit): how many of
+# how many it wrote, per list (output: retrieval.documents / reranker.output_documents; input:
+# reranker.input_documents). Written only when a list was cut; ragtrail's own events stay complete.
+MIRROR_OUTPUT_DOCUMENTS_MIRRORED = "ragtrail.mirror.output_documents.mirrored"
+MIRROR_OUTPUT_DOCUMENTS_TOTAL = "ragtrail.mirror.output_documents.total"
+MIRROR_INPUT_DOCUMENTS_MIRRORED = "ragtrail.mirror.input_documents.mirrored"
+MIRROR_INPUT_DOCUMENTS_TOTAL = "ragtrail.mirror.input_documents.total"
 
 # --- configuration (environment) -------------------------------------------------------------------
 ENV_CAPTURE_QUERY = "RAGTRAIL_CAPTURE_QUERY"
@@ -248,6 +286,9 @@ ENV_EVENTS_PER_SPAN = "RAGTRAIL_EVENTS_PER_SPAN"
 # most query stages one vector-store call writes (a faiss search of 1M rows must not cost 1M spans)
 ENV_VECTORSTORE_MAX_QUERIES = "RAGTRAIL_VECTORSTORE_MAX_QUERIES"
 
+# v2 keyed receipts: the key (text, UTF-8) that makes stage receipts HMAC-SHA256; never exported
+ENV_RECEIPT_KEY = "RAGTRAIL_RECEIPT_KEY"
+
 CAPTURE_QUERY_MODES = ("text", "hash", "off")
 CAPTURE_CONTENT_MODES = ("off", "preview", "full")
 
@@ -255,6 +296,9 @@ CAPTURE_CONTENT_MODES = ("off", "preview", "full")
 RULE_PREVIEW = "preview@1"
 RULE_BUDGET_TRIM = "budget_trim@1"
 RULE_TRUNCATE_PREFIX = "truncate@1:"
+# the text handed on is the upstream text with a header of <n> code points put before it (LlamaIndex's
+# metadata header when it builds the prompt): checkable from the receipts, chars = upstream chars + n
+RULE_METADATA_HEADER_PREFIX = "metadata_header@1:"
 # a stage declared it replaced the content (sentence window, PII mask, LLM extraction): not checkable
 # from the receipt alone; readers accept it when derived_from matches the upstream receipt
 RULE_REPLACE = "replace@1"

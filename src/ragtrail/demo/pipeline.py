@@ -190,6 +190,7 @@ def make_pipeline(corpus: list[dict[str, Any]], tracer: trace.Tracer | None = No
         candidates = dedupe(drop_superseded(fuse(lists)))
         context = fit_budget(rerank(hop1, candidates))
         text, cited = generate(question, context)
+        ragtrail.answer(text, claim=semconv.CLAIM_PRESENCE if cited else semconv.CLAIM_NONE)
         ragtrail.cite(cited, tracer=tracer)
         trace_id = format(trace.get_current_span().get_span_context().trace_id, "032x")
         return {"answer": text, "cited": cited, "trace_id": trace_id}

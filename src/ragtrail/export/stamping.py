@@ -1,5 +1,6 @@
 """What the exported copy of a trace segment carries that the recorded spans do not: the local
-root's ``ragtrail.trace.span_count``, and ``ragtrail.trace.late`` / ``ragtrail.trace.incomplete``
+root's ``ragtrail.trace.span_count`` (and, on the segment's other ragtrail spans, the root's id and
+that count: ``ragtrail.trace.segment.root`` / ``.segment.span_count``), and ``ragtrail.trace.late`` / ``ragtrail.trace.incomplete``
 marks. The recorded spans are never changed: stamped spans are shallow copies."""
 
 from __future__ import annotations
@@ -51,17 +52,24 @@ def stamp_segment(
     incomplete: bool = False,
 ) -> list[ReadableSpan]:
     """The spans to send for one segment, the local root stamped with ``span_count`` and last (a
-    request split across several puts it first again: :func:`root_first`)."""
+    request split across several puts it first again: :func:`root_first`). Every other ragtrail
+    span (one with ``ragtrail.stage.kind``) is stamped with the root's span id and the same count
+    (schema 2), so a reader can tell a missing root or a lowered count without the root."""
     marks: dict[str, Any] = {}
     if late:
         marks[semconv.TRACE_LATE] = True
     if incomplete:
         marks[semconv.TRACE_INCOMPLETE] = True
+    segment = {**marks, semconv.TRACE_SEGMENT_ROOT: format(root_span_id, "016x"),
+               semconv.TRACE_SEGMENT_SPAN_COUNT: span_count}
     out: list[ReadableSpan] = []
     root: Optional[ReadableSpan] = None
     for span in spans:
         if span.context.span_id == root_span_id:
             root = with_attributes(span, {**marks, semconv.TRACE_SPAN_COUNT: span_count})
+        elif not late and semconv.STAGE_KIND in (span.attributes or {}):
+            # late spans (the root and its count already left) are counted over, never under: unstamped
+            out.append(with_attributes(span, segment))
         else:
             out.append(with_attributes(span, marks) if marks else span)
     if root is not None:

@@ -20,10 +20,21 @@ CLAIMS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
-def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: int) -> dict[str, Any]:
-    """The manifest's ``coverage`` block: counts, ``exhaustive``, one statement, per-claim verdicts."""
+def _of(corpus_size: int | None, approximate: bool) -> str:
+    return f"~{corpus_size} (approximate)" if approximate else f"{corpus_size}"
+
+
+def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: int, *, claim: str | None = None,
+             run_status: str | None = None, approximate: bool = False, stores: int | None = None,
+             excluded: int = 0) -> dict[str, Any]:
+    """The manifest's ``coverage`` block: counts, ``exhaustive``, one statement, per-claim verdicts,
+    and the verdict for the claim the answer made when the app said which (``ragtrail.answer.claim``).
+
+    An empty result (nothing matched, the run did not fail), a failed retrieval (nothing retrieved
+    and the run failed) and a context failure (retrieved, then none reached the model) get
+    different words. An approximate corpus size never supports a claim about the whole corpus."""
     read = in_context
-    exhaustive = corpus_size is not None and corpus_size > 0 and read >= corpus_size
+    exhaustive = corpus_size is not None and corpus_size > 0 and read >= corpus_size and not approximate
     claims = []
     for name, example, needs_all in CLAIMS:
         if read == 0:
@@ -34,19 +45,64 @@ def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: in
             ok, why = True, f"all {corpus_size} units were read"
         elif corpus_size is None:
             ok, why = False, "the corpus size is unknown, so the unread remainder is unknown"
+        elif approximate and read >= corpus_size:
+            ok, why = False, f"the corpus size is approximate (~{corpus_size}): all of it may not have been read"
         else:
             ok, why = False, f"asserts something about the {corpus_size - read} units never read"
         claims.append({"claim": name, "example": example, "supported": ok, "why": why})
     if read == 0:
-        statement = f"nothing read ({retrieved} retrieved, 0 in context): no claim is supported"
+        if retrieved:
+            statement = f"context failure: {retrieved} retrieved, none reached the model: no claim is supported"
+        elif run_status == "failed":
+            statement = "retrieval failed: nothing retrieved: no claim is supported"
+        elif excluded:
+            statement = (f"nothing handed on: {excluded} found, all excluded before they were retrieved "
+                         "(not an empty result): no claim is supported")
+        elif run_status in ("empty", "available", None):
+            statement = "empty result: the search found nothing (not a failure): no claim is supported"
+        else:
+            statement = f"nothing retrieved (run {run_status}): no claim is supported"
     elif exhaustive:
         statement = f"all {corpus_size} of {corpus_size} read: absence, universal, latest and count claims are supported"
     elif corpus_size is None:
         statement = f"{read} read of a corpus of unknown size: an absence claim is not supported"
     else:
-        statement = f"{read} of {corpus_size} read: an absence claim is not supported"
-    return {"corpus_size": corpus_size, "retrieved": retrieved, "in_context": in_context, "cited": cited,
-            "exhaustive": exhaustive, "statement": statement, "claims": claims}
+        statement = f"{read} of {_of(corpus_size, approximate)} read: an absence claim is not supported"
+    if read and run_status in ("failed", "degraded"):
+        statement = f"run {run_status}: {statement}"
+    verdict = _claim_verdict(claim, claims, read, corpus_size, approximate)
+    if verdict is not None:
+        statement = verdict["statement"]
+    return {"corpus_size": corpus_size, "approximate": approximate, "stores": stores, "retrieved": retrieved,
+            "in_context": in_context, "cited": cited, "exhaustive": exhaustive, "statement": statement,
+            "claims": claims, "answer_claim": verdict}
+
+
+def _claim_verdict(claim: str | None, claims: list[dict[str, Any]], read: int, corpus_size: int | None,
+                   approximate: bool) -> dict[str, Any] | None:
+    """The verdict for the one claim the answer said it made (absence, presence, none)."""
+    if claim not in ("absence", "presence", "none"):
+        return None
+    if claim == "none":
+        return {"claim": claim, "supported": None,
+                "statement": f"the answer makes no claim about the corpus ({read} read"
+                             f"{'' if corpus_size is None else f' of {_of(corpus_size, approximate)}'})"}
+    row = next(c for c in claims if c["claim"] == ("absence" if claim == "absence" else "quote"))
+    if claim == "absence":
+        if row["supported"]:
+            text = f"the answer claims absence: supported (all {corpus_size} of {corpus_size} read)"
+        elif read == 0:
+            text = "the answer claims absence: not supported (nothing reached the model)"
+        elif corpus_size is None:
+            text = f"the answer claims absence: not supported ({read} read of a corpus of unknown size)"
+        else:
+            unread = max(corpus_size - read, 0)
+            text = (f"the answer claims absence: not supported ({read} of {_of(corpus_size, approximate)} read"
+                    + (f", {unread} never read)" if unread else ")"))
+    else:
+        text = (f"the answer claims presence: supported by what was read ({read} read)" if row["supported"]
+                else "the answer claims presence: not supported (nothing reached the model)")
+    return {"claim": claim, "supported": row["supported"], "why": row["why"], "statement": text}
 
 
 def survival(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -224,10 +224,11 @@ def _threshold_probability(trace_state: str | None) -> float | None:
 
 
 @gc_paused()
-def build(trace: Trace) -> dict[str, Any]:
-    """The manifest of SPEC §7 (plus the detail the terminal and HTML views need)."""
+def build(trace: Trace, key: bytes | None = None) -> dict[str, Any]:
+    """The manifest of SPEC §7 (plus the detail the terminal and HTML views need); ``key`` checks
+    keyed stage receipts."""
     stitched = stitch(trace)
-    fidelity: Fidelity = check(trace, stitched)
+    fidelity: Fidelity = check(trace, stitched, key)
     stages = [stage_entry(v) for v in stitched.stages]
     pipeline = stage_entry(stitched.pipelines[0]) if stitched.pipelines else None
     pa = stitched.pipelines[0].attributes if stitched.pipelines else {}
@@ -258,6 +259,10 @@ def build(trace: Trace) -> dict[str, Any]:
 
     context_stages = [s for s in stages if s["kind"] in (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET)]
     in_context_ids = [c["id"] for c in context_stages[-1]["candidates"]] if context_stages else list(retrieved)
+    if not pa:
+        # no pipeline span: a retrieval root that wrote the run's coverage speaks for it
+        pa = next((v.attributes for v in stitched.stages if v.span.parent_span_id is None
+                   and sc.COVERAGE_RETRIEVED in v.attributes), {})
     corpus = _int(pa.get(sc.COVERAGE_CORPUS_SIZE))
     if corpus is None:
         sizes = [_int(v.attributes.get(sc.COVERAGE_CORPUS_SIZE)) for v in stitched.stages]
@@ -266,10 +271,19 @@ def build(trace: Trace) -> dict[str, Any]:
     n_retrieved = _int(pa.get(sc.COVERAGE_RETRIEVED))
     n_in_context = _int(pa.get(sc.COVERAGE_IN_CONTEXT))
     n_cited = _int(pa.get(sc.COVERAGE_CITED))
+    claim = pa.get(sc.ANSWER_CLAIM)
+    run_status = pa.get(sc.RUN_STATUS)
+    approximate = pa.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True or (
+        sc.COVERAGE_CORPUS_SIZE not in pa
+        and any(v.attributes.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True for v in stitched.stages))
     cover = coverage(corpus,
                      n_retrieved if n_retrieved is not None else len(retrieved),
                      n_in_context if n_in_context is not None else len(in_context_ids),
-                     n_cited if n_cited is not None else len(cited))
+                     n_cited if n_cited is not None else len(cited),
+                     claim=claim if isinstance(claim, str) else None,
+                     run_status=run_status if isinstance(run_status, str) else None,
+                     approximate=approximate, stores=_int(pa.get(sc.COVERAGE_STORES)),
+                     excluded=len(excluded))
 
     findings: list[str] = []
     for s in ([pipeline] if pipeline else []) + stages:
@@ -306,10 +320,10 @@ def build(trace: Trace) -> dict[str, Any]:
 
 
 @gc_paused()
-def fidelity_only(trace: Trace) -> dict[str, Any]:
+def fidelity_only(trace: Trace, key: bytes | None = None) -> dict[str, Any]:
     """What ``verify`` needs and nothing more (no candidate tables): the trace's fidelity and sizes."""
     stitched = stitch(trace)
-    fidelity = check(trace, stitched)
+    fidelity = check(trace, stitched, key)
     events = sum(len(v.events()) for v in [*stitched.pipelines, *stitched.stages])
     return {"trace_id": trace.trace_id, "source": trace.source, "fidelity": fidelity.as_dict(),
             "span_count": len(trace.spans), "events_checked": events}

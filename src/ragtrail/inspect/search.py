@@ -101,7 +101,7 @@ class Filter:
     def traceql(self) -> str:
         """The TraceQL that narrows a Tempo search to traces that can match (finding and doc id are
         event-level or free text: those are checked after reading)."""
-        conds = [f"span.{sc.SCHEMA} = {sc.SCHEMA_VERSION}"]
+        conds = [f"span.{sc.SCHEMA} >= 1"]  # schema 1 and 2 traces alike
         parts = []
         if self.run_status:
             parts.append(f'{{ span.{sc.RUN_STATUS} = {json.dumps(self.run_status)} }}')

@@ -423,7 +423,9 @@ class JaegerSource(_HttpSource):
 
     def search(self, limit: int, query: str | None = None, lookback: str | None = "1h") -> list[str]:
         """Recent traces carrying ragtrail spans (tag ``ragtrail.schema``, or ``key=value`` from ``query``)."""
-        tags = {sc.SCHEMA: str(sc.SCHEMA_VERSION)}
+        # Jaeger matches tags exactly: with no query, one search per schema version this reader knows
+        searches = [{sc.SCHEMA: str(v)} for v in reversed(sc.SCHEMA_VERSIONS)]
+        tags = searches[0]
         if query and query.lstrip().startswith("{"):  # several tags, AND-ed, as Jaeger's API takes them
             try:
                 tags = {str(k): str(v) for k, v in json.loads(query).items()}
@@ -436,11 +438,13 @@ class JaegerSource(_HttpSource):
                 raise UsageError(f"Jaeger search wants key=value, got {query!r}",
                                  "e.g. --query ragtrail.stage.status=degraded")
             tags = {key.strip(): value.strip()}
+        if query:
+            searches = [tags]
         services_body = self._json(self._get("/api/services"), self.description)
         services = [s for s in (services_body.get("data") or []) if isinstance(s, str) and s != "jaeger-all-in-one"] \
             if isinstance(services_body, dict) else []
         found: dict[str, int] = {}
-        for service in services:
+        for service, tags in ((svc, t) for svc in services for t in searches):
             response = self._get("/api/traces", params={"service": service, "tags": json.dumps(tags),
                                                         "limit": limit, "lookback": lookback or "1h"})
             body = self._json(response, self.description)
@@ -481,7 +485,7 @@ class TempoSource(_HttpSource):
 
     def search(self, limit: int, query: str | None = None, lookback: str | None = "1h") -> list[str]:
         """TraceQL search (default: every trace with ragtrail spans), most recent first."""
-        q = query or f"{{ span.{sc.SCHEMA} = {sc.SCHEMA_VERSION} }}"
+        q = query or f"{{ span.{sc.SCHEMA} >= 1 }}"  # schema 1 and 2 traces alike
         params: dict[str, Any] = {"q": q, "limit": limit}
         seconds = _lookback_seconds(lookback or "1h")
         if seconds:
@@ -513,7 +517,9 @@ def open_source(spec: str | None, *, timeout: float = DEFAULT_TIMEOUT, progress:
                 transport: httpx.BaseTransport | None = None) -> Source:
     """A source from its name; ``None`` means ``$RAGTRAIL_SOURCE`` or the local store ``./.ragtrail``."""
     spec = spec or os.environ.get(ENV_SOURCE) or DEFAULT_STORE
-    for prefix, cls in (("jaeger+", JaegerSource), ("tempo+", TempoSource)):
+    from .phoenix import PhoenixSource  # its own module (it builds on _HttpSource)
+
+    for prefix, cls in (("jaeger+", JaegerSource), ("tempo+", TempoSource), ("phoenix+", PhoenixSource)):
         if spec.startswith(prefix):
             url = spec[len(prefix):]
             if not url.startswith(("http://", "https://")):

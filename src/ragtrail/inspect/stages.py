@@ -48,13 +48,40 @@ class StageView:
         return [self.span, *self.continuations]
 
     def events(self) -> list[tuple[Span, Event]]:
-        """Ragtrail events in emission order: the stage span's, then each continuation's by index."""
+        """Ragtrail events in emission order: the stage span's, then each continuation's by index;
+        schema 2 restores that order whatever order the backend returned them in (:func:`emission_order`)."""
         if self._events is None:
             out: list[tuple[Span, Event]] = []
             for span in self.spans():
                 out.extend((span, e) for e in span.events if e.name in RAGTRAIL_EVENTS)
-            self._events = out
+            self._events = emission_order(out) if schema_of(self.span) >= 2 else out
         return self._events
+
+
+def schema_of(span: Span) -> int:
+    """The span's ``ragtrail.schema`` (1 when absent or not a whole number: the oldest rules)."""
+    value = span.attributes.get(sc.SCHEMA)
+    return value if type(value) is int else 1
+
+
+_NAME_ORDER = {sc.EVENT_QUERY: 0, sc.EVENT_CANDIDATE: 1, sc.EVENT_EXCLUSION: 2}
+_LAST = float("inf")
+
+
+def _rank(value: Any) -> float:
+    return value if type(value) is int else _LAST
+
+
+def emission_order(events: list[tuple[Span, Event]]) -> list[tuple[Span, Event]]:
+    """Events in the order the recorder emits them: produced queries by hop, then candidates by
+    output rank, then exclusions by input rank (those without a rank last), ties as received.
+    Backends reorder a span's events (Jaeger v2 sorts them by name); this order is on the wire."""
+    def key(item: tuple[Span, Event]) -> tuple[int, float]:
+        event = item[1]
+        group = _NAME_ORDER.get(event.name, 3)
+        field = sc.QUERY_HOP if group == 0 else sc.CANDIDATE_RANK
+        return group, _rank(event.attributes.get(field))
+    return sorted(events, key=key)
 
 
 @dataclass

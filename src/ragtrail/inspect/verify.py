@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import (CHANGED_CITED, CHANGED_UNCITED, INTACT, PREVIEW_RULE, UNVERIFIABLE, Receipt,
-                                        classify, digest_item, events_digest, is_count, is_sha256_hex, receipt_keys)
+from ragtrail.contract.receipts import (ALG_HMAC_SHA256, CHANGED_CITED, CHANGED_UNCITED, INTACT, PREVIEW_RULE,
+                                        UNVERIFIABLE, Receipt, changed_fields, classify, digest_item, events_digest,
+                                        is_count, is_sha256_hex, parse_field_digests, receipt_algorithm, receipt_keys,
+                                        parse_rule, sorted_events_digest, stage_fields, stage_receipt)
 
 from .model import Span, Trace
-from .stages import StageView, Stitched, continuation_index
+from .stages import StageView, Stitched, continuation_index, emission_order, schema_of
 
 _SEVERITY = (INTACT, CHANGED_CITED, UNVERIFIABLE, CHANGED_UNCITED)
 
@@ -98,9 +100,10 @@ def _describe(received: Any, original: Receipt | None) -> str:
 
 
 class _Checker:
-    def __init__(self, trace: Trace, stitched: Stitched) -> None:
+    def __init__(self, trace: Trace, stitched: Stitched, key: bytes | None = None) -> None:
         self.trace = trace
         self.stitched = stitched
+        self.key = key
         self.f = Fidelity(partial=trace.partial)
 
     def alarm(self, span: Span, stage: str, candidate: str, field_name: str, problem: str, detail: str = "") -> None:
@@ -109,7 +112,7 @@ class _Checker:
     # --- receipts ----------------------------------------------------------------------------------
     def payload(self, span: Span, stage: str, candidate: str, attributes: dict[str, Any], prefix: str,
                 payload_key: str | None, payload_rules: list[str], upstream: str | None,
-                transform_rules: list[str], derived_from: str | None) -> None:
+                transform_rules: list[str], derived_from: str | None, upstream_chars: Any = None) -> None:
         """Classify one receipt, twice when possible: the received payload against the receipt (transit),
         and the receipt against the same candidate's receipt one stage upstream (handoff). The worse
         verdict counts; ``changed_uncited`` and ``unverifiable`` raise alarms."""
@@ -148,12 +151,17 @@ class _Checker:
         if upstream is not None and len(upstream) == 64:
             if upstream == original.sha256:
                 verdicts.append(INTACT)
-            elif transform_rules and derived_from == upstream:
+            elif transform_rules and derived_from == upstream and self.covered(transform_rules[0], original, upstream_chars):
                 verdicts.append(CHANGED_CITED)
             else:
                 verdicts.append(CHANGED_UNCITED)
-                why = (f"rule {transform_rules[0]} but derived_from is not the upstream sha256" if transform_rules
-                       else "content changed between stages with no transform rule")
+                if not transform_rules:
+                    why = "content changed between stages with no transform rule"
+                elif derived_from != upstream:
+                    why = f"rule {transform_rules[0]} but derived_from is not the upstream sha256"
+                else:
+                    why = (f"rule {transform_rules[0]} does not cover {original.chars} chars from "
+                           f"{upstream_chars} upstream")
                 self.alarm(span, stage, candidate, f"{prefix}.sha256", CHANGED_UNCITED,
                            f"{why}: upstream {upstream[:12]}…, here {original.sha256[:12]}…")
         if not verdicts:
@@ -161,8 +169,16 @@ class _Checker:
             return
         self.f.count(max(verdicts, key=_SEVERITY.index))
 
+    @staticmethod
+    def covered(rule_id: str, here: Receipt, upstream_chars: Any) -> bool:
+        """A rule with arithmetic between stages (``metadata_header@1:<n>``) must add up; any other
+        rule is taken on its ``derived_from``."""
+        rule = parse_rule(rule_id)
+        return (rule.covers_handoff(here.chars, upstream_chars) if rule is not None else None) is not False
+
     def receipts(self) -> None:
         latest: dict[str, str] = {}  # candidate id -> content sha256 most recently handed on
+        latest_chars: dict[str, Any] = {}  # candidate id -> its content chars
         hop_sha: dict[int, tuple[str, str]] = {}  # hop -> (sha256, stage label) first seen
         views = [*self.stitched.pipelines[:1], *self.stitched.stages]
         for view in sorted(views, key=lambda v: (v.span.start_ns, v.span.end_ns)):
@@ -170,7 +186,7 @@ class _Checker:
             attrs = view.attributes
             if sc.QUERY_HOP in attrs:
                 self.query(view.span, label, attrs, hop_sha)
-            outputs: dict[str, str] = {}
+            outputs: dict[str, tuple[str, Any]] = {}
             for span, event in view.events():
                 a = event.attributes
                 if event.name == sc.EVENT_QUERY:
@@ -187,11 +203,14 @@ class _Checker:
                     key, payload_rules = sc.CANDIDATE_CONTENT_TEXT, []
                 else:
                     key, payload_rules = None, []
-                self.payload(span, label, cid, a, sc.CANDIDATE_CONTENT_PREFIX, key, payload_rules, upstream, rules, derived)
+                self.payload(span, label, cid, a, sc.CANDIDATE_CONTENT_PREFIX, key, payload_rules, upstream, rules, derived,
+                             latest_chars.get(cid))
                 sha = a.get(sc.CANDIDATE_CONTENT_SHA256)
                 if event.name == sc.EVENT_CANDIDATE and isinstance(sha, str):
-                    outputs[cid] = sha
-            latest.update(outputs)
+                    outputs[cid] = (sha, a.get(sc.CANDIDATE_CONTENT_CHARS))
+            for cid, (sha, chars) in outputs.items():
+                latest[cid] = sha
+                latest_chars[cid] = chars
 
     def query(self, span: Span, label: str, attrs: dict[str, Any], hop_sha: dict[int, tuple[str, str]]) -> None:
         self.payload(span, label, "", attrs, sc.QUERY_RECEIPT_PREFIX, sc.QUERY_TEXT, [], None, [], None)
@@ -236,10 +255,76 @@ class _Checker:
         items = [digest_item(event.name, event.attributes) for _, event in received]
         if not (isinstance(digest, str) and len(digest) == 64):
             self.alarm(view.span, label, "", sc.EVENTS_DIGEST, UNVERIFIABLE, "digest missing or damaged")
-        elif len(received) == stamped and events_digest(items) != digest:
+        elif len(received) == stamped and not _digest_matches(schema_of(view.span), items, received, digest):
             first = _first_bad(items)
             self.alarm(view.span, label, first, sc.EVENTS_DIGEST, "events changed in transit",
-                       "ids, order or content receipts differ from what the stage emitted")
+                       "ids or content receipts differ from what the stage emitted")
+
+    def stage_receipt(self, view: StageView) -> None:
+        """Schema 2: every semantic field of the stage against ``ragtrail.stage.receipt``; a change
+        names the fields whose ``ragtrail.stage.receipt.fields`` digest no longer matches."""
+        if schema_of(view.span) < 2:
+            return
+        label = view.label
+        attrs = view.attributes
+        if attrs.get(sc.EVENTS_COUNT) != len(view.events()):
+            return  # events lost or added: already an alarm, and the receipt cannot match what arrived
+        # fields an earlier check already named on this stage (a receipt that does not match its
+        # payload, a cut sha256) are not named twice
+        named = {a.field for a in self.f.alarms if a.stage == label and a.trace_id == self.trace.trace_id}
+        stamped = attrs.get(sc.STAGE_RECEIPT)
+        alg = receipt_algorithm(stamped)
+        if alg is None:
+            self.alarm(view.span, label, "", sc.STAGE_RECEIPT, UNVERIFIABLE,
+                       "the stage receipt is missing or damaged: the stage's fields cannot be checked")
+            return
+        if alg == ALG_HMAC_SHA256 and self.key is None:
+            self.f.count(UNVERIFIABLE)
+            self.alarm(view.span, label, "", sc.STAGE_RECEIPT, UNVERIFIABLE,
+                       "the receipt is keyed (hmac-sha256) and cannot be checked without the key: pass --key-file")
+            return
+        if alg != ALG_HMAC_SHA256 and self.key is not None:
+            # verify was given a key: an unkeyed receipt is what a forger without the key would write
+            self.alarm(view.span, label, "", sc.STAGE_RECEIPT, CHANGED_UNCITED,
+                       "the receipt is unkeyed (sha256) but a key was given: restamped without the key, "
+                       "or the producer ran without RAGTRAIL_RECEIPT_KEY")
+            return
+        key = self.key if alg == ALG_HMAC_SHA256 else None
+        fields = stage_fields(attrs, [(e.name, e.attributes) for _, e in view.events()])
+        computed = stage_receipt(fields, key)
+        if computed.receipt == stamped:
+            received_fields = attrs.get(sc.STAGE_RECEIPT_FIELDS)
+            # the field digests only locate a change: one cut by a value-length limit is harmless
+            if not (isinstance(received_fields, str) and computed.fields.startswith(received_fields)):
+                self.alarm(view.span, label, "", sc.STAGE_RECEIPT_FIELDS, CHANGED_UNCITED,
+                           "the per-field digests were changed after the producer (the fields themselves match)")
+            return
+        stamped_fields = parse_field_digests(attrs.get(sc.STAGE_RECEIPT_FIELDS))
+        changed = changed_fields(fields, stamped_fields, key)
+        if len(changed) > 1 and len(changed) == len(set(fields) | set(stamped_fields)):
+            # not one field digest matches: the digests were made by another key (or none)
+            self.alarm(view.span, label, "", sc.STAGE_RECEIPT, CHANGED_UNCITED,
+                       "changed after the producer: every field digest differs, the receipt was restamped "
+                       + ("without the key" if key is not None else "or damaged"))
+            return
+        if not changed and named:
+            return  # the change is one an earlier check named (the field digests that would say so were cut)
+        if not changed:
+            why = ("the key does not match the producer's, or the fields and their digests were restamped"
+                   if key is not None else "the fields and their digests were restamped")
+            self.alarm(view.span, label, "", sc.STAGE_RECEIPT, CHANGED_UNCITED, f"changed after the producer: {why}")
+            return
+        for name in changed:
+            wire = name if name.startswith("candidate.meta") else name.removeprefix("event.")
+            field_name = "ragtrail." + wire
+            if field_name in named:
+                continue
+            if field_name == sc.CANDIDATE_CONTENT_PREVIEW:
+                self.f.count(CHANGED_UNCITED)  # a preview that is not the producer's: not its prefix
+            where = "on an event" if name.startswith(("event.", "candidate.meta")) else "on the stage span"
+            state = "missing" if name not in fields else "added" if name not in stamped_fields else "changed"
+            self.alarm(view.span, label, "", field_name, CHANGED_UNCITED,
+                       f"{state} after the producer ({where}; stage receipt mismatch)")
 
     def dropped(self) -> None:
         if not self.trace.keeps_dropped_counts:
@@ -274,32 +359,67 @@ class _Checker:
                            f"{span.attributes[sc.STAGE_INSTRUMENTATION_ERRORS]} internal errors: the record may be incomplete")
 
     def span_count(self) -> None:
+        """Each exported segment's spans against its stamped count. The count is on the local root
+        (``ragtrail.trace.span_count``) and, schema 2, on every other ragtrail span of the segment
+        with the root's id: a missing root, a missing span or a lowered count is an alarm even when
+        the root never arrived."""
         by_id = {s.span_id: s for s in self.trace.spans}
         children: dict[str, list[Span]] = defaultdict(list)
         for s in self.trace.spans:
             if s.parent_span_id:
                 children[s.parent_span_id].append(s)
-        roots = [s for s in self.trace.spans if isinstance(s.attributes.get(sc.TRACE_SPAN_COUNT), int)]
-        if not roots:
+        claims: dict[str, list[tuple[Span, int]]] = defaultdict(list)
+        for s in self.trace.spans:
+            root_id, count = s.attributes.get(sc.TRACE_SEGMENT_ROOT), s.attributes.get(sc.TRACE_SEGMENT_SPAN_COUNT)
+            if isinstance(root_id, str) and root_id:
+                claims[root_id.lower()].append((s, count if type(count) is int else -1))
+        roots = {s.span_id: s for s in self.trace.spans if isinstance(s.attributes.get(sc.TRACE_SPAN_COUNT), int)}
+        if not roots and not claims:
             self.f.notes.append("no ragtrail.trace.span_count stamped: whole spans lost in export cannot be "
                                 "counted (export through ragtrail's whole-trace processor)")
             return
-        for root in roots:
-            stamped = root.attributes[sc.TRACE_SPAN_COUNT]
-            key = _resource_key(root)
-            seen = 0
-            stack = [root]
+        for root_id in [*roots, *(r for r in claims if r not in roots)]:
+            root = roots.get(root_id)
+            members = claims.get(root_id, [])
+            pin = root or members[0][0]
+            label = str(pin.attributes.get(sc.STAGE_KIND, pin.name))
+            counts = [(root, root.attributes[sc.TRACE_SPAN_COUNT])] if root is not None else []
+            counts += members
+            stamped = max(c for _, c in counts)
+            if root is None:
+                self.f.missing_spans += 1
+                present = by_id.get(root_id)
+                problem = "root span missing" if present is None else "root span count missing"
+                detail = (f"{len(members)} spans name root {root_id}, which did not arrive" if present is None
+                          else f"root {root_id} arrived without {sc.TRACE_SPAN_COUNT}")
+                self.alarm(pin, label, "", sc.TRACE_SEGMENT_ROOT, problem, detail)
+            for span, count in counts:
+                if count != stamped:
+                    field_name = sc.TRACE_SPAN_COUNT if span is root else sc.TRACE_SEGMENT_SPAN_COUNT
+                    self.alarm(span, str(span.attributes.get(sc.STAGE_KIND, span.name)), "", field_name,
+                               "span count changed", f"{count} here, {stamped} on another span of the segment")
+            key = _resource_key(pin)
+            seen = 1 if root is not None or root_id in by_id else 0
+            stack = list(children.get(root_id, ()))
             while stack:
                 span = stack.pop()
+                if _resource_key(span) != key or isinstance(span.attributes.get(sc.TRACE_SPAN_COUNT), int):
+                    continue
+                other = span.attributes.get(sc.TRACE_SEGMENT_ROOT)
+                if isinstance(other, str) and other.lower() != root_id:
+                    continue
                 seen += 1
-                stack.extend(c for c in children.get(span.span_id, ()) if _resource_key(c) == key
-                             and not isinstance(c.attributes.get(sc.TRACE_SPAN_COUNT), int))
-            if seen < stamped:
-                self.f.missing_spans += stamped - seen
-                self.alarm(root, str(root.attributes.get(sc.STAGE_KIND, root.name)), "", sc.TRACE_SPAN_COUNT,
-                           "missing spans", f"{seen} received, {stamped} stamped")
+                stack.extend(children.get(span.span_id, ()))
+            unreached = sum(1 for s, _ in members if s.parent_span_id and s.parent_span_id not in by_id
+                            and s.parent_span_id != root_id)
+            missing = stamped - seen - (1 if root is None else 0)  # a missing root is counted above
+            if missing > 0:
+                self.f.missing_spans += missing
+                self.alarm(pin, label, "", sc.TRACE_SPAN_COUNT, "missing spans",
+                           f"{seen} received, {stamped} stamped"
+                           + (f" ({unreached} under a span that did not arrive)" if unreached else ""))
             elif seen > stamped:
-                self.f.notes.append(f"span {root.span_id}: {seen} spans received for {stamped} stamped "
+                self.f.notes.append(f"span {pin.span_id}: {seen} spans received for {stamped} stamped "
                                     "(late spans, or spans of another process under it)")
         missing_parents = {s.parent_span_id for s in self.trace.spans
                            if s.parent_span_id and s.parent_span_id not in by_id}
@@ -325,6 +445,8 @@ class _Checker:
         self.dropped()
         self.span_count()
         self.receipts()
+        for view in [*self.stitched.pipelines, *self.stitched.stages]:
+            self.stage_receipt(view)
         self.f.notes.extend(self.trace.notes)
         return self.f
 
@@ -340,6 +462,17 @@ def _first_bad(items: list[tuple[str, str, Any]]) -> str:
     return ""
 
 
-def check(trace: Trace, stitched: Stitched) -> Fidelity:
-    """All fidelity checks for one trace."""
-    return _Checker(trace, stitched).run()
+def _digest_matches(schema: int, items: list[tuple[str, str, str]], received: list[Any], digest: str) -> bool:
+    """Schema 2 digests are over sorted items. A schema 1 digest is over emission order: the order
+    received, or (a backend that sorted the events, as Jaeger v2 does) the emission order restored."""
+    if schema >= 2:
+        return sorted_events_digest(items) == digest
+    if events_digest(items) == digest:
+        return True
+    restored = [digest_item(e.name, e.attributes) for _, e in emission_order(received)]
+    return restored != items and events_digest(restored) == digest
+
+
+def check(trace: Trace, stitched: Stitched, key: bytes | None = None) -> Fidelity:
+    """All fidelity checks for one trace (``key``: the receipt key, to check keyed stage receipts)."""
+    return _Checker(trace, stitched, key).run()

@@ -70,11 +70,16 @@ class Row:
 @dataclass
 class Outcome:
     """What a call returned: ``rows`` ranked lists, built on demand by ``row(i)`` (only for stages
-    that record), and the store's size when it is cheap to ask."""
+    that record), and the store's size when it is cheap and already known (never a request added
+    to the query path): ``store`` is the store's identity (the index or collection: a store
+    searched by several stages counts once in the corpus), ``approximate`` when the size is an
+    estimate the store reported."""
 
     rows: int
     row: Callable[[int], Row]
     corpus_size: Callable[[], Any] | None = None
+    store: Any = None
+    approximate: bool = False
 
 
 class _Backdated:
@@ -198,7 +203,8 @@ class StoreStages:
             if self._siblings:
                 outcome = build()
                 if outcome is not None and outcome.corpus_size is not None:
-                    size = _call(outcome.corpus_size, "vectorstore.corpus_size")
+                    value = _call(outcome.corpus_size, "vectorstore.corpus_size")
+                    size = (value, outcome.store, outcome.approximate)
                 if outcome is not None:
                     limit = settings.get().vectorstore_max_queries
                 if s0.recording and outcome is not None:
@@ -275,7 +281,8 @@ class StoreStages:
             s.finding(f"{nonfinite} of {len(row.candidates)} scores are not finite (NaN or inf); "
                       f"recorded as {sc.CANDIDATE_SCORE_RAW}")
         if size is not None:
-            s.corpus_size(size)
+            # a size the user set for this store (ragtrail.corpus_size) wins, also when none is known
+            s.corpus_size(size[0], store=size[1], approximate=size[2])
         s.outputs(list(row.candidates))
 
 

@@ -7,12 +7,11 @@ the caller leaves ``distances`` out of ``include`` there is no score and the kin
 ``n_results`` is the stage's ``top_k``; ``where``, ``where_document`` and an ``ids`` restriction are
 recorded as ``ragtrail.stage.filter`` (canonical JSON).
 
-Corpus size: the collection's ``count()`` is recorded as ``ragtrail.coverage.corpus_size`` for
-in-process clients (Ephemeral/Persistent). A count is a local read but not free (measured at roughly
-half the cost of a small query), so it is cached per collection: asked again only after an
-``add``/``upsert``/``delete`` through this process or after ``COUNT_TTL_SECONDS`` (writes by other
-processes to a shared persistent directory). An HTTP client would pay a network round trip, so there
-it is never asked.
+Corpus size: ragtrail asks the database nothing (a count is a query of its own, load the user did not
+ask for, and watching every ``add``/``upsert``/``delete`` to keep one fresh is intrusion). The size
+recorded is the last ``count()`` the application itself made on that collection, observed as it
+returns, and marked approximate (writes since are not watched); or the user's own figure,
+``ragtrail.corpus_size(collection_name, n)``. Otherwise the corpus size is unknown.
 
 Usage: ``ChromaInstrumentor().instrument()`` or ``opentelemetry-instrument`` (entry point
 ``ragtrail_chromadb``).
@@ -21,21 +20,19 @@ Usage: ``ChromaInstrumentor().instrument()`` or ``opentelemetry-instrument`` (en
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Callable, Collection, Mapping
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import bind
+from ragtrail.instrumentation._hook import bind, guard
 from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreStages, acall_through,
                                                   call_through, filter_json, plain)
 from ragtrail.contract.receipts import content_id
 
 _KEY = "ragtrail.chromadb"
-COUNT_TTL_SECONDS = 10.0
 _COUNT_CACHE_MAX = 4096
-_counts: dict[Any, tuple[int, float]] = {}
+_counts: dict[Any, int] = {}  # collection id -> the last count() the application made
 _counts_lock = threading.Lock()
 
 
@@ -47,13 +44,15 @@ class ChromaInstrumentor(RagtrailInstrumentor):
     def _patch(self, **kwargs: Any) -> None:
         # patched when the application imports them: chromadb takes ~0.8 s to import
         self.when_imported("chromadb.api.models.Collection", self._patch_collection)
-        self.when_imported("chromadb.api.models.AsyncCollection", lambda: self.wrap(
-            "chromadb.api.models.AsyncCollection", "AsyncCollection.query", self._aquery))
+        self.when_imported("chromadb.api.models.AsyncCollection", self._patch_async_collection)
+
+    def _patch_async_collection(self) -> None:
+        self.wrap("chromadb.api.models.AsyncCollection", "AsyncCollection.query", self._aquery)
+        self.wrap("chromadb.api.models.AsyncCollection", "AsyncCollection.count", _aobserve_count)
 
     def _patch_collection(self) -> None:
         self.wrap("chromadb.api.models.Collection", "Collection.query", self._query)
-        for method in ("add", "upsert", "delete"):
-            self.wrap("chromadb.api.models.Collection", f"Collection.{method}", _invalidating)
+        self.wrap("chromadb.api.models.Collection", "Collection.count", _observe_count)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         super()._uninstrument(**kwargs)
@@ -62,13 +61,12 @@ class ChromaInstrumentor(RagtrailInstrumentor):
 
     def _query(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         return call_through(_KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
-                            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result, local_count=True)))
+                            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
 
     async def _aquery(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        # AsyncCollection only exists over HTTP: no count (a round trip per query)
         return await acall_through(
             _KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
-            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result, local_count=False)))
+            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
 
 
 class _ChromaStages(StoreStages):
@@ -135,7 +133,7 @@ def _column(result: Mapping[str, Any], key: str, index: int) -> list[Any] | None
     return rows[index]
 
 
-def _outcome(stages: _ChromaStages, instance: Any, result: Any, *, local_count: bool) -> Outcome | None:
+def _outcome(stages: _ChromaStages, instance: Any, result: Any) -> Outcome | None:
     if not isinstance(result, Mapping) or result.get("ids") is None:
         return None
 
@@ -160,42 +158,31 @@ def _outcome(stages: _ChromaStages, instance: Any, result: Any, *, local_count: 
         found.score_kind = kind
         return found
 
-    corpus_size = None
-    if local_count and _in_process(instance):
-        corpus_size = lambda: _cached_count(instance)  # noqa: E731
-    return Outcome(rows=len(result["ids"]), row=row, corpus_size=corpus_size)
+    return Outcome(rows=len(result["ids"]), row=row, corpus_size=lambda: _observed_count(instance),
+                   store=stages.collection, approximate=True)
 
 
-def _in_process(instance: Any) -> bool:
-    """True for Ephemeral/Persistent clients (a count is a local read), False over HTTP."""
-    from chromadb.api.base_http_client import BaseHTTPClient
-
-    return not isinstance(getattr(instance, "_client", None), BaseHTTPClient)
-
-
-def _cached_count(instance: Any) -> int:
-    """The collection's count, asked at most every ``COUNT_TTL_SECONDS`` or after a local write."""
-    key = instance.id
-    now = time.monotonic()
+def _observed_count(instance: Any) -> int | None:
     with _counts_lock:
-        found = _counts.get(key)
-    if found is not None and now - found[1] < COUNT_TTL_SECONDS:
-        return found[0]
-    count = int(instance.count())
-    with _counts_lock:
-        if len(_counts) >= _COUNT_CACHE_MAX:
-            _counts.clear()
-        _counts[key] = (count, now)
-    return count
+        return _counts.get(instance.id)
 
 
-def _invalidating(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-    """``add``/``upsert``/``delete``: the cached count of this collection is stale once they ran."""
-    try:
-        return wrapped(*args, **kwargs)
-    finally:
-        try:
-            with _counts_lock:
-                _counts.pop(instance.id, None)
-        except Exception:  # pragma: no cover - an id that cannot be read: nothing was cached under it
-            pass
+def _remember_count(instance: Any, result: Any) -> None:
+    if isinstance(result, int) and not isinstance(result, bool):
+        with _counts_lock:
+            if len(_counts) >= _COUNT_CACHE_MAX:
+                _counts.clear()
+            _counts[instance.id] = result
+
+
+def _observe_count(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """The application's own ``count()``: its answer is kept for the queries that follow."""
+    result = wrapped(*args, **kwargs)
+    guard("chromadb.observe_count", _remember_count, instance, result)
+    return result
+
+
+async def _aobserve_count(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    result = await wrapped(*args, **kwargs)
+    guard("chromadb.observe_count", _remember_count, instance, result)
+    return result

@@ -14,11 +14,19 @@ Score kind from ``index.metric_type``: inner product is ``similarity``, L2 and e
 ``distance``; binary indexes return Hamming distances. ``k`` is ``top_k``, ``index.ntotal`` the
 corpus size, an ``IDSelector`` in ``params`` is recorded as the filter (its class name). The query
 is a vector: it is recorded as its dimension and sha256, never exported.
+
+Ids: a row position is faiss's own id, but a framework that wraps faiss keeps its documents under
+other ids (LangChain's ``FAISS.index_to_docstore_id``, row -> docstore id). The framework's hook
+says so with :func:`row_ids` around its search, and the nested faiss stage then records those ids:
+one document, one id, in both stages (a row with no mapping keeps its position). The corpus is the
+index itself (``store=`` the index), so an outer stage that reports the same index's size counts once.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection
+import contextlib
+import contextvars
+from typing import Any, Callable, Collection, Iterator, Mapping
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate
@@ -26,6 +34,30 @@ from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, call_through, filter_json
 
 _KEY = "ragtrail.faiss"
+# (the faiss index object, row position -> document id) set by a framework hook around its search
+_row_ids: contextvars.ContextVar[tuple[Any, Mapping[Any, Any]] | None] = contextvars.ContextVar("ragtrail_faiss_row_ids", default=None)
+
+
+@contextlib.contextmanager
+def row_ids(index: Any, mapping: Mapping[Any, Any]) -> Iterator[None]:
+    """While this is open, searches of ``index`` record ``mapping[row]`` as each hit's id (a
+    framework's own document ids) instead of the row position. Never raises into the caller."""
+    token = _row_ids.set((index, mapping))
+    try:
+        yield
+    finally:
+        _row_ids.reset(token)
+
+
+def _id_of(row: int, mapped: Mapping[Any, Any] | None) -> str:
+    if mapped is not None:
+        try:
+            found = mapped.get(row)
+        except Exception:
+            found = None
+        if found is not None:
+            return str(found)
+    return str(row)
 
 
 class FaissInstrumentor(RagtrailInstrumentor):
@@ -122,11 +154,14 @@ def _outcome(stages: _FaissStages, instance: Any, result: Any) -> Outcome | None
     if getattr(labels, "ndim", None) != 2:
         return None
 
+    registered = _row_ids.get()
+    mapped = registered[1] if registered is not None and registered[0] is instance else None
+
     def row(index: int) -> Row:
         ids = labels[index].tolist()
         scores = distances[index].tolist()
         kind = stages.base.score_kind
-        candidates = [Candidate(id=str(ident), score=score, score_kind=kind)
+        candidates = [Candidate(id=_id_of(ident, mapped), score=score, score_kind=kind)
                       for ident, score in zip(ids, scores) if ident != -1]
         found = _row(stages, index, candidates)
         empty = len(ids) - len(candidates)
@@ -134,4 +169,4 @@ def _outcome(stages: _FaissStages, instance: Any, result: Any) -> Outcome | None
             found.findings.append(f"{empty} of {len(ids)} result slots empty (faiss id -1 padding)")
         return found
 
-    return Outcome(rows=int(labels.shape[0]), row=row, corpus_size=lambda: instance.ntotal)
+    return Outcome(rows=int(labels.shape[0]), row=row, corpus_size=lambda: instance.ntotal, store=instance)

@@ -11,26 +11,21 @@
   ``similarity``, ``Euclid``/``Manhattan`` are ``distance`` (Qdrant returns those ascending);
   a fusion query is ``rrf`` (RRF) or ``similarity`` (DBSF), a BM25 text query ``bm25``, order-by,
   sample, discover and context queries ``none``.
-* Cost: nothing that waits on the network runs on the host's path, and nothing at all is awaited
-  after the host's call returned (a cancellation there would lose a result that had arrived). A
-  local client (``:memory:`` or a path) is in-process: its vector config is read in place and its
-  exact count (``ragtrail.coverage.corpus_size``) taken after the call, synchronously (~20 µs for
-  2k points; ``get_collection`` would deep-copy the config, ~10x that). A remote client's config is
-  read with ``get_collection`` once per collection, off the query path (a daemon thread for
-  ``QdrantClient``, a task on the running loop for ``AsyncQdrantClient``, with instrumentation
-  suppressed) and cached for the client's life: until it arrives, and for
-  ``RETRY_FAILED_READ_SECONDS`` after a failed read, the scores are recorded with kind ``none`` and
-  a finding. The corpus size of a remote collection is not asked.
+* Cost: ragtrail adds no request to the user's database, on the query path or beside it. A local
+  client (``:memory:`` or a path) is in-process: its vector config and its size (ids held minus
+  deleted flags, exact) are read in place from the client's memory. A remote client's facts come only
+  from what the application itself asked: the result of its own ``get_collection`` (distance and
+  ``points_count``, which Qdrant documents as approximate) or the vector config it passed to
+  ``create_collection``, cached for the client's life. Until then the scores are recorded with kind
+  ``none`` and a finding, and the corpus size is unknown unless the user set it with
+  ``ragtrail.corpus_size(collection_name, n)`` (or on the client object).
 * The query is recorded as text for a ``Document``/``TextQuery`` (inference) query, as a vector
   receipt for a dense vector; a point-id query records neither.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import threading
-import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping
@@ -38,7 +33,7 @@ from typing import Any, Callable, Collection, Mapping
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import bind, guard, record_internal_error
+from ragtrail.instrumentation._hook import bind, guard
 from ragtrail.instrumentation._vectorstore import (
     Outcome,
     Query,
@@ -63,15 +58,14 @@ class _Facts:
     vectors: Any = None
     sparse: frozenset[str] = frozenset()
     points_count: int | None = None
+    approximate: bool = False
 
 
-# a remote collection's config while its read is in flight: no score kind yet
-_PENDING = _Facts()
-# remote clients: collection name -> (facts, _PENDING while read, None after a failed read; monotonic time)
-_remote_facts: "weakref.WeakKeyDictionary[Any, dict[str, tuple[_Facts | None, float]]]" = weakref.WeakKeyDictionary()
+# remote clients: collection name -> the facts the application's own calls revealed
+_remote_facts: "weakref.WeakKeyDictionary[Any, dict[str, _Facts]]" = weakref.WeakKeyDictionary()
 _remote_lock = threading.Lock()
-_reads: set["asyncio.Task[None]"] = set()  # background config reads on the host's loop (strong refs)
-RETRY_FAILED_READ_SECONDS = 60.0
+UNREAD = ("score kind unknown: the application has not read this collection's config "
+          "(ragtrail adds no request to the database)")
 
 
 class QdrantInstrumentor(RagtrailInstrumentor):
@@ -92,6 +86,9 @@ class QdrantInstrumentor(RagtrailInstrumentor):
         owner = "AsyncQdrantClient" if is_async else "QdrantClient"
         for method in _METHODS:
             self.wrap(module, f"{owner}.{method}", self._async(method) if is_async else self._sync(method))
+        # observed, never asked: what the application's own calls reveal about a remote collection
+        self.wrap(module, f"{owner}.get_collection", _aobserve_info if is_async else _observe_info)
+        self.wrap(module, f"{owner}.create_collection", _aobserve_create if is_async else _observe_create)
 
     def _sync(self, method: str) -> Callable[..., Any]:
         def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -114,6 +111,7 @@ def _complete(stages: "_QdrantStages", result: Any, instance: Any,
     """Read the collection's facts (local or cached: never a wait on the network) and record the
     result (the hook skeleton ends the stages whatever happens here)."""
     facts = guard("qdrant.facts", facts_of, instance, stages.collection) if stages.active else None
+    stages.remote = bool(stages.active and guard("qdrant.is_local", _is_local, instance) is False)
     stages.complete(lambda: _outcome(stages, result, facts))
 
 
@@ -128,6 +126,7 @@ def point_candidate(point: Any) -> Candidate:
 
 class _QdrantStages(StoreStages):
     method: str
+    remote = False
     requests: list[dict[str, Any]]
 
 
@@ -270,14 +269,17 @@ def _outcome(stages: _QdrantStages, result: Any, facts: _Facts | None) -> Outcom
             candidates.append(candidate)
         found.candidates = candidates
         if found.score_kind is None and candidates:
-            found.findings.append("score kind unknown: the collection's config is still being read" if facts is _PENDING
+            found.findings.append(UNREAD if facts is None and stages.remote
                                   else "score kind unknown: the collection's distance could not be read")
         return found
 
     size = None
     if facts is not None and facts.points_count is not None:
         size = lambda: facts.points_count  # noqa: E731
-    return Outcome(rows=len(lists), row=row, corpus_size=size)
+    # the collection is the store (a name the user can give ragtrail.corpus_size); without a size,
+    # a user's figure for it is still looked up
+    return Outcome(rows=len(lists), row=row, corpus_size=size or (lambda: None), store=stages.collection,
+                   approximate=bool(facts is not None and facts.approximate))
 
 
 def _is_local(client: Any) -> bool:
@@ -290,13 +292,14 @@ def _is_local(client: Any) -> bool:
 def _facts_of(info: Any, local: bool) -> _Facts:
     params = info.config.params
     sparse = frozenset((params.sparse_vectors or {}).keys())
-    return _Facts(vectors=params.vectors, sparse=sparse, points_count=info.points_count if local else None)
+    # Qdrant documents a remote collection's points_count as approximate
+    return _Facts(vectors=params.vectors, sparse=sparse, points_count=info.points_count, approximate=not local)
 
 
 def _local_config(instance: Any, collection: str) -> _Facts | None:
     """The in-process collection's vector config, read in place: ``get_collection`` deep-copies the
-    whole config and counts every point (measured ~10x the cost of ``count``). ``None`` when this
-    qdrant-client lays its local mode out differently (then ``get_collection`` is used)."""
+    whole config and counts every point. ``None`` when this qdrant-client lays its local mode out
+    differently (then nothing is known: no request is made instead)."""
     try:
         config = instance._client._get_collection(collection).config
         return _Facts(vectors=config.vectors, sparse=frozenset((config.sparse_vectors or {}).keys()))
@@ -305,135 +308,85 @@ def _local_config(instance: Any, collection: str) -> _Facts | None:
 
 
 def _local_count(instance: Any, collection: str) -> int | None:
-    """The in-process collection's exact count, read in place (the async client's ``count`` is a
-    coroutine, which must not be awaited after the host's call)."""
+    """The in-process collection's size from the client's own memory: ids it holds minus those
+    flagged deleted (exact; no count request, no payload scan)."""
     try:
-        return int(instance._client._get_collection(collection).count().count)
-    except AttributeError:
+        local = instance._client._get_collection(collection)
+        held = len(local.ids)
+        deleted = local.deleted[: len(local.payload)] if hasattr(local, "payload") else local.deleted
+        return held - int(deleted.sum())
+    except (AttributeError, TypeError):
         return None
 
 
-def _cached(instance: Any, collection: str) -> tuple[bool, _Facts | None]:
-    """A remote collection's config as read before (``_PENDING`` while the read is in flight); a
-    failed read is retried after a while."""
-    with _remote_lock:
-        per_client = _remote_facts.get(instance)
-        found = per_client.get(collection) if per_client is not None else None
-    if found is None:
-        return False, None
-    facts, when = found
-    if _expired(facts, when):
-        return False, None
-    return True, facts
-
-
-def _expired(facts: _Facts | None, when: float) -> bool:
-    """A failed read, or one still pending after ``RETRY_FAILED_READ_SECONDS`` (its thread or loop
-    died), is asked again."""
-    return (facts is None or facts is _PENDING) and time.monotonic() - when >= RETRY_FAILED_READ_SECONDS
-
-
-def _claim(instance: Any, collection: str) -> bool:
-    """Mark the collection's config as being read; False when another caller already claimed it."""
+def _remember(instance: Any, collection: Any, facts: _Facts | None) -> None:
+    if not isinstance(collection, str) or facts is None:
+        return
     try:
         with _remote_lock:
-            per_client = _remote_facts.setdefault(instance, {})
-            found = per_client.get(collection)
-            if found is not None and not _expired(*found):
-                return False
-            per_client[collection] = (_PENDING, time.monotonic())
-            return True
-    except TypeError:  # pragma: no cover - a client that cannot be weakly referenced: never read
-        return False
-
-
-def _remember(instance: Any, collection: str, facts: _Facts | None) -> None:
-    try:
-        with _remote_lock:
-            _remote_facts.setdefault(instance, {})[collection] = (facts, time.monotonic())
+            _remote_facts.setdefault(instance, {})[collection] = facts
     except TypeError:  # pragma: no cover - a client that cannot be weakly referenced
         pass
 
 
-def _forget_pending(instance: Any, collection: str) -> None:
+def _cached(instance: Any, collection: str) -> _Facts | None:
     with _remote_lock:
         per_client = _remote_facts.get(instance)
-        if per_client is not None and per_client.get(collection, (None,))[0] is _PENDING:
-            del per_client[collection]
+        return per_client.get(collection) if per_client is not None else None
 
 
-def _read_in_background(instance: Any, collection: str) -> None:
-    """Read a remote collection's config on a daemon thread, with instrumentation suppressed (it is
-    ragtrail's read, not the application's), for the queries that come after this one."""
-    from opentelemetry.instrumentation.utils import suppress_instrumentation
-
-    def read() -> None:
-        facts = None
-        try:
-            with suppress_instrumentation():
-                facts = _facts_of(instance.get_collection(collection), local=False)
-        except Exception as exc:
-            record_internal_error("qdrant.read_config", exc)
-        finally:
-            _remember(instance, collection, facts)
-
-    threading.Thread(target=read, name="ragtrail-qdrant-config", daemon=True).start()
+def _collection_arg(args: tuple, kwargs: dict) -> Any:
+    return kwargs.get("collection_name", args[0] if args else None)
 
 
-def _aread_in_background(instance: Any, collection: str) -> None:
-    """The async client's twin of :func:`_read_in_background`: a task on the running loop, in a
-    fresh context. Cancelled with its loop, it leaves nothing cached (the next loop asks again)."""
-    from opentelemetry.instrumentation.utils import suppress_instrumentation
+def _created(args: tuple, kwargs: dict) -> _Facts:
+    vectors = kwargs.get("vectors_config", args[1] if len(args) > 1 else None)
+    sparse = kwargs.get("sparse_vectors_config", None) or {}
+    return _Facts(vectors=vectors, sparse=frozenset(sparse.keys()) if isinstance(sparse, dict) else frozenset())
 
-    async def read() -> None:
-        facts = None
-        try:
-            with suppress_instrumentation():
-                facts = _facts_of(await instance.get_collection(collection), local=False)
-        except Exception as exc:
-            record_internal_error("qdrant.read_config", exc)
-        _remember(instance, collection, facts)
 
-    def done(task: "asyncio.Task[None]") -> None:
-        _reads.discard(task)
-        if task.cancelled():  # possibly before it ever ran: nothing was read, nothing remembered
-            _forget_pending(instance, collection)
+def _observe_info(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """The application's own ``get_collection``: its answer is kept (no request of ours)."""
+    result = wrapped(*args, **kwargs)
+    guard("qdrant.observe", lambda: _is_local(instance) or _remember(instance, _collection_arg(args, kwargs),
+                                                                     _facts_of(result, local=False)))
+    return result
 
-    task = asyncio.get_running_loop().create_task(read(), context=contextvars.Context())
-    _reads.add(task)
-    task.add_done_callback(done)
+
+async def _aobserve_info(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    result = await wrapped(*args, **kwargs)
+    guard("qdrant.observe", lambda: _is_local(instance) or _remember(instance, _collection_arg(args, kwargs),
+                                                                     _facts_of(result, local=False)))
+    return result
+
+
+def _observe_create(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    """The application's own ``create_collection``: the vector config it gave is the distance."""
+    result = wrapped(*args, **kwargs)
+    guard("qdrant.observe", lambda: _is_local(instance) or _remember(instance, _collection_arg(args, kwargs),
+                                                                     _created(args, kwargs)))
+    return result
+
+
+async def _aobserve_create(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    result = await wrapped(*args, **kwargs)
+    guard("qdrant.observe", lambda: _is_local(instance) or _remember(instance, _collection_arg(args, kwargs),
+                                                                     _created(args, kwargs)))
+    return result
 
 
 def _facts(instance: Any, collection: str | None) -> _Facts | None:
-    """``QdrantClient``: local facts read now, remote ones from the cache (read in the background)."""
-    if collection is None:
-        return None
-    if _is_local(instance):
-        facts = _local_config(instance, collection)
-        if facts is None:
-            return _facts_of(instance.get_collection(collection), local=True)
-        facts.points_count = instance.count(collection, exact=True).count
-        return facts
-    hit, facts = _cached(instance, collection)
-    if not hit:
-        facts = _PENDING
-        if _claim(instance, collection):
-            _read_in_background(instance, collection)
-    return facts
-
-
-def _afacts(instance: Any, collection: str | None) -> _Facts | None:
-    """``AsyncQdrantClient``: the same, without awaiting anything (local reads are in place)."""
+    """Local facts read in place from the client's memory; remote ones only as the application's
+    own calls revealed them. Never a request."""
     if collection is None:
         return None
     if _is_local(instance):
         facts = _local_config(instance, collection)
         if facts is not None:
             facts.points_count = _local_count(instance, collection)
-            return facts
-    hit, facts = _cached(instance, collection)
-    if not hit:
-        facts = _PENDING
-        if _claim(instance, collection):
-            _aread_in_background(instance, collection)
-    return facts
+        return facts
+    return _cached(instance, collection)
+
+
+# the async client reads the same way: nothing is awaited, nothing is asked
+_afacts = _facts

@@ -84,7 +84,7 @@ def _prepare_predict(instance: Any, args: tuple, kwargs: dict) -> RerankArgs:
     if len(queries) == 1:
         request.query = queries[0]
     elif len(queries) > 1:
-        request.findings.append(f"{len(queries)} distinct queries in one predict request: query not recorded")
+        request.findings.append(f"{len(queries)} distinct queries in one predict call: query not recorded")
     request.documents = [second for _, second in pairs]
     return request
 

@@ -14,4 +14,9 @@ only this public surface, never a private attribute:
   ``lookup_adapter``, ``CONTENT_KEYS``;
 - :mod:`ragtrail.recorder.errors`: ``record_internal_error``, ``internal_error_count``, ``guarded``;
 - :mod:`ragtrail.recorder.answer`: ``answer()``.
+
+Inside, by job: ``writer`` (the end-of-stage write order), ``exclusions`` (pure derivation),
+``events`` (build, digest, spill), ``sdk_events`` (the SDK fast path and its probe), ``mirrors``
+(GenAI, OpenInference), ``values`` (Python values as OTel attribute values). See
+docs/architecture.md.
 """

@@ -9,14 +9,15 @@ letting the SDK evict the top-ranked candidates; ``ragtrail.events.count`` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import digest_item, events_digest, finite_or_none
+from ragtrail.contract.receipts import (StageReceipt, digest_item, finite_or_none, sorted_events_digest, stage_fields,
+                                        stage_receipt)
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import Exclusion
 from ragtrail.recorder.pipeline import QueryRecord
@@ -100,8 +101,15 @@ class EventBuilder:
 
 
 def digest(events: Sequence[Event]) -> str:
-    """``ragtrail.events.digest`` over the events (the contract's digest-item rule)."""
-    return events_digest([digest_item(name, attributes) for name, attributes in events])
+    """``ragtrail.events.digest`` over the events (the contract's digest-item rule, schema 2: in
+    sorted order, so a backend that reorders events does not change it)."""
+    return sorted_events_digest([digest_item(name, attributes) for name, attributes in events])
+
+
+def receipt(span_attributes: Any, events: Sequence[Event], key: bytes | None) -> StageReceipt:
+    """The stage receipt (``ragtrail.stage.receipt`` and ``.fields``) over the stage's span
+    attributes as written and its events (the contract's stage-field rule)."""
+    return stage_receipt(stage_fields(span_attributes, events), key)
 
 
 def capacity(configured: int | None, limits: Any) -> int | None:
@@ -115,9 +123,11 @@ def capacity(configured: int | None, limits: Any) -> int | None:
 
 
 def emit(span: Any, events: list[Event], room: int | None, tracer: trace.Tracer, name: str,
-         kind: str, component: str) -> int:
+         kind: str, component: str,
+         continuation: Callable[[int, int, int, int, int], dict[str, Any]] | None = None) -> int:
     """Add the events, spilling into continuation child spans so the SDK never evicts any.
-    Returns how many spans carry the stage's events."""
+    Returns how many spans carry the stage's events. ``continuation(index, parts, first, last,
+    total)`` gives a continuation span's mirror attributes (``None``: none)."""
     if room is None or len(events) <= room:
         add_events(span, events)
         return 1
@@ -125,7 +135,11 @@ def emit(span: Any, events: list[Event], room: int | None, tracer: trace.Tracer,
     add_events(span, chunks[0])
     parent = trace.set_span_in_context(span)
     for index, chunk in enumerate(chunks[1:], start=1):
+        first = index * room + 1
+        mirror = {} if continuation is None else continuation(index, len(chunks), first,
+                                                              first + len(chunk) - 1, len(events))
         child = tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes={
+            **mirror,
             sc.SCHEMA: sc.SCHEMA_VERSION,
             sc.STAGE_KIND: kind,
             sc.STAGE_COMPONENT: component,

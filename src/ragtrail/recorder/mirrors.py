@@ -1,67 +1,268 @@
 """Mirror attributes for other tools (docs/semconv.md §6): OTel GenAI and OpenInference (Phoenix).
 
-Mirrors are written first on a stage span, so under a tight attribute limit they are the ones the
-SDK evicts, and they are capped to leave room for ragtrail's own attributes; the full candidate
-list is always in the events.
+A mirror says what ragtrail's own events already say, in the names a tool the user already runs
+draws: Phoenix draws a RETRIEVER span as document cards and a RERANKER span as its query with
+input and output documents. Every stage that narrows a list (rerank, filter, fuse, budget) is
+written as a RERANKER, because that is the one view Phoenix has for "these went in, these came
+out"; each input document that did not come out carries its exclusion reason in its metadata.
+
+Mirrors follow the capture modes exactly as ragtrail's own attributes do (query text only in
+query mode ``text``; content only as ``preview``/``full`` allow; metadata only the allow-listed
+keys). They are written first on a stage span, so under a tight attribute limit they are the ones
+the SDK evicts, and they are capped to leave room for ragtrail's own attributes; when a document
+list is cut the span says how many of how many were mirrored. The full list is always in the
+events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import finite_or_none
+from ragtrail.contract.receipts import canonical_json, finite_or_none
 from ragtrail.recorder.candidates import Candidate
+from ragtrail.recorder.exclusions import Exclusion
+from ragtrail.recorder.values import wire_str, wire_text
+from ragtrail.settings import CaptureSettings
 
 STAGE_ATTRIBUTE_RESERVE = 40  # span attributes kept free for ragtrail's own when mirroring documents
-_ATTRIBUTES_PER_DOCUMENT = 2
-_SPAN_KIND = {sc.KIND_RETRIEVE: sc.OI_RETRIEVER, sc.KIND_RERANK: sc.OI_RERANKER}
+_CAP_ATTRIBUTES = 4  # the mirrored/total pairs, kept free so a cut list can always say so
+GENAI_ATTRIBUTES = 5  # the most attributes the GenAI mirror writes besides the counts (retrieve)
+_SUMMARY_EXCLUSIONS = 20  # exclusions named in a narrowing stage's output.value summary
+NARROWING_KINDS = frozenset({sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_FUSE, sc.KIND_BUDGET})
+_SPAN_KIND = {sc.KIND_RETRIEVE: sc.OI_RETRIEVER, **{k: sc.OI_RERANKER for k in NARROWING_KINDS}}
 
 
-def genai(kind: str, component: str, top_k: int | None) -> dict[str, Any]:
-    """OTel GenAI's retrieval attributes, on retrieve stages only."""
-    if kind != sc.KIND_RETRIEVE:
-        return {}
-    attributes: dict[str, Any] = {sc.GEN_AI_OPERATION_NAME: sc.GEN_AI_OPERATION_RETRIEVAL,
-                                  sc.GEN_AI_DATA_SOURCE_ID: component}
-    if top_k is not None:
-        attributes[sc.GEN_AI_REQUEST_TOP_K] = int(top_k)
+def span_kind(kind: str) -> str:
+    """The OpenInference span kind of a ragtrail stage kind."""
+    return _SPAN_KIND.get(kind, sc.OI_CHAIN)
+
+
+@dataclass
+class MirrorInput:
+    """What a stage knows at its end that the mirrors draw from (already capture-filtered where
+    it says so)."""
+
+    kind: str
+    component: str
+    top_k: int | None
+    config: CaptureSettings
+    limits: Any = None
+    extra: int = 0  # how many other attributes the stage will carry
+    query_text: str | None = None  # None unless the query text may be written
+    produced_queries: list[str] = field(default_factory=list)  # likewise
+    inputs: Sequence[Candidate] | None = None
+    outputs: Sequence[Candidate] = ()
+    exclusions: Sequence[Exclusion] = ()
+    answer: Mapping[str, Any] | None = None  # the pipeline's answer attributes (capture-filtered)
+    model: Any = None
+
+
+def answer_text(answer: Mapping[str, Any] | None) -> str | None:
+    """The answer as captured (``full``: the text, ``preview``: the preview), else ``None``."""
+    if not answer:
+        return None
+    text = answer.get(sc.ANSWER_TEXT, answer.get(sc.ANSWER_PREVIEW))
+    return text if isinstance(text, str) else None
+
+
+def _content(config: CaptureSettings, candidate: Candidate) -> str | None:
+    if candidate.content is None:
+        return None
+    return config.content_for(wire_text(candidate.content))
+
+
+def _metadata(config: CaptureSettings, candidate: Candidate, exclusion: Exclusion | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    if config.metadata and candidate.metadata:
+        for key in config.metadata:
+            if key in candidate.metadata:
+                meta[key] = candidate.metadata[key]
+    if exclusion is not None:
+        meta[sc.EXCLUSION_REASON] = exclusion.reason
+        if exclusion.detail is not None:
+            meta[sc.EXCLUSION_DETAIL] = wire_str(exclusion.detail)
+    return meta
+
+
+def _as_json(value: Any) -> str:
+    """A JSON object string (canonical: sorted keys, numpy and odd values made JSON)."""
+    return canonical_json(value)
+
+
+# --- OTel GenAI --------------------------------------------------------------------------------------
+def genai(m: MirrorInput, max_documents: int | None = None) -> dict[str, Any]:
+    """OTel GenAI's retrieval attributes on retrieve stages; the proposed (experimental) rerank
+    attributes on rerank stages. Nothing on other stages: GenAI has no name for them.
+
+    ``max_documents``: with the OpenInference mirror on, the documents it could write, so both
+    mirrors carry the same list and the cap count is true of both (Phoenix merges the two)."""
+    attributes: dict[str, Any] = {}
+    if m.kind == sc.KIND_RETRIEVE:
+        attributes[sc.GEN_AI_OPERATION_NAME] = sc.GEN_AI_OPERATION_RETRIEVAL
+        attributes[sc.GEN_AI_DATA_SOURCE_ID] = m.component
+        if m.top_k is not None:
+            attributes[sc.GEN_AI_REQUEST_TOP_K] = int(m.top_k)
+        if m.query_text is not None:
+            attributes[sc.GEN_AI_RETRIEVAL_QUERY_TEXT] = m.query_text
+        documents, written = _genai_documents(m, max_documents)
+        attributes[sc.GEN_AI_RETRIEVAL_DOCUMENTS] = documents
+        if written < len(m.outputs):
+            attributes.update(_cap(sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL,
+                                   written, len(m.outputs)))
+    elif m.kind == sc.KIND_RERANK:
+        if m.inputs is not None:
+            attributes[sc.GEN_AI_RERANK_CANDIDATE_COUNT] = len(m.inputs)
+        if m.top_k is not None:
+            attributes[sc.GEN_AI_RERANK_TOP_N] = int(m.top_k)
+        scores = [finite_or_none(c.score) for c in m.outputs]
+        if m.outputs and all(s is not None for s in scores):
+            attributes[sc.GEN_AI_RERANK_SCORES] = tuple(float(s) for s in scores)  # type: ignore[arg-type]
     return attributes
 
 
-def openinference(kind: str, top_k: int | None, query_text: str | None, limits: Any, extra: int,
-                  inputs: Sequence[Candidate] | None, outputs: Sequence[Candidate]) -> dict[str, Any]:
-    """OpenInference's span kind, input and document lists. ``query_text`` is ``None`` unless the
-    query text may be written; ``extra`` is how many other attributes the stage will carry."""
-    attributes: dict[str, Any] = {sc.OPENINFERENCE_SPAN_KIND: _SPAN_KIND.get(kind, sc.OI_CHAIN)}
-    if query_text is not None:
-        attributes[sc.OI_INPUT_VALUE] = query_text
-        if kind == sc.KIND_RERANK:
-            attributes[sc.OI_RERANKER_QUERY] = query_text
-    if kind == sc.KIND_RERANK and top_k is not None:
-        attributes[sc.OI_RERANKER_TOP_K] = int(top_k)
-    if kind == sc.KIND_RETRIEVE:
-        lists = [(sc.OI_RETRIEVAL_DOCUMENTS, outputs)]
-    elif kind == sc.KIND_RERANK:
-        lists = [(sc.OI_RERANKER_OUTPUT_DOCUMENTS, outputs), (sc.OI_RERANKER_INPUT_DOCUMENTS, inputs or [])]
+def _genai_documents(m: MirrorInput, max_documents: int | None) -> tuple[str, int]:
+    """``gen_ai.retrieval.documents``: a JSON array, one object per output in output order, cut
+    (whole documents) to ``max_documents`` and to the span's value-length limit so it stays valid JSON."""
+    items = []
+    outputs = m.outputs if max_documents is None else m.outputs[:max_documents]
+    for candidate in outputs:
+        item: dict[str, Any] = {"id": candidate.id}
+        score = finite_or_none(candidate.score)
+        if score is not None:
+            item["score"] = score
+        content = _content(m.config, candidate)
+        if content is not None:
+            item["content"] = content
+        meta = _metadata(m.config, candidate, None)
+        if meta:
+            item["metadata"] = json.loads(_as_json(meta))  # numpy and odd values made JSON, keys sorted
+        items.append(item)
+    limit = getattr(m.limits, "max_attribute_length", None)
+    text = json.dumps(items, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    while limit is not None and len(text) > limit and items:
+        items.pop()
+        text = json.dumps(items, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return text, len(items)
+
+
+# --- OpenInference -----------------------------------------------------------------------------------
+def openinference(m: MirrorInput) -> dict[str, Any]:
+    """OpenInference's span kind, input and output values and document lists."""
+    kind = span_kind(m.kind)
+    attributes: dict[str, Any] = {sc.OPENINFERENCE_SPAN_KIND: kind}
+    if m.query_text is not None:
+        attributes[sc.OI_INPUT_VALUE] = m.query_text
+        attributes[sc.OI_INPUT_MIME_TYPE] = sc.OI_MIME_TEXT
+        if kind == sc.OI_RERANKER:
+            attributes[sc.OI_RERANKER_QUERY] = m.query_text
+    if kind == sc.OI_RERANKER:
+        if m.top_k is not None:
+            attributes[sc.OI_RERANKER_TOP_K] = int(m.top_k)
+        if m.model is not None:
+            attributes[sc.OI_RERANKER_MODEL_NAME] = str(m.model)
+    output = _output_value(m)
+    if output is not None:
+        attributes[sc.OI_OUTPUT_VALUE], attributes[sc.OI_OUTPUT_MIME_TYPE] = output
+    if kind == sc.OI_RETRIEVER:
+        lists = [(sc.OI_RETRIEVAL_DOCUMENTS, m.outputs, False)]
+    elif kind == sc.OI_RERANKER:
+        lists = [(sc.OI_RERANKER_OUTPUT_DOCUMENTS, m.outputs, False),
+                 (sc.OI_RERANKER_INPUT_DOCUMENTS, m.inputs or [], True)]
     else:
         return attributes
-    max_attributes = getattr(limits, "max_span_attributes", None)
-    room = None if max_attributes is None else max(0, max_attributes - STAGE_ATTRIBUTE_RESERVE - len(attributes) - extra)
-    _documents(attributes, lists, room)
+    max_attributes = getattr(m.limits, "max_span_attributes", None)
+    room = None if max_attributes is None else max(
+        0, max_attributes - STAGE_ATTRIBUTE_RESERVE - _CAP_ATTRIBUTES - len(attributes) - m.extra)
+    excluded = {id(e.candidate): e for e in m.exclusions}
+    for prefix, candidates, is_input in lists:
+        written, room = _documents(attributes, prefix, candidates, m.config, excluded if is_input else {}, room)
+        if written < len(candidates):
+            names = ((sc.MIRROR_INPUT_DOCUMENTS_MIRRORED, sc.MIRROR_INPUT_DOCUMENTS_TOTAL) if is_input
+                     else (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL))
+            attributes.update(_cap(*names, written, len(candidates)))
     return attributes
 
 
-def _documents(attributes: dict[str, Any], lists: list[tuple[str, Sequence[Candidate]]], room: int | None) -> None:
-    """``<prefix>.<i>.document.id|score`` for each list, while there is room for a whole document."""
-    for prefix, candidates in lists:
-        for index, candidate in enumerate(candidates):
-            if room is not None and room < _ATTRIBUTES_PER_DOCUMENT:
-                return
-            attributes[f"{prefix}.{index}.{sc.OI_DOCUMENT_ID}"] = candidate.id
-            score = finite_or_none(candidate.score)
-            if score is not None:
-                attributes[f"{prefix}.{index}.{sc.OI_DOCUMENT_SCORE}"] = score
-            if room is not None:
-                room -= _ATTRIBUTES_PER_DOCUMENT
+def _cap(mirrored_key: str, total_key: str, mirrored: int, total: int) -> dict[str, int]:
+    return {mirrored_key: mirrored, total_key: total}
+
+
+def _documents(attributes: dict[str, Any], prefix: str, candidates: Sequence[Candidate], config: CaptureSettings,
+               excluded: Mapping[int, Exclusion], room: int | None) -> tuple[int, int | None]:
+    """``<prefix>.<i>.document.id|score|content|metadata`` for each candidate while there is room
+    for the whole document; returns how many were written and the room left."""
+    for index, candidate in enumerate(candidates):
+        document: dict[str, Any] = {sc.OI_DOCUMENT_ID: candidate.id}
+        score = finite_or_none(candidate.score)
+        if score is not None:
+            document[sc.OI_DOCUMENT_SCORE] = score
+        content = _content(config, candidate)
+        if content is not None:
+            document[sc.OI_DOCUMENT_CONTENT] = content
+        meta = _metadata(config, candidate, excluded.get(id(candidate)))
+        if meta:
+            document[sc.OI_DOCUMENT_METADATA] = _as_json(meta)
+        if room is not None:
+            if room < len(document):
+                return index, room
+            room -= len(document)
+        for key, value in document.items():
+            attributes[f"{prefix}.{index}.{key}"] = value
+    return len(candidates), room
+
+
+def _output_value(m: MirrorInput) -> tuple[str, str] | None:
+    """What Phoenix shows as the span's output: the answer on the pipeline and on generate/cite
+    (with what was cited), the produced queries of a query transform, and for a narrowing stage a
+    one-line summary of what was kept and why each document left."""
+    answer = answer_text(m.answer)
+    if m.kind == sc.KIND_PIPELINE:
+        return (answer, sc.OI_MIME_TEXT) if answer is not None else None
+    if m.kind in (sc.KIND_CITE, sc.KIND_GENERATE):
+        value: dict[str, Any] = {}
+        if answer is not None:
+            value["answer"] = answer
+        if m.kind == sc.KIND_CITE:
+            value["cited"] = [c.id for c in m.outputs]
+        return (_as_json(value), sc.OI_MIME_JSON) if value else None
+    if m.kind == sc.KIND_QUERY_TRANSFORM:
+        if not m.produced_queries:
+            return None
+        if len(m.produced_queries) == 1:
+            return m.produced_queries[0], sc.OI_MIME_TEXT
+        return _as_json(m.produced_queries), sc.OI_MIME_JSON
+    if m.kind in NARROWING_KINDS:
+        return summary(m), sc.OI_MIME_TEXT
+    return None
+
+
+def summary(m: MirrorInput) -> str:
+    """``kept 4 of 6; excluded: a superseded (replaced by b); c deduplicated (same text as d)``."""
+    n_in = len(m.inputs) if m.inputs is not None else len(m.outputs) + len(m.exclusions)
+    text = f"kept {len(m.outputs)} of {n_in}"
+    if m.exclusions:
+        parts = []
+        for exclusion in m.exclusions[:_SUMMARY_EXCLUSIONS]:
+            part = f"{exclusion.candidate.id} {exclusion.reason}"
+            if exclusion.detail:
+                part += f" ({exclusion.detail})"
+            parts.append(part)
+        text += "; excluded: " + "; ".join(parts)
+        more = len(m.exclusions) - _SUMMARY_EXCLUSIONS
+        if more > 0:
+            text += f"; and {more} more (every one in ragtrail's events)"
+    return wire_str(text)
+
+
+def continuation(kind: str, index: int, parts: int, first: int, last: int, total: int) -> dict[str, Any]:
+    """A continuation span's mirror: its stage's OpenInference kind and which part it is."""
+    return {
+        sc.OPENINFERENCE_SPAN_KIND: span_kind(kind),
+        sc.OI_OUTPUT_VALUE: (f"continuation {index} of {parts - 1}: ragtrail events {first}-{last} of {total} "
+                             f"of this stage (the stage span holds the rest, its counts and digest)"),
+        sc.OI_OUTPUT_MIME_TYPE: sc.OI_MIME_TEXT,
+    }

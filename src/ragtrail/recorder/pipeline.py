@@ -43,7 +43,10 @@ class QueryRecord(NamedTuple):
 class PipelineState:
     """Shared by every stage of one pipeline run (also across threads that copy the context)."""
 
-    def __init__(self) -> None:
+    def __init__(self, outer: "PipelineState | None" = None) -> None:
+        # a pipeline opened inside another (a decorated pipeline called from one) rolls what it
+        # read, kept and cited into the outer one as well: the outer coverage counts it
+        self.outer = outer
         self._lock = threading.Lock()
         self._next_hop = 0
         self._hop_by_sha: dict[str, Hop] = {}
@@ -53,6 +56,7 @@ class PipelineState:
         self.in_context: list[str] | None = None
         self.cited: dict[str, None] = {}
         self.corpus_size: int | None = None
+        self._store_sizes: dict[Any, tuple[int, bool]] = {}
         self.stage_statuses: list[str] = []
         self.pipeline_stage: "Stage | None" = None
 
@@ -117,14 +121,29 @@ class PipelineState:
         if score_kind is not None:
             self._score_kind_of[candidate_id] = score_kind
 
-    def add_corpus_size(self, size: int) -> None:
+    def add_corpus_size(self, size: int, store: Any = None, approximate: bool = False) -> None:
+        """One store's size. The corpus is the sum over the distinct stores behind the pipeline
+        (``store`` is its identity: a store searched by several stages counts once; the largest
+        size reported for it wins)."""
         with self._lock:
-            self.corpus_size = max(size, self.corpus_size or 0)
+            known = self._store_sizes.get(store)
+            if known is None or size > known[0]:
+                self._store_sizes[store] = (size, approximate)
+            self.corpus_size = sum(n for n, _ in self._store_sizes.values())
+        if self.outer is not None:
+            self.outer.add_corpus_size(size, store, approximate)
+
+    def corpus_approximate(self) -> bool:
+        with self._lock:
+            return any(a for _, a in self._store_sizes.values())
 
     def add_cited(self, ids: Any) -> None:
+        ids = [str(ident) for ident in ids]
         with self._lock:
             for ident in ids:
-                self.cited[str(ident)] = None
+                self.cited[ident] = None
+        if self.outer is not None:
+            self.outer.add_cited(ids)
 
     def track(self, kind: str, ids: list[str]) -> None:
         """What a stage handed on: retrieved (retrieve, fuse), in the context (rerank, filter,
@@ -138,10 +157,23 @@ class PipelineState:
             elif kind == sc.KIND_CITE:
                 for ident in ids:
                     self.cited[ident] = None
+        if self.outer is not None:
+            self.outer.track(kind, ids)
+
+    def untrack(self, ids: Any) -> None:
+        """Candidates a stage reported as retrieved that an enclosing retriever then trimmed: they
+        were read from the store but never handed on, so they are not "retrieved"."""
+        with self._lock:
+            for ident in ids:
+                self.retrieved.pop(ident, None)
+        if self.outer is not None:
+            self.outer.untrack(ids)
 
     def add_stage_status(self, status: str) -> None:
         with self._lock:
             self.stage_statuses.append(status)
+        if self.outer is not None:
+            self.outer.add_stage_status(status)
 
     def coverage(self) -> dict[str, Any]:
         """The pipeline's coverage statement (docs/semconv.md §3)."""
@@ -155,6 +187,10 @@ class PipelineState:
             }
             if self.corpus_size is not None:
                 attributes[sc.COVERAGE_CORPUS_SIZE] = self.corpus_size
+                if len(self._store_sizes) > 1:  # one store is the common case: no attribute for it
+                    attributes[sc.COVERAGE_STORES] = len(self._store_sizes)
+                if any(a for _, a in self._store_sizes.values()):
+                    attributes[sc.COVERAGE_CORPUS_APPROXIMATE] = True
             if self.cited:
                 attributes[sc.CITED_IDS] = list(self.cited)
         return attributes

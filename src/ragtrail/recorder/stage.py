@@ -28,6 +28,7 @@ from ragtrail.contract.receipts import receipt
 from ragtrail.recorder.candidates import Candidate, adapt
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.exclusions import Explicit
+from ragtrail.recorder.corpus import store_key, user_corpus_size
 from ragtrail.recorder.pipeline import PipelineState, QueryRecord, _pipeline_state
 from ragtrail.recorder.writer import TRACER_NAME, Seen, span_name, write
 
@@ -80,6 +81,7 @@ class Stage:
         self._closed = False
         self._errors = 0
         self._seen: Seen | None = None
+        self._parent: "Stage | None" = None
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> "Stage":
@@ -88,6 +90,7 @@ class Stage:
             tracer = self._tracer or trace.get_tracer(TRACER_NAME)
             self.span = tracer.start_span(span_name(self.kind, self.component), kind=self._span_kind)
             self._token = otel_context.attach(trace.set_span_in_context(self.span))
+            self._parent = _current_stage.get()
             self._stage_token = _current_stage.set(self)
             self.recording = self.span.is_recording()
             if self.recording:
@@ -101,7 +104,7 @@ class Stage:
         """The pipeline this stage belongs to; a pipeline stage (or a stage outside any) opens one."""
         state = _pipeline_state.get()
         if state is None or self.kind == sc.KIND_PIPELINE:
-            state = PipelineState()
+            state = PipelineState(outer=state)
             self._pipeline_token = _pipeline_state.set(state)
             self._owns_state = True
             if self.kind == sc.KIND_PIPELINE:
@@ -266,14 +269,28 @@ class Stage:
             if value is not None:
                 setattr(self, name, value)
 
-    def corpus_size(self, size: int | None) -> None:
-        """How many items the searched store holds (for the coverage statement)."""
-        if not self.recording or size is None:
+    def corpus_size(self, size: int | None, *, store: Any = None, approximate: bool = False) -> None:
+        """How many items the searched store holds (for the coverage statement). ``store`` is the
+        store's identity (the client or index object, or a name): the pipeline's corpus is the sum
+        over distinct stores, each counted once however many stages search it; without one, the
+        stage's component names the store (stages of one retriever search one store). ``approximate`` when the figure is an estimate (a store's
+        approximate count): an absence claim is then never supported. A size the user set with
+        :func:`ragtrail.corpus_size` for this store wins over ``size``."""
+        if not self.recording:
             return
         try:
+            if store is not None:
+                known = user_corpus_size(store)
+                if known is not None:
+                    size, approximate = known
+            if size is None:
+                return
             size = int(size)
             self._seen.extra[sc.COVERAGE_CORPUS_SIZE] = size
-            self._state.add_corpus_size(size)
+            if approximate:
+                self._seen.extra[sc.COVERAGE_CORPUS_APPROXIMATE] = True
+            key = store_key(store) if store is not None else ("component", self.component)
+            self._state.add_corpus_size(size, key, bool(approximate))
         except Exception as exc:
             self.record_error("corpus_size", exc)
 

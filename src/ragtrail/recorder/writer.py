@@ -6,11 +6,14 @@
    the answer on a pipeline),
 3. one event per produced query, output candidate and exclusion, spilling into continuation child
    spans rather than letting the SDK evict the top-ranked candidates,
-4. ``ragtrail.events.count`` and ``ragtrail.events.digest`` last, so they are the last to be lost.
+4. ``ragtrail.events.count`` and ``ragtrail.events.digest``, then
+5. the stage receipt (``ragtrail.stage.receipt`` and ``.fields``) over every semantic field written
+   above, last of all, so it is the last to be lost and nothing written after it goes uncovered.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,7 @@ from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import Exclusion, Explicit, Knobs, derive, resolve_string_ids
 from ragtrail.recorder.pipeline import QueryRecord
 from ragtrail.recorder.values import attribute_value, wire_text
+from ragtrail import settings
 from ragtrail.settings import CaptureSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,6 +54,12 @@ class Seen:
     findings: list[str] = field(default_factory=list)
     answer: dict[str, Any] | None = None
     receipts: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(content) -> (content, receipt)
+    # what retrieval stages nested inside this one handed up (a retriever over a store, a wrapper
+    # that trims its inner retriever's hits)
+    inner: list[Candidate] = field(default_factory=list)
+    # a nested stage of another kind (a compressor's filter, a splitter) ran inside this one: what it
+    # dropped is explained there, so the inner hits are not this stage's inputs
+    inner_other: bool = False
 
 
 def short_component(component: str) -> str:
@@ -72,7 +82,7 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     span = stage.span
     limits = getattr(span, "_limits", None)
     outputs = seen.outputs or []
-    inputs = seen.inputs
+    inputs = seen.inputs = _inner_as_inputs(stage, seen)
     if seen.outputs is None and inputs is not None and exc is None:
         seen.findings.append("outputs not recorded: no exclusions derived")
     resolve_string_ids(seen.explicit, seen.string_ids, inputs)
@@ -80,18 +90,28 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     seen.findings.extend(findings)
     _assign_hops(stage, outputs)
     status, failure_class = final_status(stage.kind, seen, exc, outputs)
-    attributes = _mirrors(stage, seen, limits, inputs, outputs)  # 1.
+    attributes = _mirrors(stage, seen, limits, inputs, outputs, exclusions)  # 1.
     if attributes:
         span.set_attributes(attributes)
-    span.set_attributes(_own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions))  # 2.
+    own = _own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions)
+    span.set_attributes(own)  # 2.
     findings_written = len(seen.findings)
     if exc is not None:
         _record_exception(span, seen.config, exc)
+    elif seen.config.mirror_openinference:
+        # OTel: instrumentation sets OK only when configured to; the OpenInference mirror is that
+        # configuration (Phoenix and OpenInference's instrumentors show OK for a stage that worked)
+        if status == sc.STATUS_FAILED:
+            span.set_status(Status(StatusCode.ERROR, failure_class or sc.STATUS_FAILED))
+        else:
+            span.set_status(Status(StatusCode.OK))
     events = event_rules.EventBuilder(seen.config, stage.score_kind).events(seen.variants, outputs, exclusions)  # 3.
     room = event_rules.capacity(seen.config.events_per_span, limits)
     tracer = stage._tracer or trace.get_tracer(TRACER_NAME)
+    continuation = (functools.partial(mirrors.continuation, stage.kind) if seen.config.mirror_openinference
+                    else None)
     spans = event_rules.emit(span, events, room, tracer, span_name(stage.kind, stage.component), stage.kind,
-                             stage.component)
+                             stage.component, continuation)
     final: dict[str, Any] = {}  # 4.
     if len(seen.findings) > findings_written:  # found while building the events (a canonical form cut)
         final[sc.STAGE_FINDINGS] = list(seen.findings)
@@ -102,17 +122,35 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     final[sc.EVENTS_COUNT] = len(events)
     final[sc.EVENTS_DIGEST] = event_rules.digest(events)
     span.set_attributes(final)
+    written = getattr(span, "attributes", None)  # 5. what the SDK holds, as the reader will see it
+    if written is None:  # pragma: no cover - not an SDK span: the attributes this stage wrote
+        written = {**own, **final}
+    stamp = event_rules.receipt(written, events, settings.receipt_key())
+    span.set_attributes({sc.STAGE_RECEIPT: stamp.receipt, sc.STAGE_RECEIPT_FIELDS: stamp.fields})
 
 
 def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | None,
-             outputs: list[Candidate]) -> dict[str, Any]:
+             outputs: list[Candidate], exclusions: list[Exclusion]) -> dict[str, Any]:
     config = seen.config
+    if not (config.mirror_genai or config.mirror_openinference):
+        return {}
+    text_allowed = config.query_text_allowed()
+    answer = seen.answer
+    if answer is None and stage._state is not None and stage._state.pipeline_stage is not None:
+        answer = stage._state.pipeline_stage._seen.answer  # a cite/generate stage after ragtrail.answer()
+    m = mirrors.MirrorInput(
+        kind=stage.kind, component=stage.component, top_k=stage.top_k, config=config, limits=limits,
+        extra=len(seen.extra) + (mirrors.GENAI_ATTRIBUTES if config.mirror_genai else 0),
+        query_text=wire_text(seen.query.text) if seen.query is not None and text_allowed else None,
+        produced_queries=[wire_text(v.text) for v in seen.variants] if text_allowed else [],
+        inputs=inputs, outputs=outputs, exclusions=exclusions, answer=answer,
+        model=seen.extra.get(sc.STAGE_MODEL))
     attributes: dict[str, Any] = {}
+    oi = mirrors.openinference(m) if config.mirror_openinference else {}
     if config.mirror_genai:
-        attributes.update(mirrors.genai(stage.kind, stage.component, stage.top_k))
-    if config.mirror_openinference:
-        text = wire_text(seen.query.text) if seen.query is not None and config.query_text_allowed() else None
-        attributes.update(mirrors.openinference(stage.kind, stage.top_k, text, limits, len(seen.extra), inputs, outputs))
+        written = oi.get(sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED) if config.mirror_openinference else None
+        attributes.update(mirrors.genai(m, written))
+    attributes.update(oi)  # the OpenInference count wins: it is never more than GenAI's
     return attributes
 
 
@@ -142,13 +180,54 @@ def _own_attributes(stage: "Stage", seen: Seen, exc: BaseException | None, statu
     elif stage.kind != sc.KIND_PIPELINE:
         state.add_stage_status(status)
     if seen.outputs is not None and stage.kind != sc.KIND_PIPELINE:
-        state.track(stage.kind, [c.id for c in outputs])
+        outer = _outer_retrieval(stage)
+        if outer is not None and stage.kind in _RETRIEVAL:
+            # nested: what it found is the outer stage's input, "retrieved" only once that stage
+            # hands it on (a trimmed hit is the outer stage's exclusion, never retrieved)
+            outer._seen.inner.extend(outputs)
+        else:
+            if outer is not None:
+                outer._seen.inner_other = True
+            state.track(stage.kind, [c.id for c in outputs])
+    if stage.kind in _RETRIEVAL and stage._owns_state and seen.inner:
+        # a retrieval root over nested stores (fusion, a wrapper) with no pipeline around it: its
+        # span is the only place the run's coverage (the sum over its stores) can be said
+        own.update(state.coverage())
     own[sc.CANDIDATES_IN] = _count_in(stage.kind, seen, outputs, exclusions)
     own[sc.CANDIDATES_OUT] = len(outputs)
     own[sc.CANDIDATES_EXCLUDED] = len(exclusions)
     if seen.findings:
         own[sc.STAGE_FINDINGS] = list(seen.findings)
     return own
+
+
+_RETRIEVAL = (sc.KIND_RETRIEVE, sc.KIND_FUSE)
+
+
+def _outer_retrieval(stage: "Stage") -> "Stage | None":
+    """The retrieval stage this one runs inside, in the same pipeline and still recording."""
+    parent = stage._parent
+    if parent is not None and parent.kind in _RETRIEVAL and parent.recording and not parent._closed \
+            and parent._state is stage._state and parent._seen is not None:
+        return parent
+    return None
+
+
+def _inner_as_inputs(stage: "Stage", seen: Seen) -> list[Candidate] | None:
+    """A retrieval stage that declared no inputs takes what its nested retrieval stages handed up
+    as its inputs (in the order they came, duplicates included), so what it did not hand on is an
+    exclusion of its own. Not when a nested stage of another kind (a compressor's filter) ran inside
+    it: those drops are explained there. Only when they share an id space (some inner id is among its outputs or exclusions: a
+    store that numbers rows differently from the framework above it says nothing about trimming),
+    or when it handed nothing on at all (then none of the inner hits reached anyone)."""
+    if seen.inputs is not None or not seen.inner or stage.kind not in _RETRIEVAL or seen.outputs is None \
+            or seen.inner_other:
+        return seen.inputs
+    mine = {c.id for c in seen.outputs} | set(seen.explicit)
+    if seen.outputs and not mine & {c.id for c in seen.inner}:
+        return None
+    # duplicates kept: the same hit handed up twice (several inner searches) is a ``deduplicated``
+    return list(seen.inner)
 
 
 def _count_in(kind: str, seen: Seen, outputs: list[Candidate], exclusions: list[Exclusion]) -> int:

@@ -4,7 +4,8 @@ Which stage a postprocessor is, and why a node did not leave it, follows from it
 knobs (:data:`POLICIES`, resolved along the MRO by class name so subclasses inherit it):
 
 - ``SimilarityPostprocessor``: ``filter`` with ``threshold = similarity_cutoff`` → ``below_score_threshold``
-- ``KeywordNodePostprocessor``: ``filter`` → ``filtered_by_metadata`` (the keyword lists as detail)
+- ``KeywordNodePostprocessor``: ``filter`` → ``custom:excluded_keyword`` (the keyword found) or
+  ``custom:missing_required_keyword`` (content rules, not metadata)
 - ``FixedRecencyPostprocessor``: ``filter`` keeping the ``top_k`` newest → ``stale`` (the dates as detail)
 - ``EmbeddingRecencyPostprocessor``: ``filter`` → ``superseded`` (an older near-duplicate of a newer node)
 - ``SentenceTransformerRerank``, ``LLMRerank``, ``StructuredLLMRerank``, ``TimeWeightedPostprocessor``:
@@ -63,11 +64,24 @@ def _similarity(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: 
 
 
 def _keywords(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
+    """KeywordNodePostprocessor filters on the node's content, not its metadata: the reason says
+    which rule fired (an exclude keyword the text contains, or none of the required ones), judged
+    on the content snapshot taken before the call; when neither can be seen in the text (spaCy's
+    phrase matching differs from a substring), the reason names both lists."""
     inst = call.instance
-    required = list(getattr(inst, 'required_keywords', []) or [])
-    detail = f"required_keywords={required} exclude_keywords={list(getattr(inst, 'exclude_keywords', []) or [])}"
+    required = [str(k) for k in (getattr(inst, "required_keywords", None) or [])]
+    excluded = [str(k) for k in (getattr(inst, "exclude_keywords", None) or [])]
     for candidate in _excluded(inputs, outputs):
-        s.exclude(candidate.id, sc.REASON_FILTERED_BY_METADATA, detail)
+        text = candidate.content if isinstance(candidate.content, str) else ""
+        hit = next((k for k in excluded if k and k in text), None)
+        if hit is not None:
+            s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "excluded_keyword", f"contains {hit!r} (exclude_keywords)")
+        elif required and not any(k in text for k in required):
+            s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "missing_required_keyword",
+                      f"none of required_keywords={required}")
+        else:
+            s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "keyword_rule",
+                      f"required_keywords={required} exclude_keywords={excluded}")
 
 
 def _by_class_name(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:

@@ -125,7 +125,7 @@ class RetrieveCall(LlamaCall):
         data = getattr(store, "data", None)
         embeddings = getattr(data, "embedding_dict", None)
         if isinstance(embeddings, dict):
-            s.corpus_size(len(embeddings))
+            s.corpus_size(len(embeddings), store=store)
         filters = getattr(inst, "_filters", None)
         if filters is not None:
             # canonical JSON (sorted keys, unset fields left out), as for every store's filter

@@ -5,7 +5,13 @@ text chunks cut or packed to fit the LLM's context window).
 
 Budget chunks are strings. Inside a synthesis they are matched back to their node ids through the
 text the synthesizer built for each node (``get_content(MetadataMode.LLM)``); a chunk that matches no
-node (an already packed chunk) is identified by ``sha256:`` of its text. ``truncate`` keeps each
+node (an already packed chunk) is identified by ``sha256:`` of its text. That text is the node's
+own text with LlamaIndex's metadata header put before it (``file_path: ...``): the budget stage
+receipts the text it was given (a later cut is caught against it) and declares the header with rule
+``metadata_header@1:<n>`` (n = code points added: the header, less the trailing whitespace LlamaIndex
+strips from the whole) derived from the node's own receipt, which the reader checks by arithmetic.
+A built text that is not "header + the node's text" carries no rule (an alarm: a change
+nobody explained). ``truncate`` keeps each
 chunk's identity and stamps the shortened text with rule ``budget_trim@1`` and ``derived_from``.
 """
 
@@ -16,13 +22,13 @@ from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, is_candidate_list
-from ragtrail.contract.receipts import BUDGET_TRIM_RULE, content_id, truncate_rule
+from ragtrail.contract.receipts import BUDGET_TRIM_RULE, content_id, metadata_header_rule, receipt, truncate_rule
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.instrumentation._hook import active_call, argument
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall
-from ._nodes import node_id, query_text
+from ._nodes import node_content, node_id, query_text
 from ._retrieve import record_kept
 
 _synthesis: contextvars.ContextVar["SynthesizeCall | None"] = contextvars.ContextVar("ragtrail_llama_index_synthesis", default=None)
@@ -62,6 +68,7 @@ class SynthesizeCall(LlamaCall):
     site = "llama_index.synthesize"
     _chunk_ids: dict[str, str] | None = None
     _llm_texts: list[tuple[str, str]] | None = None
+    _headers: dict[str, tuple[str, str]]
 
     def open(self) -> Stage:
         return self.new_stage(sc.KIND_GENERATE)
@@ -91,13 +98,23 @@ class SynthesizeCall(LlamaCall):
             from llama_index.core.schema import MetadataMode
 
             texts: list[tuple[str, str]] = []
+            headers: dict[str, tuple[str, str]] = {}
             for item in getattr(self, "nodes", ()):
                 node = getattr(item, "node", item)
                 try:
-                    texts.append((str(node.node_id), node.get_content(metadata_mode=MetadataMode.LLM)))
+                    built = node.get_content(metadata_mode=MetadataMode.LLM)
                 except Exception:
                     continue
+                ident = str(node.node_id)
+                texts.append((ident, built))
+                own = node_content(node)
+                # LlamaIndex strips the built text: a node text ending in a newline loses it
+                if isinstance(own, str) and isinstance(built, str) and built != own and own.rstrip() \
+                        and built.endswith(own.rstrip()) and len(built) > len(own):
+                    rule = metadata_header_rule(len(built) - len(own)).id
+                    headers.setdefault(ident, (rule, receipt(own).sha256))
             self._llm_texts = texts
+            self._headers = headers
         return self._llm_texts
 
     def chunk_ids(self) -> dict[str, str]:
@@ -107,6 +124,15 @@ class SynthesizeCall(LlamaCall):
                 ids.setdefault(text, ident)
             self._chunk_ids = ids
         return self._chunk_ids
+
+    def built(self, ident: str, text: Any, raw: Any = None) -> Candidate:
+        """The candidate for a node's built text, with its header rule when the text is the node's
+        own text under a metadata header."""
+        candidate = Candidate(id=ident, content=text, raw=raw)
+        header = self._headers.get(ident) if self._llm_texts is not None else None
+        if header is not None:
+            candidate.transform_rule, candidate.derived_from = header
+        return candidate
 
 
 def _recording_synthesis() -> "SynthesizeCall | None":
@@ -118,11 +144,19 @@ def _recording_synthesis() -> "SynthesizeCall | None":
 
 def _chunk_candidates(chunks: list[Any]) -> list[Candidate]:
     synthesis = _recording_synthesis()
-    ids = synthesis.chunk_ids() if synthesis is not None else {}
+    # two nodes may build the same text (sentence windows overlap): each chunk takes the next node
+    # of that text, in input order, so neither node's id is given to the other's chunk
+    owners: dict[str, list[str]] = {}
+    for ident, text in (synthesis.llm_texts() if synthesis is not None else ()):
+        owners.setdefault(text, []).append(ident)
     candidates = []
     for chunk in chunks:
-        ident = ids.get(chunk) if isinstance(chunk, str) else None
-        candidates.append(Candidate(id=ident or content_id(chunk), content=chunk, raw=chunk))
+        queue = owners.get(chunk) if isinstance(chunk, str) else None
+        ident = (queue.pop(0) if len(queue) > 1 else queue[0]) if queue else None
+        if ident is not None and synthesis is not None:
+            candidates.append(synthesis.built(ident, chunk, chunk))
+        else:
+            candidates.append(Candidate(id=content_id(chunk), content=chunk, raw=chunk))
     return candidates
 
 
@@ -147,6 +181,13 @@ def _cut(candidate: Candidate, original: Candidate) -> None:
         candidate.transform_rule = truncate_rule(len(text)).id if source.startswith(text) else BUDGET_TRIM_RULE.id
 
 
+def _same(candidate: Candidate, original: Candidate) -> Candidate:
+    """An unchanged chunk is handed on under the rule its input carried (the metadata header the
+    stage before did not see)."""
+    candidate.transform_rule, candidate.derived_from = original.transform_rule, original.derived_from
+    return candidate
+
+
 class BudgetCall(LlamaCall):
     """``PromptHelper.truncate`` / ``repack``. Knobs: ``budget.limit`` = tokens available for context
     in one LLM call; ``budget.used`` = tokens of chunk text in the fullest call (all chunks for
@@ -168,7 +209,9 @@ class BudgetCall(LlamaCall):
             return
         self.joined = _joined_nodes(list(chunks)) if self.method == "truncate" else None
         if self.joined is not None:
-            self.inputs = [Candidate(id=ident, content=text) for ident, text in self.joined]
+            synthesis = _recording_synthesis()
+            self.inputs = [synthesis.built(ident, text) if synthesis is not None else Candidate(id=ident, content=text)
+                           for ident, text in self.joined]
         else:
             self.inputs = _chunk_candidates(list(chunks))
         s.inputs(self.inputs)
@@ -201,6 +244,8 @@ class BudgetCall(LlamaCall):
             candidate = Candidate(id=original.id, content=text, raw=text)
             if text != original.content:
                 _cut(candidate, original)
+            else:
+                _same(candidate, original)
             outputs.append(candidate)
         return outputs
 
@@ -222,7 +267,7 @@ class BudgetCall(LlamaCall):
         for index, original in enumerate(inputs):
             end = position + len(original.content)
             if end <= len(text):
-                outputs.append(Candidate(id=original.id, content=original.content))
+                outputs.append(_same(Candidate(id=original.id, content=original.content), original))
             elif position < len(text) and text[position:].strip():
                 candidate = Candidate(id=original.id, content=text[position:])
                 _cut(candidate, original)
@@ -246,6 +291,8 @@ class BudgetCall(LlamaCall):
             if text != original.content:
                 candidate.derived_from = original.receipt.sha256
                 candidate.transform_rule = BUDGET_TRIM_RULE.id
+            else:
+                _same(candidate, original)
             outputs.append(candidate)
         return outputs
 

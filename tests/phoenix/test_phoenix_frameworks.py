@@ -1,0 +1,160 @@
+"""LangChain and LlamaIndex pipelines (the real libraries, offline: hash embeddings, BM25) traced by
+ragtrail into a real Phoenix: every stage as Phoenix shows it, against the documents themselves."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import pytest
+
+import ragtrail
+from ragtrail import settings
+from ragtrail.contract import semconv as sc
+from ragtrail.contract.receipts import preview
+
+import phoenix_server as ps
+
+TEXTS = ["the cat sat on the mat", "dogs chase cats in the park", "a cat and a dog became friends",
+         "stock markets fell sharply today", "the park was full of dogs", "cats sleep most of the day"]
+KIND = {"retrieve": "RETRIEVER", "rerank": "RERANKER", "filter": "RERANKER", "fuse": "RERANKER",
+        "budget": "RERANKER"}
+
+
+@pytest.fixture(autouse=True)
+def _reset_capture():
+    settings.reset()
+    yield
+    settings.reset()
+
+
+def hash_vector(text: str, dim: int = 32) -> list[float]:
+    vector = [0.0] * dim
+    for word in text.lower().split():
+        vector[int(hashlib.sha256(word.encode()).hexdigest(), 16) % dim] += 1.0
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [x / norm for x in vector]
+
+
+def check_every_stage(shown: list[dict[str, Any]], sent: list[Any], content_mode: str,
+                      metadata_of: dict[str, dict[str, Any]]) -> tuple[set[str], int]:
+    """Each ragtrail span in Phoenix: its stage's kind, status OK, the cards ragtrail sent; each card's
+    content and metadata against the corpus; each excluded input's reason against ragtrail's event.
+    Returns the stage kinds seen and how many input cards carried an exclusion reason."""
+    by_id = {s["context"]["span_id"]: s for s in shown}
+    kinds = set()
+    with_reason = 0
+    for span in sent:
+        kind = span.attributes.get(sc.STAGE_KIND)
+        if kind is None or span.attributes.get(sc.STAGE_CONTINUATION):
+            continue
+        kinds.add(kind)
+        got = by_id[format(span.context.span_id, "016x")]
+        assert got["span_kind"] == KIND.get(kind, "CHAIN"), span.name
+        assert got["status_code"] == "OK", span.name
+        prefixes = {"RETRIEVER": ["retrieval.documents"],
+                    "RERANKER": ["reranker.input_documents", "reranker.output_documents"]}.get(got["span_kind"], [])
+        reasons = {e.attributes[sc.CANDIDATE_ID]: e.attributes[sc.EXCLUSION_REASON]
+                   for e in span.events if e.name == sc.EVENT_EXCLUSION}
+        for prefix in prefixes:
+            cards = ps.documents(got["attributes"], prefix)
+            assert cards == ps.sent_cards(span.attributes, prefix), (span.name, prefix)
+            for card in cards:
+                text = TEXTS[int(card["id"].lstrip("docn"))]
+                want = {"off": None, "preview": preview(text), "full": text}[content_mode]
+                assert card.get("content") == want, (span.name, card)
+                meta = dict(card.get("metadata", {}))
+                reason = meta.pop(sc.EXCLUSION_REASON, None)
+                meta.pop(sc.EXCLUSION_DETAIL, None)
+                assert meta == metadata_of[card["id"]], (span.name, card)
+                if prefix == "reranker.input_documents":
+                    assert reason == reasons.get(card["id"]), (span.name, card)
+                    with_reason += reason is not None
+        if got["span_kind"] == "RERANKER":
+            assert len(ps.documents(got["attributes"], "reranker.input_documents")) == span.attributes[sc.CANDIDATES_IN]
+    return kinds, with_reason
+
+
+@pytest.mark.parametrize("content_mode", ["off", "full"])
+def test_langchain_ensemble_and_compression_in_phoenix(phoenix, content_mode):
+    from langchain_classic.retrievers import ContextualCompressionRetriever, EnsembleRetriever
+    from langchain_classic.retrievers.document_compressors import DocumentCompressorPipeline, EmbeddingsFilter
+    from langchain_community.retrievers import BM25Retriever
+    from langchain_core.documents import Document
+    from langchain_core.embeddings import Embeddings
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from ragtrail.instrumentation.langchain import LangChainInstrumentor
+
+    class HashEmbeddings(Embeddings):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [hash_vector(t) for t in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            return hash_vector(text)
+
+    ragtrail.set_capture(content=content_mode, metadata=["source"])
+    docs = [Document(page_content=t, metadata={"source": f"s{i}", "secret": "x"}, id=f"doc{i}")
+            for i, t in enumerate(TEXTS)]
+    project = f"langchain-{content_mode}"
+    with ps.sending(phoenix, project) as (provider, memory):
+        instrumentor = LangChainInstrumentor()
+        instrumentor.instrument(tracer_provider=provider)
+        try:
+            embeddings = HashEmbeddings()
+            bm25 = BM25Retriever.from_documents(docs, k=3)
+            store = InMemoryVectorStore(embeddings)
+            store.add_documents(docs)
+            ensemble = EnsembleRetriever(retrievers=[bm25, store.as_retriever(search_kwargs={"k": 3})])
+            compressor = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=embeddings,
+                                                                                   similarity_threshold=0.5)])
+            retriever = ContextualCompressionRetriever(base_compressor=compressor, base_retriever=ensemble)
+            with ragtrail.stage("pipeline", "app", tracer=provider.get_tracer("app")):
+                retriever.invoke("cats in the park")
+        finally:
+            instrumentor.uninstrument()
+        sent = list(memory.get_finished_spans())
+    shown = phoenix.wait_for_spans(project, ps.trace_id_of(memory), len(sent))
+    kinds, with_reason = check_every_stage(shown, sent, content_mode,
+                                           {f"doc{i}": {"source": f"s{i}"} for i in range(len(TEXTS))})
+    assert {"retrieve", "fuse", "filter"} <= kinds and with_reason > 0
+
+
+@pytest.mark.parametrize("content_mode", ["preview"])
+def test_llama_index_retriever_and_postprocessor_in_phoenix(phoenix, content_mode):
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import BaseEmbedding
+    from llama_index.core.postprocessor import SimilarityPostprocessor
+    from llama_index.core.schema import QueryBundle, TextNode
+
+    from ragtrail.instrumentation.llama_index import LlamaIndexInstrumentor
+
+    class WordEmbedding(BaseEmbedding):
+        def _get_query_embedding(self, query: str) -> list[float]:
+            return hash_vector(query)
+
+        async def _aget_query_embedding(self, query: str) -> list[float]:
+            return hash_vector(query)
+
+        def _get_text_embedding(self, text: str) -> list[float]:
+            return hash_vector(text)
+
+    ragtrail.set_capture(content=content_mode, metadata=["i"])
+    project = "llama-index"
+    with ps.sending(phoenix, project) as (provider, memory):
+        instrumentor = LlamaIndexInstrumentor()
+        instrumentor.instrument(tracer_provider=provider)
+        try:
+            nodes = [TextNode(text=t, id_=f"n{i}", metadata={"i": i, "other": "y"}) for i, t in enumerate(TEXTS)]
+            index = VectorStoreIndex(nodes, embed_model=WordEmbedding())
+            with ragtrail.stage("pipeline", "app", tracer=provider.get_tracer("app")):
+                found = index.as_retriever(similarity_top_k=4).retrieve("cats in the park")
+                SimilarityPostprocessor(similarity_cutoff=0.5).postprocess_nodes(
+                    found, query_bundle=QueryBundle("cats in the park"))
+        finally:
+            instrumentor.uninstrument()
+        sent = list(memory.get_finished_spans())
+    shown = phoenix.wait_for_spans(project, ps.trace_id_of(memory), len(sent))
+    kinds, with_reason = check_every_stage(shown, sent, content_mode, {f"n{i}": {"i": i} for i in range(len(TEXTS))})
+    assert {"retrieve", "filter"} <= kinds and with_reason > 0
