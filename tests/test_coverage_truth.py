@@ -62,7 +62,7 @@ def test_seed_004_six_of_1003_cannot_support_absence(span_exporter):
 
     @ragtrail.pipeline
     def ask(query: str) -> str:
-        hits = retrieve(query)
+        retrieve(query)
         text = "There is no remote-work reimbursement policy in the corpus."
         ragtrail.answer(text, claim="absence")
         return text

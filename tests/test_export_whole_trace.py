@@ -437,7 +437,7 @@ def test_a_segment_whose_root_never_ends_is_dropped_at_max_age_and_counted(otlp_
 
 
 def test_an_exporter_that_raises_is_counted_and_the_worker_survives(otlp_server: OTLPServer) -> None:  # noqa: F811
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.export import SpanExporter
 
     class Flaky(SpanExporter):
         def __init__(self) -> None:

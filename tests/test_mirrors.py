@@ -132,7 +132,7 @@ def test_a_capped_list_says_how_many_of_how_many():
     a = dict(span.attributes)
     # 80 - 40 kept for ragtrail - 4 for the counts - 3 OpenInference (kind, input, mime) - 5 GenAI = 28: 9 cards of 3
     assert a[sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED] == 9 and a[sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL] == 40
-    assert f"retrieval.documents.8.document.id" in a and "retrieval.documents.9.document.id" not in a
+    assert "retrieval.documents.8.document.id" in a and "retrieval.documents.9.document.id" not in a
     assert [d["id"] for d in json.loads(a[sc.GEN_AI_RETRIEVAL_DOCUMENTS])] == [f"d{i}" for i in range(9)]
     assert span.dropped_attributes == 0
     mirrorutil.pop_mirrors(a, span)

@@ -6,7 +6,6 @@ Every failure a user can cause prints one line saying what to do and exits with 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from contextlib import contextmanager

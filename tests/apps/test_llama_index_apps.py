@@ -11,7 +11,6 @@ through ``HuggingFaceEmbedding``, so they are in the ``torch`` tier.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -370,7 +370,6 @@ def test_fusion_hops_snapshot_and_rrf(instrumented, use_async):
 
 # --- no double spans -----------------------------------------------------------------------------
 from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
-from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
 
 
 class SyncOnlyRetriever(BaseRetriever):

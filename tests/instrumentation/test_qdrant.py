@@ -15,7 +15,6 @@ import spanutil
 import asyncio
 import json
 import threading
-import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -548,7 +547,7 @@ def test_remote_corpus_size_the_user_set(instrumentor, span_exporter, fake_remot
     client = QdrantClient(url=f"http://127.0.0.1:{server.server_address[1]}", check_compatibility=False)
     ragtrail.corpus_size("docs", 1003)
     try:
-        with ragtrail.stage("pipeline", "app") as p:
+        with ragtrail.stage("pipeline", "app"):
             client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
     finally:
         corpus.clear()

@@ -46,7 +46,7 @@ class Joiner(HaystackCall):
         self.memo = memo
 
     def after(self, s: Stage, result: Any) -> None:
-        instance, memo = self.instance, self.memo
+        memo = self.memo
         docs = documents_of(result)
         if docs is None:
             s.finding(f"run returned a {type(result).__name__} without a documents list")
@@ -77,7 +77,7 @@ class MultiQuery(HaystackCall):
         self.set_var(collector, (id(instance), bucket))
 
     def after(self, s: Stage, result: Any) -> None:
-        instance, memo = self.instance, self.memo
+        memo = self.memo
         docs = documents_of(result)
         if docs is None:
             s.finding(f"run returned a {type(result).__name__} without a documents list")

@@ -32,7 +32,7 @@ class Expander(HaystackCall):
         self.memo = {"query": query, "n": n, "original": getattr(instance, "include_original_query", True)}
 
     def after(self, s: Stage, result: Any) -> None:
-        instance, memo = self.instance, self.memo
+        memo = self.memo
         queries = result.get("queries") if isinstance(result, Mapping) else None
         if not isinstance(queries, (list, tuple)):
             s.finding(f"run returned a {type(result).__name__} without a queries list")
@@ -64,7 +64,7 @@ class PipelineRun(HaystackCall):
         return current_pipeline() is not None or not _reads_documents(self.instance)
 
     def before(self, s: Stage) -> None:
-        instance, bound = self.instance, self.arguments
+        bound = self.arguments
         text = _pipeline_query(bound.get("data"))
         if text is not None:
             s.query(text)

@@ -64,7 +64,7 @@ class SimilarityRanker(Ranker):
         self.memo = memo
 
     def after(self, s: Stage, result: Any) -> None:
-        instance, memo = self.instance, self.memo
+        memo = self.memo
         outputs = self.outputs(s, memo, result, sc.SCORE_RERANK)
         if outputs is None or "inputs" not in memo:
             return
@@ -95,7 +95,7 @@ class LostInTheMiddle(Ranker):
         self.memo = memo
 
     def after(self, s: Stage, result: Any) -> None:
-        instance, memo = self.instance, self.memo
+        memo = self.memo
         outputs = self.outputs(s, memo, result, None)
         if outputs is None or "inputs" not in memo:
             return
@@ -146,7 +146,7 @@ class MetaField(Ranker):
         self.memo = memo
 
     def after(self, s: Stage, result: Any) -> None:
-        instance, memo = self.instance, self.memo
+        memo = self.memo
         docs = documents_of(result)
         inputs = memo.get("inputs") or []
         ranked = memo["weight"] != 0

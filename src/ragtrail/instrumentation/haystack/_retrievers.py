@@ -52,7 +52,7 @@ class TextRetriever(HaystackCall):
         """A text retriever's query is no vector."""
 
     def after(self, s: Stage, result: Any) -> None:
-        instance, memo = self.instance, self.memo
+        memo = self.memo
         docs = documents_of(result)
         if docs is None:
             s.finding(f"run returned a {type(result).__name__} without a documents list")

@@ -9,7 +9,8 @@ node (an already packed chunk) is identified by ``sha256:`` of its text. That te
 own text with LlamaIndex's metadata header put before it (``file_path: ...``): the budget stage
 receipts the text it was given (a later cut is caught against it) and declares the header with rule
 ``metadata_header@1:<n>`` (n = code points added: the header, less the trailing whitespace LlamaIndex
-strips from the whole) derived from the node's own receipt, which the reader checks by arithmetic. A built text that is not "header + the node's text" carries no rule (an alarm: a change
+strips from the whole) derived from the node's own receipt, which the reader checks by arithmetic.
+A built text that is not "header + the node's text" carries no rule (an alarm: a change
 nobody explained). ``truncate`` keeps each
 chunk's identity and stamps the shortened text with rule ``budget_trim@1`` and ``derived_from``.
 """
