@@ -26,7 +26,7 @@ def test_demo_prints_answer_manifest_and_report(demo_dir):
     lines = out.splitlines()
     assert lines[0] == ANSWER
     for expected in ('hop 2  follow_up of hop 1  "refund exceptions for annual enterprise contracts" → index',
-                     "Coverage: 3 of 20 read: an absence claim is not supported",
+                     "Coverage: the answer claims presence: supported by what was read (3 of 20 read; an absence claim would not be)",
                      "Cited: policy-2024-11", "Sampling: sampled at p=1: this trace stands for 1 request",
                      f"HTML report: {cwd / '.ragtrail' / 'demo-report.html'}"):
         assert expected in out, expected

@@ -199,7 +199,7 @@ def test_a_pipeline_called_from_another_rolls_its_reads_into_the_outer_one(span_
     assert m["pipeline"]["component"] == "outer"
     c = m["coverage"]
     assert (c["corpus_size"], c["retrieved"], c["in_context"], c["cited"]) == (20, 3, 3, 1)
-    assert c["statement"] == "the answer claims presence: supported by what was read (3 read)"
+    assert c["statement"] == "the answer claims presence: supported by what was read (3 of 20 read; an absence claim would not be)"
 
 
 def test_empty_failed_and_context_failure_runs_get_different_words(span_exporter):

@@ -78,7 +78,8 @@ def test_report_renders_in_chromium(report, tmp_path):
     assert dom.count("li", **{"class": "hop"}) == 3
     assert dom.count("table", **{"class": "candidate-table"}) == 8
     assert dom.count("table", **{"class": "exclusion-table"}) == 5
-    assert "3 of 20 read: an absence claim is not supported" in dom.text_by_id["coverage-statement"]
+    assert ("the answer claims presence: supported by what was read (3 of 20 read; an absence claim would not be)"
+            in dom.text_by_id["coverage-statement"])
     assert "faithful" in dom.text_by_id["fidelity-verdict"]
     assert "policy-2026-01" in dom.text_by_id["candidates"] and "budget_exceeded" in dom.text_by_id["candidates"]
 

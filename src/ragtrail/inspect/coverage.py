@@ -100,7 +100,10 @@ def _claim_verdict(claim: str | None, claims: list[dict[str, Any]], read: int, c
             text = (f"the answer claims absence: not supported ({read} of {_of(corpus_size, approximate)} read"
                     + (f", {unread} never read)" if unread else ")"))
     else:
-        text = (f"the answer claims presence: supported by what was read ({read} read)" if row["supported"]
+        of = "" if corpus_size is None else f" of {_of(corpus_size, approximate)}"
+        text = (f"the answer claims presence: supported by what was read ({read}{of} read; "
+                "an absence claim would not be)" if row["supported"] and read != corpus_size else
+                f"the answer claims presence: supported by what was read ({read}{of} read)" if row["supported"]
                 else "the answer claims presence: not supported (nothing reached the model)")
     return {"claim": claim, "supported": row["supported"], "why": row["why"], "statement": text}
 

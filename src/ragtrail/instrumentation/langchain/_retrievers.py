@@ -36,12 +36,11 @@ from ragtrail.recorder.pipeline import current_pipeline
 
 # score kinds of ``similarity_search_with_score`` per store (class name); unknown stores: "none"
 _WITH_SCORE_KIND = {
-    "InMemoryVectorStore": sc.SCORE_SIMILARITY,
+    "InMemoryVectorStore": sc.SCORE_SIMILARITY,  # cosine similarity
     "FAISS": sc.SCORE_DISTANCE,
     "Chroma": sc.SCORE_DISTANCE,
     "Qdrant": sc.SCORE_SIMILARITY,
     "QdrantVectorStore": sc.SCORE_SIMILARITY,
-    "InMemoryVectorStore": sc.SCORE_SIMILARITY,  # cosine similarity
 }
 
 
