@@ -509,6 +509,21 @@ def _field_value(value: Any) -> Any:
     return canonical_json(value)
 
 
+_json_str = json.encoder.encode_basestring  # what a JSONEncoder with ensure_ascii=False writes for a str
+
+
+def _json_leaf(value: Any) -> str:
+    """``_CELL_ENCODER.encode(value)`` for the values a cell holds, the common types without the call."""
+    t = type(value)
+    if t is str:
+        return _json_str(value)
+    if t is int:
+        return int.__repr__(value)
+    if t is float and math.isfinite(value):
+        return float.__repr__(value)
+    return _CELL_ENCODER.encode(value)
+
+
 def _short(key: str) -> str:
     return key[len(_PREFIX):] if key.startswith(_PREFIX) else key
 
@@ -532,22 +547,24 @@ def stage_fields(span_attributes: Mapping[str, Any],
     for key, value in span_attributes.items():
         if key.startswith(_PREFIX) and key not in _UNCOVERED:
             fields[_short(key)] = _dumps(_field_value(value))
+    # each cell is the JSON text of [name, id, value] (or [name, id, value, key]), written piecewise:
+    # the same text as encoding the list, without building one per cell (this runs on the host's thread)
     dumps = _CELL_ENCODER.encode
     columns: dict[str, list[str]] = {}
     meta_prefix = semconv.CANDIDATE_META_PREFIX
     for name, attributes in events:
-        ident = _event_ident(name, attributes)
+        head = dumps([name, _event_ident(name, attributes)])[:-1] + ","
         for key, value in attributes.items():
             if not key.startswith(_PREFIX):
                 continue
             if key.startswith(meta_prefix):
-                column, cell = "candidate.meta", [name, ident, _field_value(value), key]
+                column, cell = "candidate.meta", f"{head}{_json_leaf(_field_value(value))},{_json_str(key)}]"
             else:
-                column, cell = "event." + key[9:], [name, ident, _field_value(value)]
+                column, cell = "event." + key[9:], f"{head}{_json_leaf(_field_value(value))}]"
             cells = columns.get(column)
             if cells is None:
                 cells = columns[column] = []
-            cells.append(dumps(cell))
+            cells.append(cell)
     for column, cells in columns.items():
         cells.sort()
         fields[column] = "[" + ",".join(cells) + "]"
