@@ -98,19 +98,17 @@ class Filter:
         return True
 
     # --- push-down ---------------------------------------------------------------------------------
+    def _span_filters(self) -> list[tuple[str, str]]:
+        """The filters a backend can match on span attributes, as (attribute, value): the part of the
+        search that both Tempo's TraceQL and Jaeger's tag search can carry."""
+        pairs = ((sc.RUN_STATUS, self.run_status), (sc.STAGE_STATUS, self.stage_status),
+                 (sc.STAGE_COMPONENT, self.component), (sc.QUERY_SHA256, self.query_sha256))
+        return [(key, value) for key, value in pairs if value]
+
     def traceql(self) -> str:
         """The TraceQL that narrows a Tempo search to traces that can match (finding and doc id are
         event-level or free text: those are checked after reading)."""
-        conds = [f"span.{sc.SCHEMA} >= 1"]  # schema 1 and 2 traces alike
-        parts = []
-        if self.run_status:
-            parts.append(f'{{ span.{sc.RUN_STATUS} = {json.dumps(self.run_status)} }}')
-        if self.stage_status:
-            parts.append(f'{{ span.{sc.STAGE_STATUS} = {json.dumps(self.stage_status)} }}')
-        if self.component:
-            parts.append(f'{{ span.{sc.STAGE_COMPONENT} = {json.dumps(self.component)} }}')
-        if self.query_sha256:
-            parts.append(f'{{ span.{sc.QUERY_SHA256} = {json.dumps(self.query_sha256)} }}')
+        parts = [f"{{ span.{key} = {json.dumps(value)} }}" for key, value in self._span_filters()]
         if self.service_version:
             parts.append(f'{{ resource.service.version = {json.dumps(self.service_version)} }}')
         if self.tag:
@@ -120,20 +118,12 @@ class Filter:
         if self.doc:
             parts.append(f'{{ event.{sc.CANDIDATE_ID} = {json.dumps(self.doc)} }}')
         if not parts:
-            return "{ " + " && ".join(conds) + " }"
+            return f"{{ span.{sc.SCHEMA} >= 1 }}"  # schema 1 and 2 traces alike
         return " && ".join(parts)
 
     def jaeger_tags(self) -> str | None:
         """Jaeger's tag search (span attributes, AND-ed) as ``--query`` would take it, or ``None``."""
-        tags: dict[str, str] = {}
-        if self.run_status:
-            tags[sc.RUN_STATUS] = self.run_status
-        if self.stage_status:
-            tags[sc.STAGE_STATUS] = self.stage_status
-        if self.component:
-            tags[sc.STAGE_COMPONENT] = self.component
-        if self.query_sha256:
-            tags[sc.QUERY_SHA256] = self.query_sha256
+        tags = dict(self._span_filters())
         return json.dumps(tags) if tags else None
 
     def as_dict(self) -> dict[str, Any]:
