@@ -1,0 +1,1 @@
+"""``ragtrail gate``: a retrieval regression gate for CI (see docs/gate.md)."""
