@@ -78,6 +78,9 @@ def _otlp_value_to_jaeger(key: str, value: dict[str, Any]) -> dict[str, Any]:
         items = [list(x.values())[0] for x in v.get("values", [])]
         items = [int(x) if isinstance(x, str) and x.lstrip("-").isdigit() and "intValue" in y else x
                  for x, y in zip(items, v.get("values", []))]
+        # Go's encoding/json, as Jaeger writes the array's text: a whole float 1.0 is written 1
+        items = [int(x) if isinstance(x, float) and x.is_integer() and "doubleValue" in y else x
+                 for x, y in zip(items, v.get("values", []))]
         return {"key": key, "type": "string", "value": json.dumps(items, separators=(",", ":"))}
     raise AssertionError(kind)
 
@@ -153,8 +156,14 @@ def _order_free_manifest(m: dict[str, Any]) -> list[Any]:
 
 def test_every_backend_shape_gives_the_same_verdict_whatever_the_event_order(tmp_path: Path) -> None:
     doc = _record(tmp_path)
-    names = [e["name"] for e in _span(doc, "retrieve multi_query")["events"]]
-    assert names == [sc.EVENT_QUERY] * 3 + [sc.EVENT_CANDIDATE] * 6  # queries emitted before candidates
+    span = _span(doc, "retrieve multi_query")
+    assert [e["name"] for e in span["events"]] == [sc.EVENT_QUERY] * 3  # the candidates are columns (schema 3)
+    assert len(_attr(span, sc.COLUMN_IDS)["arrayValue"]["values"]) == 6
+    fuse = _span(doc, "fuse rrf")
+    assert [e["name"] for e in fuse["events"]] == [sc.EVENT_EXCLUSION]  # one per reason
+    # a whole score 1.0 reaches Jaeger v1 as 1 in the array's text: the reader still verifies it
+    _set(fuse["attributes"], sc.COLUMN_SCORES, {"arrayValue": {"values": [{"doubleValue": 1.0}] * 4}})
+    _restamp(doc, "fuse rrf", keyed=False, score=None)
     paths = shapes(tmp_path, doc)
     verdicts = {name: _verdict(p) for name, p in paths.items()}
     reference = verdicts["local store"]
@@ -255,16 +264,33 @@ def _on_event(name: str, event: str, key: str, value: dict[str, Any], n: int = 0
     return lambda doc: _set(_event(_span(doc, name), event, n)["attributes"], key, value)
 
 
+def _on_column(name: str, key: str, index: int, value: dict[str, Any],
+               event: str | None = None) -> Callable[[dict[str, Any]], None]:
+    """Change one row of a column: on the stage span, or on its first ``event``."""
+    def edit(doc: dict[str, Any]) -> None:
+        span = _span(doc, name)
+        attrs = _event(span, event)["attributes"] if event else span["attributes"]
+        next(kv for kv in attrs if kv["key"] == key)["value"]["arrayValue"]["values"][index] = value
+    return edit
+
+
+def _swap_ids(doc: dict[str, Any]) -> None:
+    ids = _attr(_span(doc, "fuse rrf"), sc.COLUMN_IDS)["arrayValue"]["values"]
+    ids[0], ids[1] = ids[1], ids[0]
+
+
 TAMPERING = {  # what was changed -> the field the alarm names (the 18 kinds the issue saw uncaught, and more)
-    "score": (_on_event("fuse rrf", sc.EVENT_CANDIDATE, sc.CANDIDATE_SCORE, {"doubleValue": 0.9}), sc.CANDIDATE_SCORE),
-    "rank": (_on_event("fuse rrf", sc.EVENT_CANDIDATE, sc.CANDIDATE_RANK, {"intValue": "7"}), sc.CANDIDATE_RANK),
-    "score kind": (_on_event("fuse rrf", sc.EVENT_CANDIDATE, sc.CANDIDATE_SCORE_KIND, {"stringValue": "rerank"}),
-                   sc.CANDIDATE_SCORE_KIND),
-    "hop": (_on_event("fuse rrf", sc.EVENT_CANDIDATE, sc.CANDIDATE_HOP, {"intValue": "3"}), sc.CANDIDATE_HOP),
+    "score": (_on_column("fuse rrf", sc.COLUMN_SCORES, 0, {"doubleValue": 0.9}), sc.COLUMN_SCORES),
+    "rank (two outputs swapped)": (_swap_ids, sc.COLUMN_IDS),
+    "id": (_on_column("fuse rrf", sc.COLUMN_IDS, 2, {"stringValue": "sla-2025"}), sc.COLUMN_IDS),
+    "exclusion rank": (_on_column("fuse rrf", sc.COLUMN_RANKS, 0, {"intValue": "7"}, sc.EVENT_EXCLUSION),
+                       sc.COLUMN_RANKS),
+    "score kind": (_on_span("fuse rrf", sc.COLUMN_SCORE_KIND, {"stringValue": "rerank"}), sc.COLUMN_SCORE_KIND),
+    "hop": (_on_column("fuse rrf", sc.COLUMN_HOPS, 0, {"intValue": "3"}), sc.COLUMN_HOPS),
     "exclusion reason": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.EXCLUSION_REASON, {"stringValue": "stale"}),
                          sc.EXCLUSION_REASON),
-    "exclusion detail": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.EXCLUSION_DETAIL, {"stringValue": "old"}),
-                         sc.EXCLUSION_DETAIL),
+    "exclusion detail": (_on_column("fuse rrf", sc.COLUMN_EXCLUSION_DETAILS, 1, {"stringValue": "old"},
+                                    sc.EVENT_EXCLUSION), sc.COLUMN_EXCLUSION_DETAILS),
     "stage status": (_on_span("filter status", sc.STAGE_STATUS, {"stringValue": "ok"}), sc.STAGE_STATUS),
     "failure class": (_on_span("filter status", sc.STAGE_FAILURE_CLASS, {"stringValue": "parse_error"}),
                       sc.STAGE_FAILURE_CLASS),
@@ -277,14 +303,16 @@ TAMPERING = {  # what was changed -> the field the alarm names (the 18 kinds the
     "component": (_on_span("fuse rrf", sc.STAGE_COMPONENT, {"stringValue": "tests.other"}), sc.STAGE_COMPONENT),
     "threshold knob": (_on_span("filter status", sc.STAGE_THRESHOLD, {"doubleValue": 0.1}), sc.STAGE_THRESHOLD),
     "coverage": (_on_span("pipeline mq", sc.COVERAGE_RETRIEVED, {"intValue": "9"}), sc.COVERAGE_RETRIEVED),
-    "content chars (no payload)": (_on_event("fuse rrf", sc.EVENT_CANDIDATE, sc.CANDIDATE_CONTENT_CHARS,
-                                             {"intValue": "3"}), sc.CANDIDATE_CONTENT_CHARS),
-    "content bytes (no payload)": (_on_event("fuse rrf", sc.EVENT_CANDIDATE, sc.CANDIDATE_CONTENT_BYTES,
-                                             {"intValue": "3"}), sc.CANDIDATE_CONTENT_BYTES),
+    "content chars (no payload)": (_on_column("fuse rrf", sc.COLUMN_CONTENT_CHARS, 0, {"intValue": "3"}),
+                                   sc.COLUMN_CONTENT_CHARS),
+    "content bytes (no payload)": (_on_column("fuse rrf", sc.COLUMN_CONTENT_BYTES, 0, {"intValue": "3"}),
+                                   sc.COLUMN_CONTENT_BYTES),
+    "excluded content bytes (no payload)": (_on_column("fuse rrf", sc.COLUMN_CONTENT_BYTES, 0, {"intValue": "3"},
+                                                       sc.EVENT_EXCLUSION), sc.COLUMN_CONTENT_BYTES),
     "query hop event text": (_on_event("retrieve multi_query", sc.EVENT_QUERY, sc.QUERY_TRANSFORM,
                                        {"stringValue": "rewrite"}, 1), sc.QUERY_TRANSFORM),
-    "transform rule added": (_on_event("fuse rrf", sc.EVENT_CANDIDATE, sc.CANDIDATE_TRANSFORM_RULE,
-                                       {"stringValue": "budget_trim@1"}), sc.CANDIDATE_TRANSFORM_RULE),
+    "transform rule added": (_on_span("fuse rrf", sc.COLUMN_TRANSFORM_RULE, {"arrayValue": {"values": [
+        {"stringValue": "budget_trim@1"}] + [{"stringValue": ""}] * 3}}), sc.COLUMN_TRANSFORM_RULE),
 }
 
 
@@ -308,13 +336,12 @@ def test_same_length_preview_replaced_is_changed_uncited(tmp_path: Path, monkeyp
     finally:
         monkeypatch.delenv(sc.ENV_CAPTURE_CONTENT)
         ragtrail.settings.reset()
-    event = _event(_span(doc, "fuse rrf"), sc.EVENT_CANDIDATE)
-    preview = next(kv["value"] for kv in event["attributes"] if kv["key"] == sc.CANDIDATE_CONTENT_PREVIEW)
+    preview = _attr(_span(doc, "fuse rrf"), sc.COLUMN_CONTENT_PREVIEW)["arrayValue"]["values"][0]
     assert len(preview["stringValue"]) == 256
     preview["stringValue"] = "X" * 256
     f = build(resolve(_write(tmp_path, "p.json", doc), None))["fidelity"]
     assert [(a["stage"], a["field"], a["problem"]) for a in f["alarms"]] == [
-        ("fuse tests.rrf", sc.CANDIDATE_CONTENT_PREVIEW, "changed_uncited")]
+        ("fuse tests.rrf", sc.COLUMN_CONTENT_PREVIEW, "changed_uncited")]
     assert f["changed_uncited"] == 1
 
 
@@ -327,17 +354,22 @@ def test_restamped_field_digest_is_caught_by_the_receipt(tmp_path: Path) -> None
 
 
 # --- keyed receipts -----------------------------------------------------------------------------
-def _restamp(doc: dict[str, Any], name: str) -> None:
-    """What a forger without the key does: change a score and restamp the receipt unkeyed."""
-    from ragtrail.contract.receipts import stage_fields, stage_receipt
+def _restamp(doc: dict[str, Any], name: str, keyed: bool = True, score: float | None = 0.99) -> None:
+    """What a forger without the key does: change a score and restamp the receipt unkeyed (``score``
+    None: restamp only, and the events digest too, as after a change of every score)."""
+    from ragtrail.contract.receipts import digest_item, sorted_events_digest, stage_fields, stage_receipt
     from ragtrail.inspect.otlp import decode_document
+    from ragtrail.inspect.stages import StageView
 
     span = _span(doc, name)
-    _set(_event(span, sc.EVENT_CANDIDATE)["attributes"], sc.CANDIDATE_SCORE, {"doubleValue": 0.99})
+    if score is not None:
+        _on_column(name, sc.COLUMN_SCORES, 0, {"doubleValue": score})(doc)
     decoded = next(s for s in decode_document(doc) if s.name == name)
     stamp = stage_receipt(stage_fields(decoded.attributes, [(e.name, e.attributes) for e in decoded.events]))
-    _set(span["attributes"], sc.STAGE_RECEIPT, {"stringValue": f"hmac-sha256:{stamp.receipt}"})
+    _set(span["attributes"], sc.STAGE_RECEIPT, {"stringValue": f"hmac-sha256:{stamp.receipt}" if keyed else stamp.receipt})
     _set(span["attributes"], sc.STAGE_RECEIPT_FIELDS, {"stringValue": stamp.fields})
+    records = [digest_item(e.name, e.attributes) for _, e in StageView(decoded).events()]
+    _set(span["attributes"], sc.EVENTS_DIGEST, {"stringValue": sorted_events_digest(records)})
 
 
 def test_keyed_receipts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:

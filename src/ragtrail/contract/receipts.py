@@ -529,9 +529,15 @@ def _short(key: str) -> str:
 
 
 def _event_ident(name: str, attributes: Mapping[str, Any]) -> str:
+    """What names an event in the stage receipt's cells: its hop, its candidate, or (schema 3: one
+    exclusion event per reason, its candidates as columns) its reason, so that moving ids, details or
+    any other column from one reason's event to another's changes the receipt."""
     if name == semconv.EVENT_QUERY:
         return f"hop:{attributes.get(semconv.QUERY_HOP)}"
-    return str(attributes.get(semconv.CANDIDATE_ID, ""))
+    ident = attributes.get(semconv.CANDIDATE_ID)
+    if ident is None and name == semconv.EVENT_EXCLUSION and semconv.EXCLUSION_REASON in attributes:
+        return f"reason:{attributes.get(semconv.EXCLUSION_REASON)}"
+    return "" if ident is None else str(ident)
 
 
 def stage_fields(span_attributes: Mapping[str, Any],

@@ -6,9 +6,12 @@ The recorder, the exporters and the inspector all import them from here so that 
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
-# schema versions a reader accepts (schema 1 traces still read and verify by the v1 rules)
-SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+# schema versions a reader accepts (schema 1 traces still read and verify by the v1 rules, schema 2's
+# per-candidate events by the v2 rules; schema 3 writes candidates as columns: docs/semconv.md §8)
+SCHEMA_VERSIONS = (1, 2, 3)
+# the first schema whose candidates are columns on the stage span (and exclusions one event per reason)
+SCHEMA_COLUMNS = 3
 
 # --- spans (docs/semconv.md §1) --------------------------------------------------------------------
 SCHEMA = "ragtrail.schema"
@@ -134,6 +137,34 @@ CANDIDATE_TRANSFORM_RULE = "ragtrail.candidate.transform.rule"
 CANDIDATE_TRANSFORM_DERIVED_FROM = "ragtrail.candidate.transform.derived_from"
 EXCLUSION_REASON = "ragtrail.exclusion.reason"
 EXCLUSION_DETAIL = "ragtrail.exclusion.detail"
+
+# schema 3: candidates as columns (docs/semconv.md §3). The stage's outputs are homogeneous arrays on
+# the stage span, in output order (a candidate's rank is its position); the excluded inputs are one
+# ragtrail.exclusion event per reason carrying the same columns (plus input ranks and details). A
+# value the same for every row is said once (the singular names); a row without a value holds the
+# column's blank: "" in string columns, -1 in int columns, 0.0 in scores (with score_raw saying why).
+COLUMNS_PREFIX = "ragtrail.candidates."
+COLUMN_IDS = "ragtrail.candidates.ids"
+COLUMN_RANKS = "ragtrail.candidates.ranks"
+COLUMN_SCORES = "ragtrail.candidates.scores"
+# per row: "" (the score is in scores), NO_SCORE (the candidate had none), or the text of a score
+# that is not finite ("nan", "inf", "-inf", or its type's name)
+COLUMN_SCORE_RAW = "ragtrail.candidates.score_raw"
+COLUMN_SCORE_KIND = "ragtrail.candidates.score_kind"
+COLUMN_SCORE_KINDS = "ragtrail.candidates.score_kinds"
+COLUMN_HOP = "ragtrail.candidates.hop"
+COLUMN_HOPS = "ragtrail.candidates.hops"
+COLUMN_CONTENT_CHARS = "ragtrail.candidates.content.chars"
+COLUMN_CONTENT_BYTES = "ragtrail.candidates.content.bytes"
+COLUMN_CONTENT_SHA256 = "ragtrail.candidates.content.sha256"
+COLUMN_CONTENT_PREVIEW = "ragtrail.candidates.content.preview"
+COLUMN_CONTENT_TEXT = "ragtrail.candidates.content.text"
+COLUMN_TRANSFORM_RULE = "ragtrail.candidates.transform.rule"
+COLUMN_TRANSFORM_DERIVED_FROM = "ragtrail.candidates.transform.derived_from"
+# one column per allow-listed metadata key: each row the canonical JSON of the value ("" when absent)
+COLUMN_META_PREFIX = "ragtrail.candidates.meta."
+COLUMN_EXCLUSION_DETAILS = "ragtrail.exclusion.details"
+NO_SCORE = "~"
 
 SCORE_SIMILARITY = "similarity"
 SCORE_DISTANCE = "distance"

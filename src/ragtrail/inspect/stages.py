@@ -13,6 +13,7 @@ from typing import Any
 
 from ragtrail.contract import semconv as sc
 
+from . import columns
 from .errors import NoRagtrailSpans
 from .model import Event, Span, Trace
 
@@ -26,6 +27,7 @@ class StageView:
     span: Span
     continuations: list[Span] = field(default_factory=list)
     _events: list[tuple[Span, Event]] | None = field(default=None, repr=False)
+    _wire: list[tuple[Span, Event]] | None = field(default=None, repr=False)
 
     @property
     def attributes(self) -> dict[str, Any]:
@@ -47,14 +49,31 @@ class StageView:
     def spans(self) -> list[Span]:
         return [self.span, *self.continuations]
 
+    def wire_events(self) -> list[tuple[Span, Event]]:
+        """The ragtrail events as they arrived (the stage span's, then each continuation's by index):
+        what the stage receipt covers. Schema 3 candidates are columns, not among them."""
+        if self._wire is None:
+            self._wire = [(span, e) for span in self.spans() for e in span.events if e.name in RAGTRAIL_EVENTS]
+        return self._wire
+
     def events(self) -> list[tuple[Span, Event]]:
-        """Ragtrail events in emission order: the stage span's, then each continuation's by index;
-        schema 2 restores that order whatever order the backend returned them in (:func:`emission_order`)."""
+        """Every record of the stage in emission order, one per produced query, output and exclusion
+        (schema 3's columns read back as such, :mod:`columns`); schema 2 on restores that order
+        whatever order the backend returned them in (:func:`emission_order`)."""
         if self._events is None:
-            out: list[tuple[Span, Event]] = []
-            for span in self.spans():
-                out.extend((span, e) for e in span.events if e.name in RAGTRAIL_EVENTS)
-            self._events = emission_order(out) if schema_of(self.span) >= 2 else out
+            wire = self.wire_events()
+            schema = schema_of(self.span)
+            if schema >= sc.SCHEMA_COLUMNS:
+                head = self.span
+                out: list[tuple[Span, Event]] = [(s, e) for s, e in wire if e.name == sc.EVENT_QUERY]
+                out.extend((head, Event(sc.EVENT_CANDIDATE, head.end_ns, row)) for row in columns.records(head.attributes))
+                for span, e in wire:
+                    if e.name == sc.EVENT_EXCLUSION:
+                        reason = e.attributes.get(sc.EXCLUSION_REASON)
+                        out.extend((span, Event(sc.EVENT_EXCLUSION, e.time_ns, row))
+                                   for row in columns.records(e.attributes, "" if reason is None else reason))
+                wire = out
+            self._events = emission_order(wire) if schema >= 2 else wire
         return self._events
 
 
@@ -113,6 +132,11 @@ def stitch(trace: Trace) -> Stitched:
     heads: dict[str, StageView] = {}
     continuations: list[Span] = []
     for span in ragtrail_spans:
+        if schema_of(span) >= sc.SCHEMA_COLUMNS:
+            columns.normalize(span.attributes)
+            for event in span.events:
+                if event.name == sc.EVENT_EXCLUSION:
+                    columns.normalize(event.attributes)
         if span.attributes.get(sc.STAGE_CONTINUATION) is True:
             continuations.append(span)
         else:

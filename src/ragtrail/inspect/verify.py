@@ -290,7 +290,7 @@ class _Checker:
                        "or the producer ran without RAGTRAIL_RECEIPT_KEY")
             return
         key = self.key if alg == ALG_HMAC_SHA256 else None
-        fields = stage_fields(attrs, [(e.name, e.attributes) for _, e in view.events()])
+        fields = stage_fields(attrs, [(e.name, e.attributes) for _, e in view.wire_events()])
         computed = stage_receipt(fields, key)
         if computed.receipt == stamped:
             received_fields = attrs.get(sc.STAGE_RECEIPT_FIELDS)
@@ -319,7 +319,7 @@ class _Checker:
             field_name = "ragtrail." + wire
             if field_name in named:
                 continue
-            if field_name == sc.CANDIDATE_CONTENT_PREVIEW:
+            if field_name in (sc.CANDIDATE_CONTENT_PREVIEW, sc.COLUMN_CONTENT_PREVIEW):
                 self.f.count(CHANGED_UNCITED)  # a preview that is not the producer's: not its prefix
             where = "on an event" if name.startswith(("event.", "candidate.meta")) else "on the stage span"
             state = "missing" if name not in fields else "added" if name not in stamped_fields else "changed"

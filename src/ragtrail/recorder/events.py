@@ -1,16 +1,21 @@
-"""A stage's events (docs/semconv.md §2-3): build them, digest them, and spill them over spans.
+"""A stage's candidates and events (docs/semconv.md §2-3): build them, digest them, and spill them over spans.
 
-One ``ragtrail.query`` event per query the stage produced, one ``ragtrail.candidate`` per output
-and one ``ragtrail.exclusion`` per excluded input. When they do not fit on one span (the SDK's
-event limit, or ``RAGTRAIL_EVENTS_PER_SPAN``) they spill into continuation child spans rather than
-letting the SDK evict the top-ranked candidates; ``ragtrail.events.count`` and
-``ragtrail.events.digest`` let a reader check that every one arrived.
+Schema 3 writes the stage's outputs as columns on its span (one homogeneous array per field: what a
+per-candidate event cost, an SDK ``BoundedAttributes`` and ~10 attributes encoded one by one by the
+exporter while it holds the GIL, is the bulk of ragtrail's cost), one ``ragtrail.exclusion`` event
+per exclusion reason carrying the same columns for its candidates (so TraceQL still finds
+``{ event.ragtrail.exclusion.reason = "superseded" }``), and one ``ragtrail.query`` event per query
+the stage produced. When the events do not fit on one span (the SDK's event limit, or
+``RAGTRAIL_EVENTS_PER_SPAN``) they spill into continuation child spans; ``ragtrail.events.count``
+and ``ragtrail.events.digest`` cover every record (query, output, exclusion) so a reader can check
+that every one arrived.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -41,69 +46,128 @@ def query_attributes(query: QueryRecord, config: CaptureSettings) -> dict[str, A
     return attributes
 
 
+class Columns(NamedTuple):
+    """A stage's candidates as the wire carries them (schema 3): the output columns for the stage
+    span, the events (one per produced query, one per exclusion reason), and the digest items of
+    every record (produced query, output, exclusion) that ``ragtrail.events.count``/``.digest`` cover."""
+
+    span_attributes: dict[str, Any]
+    events: list[Event]
+    items: list[tuple[str, str, str]]
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode
+
+
 class EventBuilder:
-    """Builds one stage's event attributes under the capture settings in force."""
+    """Builds one stage's columns and events under the capture settings in force."""
 
     def __init__(self, config: CaptureSettings, default_score_kind: str | None) -> None:
         self.config = config
         self.default_score_kind = default_score_kind
         self.content_key: str | None = None
         if config.content_for("") is not None:  # content capture is on: preview or full
-            self.content_key = sc.CANDIDATE_CONTENT_PREVIEW if config.content_is_preview() else sc.CANDIDATE_CONTENT_TEXT
+            self.content_key = sc.COLUMN_CONTENT_PREVIEW if config.content_is_preview() else sc.COLUMN_CONTENT_TEXT
 
-    def events(self, variants: Sequence[QueryRecord], outputs: Sequence[Candidate],
-               exclusions: Sequence[Exclusion]) -> list[Event]:
+    def build(self, variants: Sequence[QueryRecord], outputs: Sequence[Candidate],
+              exclusions: Sequence[Exclusion]) -> Columns:
         config = self.config
         events: list[Event] = [(sc.EVENT_QUERY, query_attributes(v, config)) for v in variants]
-        kind = self.default_score_kind
-        for rank, candidate in enumerate(outputs):
-            events.append((sc.EVENT_CANDIDATE, self.candidate(candidate, rank, kind)))
-        for rank, candidate, reason, detail in exclusions:
-            attributes = self.candidate(candidate, rank, None)
-            if rank < 0:
-                del attributes[sc.CANDIDATE_RANK]
-            attributes[sc.EXCLUSION_REASON] = reason
-            if detail is not None:
-                attributes[sc.EXCLUSION_DETAIL] = wire_str(detail)
+        items = [digest_item(name, attributes) for name, attributes in events]
+        span_attributes = self.columns(outputs, self.default_score_kind, None)
+        ids = span_attributes.get(sc.COLUMN_IDS, ())
+        shas = span_attributes.get(sc.COLUMN_CONTENT_SHA256) or [""] * len(ids)
+        items.extend(zip([sc.EVENT_CANDIDATE] * len(ids), ids, shas))
+        groups: dict[str, list[Exclusion]] = {}
+        for exclusion in exclusions:
+            group = groups.get(exclusion[2])
+            if group is None:
+                group = groups[exclusion[2]] = []
+            group.append(exclusion)
+        for reason, group in groups.items():
+            attributes: dict[str, Any] = {sc.EXCLUSION_REASON: reason}
+            attributes.update(self.columns([e[1] for e in group], None, [e[0] if e[0] >= 0 else -1 for e in group]))
+            details = [wire_str(e[3]) if e[3] is not None else "" for e in group]
+            if any(details):
+                attributes[sc.COLUMN_EXCLUSION_DETAILS] = details
             events.append((sc.EVENT_EXCLUSION, attributes))
-        return events
+            ids = attributes[sc.COLUMN_IDS]
+            shas = attributes.get(sc.COLUMN_CONTENT_SHA256) or [""] * len(ids)
+            items.extend(zip([sc.EVENT_EXCLUSION] * len(ids), ids, shas))
+        return Columns(span_attributes, events, items)
 
-    def candidate(self, candidate: Candidate, rank: int, default_kind: str | None) -> dict[str, Any]:
-        """One candidate's attributes: id, rank, score, hop, content receipt, captured content,
-        transform rule and the captured metadata keys."""
-        attributes: dict[str, Any] = {sc.CANDIDATE_ID: wire_str(candidate.id), sc.CANDIDATE_RANK: rank}
-        if candidate.score is not None:
-            score = finite_or_none(candidate.score)
-            if score is not None:
-                attributes[sc.CANDIDATE_SCORE] = score
+    def columns(self, candidates: Sequence[Candidate], default_kind: str | None,
+                ranks: list[int] | None) -> dict[str, Any]:
+        """The columns of ``candidates`` (docs/semconv.md §3): one homogeneous array per field, in
+        the candidates' order; a field the same for every row said once; a field no row has left out."""
+        if not candidates:
+            return {}
+        out: dict[str, Any] = {sc.COLUMN_IDS: [wire_str(c.id) for c in candidates]}
+        if ranks is not None:
+            out[sc.COLUMN_RANKS] = ranks
+        scores: list[float] = []
+        raw: list[str] = []
+        finite = odd = 0
+        for c in candidates:
+            value = c.score
+            number = None if value is None else finite_or_none(value)
+            if number is not None:
+                scores.append(number)
+                raw.append("")
+                finite += 1
             else:
-                attributes[sc.CANDIDATE_SCORE_RAW] = score_text(candidate.score)
-        attributes[sc.CANDIDATE_SCORE_KIND] = candidate.score_kind or default_kind or sc.SCORE_NONE
-        if candidate.hop is not None:
-            attributes[sc.CANDIDATE_HOP] = candidate.hop
-        rec = candidate.receipt
-        if rec is not None:
-            attributes[sc.CANDIDATE_CONTENT_CHARS] = rec.chars
-            attributes[sc.CANDIDATE_CONTENT_BYTES] = rec.bytes
-            attributes[sc.CANDIDATE_CONTENT_SHA256] = rec.sha256
+                scores.append(0.0)
+                raw.append(sc.NO_SCORE if value is None else score_text(value))
+                if value is not None:
+                    odd += 1
+        if finite:
+            out[sc.COLUMN_SCORES] = scores
+        if odd or (finite and finite < len(candidates)):
+            out[sc.COLUMN_SCORE_RAW] = raw
+        fallback = default_kind or sc.SCORE_NONE
+        kinds = [c.score_kind or fallback for c in candidates]
+        _once(out, kinds, sc.COLUMN_SCORE_KIND, sc.COLUMN_SCORE_KINDS)
+        hops = [-1 if c.hop is None else c.hop for c in candidates]
+        if any(h != -1 for h in hops):
+            _once(out, hops, sc.COLUMN_HOP, sc.COLUMN_HOPS)
+        receipts = [c.receipt for c in candidates]
+        if any(r is not None for r in receipts):
+            out[sc.COLUMN_CONTENT_CHARS] = [-1 if r is None else r.chars for r in receipts]
+            out[sc.COLUMN_CONTENT_BYTES] = [-1 if r is None else r.bytes for r in receipts]
+            out[sc.COLUMN_CONTENT_SHA256] = [r.sha256 if r is not None else "" for r in receipts]
             if self.content_key is not None:
-                attributes[self.content_key] = self.config.content_for(wire_text(candidate.content))
-        if candidate.transform_rule:
-            attributes[sc.CANDIDATE_TRANSFORM_RULE] = candidate.transform_rule
-        if candidate.derived_from:
-            attributes[sc.CANDIDATE_TRANSFORM_DERIVED_FROM] = candidate.derived_from
-        metadata = candidate.metadata
-        if metadata and self.config.metadata:
-            for key in self.config.metadata:
-                if key in metadata:
-                    attributes[sc.CANDIDATE_META_PREFIX + key] = attribute_value(metadata[key])
-        return attributes
+                content_for = self.config.content_for
+                out[self.content_key] = [(content_for(wire_text(c.content)) or "") if r is not None else ""
+                                         for c, r in zip(candidates, receipts)]
+        rules = [c.transform_rule or "" for c in candidates]
+        if any(rules):
+            out[sc.COLUMN_TRANSFORM_RULE] = rules
+        derived = [c.derived_from or "" for c in candidates]
+        if any(derived):
+            out[sc.COLUMN_TRANSFORM_DERIVED_FROM] = derived
+        keys = self.config.metadata
+        if keys:
+            for key in keys:
+                cells = [_JSON(attribute_value(m[key])) if m and key in m else ""
+                         for m in (c.metadata for c in candidates)]
+                if any(cells):
+                    out[sc.COLUMN_META_PREFIX + key] = cells
+        return out
 
 
-def digest(events: Sequence[Event]) -> str:
-    """``ragtrail.events.digest`` over the events (the contract's digest-item rule, schema 2: in
-    sorted order, so a backend that reorders events does not change it)."""
-    return sorted_events_digest([digest_item(name, attributes) for name, attributes in events])
+def _once(out: dict[str, Any], values: list[Any], single: str, column: str) -> None:
+    """A field the same for every row said once (``single``), else its column."""
+    first = values[0]
+    if all(v == first and type(v) is type(first) for v in values):
+        out[single] = first
+    else:
+        out[column] = values
+
+
+def digest(items: Sequence[tuple[str, str, str]]) -> str:
+    """``ragtrail.events.digest`` over every record's digest item (the contract's rule, schema 2 on:
+    in sorted order, so a backend that reorders events does not change it)."""
+    return sorted_events_digest(items)
 
 
 def receipt(span_attributes: Any, events: Sequence[Event], key: bytes | None) -> StageReceipt:

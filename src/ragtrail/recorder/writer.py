@@ -4,9 +4,10 @@
    the ones lost under a tight attribute limit),
 2. the stage's own attributes (status, knobs, query, counts, findings; coverage, run status and
    the answer on a pipeline),
-3. one event per produced query, output candidate and exclusion, spilling into continuation child
-   spans rather than letting the SDK evict the top-ranked candidates,
-4. ``ragtrail.events.count`` and ``ragtrail.events.digest``, then
+   and the output candidates as columns (schema 3, ``events.Columns``),
+3. one event per produced query and per exclusion reason, spilling into continuation child spans
+   rather than letting the SDK evict any,
+4. ``ragtrail.events.count`` and ``ragtrail.events.digest`` over every record, then
 5. the stage receipt (``ragtrail.stage.receipt`` and ``.fields``) over every semantic field written
    above, last of all, so it is the last to be lost and nothing written after it goes uncovered.
 """
@@ -91,10 +92,13 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     seen.findings.extend(findings)
     _assign_hops(stage, outputs)
     status, failure_class = final_status(stage.kind, seen, exc, outputs)
-    attributes = _mirrors(stage, seen, limits, inputs, outputs, exclusions)  # 1.
+    written_columns = event_rules.EventBuilder(seen.config, stage.score_kind).build(seen.variants, outputs, exclusions)
+    attributes = _mirrors(stage, seen, limits, inputs, outputs, exclusions,
+                          len(written_columns.span_attributes))  # 1.
     if attributes:
         span.set_attributes(attributes)
     own = _own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions)
+    own.update(written_columns.span_attributes)
     span.set_attributes(own)  # 2.
     findings_written = len(seen.findings)
     if exc is not None:
@@ -106,7 +110,7 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
             span.set_status(Status(StatusCode.ERROR, failure_class or sc.STATUS_FAILED))
         else:
             span.set_status(Status(StatusCode.OK))
-    events = event_rules.EventBuilder(seen.config, stage.score_kind).events(seen.variants, outputs, exclusions)  # 3.
+    events = written_columns.events  # 3.
     room = event_rules.capacity(seen.config.events_per_span, limits)
     tracer = stage._tracer or trace.get_tracer(TRACER_NAME)
     continuation = (functools.partial(mirrors.continuation, stage.kind) if seen.config.mirror_openinference
@@ -120,8 +124,8 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
         final[sc.STAGE_INSTRUMENTATION_ERRORS] = stage._errors
     if spans > 1:
         final[sc.EVENTS_SPANS] = spans
-    final[sc.EVENTS_COUNT] = len(events)
-    final[sc.EVENTS_DIGEST] = event_rules.digest(events)
+    final[sc.EVENTS_COUNT] = len(written_columns.items)
+    final[sc.EVENTS_DIGEST] = event_rules.digest(written_columns.items)
     span.set_attributes(final)
     written = getattr(span, "attributes", None)  # 5. what the SDK holds, as the reader will see it
     if written is None:  # pragma: no cover - not an SDK span: the attributes this stage wrote
@@ -131,7 +135,7 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
 
 
 def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | None,
-             outputs: list[Candidate], exclusions: list[Exclusion]) -> dict[str, Any]:
+             outputs: list[Candidate], exclusions: list[Exclusion], columns: int) -> dict[str, Any]:
     config = seen.config
     if not (config.mirror_genai or config.mirror_openinference):
         return {}
@@ -141,7 +145,7 @@ def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | 
         answer = stage._state.pipeline_stage._seen.answer  # a cite/generate stage after ragtrail.answer()
     m = mirrors.MirrorInput(
         kind=stage.kind, component=stage.component, top_k=stage.top_k, config=config, limits=limits,
-        extra=len(seen.extra) + (mirrors.GENAI_ATTRIBUTES if config.mirror_genai else 0),
+        extra=len(seen.extra) + columns + (mirrors.GENAI_ATTRIBUTES if config.mirror_genai else 0),
         query_text=wire_text(seen.query.text) if seen.query is not None and text_allowed else None,
         produced_queries=[wire_text(v.text) for v in seen.variants] if text_allowed else [],
         inputs=inputs, outputs=outputs, exclusions=exclusions, answer=answer,

@@ -1,0 +1,145 @@
+"""Schema 3's candidate columns read back as the per-candidate records the rest of the reader uses.
+
+A schema 3 stage span carries its outputs as homogeneous arrays (``ragtrail.candidates.*``, in output
+order, a row's rank its position) and each ``ragtrail.exclusion`` event carries one reason's excluded
+inputs the same way (plus their input ranks and details). Backends return arrays in several shapes
+(OTLP ``arrayValue`` from the local store, the Collector, Tempo and Jaeger's v3 API; JSON text from
+Jaeger's v1 API, where a float ``1.0`` comes back as ``1``): :func:`normalize` puts every shape back
+into what the recorder wrote, so the stage receipt is checked over the same values, and
+:func:`records` turns the columns into one attribute dict per candidate, keyed by the schema 2
+per-event names (``ragtrail.candidate.*``), so the manifest, verify, diff and stats read every schema
+the same way. A column shorter than ``ids`` leaves its field out of the rows it does not reach (the
+stage receipt and the record count say the trail was cut); what is not there is never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ragtrail.contract import semconv as sc
+
+# string columns whose blank ("") means "this row has none" and the per-candidate name they stand for
+_TEXT = ((sc.COLUMN_CONTENT_SHA256, sc.CANDIDATE_CONTENT_SHA256),
+         (sc.COLUMN_TRANSFORM_RULE, sc.CANDIDATE_TRANSFORM_RULE),
+         (sc.COLUMN_TRANSFORM_DERIVED_FROM, sc.CANDIDATE_TRANSFORM_DERIVED_FROM),
+         (sc.COLUMN_EXCLUSION_DETAILS, sc.EXCLUSION_DETAIL))
+_COUNTS = ((sc.COLUMN_CONTENT_CHARS, sc.CANDIDATE_CONTENT_CHARS), (sc.COLUMN_CONTENT_BYTES, sc.CANDIDATE_CONTENT_BYTES))
+_PAYLOADS = ((sc.COLUMN_CONTENT_PREVIEW, sc.CANDIDATE_CONTENT_PREVIEW), (sc.COLUMN_CONTENT_TEXT, sc.CANDIDATE_CONTENT_TEXT))
+_META_LEN = len(sc.COLUMN_META_PREFIX)
+
+
+def _list(value: Any) -> list[Any]:
+    """A column as a list: an array as decoded, JSON text of one (Jaeger v1), else nothing."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, str) and value[:1] == "[":
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            return []
+        return parsed if isinstance(parsed, list) else []
+    return []
+
+
+def _float(value: Any) -> Any:
+    """A score as the recorder wrote it (a float): Jaeger v1's JSON text writes ``1.0`` as ``1``."""
+    if type(value) is int:
+        return float(value)
+    return value
+
+
+def normalize(attributes: dict[str, Any]) -> None:
+    """Put a schema 3 stage span's (or exclusion event's) columns back into the types the recorder
+    wrote: arrays as lists (not JSON text), scores as floats. In place; other attributes untouched."""
+    for key, value in attributes.items():
+        if not key.startswith(sc.COLUMNS_PREFIX) and key != sc.COLUMN_EXCLUSION_DETAILS:
+            continue
+        if isinstance(value, str) and value[:1] == "[":
+            parsed = _list(value)
+            if parsed or value.strip() == "[]":
+                attributes[key] = value = parsed
+        if key == sc.COLUMN_SCORES and isinstance(value, list):
+            attributes[key] = [_float(v) for v in value]
+
+
+def _cell(column: list[Any], i: int) -> Any:
+    return column[i] if i < len(column) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def records(attributes: Mapping[str, Any], reason: Any = None) -> list[dict[str, Any]]:
+    """The rows of the columns in ``attributes`` as per-candidate attribute dicts (schema 2 names):
+    a stage span's outputs (rank = position), or, with ``reason``, an exclusion event's candidates
+    (rank = the input rank, absent when -1)."""
+    ids = _list(attributes.get(sc.COLUMN_IDS))
+    if not ids:
+        return []
+    get = attributes.get
+    ranks = _list(get(sc.COLUMN_RANKS)) if sc.COLUMN_RANKS in attributes else None
+    scores = _list(get(sc.COLUMN_SCORES))
+    raw = _list(get(sc.COLUMN_SCORE_RAW))
+    has_raw = sc.COLUMN_SCORE_RAW in attributes
+    kinds = _list(get(sc.COLUMN_SCORE_KINDS))
+    kind = get(sc.COLUMN_SCORE_KIND)
+    hops = _list(get(sc.COLUMN_HOPS))
+    hop = get(sc.COLUMN_HOP)
+    text = [(_list(get(key)), name) for key, name in _TEXT if key in attributes]
+    counts = [(_list(get(key)), name) for key, name in _COUNTS if key in attributes]
+    payloads = [(_list(get(key)), name) for key, name in _PAYLOADS if key in attributes]
+    shas = _list(get(sc.COLUMN_CONTENT_SHA256))
+    meta = [(_list(value), sc.CANDIDATE_META_PREFIX + key[_META_LEN:]) for key, value in attributes.items()
+            if key.startswith(sc.COLUMN_META_PREFIX)]
+    rows: list[dict[str, Any]] = []
+    for i, ident in enumerate(ids):
+        row: dict[str, Any] = {sc.CANDIDATE_ID: ident if isinstance(ident, str) else str(ident)}
+        if ranks is None:
+            row[sc.CANDIDATE_RANK] = i
+        else:
+            rank = _cell(ranks, i)
+            if _int(rank) is not None and rank >= 0:
+                row[sc.CANDIDATE_RANK] = rank
+        flag = _cell(raw, i) if has_raw else ""
+        score = _cell(scores, i)
+        if flag == "":
+            if score is not None:
+                row[sc.CANDIDATE_SCORE] = _float(score)
+        elif flag is not None and flag != sc.NO_SCORE:
+            row[sc.CANDIDATE_SCORE_RAW] = flag
+        cell_kind = _cell(kinds, i) if kinds else kind
+        if cell_kind is not None:
+            row[sc.CANDIDATE_SCORE_KIND] = cell_kind
+        cell_hop = _cell(hops, i) if hops else hop
+        if cell_hop is not None and cell_hop != -1:
+            row[sc.CANDIDATE_HOP] = cell_hop
+        for column, name in counts:
+            value = _cell(column, i)
+            if value is not None and value != -1:
+                row[name] = value
+        for column, name in text:
+            value = _cell(column, i)
+            if value is not None and value != "":
+                row[name] = value
+        received_sha = _cell(shas, i)
+        for column, name in payloads:
+            value = _cell(column, i)
+            if value is not None and (value != "" or (received_sha is not None and received_sha != "")):
+                row[name] = value
+        for column, name in meta:
+            value = _cell(column, i)
+            if isinstance(value, str) and value != "":
+                try:
+                    row[name] = json.loads(value)
+                except (ValueError, RecursionError):  # not what the recorder wrote: shown as it came
+                    row[name] = value
+                else:
+                    if isinstance(row[name], list):
+                        row[name] = tuple(row[name])
+        if reason is not None:
+            row[sc.EXCLUSION_REASON] = reason
+        rows.append(row)
+    return rows
