@@ -25,7 +25,7 @@ KINDS = {sc.KIND_RETRIEVE: "RETRIEVER", **{k: "RERANKER" for k in NARROWING}}
 def _events(span: Any, spans: Iterable[Any] | None) -> list[tuple[str, dict[str, Any]]]:
     if spans is not None:
         return spanutil.stitched(span, spans)
-    return [(e.name, dict(e.attributes)) for e in span.events]
+    return spanutil.records(span)
 
 
 def _content(event: dict[str, Any]) -> str | None:

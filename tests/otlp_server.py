@@ -407,12 +407,19 @@ def _abort(handler: BaseHTTPRequestHandler) -> None:
 
 
 def _truncate(request: ExportTraceServiceRequest, max_bytes: int) -> None:
+    def cut_value(value: Any) -> None:
+        kind = value.WhichOneof("value")
+        if kind == "string_value":
+            data = value.string_value.encode("utf-8")
+            if len(data) > max_bytes:
+                value.string_value = data[:max_bytes].decode("utf-8", "ignore")
+        elif kind == "array_value":  # each string of an array (Tempo's processAttributes walks arrays)
+            for item in value.array_value.values:
+                cut_value(item)
+
     def cut(key_values: Any) -> None:
         for kv in key_values:
-            if kv.value.WhichOneof("value") == "string_value":
-                data = kv.value.string_value.encode("utf-8")
-                if len(data) > max_bytes:
-                    kv.value.string_value = data[:max_bytes].decode("utf-8", "ignore")
+            cut_value(kv.value)
 
     for rs in request.resource_spans:
         for ss in rs.scope_spans:

@@ -35,6 +35,9 @@ def checked(out: dict[str, Any], span: Any) -> dict[str, Any]:
             assert (out[sc.STAGE_RECEIPT], out[sc.STAGE_RECEIPT_FIELDS]) == stamp, "stage receipt does not match"
         out.pop(sc.STAGE_RECEIPT)
         out.pop(sc.STAGE_RECEIPT_FIELDS)
+    for key in [k for k in out if k in sc.COLUMN_NAMES or k.startswith(sc.COLUMN_META_PREFIX)]:
+        # schema 3's candidate columns: read back, exactly, by events() (the records they hold)
+        out.pop(key)
     if sc.TRACE_SEGMENT_ROOT in out:
         assert re.fullmatch(r"[0-9a-f]{16}", out.pop(sc.TRACE_SEGMENT_ROOT))
         count = out.pop(sc.TRACE_SEGMENT_SPAN_COUNT)
@@ -42,8 +45,24 @@ def checked(out: dict[str, Any], span: Any) -> dict[str, Any]:
     return out
 
 
+def records(span: Any, parts: Iterable[Any] = ()) -> list[tuple[str, dict[str, Any]]]:
+    """A stage's records (produced queries, outputs, exclusions) as (event name, attributes) in
+    emission order, by the reader's decoding: schema 3's columns on the stage span and its exclusion
+    events read back into one per-candidate dict each (schema 2 names); ``parts``: its continuation
+    spans, whose events follow in order."""
+    from ragtrail.contract import semconv as sc
+    from ragtrail.inspect.columns import expand
+
+    wire = [(None, e.name, dict(e.attributes or {})) for part in [span, *parts] for e in part.events
+            if e.name in (sc.EVENT_QUERY, sc.EVENT_CANDIDATE, sc.EVENT_EXCLUSION)]
+    if (span.attributes or {}).get(sc.SCHEMA, 1) < sc.SCHEMA_COLUMNS:
+        return [(name, a) for _, name, a in wire]
+    return [(name, dict(a)) for _, name, a in expand(span.attributes, wire, None)]
+
+
 def events(span: Any, name: str | None = None) -> list[dict[str, Any]]:
-    return [dict(e.attributes or {}) for e in span.events if name is None or e.name == name]
+    """The stage's records (:func:`records`), of one event name when given."""
+    return [a for n, a in records(span) if name is None or n == name]
 
 
 def by_name(spans: Iterable[Any], name: str) -> Any:
@@ -100,7 +119,7 @@ def stitched(span: Any, spans: Any) -> list[tuple[str, dict[str, Any]]]:
     parts = sorted((s for s in spans if s.parent is not None and s.parent.span_id == span.context.span_id
                     and s.attributes.get(sc.STAGE_CONTINUATION)),
                    key=lambda s: s.attributes[sc.STAGE_CONTINUATION_INDEX])
-    return [(e.name, dict(e.attributes)) for part in [span, *parts] for e in part.events]
+    return records(span, parts)
 
 
 def check_count_and_digest(span: Any, evs: list[tuple[str, dict[str, Any]]]) -> None:

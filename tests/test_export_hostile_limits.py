@@ -14,7 +14,7 @@ reads ``intact`` for a payload that changed.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 import ragtrail
 from otlp_server import OTLPServer, ReceivedSpan, otlp_server  # noqa: F401  (fixture)
 from ragtrail.contract import semconv as sc
+from ragtrail.inspect.columns import expand
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor
 from ragtrail.contract.receipts import (
@@ -106,8 +107,24 @@ def stage_groups(spans: list[ReceivedSpan]) -> list[list[ReceivedSpan]]:
     return list(groups.values())
 
 
-def ragtrail_events(group: list[ReceivedSpan]) -> list[Any]:
-    return [e for span in group for e in span.events if e.name in RAGTRAIL_EVENTS]
+class Record(NamedTuple):
+    """One record as a reader decodes it (schema 3: a column row, or a query event)."""
+
+    name: str
+    attributes: dict[str, Any]
+    dropped_attributes_count: int
+
+
+def span_records(span: ReceivedSpan, head: bool = True) -> list[Record]:
+    """The records one span carries: a stage span its outputs (columns) and its events' records, a
+    continuation span (``head`` False) only its events' records (the reader's decoding)."""
+    wire = [(e.dropped_attributes_count, e.name, e.attributes) for e in span.events if e.name in RAGTRAIL_EVENTS]
+    return [Record(name, dict(a), dropped or 0)
+            for dropped, name, a in expand(span.attributes if head else {}, wire, 0)]
+
+
+def ragtrail_events(group: list[ReceivedSpan]) -> list[Record]:
+    return [r for i, span in enumerate(group) for r in span_records(span, i == 0)]
 
 
 def damage_signals(group: list[ReceivedSpan]) -> list[str]:
@@ -120,9 +137,13 @@ def damage_signals(group: list[ReceivedSpan]) -> list[str]:
         if span.dropped_events_count:
             signals.append(f"{span.name}: {span.dropped_events_count} events dropped")
         for key, value in span.attributes.items():
-            if (key.endswith(".sha256") or key == sc.EVENTS_DIGEST) and not _HEX64.fullmatch(str(value)):
+            if (key.endswith(".sha256") or key == sc.EVENTS_DIGEST) and not _HEX64.fullmatch(str(value)) \
+                    and key != sc.COLUMN_CONTENT_SHA256:
                 signals.append(f"{span.name}: {key} damaged ({len(str(value))} chars)")
-        for event in span.events:
+        if span is head and sc.CANDIDATES_OUT in span.attributes and sc.EVENTS_COUNT in span.attributes \
+                and span.attributes[sc.CANDIDATES_OUT] and sc.COLUMN_IDS not in span.attributes:
+            signals.append(f"{span.name}: candidate columns missing")
+        for event in span_records(span, span is head):
             if event.dropped_attributes_count:
                 signals.append(f"{span.name}: event attributes dropped")
             for key, value in event.attributes.items():
@@ -194,7 +215,9 @@ def test_every_loss_under_hostile_limits_is_detectable_from_what_arrives(
     assert all(s.dropped_events_count == 0 and len(s.events) <= 5 for s in hostile)
     hostile_groups = stage_groups(hostile)
     assert [g[0].name for g in hostile_groups] == [g[0].name for g in ref_groups]
-    assert sum(len(g) for g in hostile_groups) > len(ref_groups)  # spilled into continuations
+    # the candidates are columns on the stage span (schema 3): the 8-attribute cap evicts them (and
+    # the SDK counts it); that loss is detected below, from what arrived
+    assert all(g[0].dropped_attributes_count > 0 for g in hostile_groups)
 
     # every stage that changed in transit says so, from what arrived alone
     changed_stages = 0
@@ -209,7 +232,7 @@ def test_every_loss_under_hostile_limits_is_detectable_from_what_arrives(
     # no receipt reads intact for a payload that changed
     by_id = {d.id: d for d in docs}
     for span in hostile:
-        for event in span.events:
+        for event in span_records(span):
             a = event.attributes
             if sc.CANDIDATE_CONTENT_SHA256 not in a:
                 continue
@@ -240,8 +263,8 @@ def test_default_limits_and_a_thousand_candidates_lose_nothing(otlp_server: OTLP
     for group in groups:
         assert damage_signals(group) == [], group[0].name
     (retrieve,) = [g for g in groups if g[0].name.startswith("retrieve")]
-    assert len(retrieve) > 1  # 1000 events did not fit on one span: continuations carry them
-    assert all(s.attributes.get(sc.STAGE_CONTINUATION) is True for s in retrieve[1:])
+    assert len(retrieve) == 1  # 1000 candidates are one span's columns (schema 3): no continuation needed
+    assert len(retrieve[0].attributes[sc.COLUMN_IDS]) == 1000 and retrieve[0].dropped_attributes_count == 0
     events = [e for e in ragtrail_events(retrieve) if e.name == sc.EVENT_CANDIDATE]
     assert [e.attributes[sc.CANDIDATE_ID] for e in events] == [d.id for d in docs]
     assert [e.attributes[sc.CANDIDATE_RANK] for e in events] == list(range(1000))
@@ -275,7 +298,7 @@ def test_a_backend_that_cuts_values_like_tempo_is_caught_by_the_receipts(otlp_se
     assert len(text.encode()) <= 2048
     assert classify(text, Receipt.from_attributes(span.attributes, "ragtrail.query")) == CHANGED_UNCITED
     verdicts = {}
-    for event in span.events:
+    for event in span_records(span):
         a = event.attributes
         rec = Receipt.from_attributes(a, "ragtrail.candidate.content")
         verdicts[a[sc.CANDIDATE_ID]] = classify(a[sc.CANDIDATE_CONTENT_TEXT], rec)

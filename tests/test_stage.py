@@ -22,7 +22,7 @@ from opentelemetry.trace import StatusCode
 import ragtrail
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import sorted_events_digest, receipt
-from spanutil import attrs, by_name, events, pop_all
+from spanutil import attrs, by_name, events, pop_all, records
 
 DOCS = [
     {"id": "policy-2024-11", "content": "Refunds within 30 days.", "score": 0.86, "metadata": {"updated_at": "2024-11-01", "status": "current"}},
@@ -53,12 +53,11 @@ def _candidate_event(doc: dict, rank: int, kind: str, hop: int | None = 0) -> di
 
 def _digest(span) -> str:
     items = []
-    for e in span.events:
-        a = e.attributes
-        if e.name == sc.EVENT_QUERY:
-            items.append((e.name, f"hop:{a[sc.QUERY_HOP]}", a.get(sc.QUERY_SHA256, "")))
+    for name, a in records(span):
+        if name == sc.EVENT_QUERY:
+            items.append((name, f"hop:{a[sc.QUERY_HOP]}", a.get(sc.QUERY_SHA256, "")))
         else:
-            items.append((e.name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
+            items.append((name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
     return sorted_events_digest(items)
 
 
@@ -70,9 +69,22 @@ def test_retrieve_stage_exact_attributes_and_events(span_exporter):
     (span,) = span_exporter.get_finished_spans()
     assert span.name == "retrieve search"
     assert span.kind == trace.SpanKind.CLIENT
+    # schema 3: the candidates are columns on the stage span, one homogeneous array per field, what
+    # is the same for every candidate said once; no per-candidate event
+    columns = {k: v for k, v in span.attributes.items() if k.startswith(sc.COLUMNS_PREFIX)
+               and k not in (sc.CANDIDATES_IN, sc.CANDIDATES_OUT, sc.CANDIDATES_EXCLUDED)}
+    assert columns == {
+        sc.COLUMN_IDS: tuple(d["id"] for d in DOCS),
+        sc.COLUMN_SCORES: tuple(d["score"] for d in DOCS),
+        sc.COLUMN_SCORE_KIND: "similarity",
+        sc.COLUMN_HOP: 0,
+        sc.COLUMN_CONTENT_CHARS: tuple(len(d["content"]) for d in DOCS),
+        sc.COLUMN_CONTENT_BYTES: tuple(len(d["content"].encode()) for d in DOCS),
+        sc.COLUMN_CONTENT_SHA256: tuple(_sha(d["content"]) for d in DOCS),
+    }
     a = attrs(span)
     pop_all(a, {
-        sc.SCHEMA: 2, sc.STAGE_KIND: "retrieve", sc.STAGE_COMPONENT: "my_app.search", sc.STAGE_STATUS: "ok",
+        sc.SCHEMA: 3, sc.STAGE_KIND: "retrieve", sc.STAGE_COMPONENT: "my_app.search", sc.STAGE_STATUS: "ok",
         sc.STAGE_TOP_K: 4,
         sc.QUERY_HOP: 0, sc.QUERY_TRANSFORM: "none", sc.QUERY_TEXT: query, sc.QUERY_CHARS: len(query),
         sc.QUERY_BYTES: len(query), sc.QUERY_SHA256: _sha(query),
@@ -86,7 +98,7 @@ def test_retrieve_stage_exact_attributes_and_events(span_exporter):
         pop_all(a, {f"retrieval.documents.{i}.document.id": doc["id"], f"retrieval.documents.{i}.document.score": doc["score"]})
     mirrorutil.pop_mirrors(a, span)
     assert a == {}
-    assert [e.name for e in span.events] == [sc.EVENT_CANDIDATE] * 4
+    assert span.events == ()
     assert events(span) == [_candidate_event(d, i, "similarity") for i, d in enumerate(DOCS)]
     # the count and digest, then the stage receipt, are the LAST attributes written (the last to be evicted)
     assert list(span.attributes)[-4:] == [sc.EVENTS_COUNT, sc.EVENTS_DIGEST, sc.STAGE_RECEIPT, sc.STAGE_RECEIPT_FIELDS]
@@ -349,27 +361,51 @@ def _provider(limits: SpanLimits | None = None) -> tuple[TracerProvider, InMemor
     return provider, exporter
 
 
-def test_thousand_candidates_spill_into_continuation_spans_and_nothing_is_lost():
+def test_thousand_candidates_are_columns_on_one_span_and_nothing_is_lost():
     provider, exporter = _provider()
     tracer = provider.get_tracer("t")
     hits = [{"id": f"doc-{i}", "content": f"chunk {i}", "score": 1 - i / 1000} for i in range(1000)]
     with ragtrail.stage("retrieve", "store", tracer=tracer, score_kind="similarity") as s:
         s.query("q")
         s.outputs(hits)
+    (main,) = exporter.get_finished_spans()  # schema 3: no continuation span is needed
+    assert main.dropped_events == 0 and main.events == ()
+    assert main.attributes[sc.EVENTS_COUNT] == 1000 and sc.EVENTS_SPANS not in main.attributes
+    stitched = events(main)
+    assert [e[sc.CANDIDATE_ID] for e in stitched] == [h["id"] for h in hits]
+    assert [e[sc.CANDIDATE_RANK] for e in stitched] == list(range(1000))
+    assert [e[sc.CANDIDATE_SCORE] for e in stitched] == [h["score"] for h in hits]
+    digest = sorted_events_digest((sc.EVENT_CANDIDATE, e[sc.CANDIDATE_ID], e[sc.CANDIDATE_CONTENT_SHA256]) for e in stitched)
+    assert main.attributes[sc.EVENTS_DIGEST] == digest
+    # the OpenInference mirror is capped so it never evicts ragtrail's own attributes (columns included)
+    assert main.dropped_attributes == 0
+
+
+def test_many_exclusion_reasons_spill_into_continuation_spans_and_nothing_is_lost():
+    """One exclusion event per reason: 300 distinct reasons do not fit one span's 128 events, so
+    they spill into continuation spans, in order, and the stage's count and digest cover them all."""
+    provider, exporter = _provider()
+    tracer = provider.get_tracer("t")
+    hits = [{"id": f"doc-{i}", "content": f"chunk {i}", "score": 0.5} for i in range(301)]
+    with ragtrail.stage("filter", "rules", tracer=tracer) as s:
+        s.inputs(hits)
+        for i, hit in enumerate(hits[1:], start=1):
+            s.exclude(hit, f"custom:rule_{i:03d}", f"rule {i}")
+        s.outputs(hits[:1])
     spans = exporter.get_finished_spans()
-    main = by_name(spans, "retrieve store") if False else [x for x in spans if not x.attributes.get(sc.STAGE_CONTINUATION)][0]
+    main = [x for x in spans if not x.attributes.get(sc.STAGE_CONTINUATION)][0]
     continuations = sorted((x for x in spans if x.attributes.get(sc.STAGE_CONTINUATION)),
                            key=lambda x: x.attributes[sc.STAGE_CONTINUATION_INDEX])
     assert all(x.dropped_events == 0 for x in spans)
-    assert main.attributes[sc.EVENTS_COUNT] == 1000
-    assert main.attributes[sc.EVENTS_SPANS] == 1 + len(continuations) == 8
+    assert main.attributes[sc.EVENTS_COUNT] == 301
+    assert main.attributes[sc.EVENTS_SPANS] == 1 + len(continuations) == 3
     assert all(c.parent.span_id == main.context.span_id and c.name == main.name for c in continuations)
-    stitched = [e for x in [main, *continuations] for e in x.events]
-    assert [e.attributes[sc.CANDIDATE_ID] for e in stitched] == [h["id"] for h in hits]
-    assert [e.attributes[sc.CANDIDATE_RANK] for e in stitched] == list(range(1000))
-    digest = sorted_events_digest((e.name, e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_CONTENT_SHA256]) for e in stitched)
+    stitched = records(main, continuations)
+    assert [(n, e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_RANK), e.get(sc.EXCLUSION_REASON), e.get(sc.EXCLUSION_DETAIL))
+            for n, e in stitched] == [(sc.EVENT_CANDIDATE, "doc-0", 0, None, None)] + [
+        (sc.EVENT_EXCLUSION, f"doc-{i}", i, f"custom:rule_{i:03d}", f"rule {i}") for i in range(1, 301)]
+    digest = sorted_events_digest((n, e[sc.CANDIDATE_ID], e[sc.CANDIDATE_CONTENT_SHA256]) for n, e in stitched)
     assert main.attributes[sc.EVENTS_DIGEST] == digest
-    # the OpenInference mirror is capped so it never evicts ragtrail's own attributes
     assert main.dropped_attributes == 0
 
 
@@ -387,8 +423,8 @@ def test_hostile_limits_leave_the_loss_detectable():
     assert main.dropped_attributes > 0  # ...and the evicted rest is counted by the SDK
     # the digest itself was cut to 20 characters: a reader sees it is not 64 hex digits
     assert len(main.attributes[sc.EVENTS_DIGEST]) == 20
-    received = sum(len(x.events) for x in spans)
-    assert received == 12  # spilled, not evicted
+    # the columns were evicted with the rest: 12 stamped, none arrived, which a reader counts
+    assert sc.COLUMN_IDS not in main.attributes and records(main) == []
     assert all(x.dropped_events == 0 for x in spans)
 
 
@@ -541,6 +577,8 @@ def test_the_fast_event_path_exports_exactly_what_add_event_would():
         provider, exporter = _provider(limits)
         with ragtrail.stage("rerank", "r", top_k=100, tracer=provider.get_tracer("t")) as s:
             s.inputs(docs)
+            for i, doc in enumerate(docs[100:]):  # one event per reason: 200 events
+                s.exclude(doc, f"custom:rule_{i}")
             s.outputs(docs[:100])
         spans = sorted(exporter.get_finished_spans(), key=lambda x: x.attributes.get(sc.STAGE_CONTINUATION_INDEX, 0))
         return [(e.name, dict(e.attributes), e.dropped_attributes, type(e.attributes).__name__)
@@ -548,8 +586,8 @@ def test_the_fast_event_path_exports_exactly_what_add_event_would():
 
     fast_events, fast_otlp = exported(None)  # default limits: the fast path
     slow_events, slow_otlp = exported(SpanLimits(max_attribute_length=10**9))  # a length limit: add_event
-    assert len(fast_events) == 300 and fast_events == slow_events
-    assert fast_events[0][3] == "BoundedAttributes" and fast_events[0][1]["ragtrail.candidate.meta.tags"] == ("a", "b")
+    assert len(fast_events) == 200 and fast_events == slow_events
+    assert fast_events[0][3] == "BoundedAttributes" and fast_events[0][1]["ragtrail.candidates.meta.tags"] == ('["a","b"]',)
     strip = lambda request: [[(e.name, list(e.attributes), e.dropped_attributes_count) for e in span.events]  # noqa: E731
                              for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
     assert strip(fast_otlp) == strip(slow_otlp)
@@ -557,8 +595,13 @@ def test_the_fast_event_path_exports_exactly_what_add_event_would():
 
 def test_a_tight_event_attribute_limit_still_counts_drops():
     provider, exporter = _provider(SpanLimits(max_event_attributes=3))
-    with ragtrail.stage("retrieve", "r", tracer=provider.get_tracer("t")) as s:
-        s.outputs([{"id": "a", "content": "x", "score": 0.5}])
+    hits = [{"id": "a", "content": "x", "score": 0.5}, {"id": "b", "content": "y", "score": 0.4}]
+    with ragtrail.stage("filter", "r", tracer=provider.get_tracer("t")) as s:
+        s.inputs(hits)
+        s.outputs(hits[:1])
     (span,) = exporter.get_finished_spans()
-    (event,) = span.events
-    assert len(event.attributes) == 3 and event.dropped_attributes == 4  # 7 written, the oldest 4 evicted
+    (event,) = span.events  # the one exclusion reason's event
+    # 8 written (ids, ranks, scores, score kind, content chars/bytes/sha256, reason), the oldest 5 evicted;
+    # the reason is written last, so it is the one that stays searchable
+    assert len(event.attributes) == 3 and event.dropped_attributes == 5
+    assert list(event.attributes) == [sc.COLUMN_CONTENT_BYTES, sc.COLUMN_CONTENT_SHA256, sc.EXCLUSION_REASON]

@@ -100,7 +100,8 @@ def exclusion_event(ident: str, rank: int, text: str, reason: str, detail: str |
 
 
 def span_events(span: Any) -> list[tuple[str, dict[str, Any]]]:
-    return [(e.name, dict(e.attributes or {})) for e in span.events]
+    """The stage's records (schema 3: its columns read back, one per candidate)."""
+    return spanutil.records(span)
 
 
 def assert_events(span: Any, expected: list[tuple[str, dict[str, Any]]]) -> None:

@@ -137,7 +137,8 @@ def attrs(span: Any) -> dict[str, Any]:
 
 
 def events(span: Any, name: str | None = None) -> list[dict[str, Any]]:
-    return [dict(e.attributes or {}) for e in span.events if name is None or e.name == name]
+    """The stage's records (schema 3: its columns read back, one per candidate)."""
+    return spanutil.events(span, name)
 
 
 def named(spans: Iterable[Any], name: str) -> list[Any]:

@@ -165,6 +165,11 @@ COLUMN_TRANSFORM_DERIVED_FROM = "ragtrail.candidates.transform.derived_from"
 COLUMN_META_PREFIX = "ragtrail.candidates.meta."
 COLUMN_EXCLUSION_DETAILS = "ragtrail.exclusion.details"
 NO_SCORE = "~"
+# every column name but the metadata ones (those start with COLUMN_META_PREFIX)
+COLUMN_NAMES = frozenset({COLUMN_IDS, COLUMN_RANKS, COLUMN_SCORES, COLUMN_SCORE_RAW, COLUMN_SCORE_KIND, COLUMN_SCORE_KINDS,
+                          COLUMN_HOP, COLUMN_HOPS, COLUMN_CONTENT_CHARS, COLUMN_CONTENT_BYTES, COLUMN_CONTENT_SHA256,
+                          COLUMN_CONTENT_PREVIEW, COLUMN_CONTENT_TEXT, COLUMN_TRANSFORM_RULE,
+                          COLUMN_TRANSFORM_DERIVED_FROM, COLUMN_EXCLUSION_DETAILS})
 
 SCORE_SIMILARITY = "similarity"
 SCORE_DISTANCE = "distance"

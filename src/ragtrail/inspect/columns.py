@@ -15,8 +15,8 @@ stage receipt and the record count say the trail was cut); what is not there is 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 from ragtrail.contract import semconv as sc
 
@@ -28,6 +28,7 @@ _TEXT = ((sc.COLUMN_CONTENT_SHA256, sc.CANDIDATE_CONTENT_SHA256),
 _COUNTS = ((sc.COLUMN_CONTENT_CHARS, sc.CANDIDATE_CONTENT_CHARS), (sc.COLUMN_CONTENT_BYTES, sc.CANDIDATE_CONTENT_BYTES))
 _PAYLOADS = ((sc.COLUMN_CONTENT_PREVIEW, sc.CANDIDATE_CONTENT_PREVIEW), (sc.COLUMN_CONTENT_TEXT, sc.CANDIDATE_CONTENT_TEXT))
 _META_LEN = len(sc.COLUMN_META_PREFIX)
+W = TypeVar("W")
 
 
 def _list(value: Any) -> list[Any]:
@@ -143,3 +144,27 @@ def records(attributes: Mapping[str, Any], reason: Any = None) -> list[dict[str,
             row[sc.EXCLUSION_REASON] = reason
         rows.append(row)
     return rows
+
+
+def _input_rank(row: Mapping[str, Any]) -> float:
+    rank = row.get(sc.CANDIDATE_RANK)
+    return rank if type(rank) is int else float("inf")
+
+
+def expand(attributes: Mapping[str, Any], events: Iterable[tuple[W, str, Mapping[str, Any]]],
+           head: W) -> list[tuple[W, str, dict[str, Any]]]:
+    """A schema 3 stage's records in emission order: its produced queries as they arrived, its
+    outputs (from the stage span's columns, ``head``) by rank, then its exclusions (from each
+    reason's event) by input rank, those without one last. Each record keeps where it came from
+    (the opaque first item: the span that carried it)."""
+    queries: list[tuple[W, str, dict[str, Any]]] = []
+    excluded: list[tuple[W, str, dict[str, Any]]] = []
+    for where, name, event_attributes in events:
+        if name == sc.EVENT_QUERY:
+            queries.append((where, name, event_attributes))  # type: ignore[arg-type]  # as it arrived
+        elif name == sc.EVENT_EXCLUSION:
+            reason = event_attributes.get(sc.EXCLUSION_REASON)
+            excluded.extend((where, name, row) for row in records(event_attributes, "" if reason is None else reason))
+    excluded.sort(key=lambda item: _input_rank(item[2]))
+    outputs = [(head, sc.EVENT_CANDIDATE, row) for row in records(attributes)]
+    return queries + outputs + excluded

@@ -65,14 +65,10 @@ class StageView:
             schema = schema_of(self.span)
             if schema >= sc.SCHEMA_COLUMNS:
                 head = self.span
-                out: list[tuple[Span, Event]] = [(s, e) for s, e in wire if e.name == sc.EVENT_QUERY]
-                out.extend((head, Event(sc.EVENT_CANDIDATE, head.end_ns, row)) for row in columns.records(head.attributes))
-                for span, e in wire:
-                    if e.name == sc.EVENT_EXCLUSION:
-                        reason = e.attributes.get(sc.EXCLUSION_REASON)
-                        out.extend((span, Event(sc.EVENT_EXCLUSION, e.time_ns, row))
-                                   for row in columns.records(e.attributes, "" if reason is None else reason))
-                wire = out
+                # each record keeps the time of the event that carried it (outputs: the stage span's end)
+                wire = [(where[0], where[1] if name == sc.EVENT_QUERY else Event(name, where[1].time_ns, a))
+                        for where, name, a in columns.expand(head.attributes, [((s, e), e.name, e.attributes) for s, e in wire],
+                                                             (head, Event(sc.EVENT_CANDIDATE, head.end_ns, {})))]
             self._events = emission_order(wire) if schema >= 2 else wire
         return self._events
 

@@ -85,11 +85,13 @@ class EventBuilder:
                 group = groups[exclusion[2]] = []
             group.append(exclusion)
         for reason, group in groups.items():
-            attributes: dict[str, Any] = {sc.EXCLUSION_REASON: reason}
-            attributes.update(self.columns([e[1] for e in group], None, [e[0] if e[0] >= 0 else -1 for e in group]))
+            attributes = self.columns([e[1] for e in group], None, [e[0] if e[0] >= 0 else -1 for e in group])
             details = [wire_str(e[3]) if e[3] is not None else "" for e in group]
             if any(details):
                 attributes[sc.COLUMN_EXCLUSION_DETAILS] = details
+            # the reason last: under a tight event attribute limit the SDK evicts the oldest first,
+            # and the reason is what TraceQL searches ({ event.ragtrail.exclusion.reason = "..." })
+            attributes[sc.EXCLUSION_REASON] = reason
             events.append((sc.EVENT_EXCLUSION, attributes))
             ids = attributes[sc.COLUMN_IDS]
             shas = attributes.get(sc.COLUMN_CONTENT_SHA256) or [""] * len(ids)

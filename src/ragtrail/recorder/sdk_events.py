@@ -2,7 +2,7 @@
 
 The SDK's ``add_event`` re-validates every attribute value (about 6 µs an event, more than half of
 a 100-candidate stage). ragtrail builds its event attributes itself from str, int, float, bool and
-tuples of those, so on an SDK span with no value-length limit and room for every attribute the
+homogeneous lists or tuples of those, so on an SDK span with no value-length limit and room for every attribute the
 result of that check is known in advance: the events are built exactly as ``add_event`` would
 build them (immutable ``BoundedAttributes``, the span's count limit, no drops), without the
 re-check. Any other case (a value-length limit: the SDK must cut, and the receipts must catch it;
@@ -52,6 +52,7 @@ def add_events(span: Any, events: Sequence[Event]) -> None:
             span.add_event(name, attributes)
             continue
         bounded = bounded_cls(max_attributes, None, immutable=False, max_value_len=None)
-        bounded._dict.update(attributes)
+        # a list becomes the tuple add_event makes of it (the schema 3 columns are built as lists)
+        bounded._dict.update({k: tuple(v) if type(v) is list else v for k, v in attributes.items()})
         bounded._immutable = True
         span._add_event(event_cls(name=name, attributes=bounded))
