@@ -26,7 +26,7 @@ def test_manifest_of_a_pipeline(tmp_path):
     cite_in = next(s.attributes["ragtrail.candidates.in"] for s in FileSource(tmp_path).get(trace_id).spans
                    if s.name == "cite cite")
     assert m["trace_id"] == trace_id
-    assert m["schema"] == 2  # contract v2 (schema 1 traces: tests/test_contract_v2.py)
+    assert m["schema"] == 3  # contract v2, candidates as columns (schema 1 traces: tests/test_contract_v2.py)
     assert m["pipeline"]["component"] == "tests.answer" and m["pipeline"]["status"] == "ok"
     assert [(h["hop"], h["parent_hop"], h["transform"], h["text"], h["used_by"], h["produced_by"], h["hit_index"])
             for h in m["query_hops"]] == [
@@ -93,6 +93,8 @@ def test_continuations_are_stitched_in_order(tmp_path):
                 s.outputs(docs)
             with ragtrail.stage("rerank", "tests.cut", top_k=3, tracer=tracer) as s:
                 s.inputs(docs)
+                for doc in docs[3:]:  # one exclusion event per reason: 20 events
+                    s.exclude(doc, f"custom:cut_{doc['id']}")
                 s.outputs(docs[:3])
         return ragtrail.stage  # unused
 
@@ -100,7 +102,7 @@ def test_continuations_are_stitched_in_order(tmp_path):
     source = FileSource(tmp_path)
     trace = source.get(source.latest())
     continuations = [s for s in trace.spans if s.attributes.get("ragtrail.stage.continuation")]
-    assert len(continuations) == 5 + 5  # 23 events in 6 spans; 3 + 20 events in 6 spans
+    assert len(continuations) == 4  # the outputs are columns (no event); 20 exclusion events in 5 spans
     m = build(trace)
     assert [s["kind"] for s in m["stages"]] == ["retrieve", "rerank"]
     assert [c["id"] for c in m["stages"][0]["candidates"]] == [d["id"] for d in docs]

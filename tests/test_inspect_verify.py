@@ -10,7 +10,7 @@ from __future__ import annotations
 import ragtrail
 from opentelemetry.sdk.trace import SpanLimits
 
-from fixtures.ragtrail_traces import attr, event_attr, rag_run, record, rewrite_store, trace_id_now
+from fixtures.ragtrail_traces import column, multi_query_run, row, attr, event_attr, rag_run, record, rewrite_store, trace_id_now
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.inspect.manifest import build
@@ -51,10 +51,8 @@ def test_cut_preview_is_changed_uncited(tmp_path):
 
     def edit(span):
         if span["name"] == "rerank rerank":
-            for event in span["events"]:
-                if event_attr(event, sc.CANDIDATE_ID)["stringValue"] == "policy-2026-01":
-                    preview = event_attr(event, sc.CANDIDATE_CONTENT_PREVIEW)
-                    preview["stringValue"] = preview["stringValue"][:10]
+            preview = column(span, sc.COLUMN_CONTENT_PREVIEW)[row(span, "policy-2026-01")]
+            preview["stringValue"] = preview["stringValue"][:10]
 
     path = rewrite_store(tmp_path, edit)
     f = _fidelity(path, trace_id)
@@ -69,10 +67,8 @@ def test_sha256_cut_in_transit_is_never_a_match(tmp_path):
 
     def edit(span):
         if span["name"] == "retrieve bm25":
-            for event in span["events"]:
-                if event_attr(event, sc.CANDIDATE_ID)["stringValue"] == "sales-deck-q1":
-                    sha = event_attr(event, sc.CANDIDATE_CONTENT_SHA256)
-                    sha["stringValue"] = sha["stringValue"][:40]
+            sha = column(span, sc.COLUMN_CONTENT_SHA256)[row(span, "sales-deck-q1")]
+            sha["stringValue"] = sha["stringValue"][:40]
 
     f = _fidelity(rewrite_store(tmp_path, edit), trace_id)
     assert f["unverifiable"] == 1
@@ -86,8 +82,8 @@ def test_lost_event_is_counted(tmp_path):
     trace_id = _run(tmp_path)
 
     def edit(span):
-        if span["name"] == "retrieve bm25":
-            span["events"] = span["events"][1:]
+        if span["name"] == "retrieve bm25":  # the ids column lost its last row (a cut array)
+            column(span, sc.COLUMN_IDS).pop()
 
     f = _fidelity(rewrite_store(tmp_path, edit), trace_id)
     assert f["missing_events"] == 1
@@ -98,13 +94,16 @@ def test_lost_event_is_counted(tmp_path):
 def test_reordered_events_verify_the_same(tmp_path):
     """Schema 2: backends reorder events (Jaeger v2 sorts them by name); the digest and the stage
     receipt are over a canonical order, so a reordering is no alarm (v1 alarmed: a false alarm)."""
-    trace_id = _run(tmp_path)
+    trace_id = record(tmp_path, multi_query_run)
+    reordered = []
 
     def edit(span):
-        if span["name"] == "rerank rerank":
-            span["events"][0], span["events"][1] = span["events"][1], span["events"][0]
+        if len(span.get("events", [])) > 1:
+            span["events"].reverse()
+            reordered.append(span["name"])
 
     f = _fidelity(rewrite_store(tmp_path, edit), trace_id)
+    assert reordered  # query events and exclusion events (one per reason) served in reverse
     assert _alarms(f) == []
 
 
@@ -164,10 +163,14 @@ def test_a_receipt_cut_below_64_hex_digits_is_unverifiable(tmp_path):
     ragtrail.set_capture(content="off")
     trace_id = record(tmp_path, rag_run, span_limits=SpanLimits(max_span_attribute_length=12))
     f = _fidelity(tmp_path, trace_id)
-    assert f["intact"] == 10 and f["unverifiable"] == 4 and f["changed_uncited"] == 0
+    # schema 3: the candidates' columns are span attributes, so the span limit cuts their content
+    # receipts too (11 of them, each unverifiable, never a match); only the cite stage's id-only
+    # record (no content) stays intact
+    assert (f["intact"], f["unverifiable"], f["changed_uncited"]) == (1, 15, 0)
     assert {(a["field"], a["problem"]) for a in f["alarms"]} == {
         (sc.EVENTS_DIGEST, "unverifiable"), (sc.QUERY_SHA256, "unverifiable"),
-        (sc.STAGE_RECEIPT, "unverifiable")}  # schema 2: the stage receipt is cut too
+        (sc.CANDIDATE_CONTENT_SHA256, "unverifiable"),
+        (sc.STAGE_RECEIPT, "unverifiable")}  # schema 2 on: the stage receipt is cut too
 
 
 def _budget_run(rule: str | None, derived_from_right: bool):
@@ -211,9 +214,12 @@ def test_missing_continuation_span(tmp_path):
 
     def run(tracer):
         with ragtrail.stage("pipeline", "tests.p", tracer=tracer):
-            with ragtrail.stage("retrieve", "tests.many", tracer=tracer) as s:
+            with ragtrail.stage("filter", "tests.many", tracer=tracer) as s:  # 10 reasons: 10 events
                 s.query("q")
-                s.outputs(docs)
+                s.inputs(docs)
+                for i, doc in enumerate(docs):
+                    s.exclude(doc, f"custom:rule_{i}")
+                s.outputs([])
             return trace_id_now()
 
     trace_id = record(tmp_path, run)

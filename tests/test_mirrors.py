@@ -130,10 +130,11 @@ def test_a_capped_list_says_how_many_of_how_many():
         s.outputs(hits)
     (span,) = exporter.get_finished_spans()
     a = dict(span.attributes)
-    # 80 - 40 kept for ragtrail - 4 for the counts - 3 OpenInference (kind, input, mime) - 5 GenAI = 28: 9 cards of 3
-    assert a[sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED] == 9 and a[sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL] == 40
-    assert "retrieval.documents.8.document.id" in a and "retrieval.documents.9.document.id" not in a
-    assert [d["id"] for d in json.loads(a[sc.GEN_AI_RETRIEVAL_DOCUMENTS])] == [f"d{i}" for i in range(9)]
+    # 80 - 40 kept for ragtrail - 4 for the counts - 3 OpenInference (kind, input, mime) - 5 GenAI
+    # - 8 candidate columns (ids, scores, score kind, hop, chars, bytes, sha256, text) = 20: 6 cards of 3
+    assert a[sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED] == 6 and a[sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL] == 40
+    assert "retrieval.documents.5.document.id" in a and "retrieval.documents.6.document.id" not in a
+    assert [d["id"] for d in json.loads(a[sc.GEN_AI_RETRIEVAL_DOCUMENTS])] == [f"d{i}" for i in range(6)]
     assert span.dropped_attributes == 0
     mirrorutil.pop_mirrors(a, span)
     assert not [k for k in a if not k.startswith("ragtrail.")]
@@ -158,20 +159,22 @@ def test_rerank_genai_and_continuation_spans():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    ragtrail.set_capture(events_per_span=2)
+    ragtrail.set_capture(events_per_span=1)
+    stale = {"id": "d", "content": "delta text", "score": 0.1}
     with ragtrail.stage("rerank", "app.rerank", top_k=2, tracer=provider.get_tracer("t")) as s:
-        s.inputs(DOCS)
+        s.inputs([*DOCS, stale])
+        s.exclude(stale, "stale")  # two reasons: two exclusion events, one span each
         s.outputs([dict(DOCS[2], score=0.99), dict(DOCS[0], score=0.5)], score_kind="rerank")
     spans = exporter.get_finished_spans()
     stage = [s for s in spans if sc.STAGE_CONTINUATION not in s.attributes][0]
     (part,) = [s for s in spans if sc.STAGE_CONTINUATION in s.attributes]
-    assert stage.attributes[sc.GEN_AI_RERANK_CANDIDATE_COUNT] == 3
+    assert stage.attributes[sc.GEN_AI_RERANK_CANDIDATE_COUNT] == 4
     assert stage.attributes[sc.GEN_AI_RERANK_TOP_N] == 2
     assert stage.attributes[sc.GEN_AI_RERANK_SCORES] == (0.99, 0.5)
     assert sc.GEN_AI_OPERATION_NAME not in stage.attributes
     assert {k: v for k, v in part.attributes.items() if not k.startswith("ragtrail.")} == {
         sc.OPENINFERENCE_SPAN_KIND: "RERANKER",
-        sc.OI_OUTPUT_VALUE: "continuation 1 of 1: ragtrail events 3-3 of 3 of this stage "
+        sc.OI_OUTPUT_VALUE: "continuation 1 of 1: ragtrail events 2-2 of 2 of this stage "
                             "(the stage span holds the rest, its counts and digest)",
         sc.OI_OUTPUT_MIME_TYPE: "text/plain",
     }

@@ -29,6 +29,7 @@ from ragtrail.contract.receipts import (ALG_HMAC_SHA256, CHANGED_CITED, CHANGED_
                                         parse_rule, sorted_events_digest, stage_fields, stage_receipt)
 
 from .model import Span, Trace
+from . import columns
 from .stages import StageView, Stitched, continuation_index, emission_order, schema_of
 
 _SEVERITY = (INTACT, CHANGED_CITED, UNVERIFIABLE, CHANGED_UNCITED)
@@ -317,8 +318,8 @@ class _Checker:
         for name in changed:
             wire = name if name.startswith("candidate.meta") else name.removeprefix("event.")
             field_name = "ragtrail." + wire
-            if field_name in named:
-                continue
+            if field_name in named or columns.RECORD_NAMES.get(field_name) in named:
+                continue  # named already (schema 3: by the decoded record's name)
             if field_name in (sc.CANDIDATE_CONTENT_PREVIEW, sc.COLUMN_CONTENT_PREVIEW):
                 self.f.count(CHANGED_UNCITED)  # a preview that is not the producer's: not its prefix
             where = "on an event" if name.startswith(("event.", "candidate.meta")) else "on the stage span"
