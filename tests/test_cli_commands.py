@@ -6,7 +6,7 @@ import json
 
 import ragtrail as rt
 from fixtures.backend_server import BackendServer
-from fixtures.ragtrail_traces import event_attr, rag_run, record, rewrite_store
+from fixtures.ragtrail_traces import column, rag_run, record, rewrite_store
 from ragtrail.contract import semconv as sc
 from test_cli_errors import FIXTURES, TRACE_ID, ragtrail
 
@@ -35,10 +35,9 @@ def test_verify_exits_nonzero_with_one_line_per_alarm(tmp_path):
     assert ok.returncode == 0 and ok.stdout.startswith(f"ok trace={trace_id}: intact 16, changed_cited 3"), ok.stdout
 
     def edit(span):
-        if span["name"] == "retrieve bm25":
-            span["events"] = span["events"][:-1]
-            ev = span["events"][0]
-            event_attr(ev, sc.CANDIDATE_CONTENT_PREVIEW)["stringValue"] = "tampered"
+        if span["name"] == "retrieve bm25":  # the last row cut from the ids column, a preview replaced
+            column(span, sc.COLUMN_IDS).pop()
+            column(span, sc.COLUMN_CONTENT_PREVIEW)[0]["stringValue"] = "tampered"
 
     path = rewrite_store(tmp_path, edit)
     bad = ragtrail("verify", trace_id, "--source", str(path))

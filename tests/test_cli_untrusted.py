@@ -15,7 +15,7 @@ from html.parser import HTMLParser
 import pytest
 
 import ragtrail as rt
-from fixtures.ragtrail_traces import all_spans, event_attr, record, rewrite_store, store_lines, trace_id_now
+from fixtures.ragtrail_traces import all_spans, column, record, rewrite_store, store_lines, trace_id_now
 from ragtrail.contract import semconv as sc
 from ragtrail.inspect import report
 from ragtrail.inspect.manifest import build
@@ -108,8 +108,8 @@ def test_verify_names_every_hostile_id_and_still_exits_1(hostile):
 
     def tamper(span):
         if span["name"].startswith("retrieve "):
-            for event in span["events"]:
-                event_attr(event, sc.CANDIDATE_CONTENT_PREVIEW)["stringValue"] = "tampered"
+            for preview in column(span, sc.COLUMN_CONTENT_PREVIEW):
+                preview["stringValue"] = "tampered"
 
     (span_id,) = [s["spanId"] for d in store_lines(store) for s in all_spans(d) if s["name"].startswith("retrieve ")]
     path = rewrite_store(store, tamper)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ragtrail
 from opentelemetry.sdk.trace import SpanLimits
 
-from fixtures.ragtrail_traces import column, multi_query_run, row, attr, event_attr, rag_run, record, rewrite_store, trace_id_now
+from fixtures.ragtrail_traces import attr, column, multi_query_run, rag_run, record, rewrite_store, row, trace_id_now
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.inspect.manifest import build

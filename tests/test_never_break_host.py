@@ -16,7 +16,7 @@ import ragtrail
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, register_adapter, unregister_adapter
 from ragtrail.contract.receipts import sorted_events_digest, receipt
-from spanutil import attrs, events
+from spanutil import attrs, events, records
 
 
 def _one(exporter):
@@ -219,9 +219,11 @@ def test_manifest_invariants_hold_for_any_subset(span_exporter, inputs, data):
     span = _one(span_exporter)
     a = span.attributes
     assert a[sc.CANDIDATES_IN] == len(inputs) == a[sc.CANDIDATES_OUT] + a[sc.CANDIDATES_EXCLUDED]
-    assert a[sc.EVENTS_COUNT] == len(span.events)
+    received = records(span)  # schema 3: outputs as columns, exclusions one event per reason, read back
+    assert a[sc.EVENTS_COUNT] == len(received) == len(inputs) == len(outputs) + len(events(span, sc.EVENT_EXCLUSION))
+    assert len({e.attributes[sc.EXCLUSION_REASON] for e in span.events}) == len(span.events)  # one per reason
     assert a[sc.EVENTS_DIGEST] == sorted_events_digest(
-        (e.name, e.attributes[sc.CANDIDATE_ID], e.attributes.get(sc.CANDIDATE_CONTENT_SHA256, "")) for e in span.events)
+        (name, e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_CONTENT_SHA256, "")) for name, e in received)
     for e in events(span, sc.EVENT_EXCLUSION):
         assert sc.is_valid_reason(e[sc.EXCLUSION_REASON])
 
