@@ -340,8 +340,37 @@ def content_id(value: Any) -> str:
     return "sha256:" + sha256_hex(canonical_bytes(value))
 
 
+# Receipts of recent texts, by value: a RAG pipeline hands the same chunks over query after query
+# (a BM25 top 100 of a 3,000-chunk corpus), and hashing them again was a tenth of the recorder's time
+# on the host's thread. A text's receipt depends on the text alone, so a hit is the same receipt.
+# Bounded by entries and by characters held (the texts are mostly the app's own strings, referenced,
+# not copied); when full it starts over (cheap, and a pipeline's working set refills it at once).
+RECEIPT_CACHE_ENTRIES = 4096
+RECEIPT_CACHE_CHARS = 4 * 1024 * 1024
+_receipt_cache: dict[str, Receipt] = {}
+_receipt_cache_chars = 0
+
+
 def receipt(value: Any) -> Receipt:
     """Stamp a receipt for ``value`` (str, bytes, or anything JSON-able)."""
+    global _receipt_cache_chars
+    if type(value) is str:
+        cached = _receipt_cache.get(value)
+        if cached is not None:
+            return cached
+        stamped = _stamp(value)
+        size = len(value)
+        if size <= RECEIPT_CACHE_CHARS // 64:
+            if len(_receipt_cache) >= RECEIPT_CACHE_ENTRIES or _receipt_cache_chars + size > RECEIPT_CACHE_CHARS:
+                _receipt_cache.clear()
+                _receipt_cache_chars = 0
+            _receipt_cache[value] = stamped
+            _receipt_cache_chars += size
+        return stamped
+    return _stamp(value)
+
+
+def _stamp(value: Any) -> Receipt:
     data = canonical_bytes(value)
     if isinstance(value, str):
         chars = len(value)
