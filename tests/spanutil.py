@@ -174,3 +174,21 @@ class CallSpy:
 
         self.returned.append(result)
         self.snapshots.append(copy.deepcopy(result))
+
+
+class Record:
+    """A record as ``span.events`` items look (``.name``, ``.attributes``): what tests that walked a
+    stage's per-candidate events read, schema 3's columns decoded."""
+
+    __slots__ = ("name", "attributes")
+
+    def __init__(self, name: str, attributes: dict[str, Any]) -> None:
+        self.name, self.attributes = name, attributes
+
+    def __repr__(self) -> str:
+        return f"Record({self.name!r}, {self.attributes!r})"
+
+
+def rec_events(span: Any) -> list[Record]:
+    """:func:`records` of one span as event-like objects."""
+    return [Record(name, a) for name, a in records(span)]

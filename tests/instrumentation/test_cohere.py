@@ -7,6 +7,8 @@ like Cohere's API (``results[{index, relevance_score}]``, best first, cut at ``t
 
 from __future__ import annotations
 
+import spanutil
+
 import asyncio
 import json
 import time
@@ -327,8 +329,8 @@ def test_under_opentelemetry_instrument(tmp_path) -> None:
     assert (a[sc.STAGE_KIND], a[sc.STAGE_STATUS], a[sc.STAGE_TOP_K]) == ("rerank", "ok", 2)
     assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (3, 2, 1)
     assert a[sc.QUERY_TEXT] == "capital of France" and a[sc.STAGE_MODEL] == "rerank-v3.5"
-    got = [(e.name, e.attributes[sc.CANDIDATE_ID], e.attributes.get(sc.CANDIDATE_SCORE), e.attributes.get(sc.EXCLUSION_REASON))
-           for e in span.events]
+    got = [(name, e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_SCORE), e.get(sc.EXCLUSION_REASON))
+           for name, e in spanutil.records(span)]
     from ragtrail.contract.receipts import content_id
     assert got == [
         ("ragtrail.candidate", "d3", 0.8, None),

@@ -36,7 +36,7 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.haystack import HaystackInstrumentor  # noqa: E402
 from ragtrail.contract.receipts import sorted_events_digest, receipt  # noqa: E402
-from spanutil import attrs, events, pop_all  # noqa: E402
+from spanutil import attrs, events, pop_all, records  # noqa: E402
 
 BM25 = "haystack.components.retrievers.in_memory.bm25_retriever.InMemoryBM25Retriever"
 EMB = "haystack.components.retrievers.in_memory.embedding_retriever.InMemoryEmbeddingRetriever"
@@ -166,7 +166,7 @@ def check_span(span, *, kind: str, component: str, own: dict, cands: list[dict],
     a = attrs(span)
     expected_events = ([(sc.EVENT_QUERY, q) for q in queries] + [(sc.EVENT_CANDIDATE, c) for c in cands]
                        + [(sc.EVENT_EXCLUSION, e) for e in excl])
-    got = [(e.name, dict(e.attributes)) for e in span.events]
+    got = records(span)  # schema 3: the columns and the exclusion events, decoded
     assert got == expected_events
     oi_kind = mirrorutil.KINDS.get(kind, sc.OI_CHAIN)
     mirrors = {sc.OPENINFERENCE_SPAN_KIND: oi_kind}
@@ -193,7 +193,7 @@ def check_span(span, *, kind: str, component: str, own: dict, cands: list[dict],
             if score is not None:
                 mirrors[f"{prefix}.{i}.document.score"] = score
     pop_all(a, mirrors)
-    pop_all(a, {sc.SCHEMA: 2, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component})
+    pop_all(a, {sc.SCHEMA: 3, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component})
     pop_all(a, own)
     digest_items = [(n, f"hop:{e[sc.QUERY_HOP]}" if n == sc.EVENT_QUERY else e[sc.CANDIDATE_ID],
                      e.get(sc.QUERY_SHA256 if n == sc.EVENT_QUERY else sc.CANDIDATE_CONTENT_SHA256, ""))

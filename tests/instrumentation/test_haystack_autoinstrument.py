@@ -3,6 +3,8 @@ entry point instruments it with no code change and ragtrail's local store receiv
 
 from __future__ import annotations
 
+from spanutil import rec_events
+
 import spanutil
 
 from pathlib import Path
@@ -93,7 +95,7 @@ def test_unchanged_app_under_opentelemetry_instrument(tmp_path):
             hop = s.attributes[sc.QUERY_HOP]
             expected = {"solar electricity": 0, "sunlight power": 1, "wind turbines": 2}[s.attributes[sc.QUERY_TEXT]]
             assert hop == expected
-            assert {e.attributes[sc.CANDIDATE_HOP] for e in s.events if e.name == sc.EVENT_CANDIDATE} == {hop}
+            assert {e.attributes[sc.CANDIDATE_HOP] for e in rec_events(s) if e.name == sc.EVENT_CANDIDATE} == {hop}
         direct = [s for s in trace_spans if s.name == "retrieve InMemoryBM25Retriever" and s.parent_span_id == root.span_id]
         assert len(direct) == 1 and direct[0].attributes[sc.QUERY_HOP] == 0
         for s in trace_spans:
@@ -101,13 +103,13 @@ def test_unchanged_app_under_opentelemetry_instrument(tmp_path):
                 assert s.parent_span_id in by_id
         litm = next(s for s in trace_spans if s.name == "rerank LostInTheMiddleRanker")
         joiner = next(s for s in trace_spans if s.name == "fuse DocumentJoiner")
-        joined = [e.attributes[sc.CANDIDATE_ID] for e in joiner.events if e.name == sc.EVENT_CANDIDATE]
+        joined = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(joiner) if e.name == sc.EVENT_CANDIDATE]
         assert len(joined) == joiner.attributes[sc.CANDIDATES_OUT] == litm.attributes[sc.CANDIDATES_IN] >= 3
         assert litm.attributes[sc.CANDIDATES_OUT] == 2
         assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON])
-                for e in litm.events if e.name == sc.EVENT_EXCLUSION] == \
+                for e in rec_events(litm) if e.name == sc.EVENT_EXCLUSION] == \
             [(ident, "below_rank_cutoff") for ident in joined[2:]]
-        reasons = {e.attributes[sc.EXCLUSION_REASON] for e in joiner.events if e.name == sc.EVENT_EXCLUSION}
+        reasons = {e.attributes[sc.EXCLUSION_REASON] for e in rec_events(joiner) if e.name == sc.EVENT_EXCLUSION}
         assert reasons <= {"deduplicated", "below_rank_cutoff"} and "deduplicated" in reasons
         assert root.attributes[sc.COVERAGE_CORPUS_SIZE] == 4
         assert root.attributes[sc.COVERAGE_IN_CONTEXT] == 2

@@ -9,6 +9,8 @@ uninstrumented call does.
 
 from __future__ import annotations
 
+from spanutil import rec_events
+
 
 import asyncio
 import inspect
@@ -157,7 +159,7 @@ def test_vectorstore_retriever_recovers_similarity_scores(instrumentor, tracer_p
     assert len(spans) == 1  # the store's scored search fed the retriever's stage: no second span
     span = spans[0]
     ranked = sorted(similarities("cat mat"), key=lambda p: -p[1])
-    got = [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in span.events]
+    got = [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in rec_events(span)]
     assert [s for _, s in got] == pytest.approx([s for _, s in ranked[:4]])
     assert {i for i, _ in got} <= {f"d{i}" for i, _ in ranked}
     left = pop_stage(span, {
@@ -192,7 +194,7 @@ def test_score_threshold_exclusions_carry_scores_and_reason(instrumentor, tracer
     cut = [(rank, i, s) for rank, (i, s) in enumerate(top5) if s < 0.3]
     assert kept and cut, "the corpus must exercise both sides of the threshold"
     assert [d.page_content for d in traced[1]] == [TEXTS[i] for i, _ in kept]
-    ids = [e.attributes[sc.CANDIDATE_ID] for e in span.events if e.name == sc.EVENT_CANDIDATE]
+    ids = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(span) if e.name == sc.EVENT_CANDIDATE]
     left = pop_stage(span, {
         **stage_attributes("retrieve", VSR, n_in=5, n_out=len(kept), n_excluded=len(cut)),
         **query_attributes("the cat mat"), sc.STAGE_TOP_K: 5, sc.STAGE_THRESHOLD: 0.3,
@@ -200,7 +202,7 @@ def test_score_threshold_exclusions_carry_scores_and_reason(instrumentor, tracer
         **retrieval_mirrors(VSR, "the cat mat", [(ident, s) for ident, (_, s) in zip(ids, kept)], 5),
     })
     assert left == {}
-    excluded = [e for e in span.events if e.name == sc.EVENT_EXCLUSION]
+    excluded = [e for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION]
     assert [(e.attributes[sc.CANDIDATE_RANK], e.attributes[sc.EXCLUSION_REASON]) for e in excluded] == [
         (rank, "below_score_threshold") for rank, _, _ in cut]
     for event, (_, i, s) in zip(excluded, cut):
@@ -230,7 +232,7 @@ def test_direct_vectorstore_searches_are_retrieve_stages(instrumentor, tracer_pr
         **retrieval_mirrors(component, "dogs park", hits, 2),
     })
     assert left == {}
-    assert [e.attributes[sc.CANDIDATE_SCORE_KIND] for e in span.events] == ["similarity", "similarity"]
+    assert [e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(span)] == ["similarity", "similarity"]
 
     span_exporter.clear()
     result = store.similarity_search_with_relevance_scores("dogs park", k=3, score_threshold=0.2)
@@ -344,7 +346,7 @@ def test_async_ensemble_gives_the_same_spans(instrumentor, tracer_provider, span
     assert sorted(s.name for s in spans) == sync_spans
     fuse = one(spans, "EnsembleRetriever")
     assert all(s.parent.span_id == fuse.context.span_id for s in spans if s is not fuse)
-    assert [e.attributes[sc.CANDIDATE_SCORE_KIND] for e in fuse.events if e.name == sc.EVENT_CANDIDATE] == ["rrf"] * len(async_result)
+    assert [e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(fuse) if e.name == sc.EVENT_CANDIDATE] == ["rrf"] * len(async_result)
 
 
 # --- query hops -----------------------------------------------------------------------------------
@@ -371,7 +373,7 @@ def test_multi_query_hops_say_which_variant_found_which_document(instrumentor, t
     for hop, text in ((1, "cats purr happy"), (2, "stock markets"), (0, "cat on the mat")):
         for i, _ in bm25_expected(text, 2):
             found_by.setdefault(f"d{i}", hop)
-        assert [e.attributes[sc.CANDIDATE_HOP] for e in by_text[text].events] == [hop, hop]
+        assert [e.attributes[sc.CANDIDATE_HOP] for e in rec_events(by_text[text])] == [hop, hop]
 
     # a fuse stage: its inputs are every inner hit in query order (duplicates included), the
     # surplus copies of an id are deduplicated
@@ -413,7 +415,7 @@ def test_generate_queries_alone_is_a_query_transform_stage(instrumentor, tracer_
     span = one(span_exporter.get_finished_spans(), "MultiQueryRetriever")
     assert span.name == "query_transform MultiQueryRetriever"
     # the repeated question is the same query, not a new hop
-    assert [(e.attributes[sc.QUERY_HOP], e.attributes[sc.QUERY_TEXT]) for e in span.events] == [(1, "a b"), (2, "c d")]
+    assert [(e.attributes[sc.QUERY_HOP], e.attributes[sc.QUERY_TEXT]) for e in rec_events(span)] == [(1, "a b"), (2, "c d")]
 
 
 # --- compressors and transformers ------------------------------------------------------------------
@@ -429,7 +431,7 @@ def compression_retriever() -> ContextualCompressionRetriever:
 
 
 def _ids(span: Any, name: str) -> list[str]:
-    return [e.attributes[sc.CANDIDATE_ID] for e in span.events if e.name == name]
+    return [e.attributes[sc.CANDIDATE_ID] for e in rec_events(span) if e.name == name]
 
 
 def test_compression_pipeline_every_exclusion_has_its_reason(instrumentor, tracer_provider, span_exporter):
@@ -459,19 +461,19 @@ def test_compression_pipeline_every_exclusion_has_its_reason(instrumentor, trace
 
     # the duplicate content is dropped by the redundant filter: deduplicated
     assert _ids(redundant, sc.EVENT_EXCLUSION) == [retrieved[1]]
-    assert redundant.events[-1].attributes[sc.EXCLUSION_REASON] == "deduplicated"
-    assert redundant.events[-1].attributes[sc.EXCLUSION_DETAIL] == "embedding similarity > 0.95 with a kept document"
+    assert rec_events(redundant)[-1].attributes[sc.EXCLUSION_REASON] == "deduplicated"
+    assert rec_events(redundant)[-1].attributes[sc.EXCLUSION_DETAIL] == "embedding similarity > 0.95 with a kept document"
     assert dict(redundant.attributes)[sc.CANDIDATES_IN] == 6
     # EmbeddingsFilter rebuilds Documents without ids: the identities are still the retrieved ones
     out_ids = _ids(efilter, sc.EVENT_CANDIDATE)
     assert set(out_ids) <= set(retrieved) and len(out_ids) == 3
     assert all(d.id is None for d in traced[1])
     sims = dict(similarities("the cat sat on the mat"))
-    for event in efilter.events:
+    for event in rec_events(efilter):
         if event.name == sc.EVENT_CANDIDATE:
             assert event.attributes[sc.CANDIDATE_SCORE] == pytest.approx(sims[int(event.attributes[sc.CANDIDATE_ID][1:])])
             assert event.attributes[sc.CANDIDATE_SCORE_KIND] == "similarity"
-    cut = [e for e in efilter.events if e.name == sc.EVENT_EXCLUSION]
+    cut = [e for e in rec_events(efilter) if e.name == sc.EVENT_EXCLUSION]
     assert len(cut) == 2 and {e.attributes[sc.EXCLUSION_REASON] for e in cut} == {"below_rank_cutoff"}
     assert {e.attributes[sc.EXCLUSION_DETAIL] for e in cut} == {"top_k=3"}
     left = pop_stage(efilter, {
@@ -486,7 +488,7 @@ def test_compression_pipeline_every_exclusion_has_its_reason(instrumentor, trace
     assert _ids(outer, sc.EVENT_CANDIDATE) == _ids(reorder, sc.EVENT_CANDIDATE)
     # each exclusion is in the trace once, with the reason of the stage that made it
     exclusions = [(s.name, e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON])
-                  for s in spans for e in s.events if e.name == sc.EVENT_EXCLUSION]
+                  for s in spans for e in rec_events(s) if e.name == sc.EVENT_EXCLUSION]
     assert len(exclusions) == 3 and len({ident for _, ident, _ in exclusions}) == 3
     assert PIPELINE not in {dict(s.attributes)[sc.STAGE_COMPONENT] for s in spans}  # the container is no stage
 
@@ -566,7 +568,7 @@ def test_embeddings_filter_threshold_reason(instrumentor, tracer_provider, span_
     kept = {i for i, s in sims.items() if s > 0.3}
     assert {d.page_content for d in traced[1]} == {TEXTS[i] for i in kept}
     span = one(span_exporter.get_finished_spans(), "EmbeddingsFilter")
-    exclusions = [e for e in span.events if e.name == sc.EVENT_EXCLUSION]
+    exclusions = [e for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION]
     assert [e.attributes[sc.CANDIDATE_ID] for e in exclusions] == [f"d{i}" for i in range(len(TEXTS)) if i not in kept]
     assert {(e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL]) for e in exclusions} == {
         ("below_score_threshold", "similarity <= threshold=0.3")}
@@ -605,12 +607,12 @@ def test_llm_listwise_rerank_reasons(instrumentor, tracer_provider, span_exporte
     traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: full.compress_documents(docs, "q"))
     assert [d.id for d in traced[1]] == ["d4", "d3"]
     span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
-    assert {e.attributes[sc.EXCLUSION_REASON] for e in span.events if e.name == sc.EVENT_EXCLUSION} == {"below_rank_cutoff"}
+    assert {e.attributes[sc.EXCLUSION_REASON] for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION} == {"below_rank_cutoff"}
     span_exporter.clear()
     partial = LLMListwiseRerank(reranker=RunnableLambda(lambda x: [x["documents"][2]]), top_n=3)
     assert [d.id for d in partial.compress_documents(docs, "q")] == ["d2"]
     span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
-    assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON]) for e in span.events if e.name == sc.EVENT_EXCLUSION] == [
+    assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON]) for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION] == [
         ("d0", "custom:not_ranked_by_llm"), ("d1", "custom:not_ranked_by_llm"), ("d3", "custom:not_ranked_by_llm"),
         ("d4", "custom:not_ranked_by_llm")]
     assert dict(span.attributes)[sc.OPENINFERENCE_SPAN_KIND] == "RERANKER"
@@ -659,18 +661,18 @@ def test_async_compressor_through_the_base_executor_is_one_span(instrumentor, tr
     assert docs_equal(list(sync_result), list(async_result))
     spans = span_exporter.get_finished_spans()
     assert [s.name for s in spans] == ["rerank CrossEncoderReranker"]
-    assert [e.attributes[sc.CANDIDATE_SCORE_KIND] for e in spans[0].events if e.name == sc.EVENT_CANDIDATE] == ["rerank"] * 2
+    assert [e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(spans[0]) if e.name == sc.EVENT_CANDIDATE] == ["rerank"] * 2
 
 
 def test_async_compression_pipeline_matches_sync(instrumentor, tracer_provider, span_exporter):
     retriever = compression_retriever()
     sync_result = retriever.invoke("cats purr when happy")
-    sync_spans = [(s.name, [(e.name, e.attributes.get(sc.CANDIDATE_ID), e.attributes.get(sc.EXCLUSION_REASON)) for e in s.events])
+    sync_spans = [(s.name, [(e.name, e.attributes.get(sc.CANDIDATE_ID), e.attributes.get(sc.EXCLUSION_REASON)) for e in rec_events(s)])
                   for s in span_exporter.get_finished_spans()]
     span_exporter.clear()
     async_result = asyncio.run(retriever.ainvoke("cats purr when happy"))
     assert docs_equal(sync_result, async_result)
-    async_spans = [(s.name, [(e.name, e.attributes.get(sc.CANDIDATE_ID), e.attributes.get(sc.EXCLUSION_REASON)) for e in s.events])
+    async_spans = [(s.name, [(e.name, e.attributes.get(sc.CANDIDATE_ID), e.attributes.get(sc.EXCLUSION_REASON)) for e in rec_events(s)])
                    for s in span_exporter.get_finished_spans()]
     assert async_spans == sync_spans
 
@@ -807,7 +809,7 @@ def test_cross_encoder_returning_an_iterator_is_recorded_without_consuming_it_fi
                                    lambda: reranker.compress_documents(corpus(), "the cat sat on the mat"))
     assert [d.id for d in traced[1]] == ["d0", "d6"]
     span = one(span_exporter.get_finished_spans(), "CrossEncoderReranker")
-    assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in span.events
+    assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in rec_events(span)
             if e.name == sc.EVENT_CANDIDATE] == [("d0", 0.5), ("d6", 0.5)]
     # outside a reranker stage the model's result is handed back untouched
     assert isinstance(TwoLogitCrossEncoder().score([("a", "a")]), map)
@@ -831,8 +833,8 @@ def test_async_direct_relevance_search_and_query_generation(instrumentor, tracer
     assert [s.name for s in spans] == ["retrieve RelevanceStore", "query_transform MultiQueryRetriever"]
     search = dict(spans[0].attributes)
     assert (search[sc.CANDIDATES_IN], search[sc.CANDIDATES_OUT], search[sc.STAGE_THRESHOLD]) == (4, len(hits), 0.25)
-    assert {e.attributes[sc.EXCLUSION_REASON] for e in spans[0].events if e.name == sc.EVENT_EXCLUSION} <= {"below_score_threshold"}
-    assert [e.attributes[sc.QUERY_TEXT] for e in spans[1].events] == ["x y", "z"]
+    assert {e.attributes[sc.EXCLUSION_REASON] for e in rec_events(spans[0]) if e.name == sc.EVENT_EXCLUSION} <= {"below_score_threshold"}
+    assert [e.attributes[sc.QUERY_TEXT] for e in rec_events(spans[1])] == ["x y", "z"]
 
 
 def test_a_failure_while_opening_a_stage_leaves_the_hosts_context_as_it_was(instrumentor, tracer_provider, span_exporter, monkeypatch):

@@ -3,6 +3,8 @@ entry point patches it and ragtrail's local store receives the whole manifest.""
 
 from __future__ import annotations
 
+from spanutil import rec_events
+
 import subprocess
 import sys
 
@@ -59,19 +61,19 @@ def test_unmodified_app_under_opentelemetry_instrument(tmp_path):
     assert [s.name for s in root] == ["retrieve ContextualCompressionRetriever"]
     # query hops: the two generated variants reached the sub-retrievers as hops 1 and 2
     multi = next(s for s in stages if s.name == "fuse MultiQueryRetriever")
-    hops = {(e.attributes[sc.QUERY_HOP], e.attributes[sc.QUERY_TEXT]) for e in multi.events if e.name == sc.EVENT_QUERY}
+    hops = {(e.attributes[sc.QUERY_HOP], e.attributes[sc.QUERY_TEXT]) for e in rec_events(multi) if e.name == sc.EVENT_QUERY}
     assert hops == {(1, "cats purr"), (2, "red mat door")}
     fused = [s for s in stages if s.name == "fuse EnsembleRetriever"]
     assert {s.attributes[sc.QUERY_HOP] for s in fused} == {1, 2}
     for fuse in fused:
         children = [s for s in stages if s.parent_span_id == fuse.span_id]
         assert {c.attributes[sc.QUERY_HOP] for c in children} == {fuse.attributes[sc.QUERY_HOP]}
-        assert all(e.attributes[sc.CANDIDATE_SCORE_KIND] == "rrf" for e in fuse.events if e.name == sc.EVENT_CANDIDATE)
+        assert all(e.attributes[sc.CANDIDATE_SCORE_KIND] == "rrf" for e in rec_events(fuse) if e.name == sc.EVENT_CANDIDATE)
     # every candidate has its receipt; every exclusion a reason; counts add up
     for s in stages:
-        kinds = [e.name for e in s.events]
+        kinds = [e.name for e in rec_events(s)]
         assert s.attributes[sc.EVENTS_COUNT] == len(kinds)
-        for e in s.events:
+        for e in rec_events(s):
             if e.name != sc.EVENT_QUERY:
                 assert len(e.attributes[sc.CANDIDATE_CONTENT_SHA256]) == 64
             if e.name == sc.EVENT_EXCLUSION:

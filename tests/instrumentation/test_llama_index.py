@@ -146,7 +146,7 @@ def test_pipeline_spans_exact(instrumented):
     span = one(spans, "filter SimilarityPostprocessor")
     a = attrs(span)
     pop_all(a, {
-        sc.SCHEMA: 2, sc.STAGE_KIND: sc.KIND_FILTER, sc.STAGE_COMPONENT: SIMILARITY, sc.STAGE_STATUS: sc.STATUS_OK,
+        sc.SCHEMA: 3, sc.STAGE_KIND: sc.KIND_FILTER, sc.STAGE_COMPONENT: SIMILARITY, sc.STAGE_STATUS: sc.STATUS_OK,
         sc.STAGE_THRESHOLD: cutoff, sc.CANDIDATES_IN: len(retrieved), sc.CANDIDATES_OUT: len(kept),
         sc.CANDIDATES_EXCLUDED: len(dropped), sc.OPENINFERENCE_SPAN_KIND: sc.OI_RERANKER, sc.OI_INPUT_VALUE: QUERY,
         **query_attrs(QUERY, 0, sc.TRANSFORM_NONE),
@@ -607,6 +607,6 @@ def test_allow_listed_metadata_is_captured(instrumented, monkeypatch):
         n.node.metadata["owner"] = "not allow-listed"
     SimilarityPostprocessor(similarity_cutoff=0.5).postprocess_nodes(nodes, query_str="q")
     span = one(instrumented.get_finished_spans(), "filter SimilarityPostprocessor")
-    recorded = [dict(ev.attributes) for ev in span.events]
+    recorded = events(span)
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_META_PREFIX + "date"]) for e in recorded] == [("n0", DATES[0]), ("n1", DATES[1])]
     assert not any(sc.CANDIDATE_META_PREFIX + "owner" in e for e in recorded)

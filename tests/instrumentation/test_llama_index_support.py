@@ -138,6 +138,8 @@ def attrs(span: Any) -> dict[str, Any]:
 
 def events(span: Any, name: str | None = None) -> list[dict[str, Any]]:
     """The stage's records (schema 3: its columns read back, one per candidate)."""
+    import spanutil
+
     return spanutil.events(span, name)
 
 
@@ -176,16 +178,19 @@ def content_attrs(text: str) -> dict[str, Any]:
 
 def digest_of(span: Any) -> str:
     items = []
-    for event in span.events:
-        a = event.attributes
-        if event.name == sc.EVENT_QUERY:
-            items.append((event.name, f"hop:{a[sc.QUERY_HOP]}", a.get(sc.QUERY_SHA256, "")))
+    import spanutil
+
+    for name, a in spanutil.records(span):
+        if name == sc.EVENT_QUERY:
+            items.append((name, f"hop:{a[sc.QUERY_HOP]}", a.get(sc.QUERY_SHA256, "")))
         else:
-            items.append((event.name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
+            items.append((name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
     return sorted_events_digest(items)
 
 
 def pop_stage_tail(a: dict[str, Any], span: Any) -> None:
     """The count and digest every stage stamps last, checked against the span's own events."""
-    pop_all(a, {sc.EVENTS_COUNT: len(span.events), sc.EVENTS_DIGEST: digest_of(span)})
+    import spanutil
+
+    pop_all(a, {sc.EVENTS_COUNT: len(spanutil.records(span)), sc.EVENTS_DIGEST: digest_of(span)})
     mirrorutil.pop_mirrors(a, span)

@@ -8,6 +8,8 @@ local Qdrant collection.
 
 from __future__ import annotations
 
+from spanutil import rec_events
+
 import mirrorutil
 
 import spanutil
@@ -88,7 +90,7 @@ def check_span(span: Any, spans: Any, points: list[Any], *, component: str, kind
     """Pop every expected attribute, then nothing may be left; events exactly the points, in order."""
     a = spanutil.own(span)
     expected: dict[str, Any] = {
-        sc.SCHEMA: 2, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
+        sc.SCHEMA: 3, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
         sc.STAGE_STATUS: sc.STATUS_OK if points else sc.STATUS_EMPTY, sc.STAGE_TOP_K: top_k,
         sc.STAGE_COLLECTION: collection, sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: len(points),
         sc.CANDIDATES_EXCLUDED: 0, sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: collection,
@@ -571,9 +573,9 @@ async def test_async_remote_client_adds_no_request(instrumentor, span_exporter, 
     assert seen == [("POST", "/collections/docs/points/query"), ("GET", "/collections/docs"),
                     ("POST", "/collections/docs/points/query")]
     a, b = retrieve_spans(span_exporter)
-    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in a.events} == {sc.SCORE_NONE}
+    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(a)} == {sc.SCORE_NONE}
     assert a.attributes[sc.STAGE_FINDINGS] == (UNREAD,)
-    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in b.events} == {sc.SCORE_DISTANCE}
+    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(b)} == {sc.SCORE_DISTANCE}
     assert b.attributes[sc.COVERAGE_CORPUS_SIZE] == 4
     assert b.attributes[sc.COVERAGE_CORPUS_APPROXIMATE] is True
     await client.close()
@@ -590,7 +592,7 @@ def test_local_client_calls_no_client_method_for_its_facts(instrumentor, span_ex
     [span] = retrieve_spans(span_exporter)
     assert span.attributes[sc.COVERAGE_CORPUS_SIZE] == 3  # 4 upserted, 1 deleted: exact
     assert sc.COVERAGE_CORPUS_APPROXIMATE not in span.attributes
-    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in span.events} == {sc.SCORE_DISTANCE}
+    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(span)} == {sc.SCORE_DISTANCE}
 
 
 # --- under opentelemetry-instrument ----------------------------------------------------------------
@@ -629,12 +631,12 @@ def test_under_opentelemetry_instrument_sync_and_async(tmp_path) -> None:
     sync_span = stages["qdrant_client.QdrantClient.query_points"]
     parts = [sync_span] + sorted((s for s in spans if s.parent_span_id == sync_span.span_id),
                                  key=lambda s: s.attributes[sc.STAGE_CONTINUATION_INDEX])
-    ids = [e.attributes[sc.CANDIDATE_ID] for p in parts for e in p.events]
+    ids = [e.attributes[sc.CANDIDATE_ID] for p in parts for e in rec_events(p)]
     assert ids == sync_ids and len(ids) == 250
     assert all(p.dropped_events == 0 for p in parts)
     async_span = stages["qdrant_client.AsyncQdrantClient.query_points"]
-    assert [e.attributes[sc.CANDIDATE_ID] for e in async_span.events] == async_ids
-    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in async_span.events} == {sc.SCORE_DISTANCE}
+    assert [e.attributes[sc.CANDIDATE_ID] for e in rec_events(async_span)] == async_ids
+    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(async_span)} == {sc.SCORE_DISTANCE}
     assert async_span.attributes[sc.COVERAGE_CORPUS_SIZE] == 300
 
 
@@ -654,7 +656,7 @@ def test_instrumentation_errors_never_reach_the_app(instrumentor, span_exporter,
     [span] = retrieve_spans(span_exporter)
     assert span.attributes[sc.STAGE_STATUS] == sc.STATUS_OK
     assert span.attributes[sc.STAGE_FINDINGS] == ("score kind unknown: the collection's distance could not be read",)
-    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in span.events} == {sc.SCORE_NONE}
+    assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(span)} == {sc.SCORE_NONE}
     monkeypatch.setattr(module, "_outcome", broken)
     assert client.query_points("docs", query=[1.0, 0.0, 0.0], limit=2) == want
     assert retrieve_spans(span_exporter)[-1].attributes[sc.STAGE_INSTRUMENTATION_ERRORS] == 1
@@ -670,4 +672,4 @@ def test_batch_requests_given_as_an_iterator_are_not_consumed(instrumentor, span
     rows = retrieve_spans(span_exporter)
     assert len(rows) == 2  # the results are still recorded; only the per-request knobs are unknown
     assert all(sc.STAGE_TOP_K not in r.attributes for r in rows)
-    assert [[e.attributes[sc.CANDIDATE_SCORE_KIND] for e in r.events] for r in rows] == [[sc.SCORE_SIMILARITY]] * 2
+    assert [[e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(r)] for r in rows] == [[sc.SCORE_SIMILARITY]] * 2
