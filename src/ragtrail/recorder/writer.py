@@ -27,7 +27,7 @@ from ragtrail.recorder import mirrors
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.errors import exception_message, is_cancellation
 from ragtrail.recorder.exclusions import Exclusion, Explicit, Knobs, derive, resolve_string_ids
-from ragtrail.recorder.pipeline import QueryRecord
+from ragtrail.recorder.pipeline import PipelineState, QueryRecord
 from ragtrail.recorder.values import attribute_value, wire_text
 from ragtrail import settings
 from ragtrail.settings import CaptureSettings
@@ -64,6 +64,22 @@ class Seen:
     inner_other: bool = False
 
 
+def _seen_of(stage: "Stage") -> Seen:
+    """What a recording stage was told (every stage that writes is recording: it has one)."""
+    seen = stage._seen
+    if seen is None:  # pragma: no cover - write() runs only for a recording stage
+        raise RuntimeError("stage is not recording")
+    return seen
+
+
+def _state_of(stage: "Stage") -> "PipelineState":
+    """The pipeline state a recording stage joined (it always joins one)."""
+    state = stage._state
+    if state is None:  # pragma: no cover - write() runs only for a recording stage
+        raise RuntimeError("stage is not recording")
+    return state
+
+
 def short_component(component: str) -> str:
     return component.rsplit(".", 1)[-1] if component else "stage"
 
@@ -80,7 +96,7 @@ def knobs_of(stage: "Stage") -> Knobs:
 
 def write(stage: "Stage", exc: BaseException | None) -> None:
     """Write a recording stage's attributes and events on its span (not ending it)."""
-    seen = stage._seen
+    seen = _seen_of(stage)
     span = stage.span
     limits = getattr(span, "_limits", None)
     outputs = seen.outputs or []
@@ -141,8 +157,9 @@ def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | 
         return {}
     text_allowed = config.query_text_allowed()
     answer = seen.answer
-    if answer is None and stage._state is not None and stage._state.pipeline_stage is not None:
-        answer = stage._state.pipeline_stage._seen.answer  # a cite/generate stage after ragtrail.answer()
+    pipeline = stage._state.pipeline_stage if stage._state is not None else None
+    if answer is None and pipeline is not None and pipeline._seen is not None:
+        answer = pipeline._seen.answer  # a cite/generate stage after ragtrail.answer()
     m = mirrors.MirrorInput(
         kind=stage.kind, component=stage.component, top_k=stage.top_k, config=config, limits=limits,
         extra=len(seen.extra) + columns + (mirrors.GENAI_ATTRIBUTES if config.mirror_genai else 0),
@@ -176,7 +193,7 @@ def _own_attributes(stage: "Stage", seen: Seen, exc: BaseException | None, statu
         own.update(event_rules.query_attributes(seen.query, seen.config))
     for key, value in seen.extra.items():
         own[key] = attribute_value(value)
-    state = stage._state
+    state = _state_of(stage)
     if stage.kind == sc.KIND_PIPELINE and stage._owns_state:
         own.update(state.coverage())
         # a cancelled run said as such, not as failed (nor as empty: it did not finish)
@@ -190,10 +207,10 @@ def _own_attributes(stage: "Stage", seen: Seen, exc: BaseException | None, statu
         if outer is not None and stage.kind in _RETRIEVAL:
             # nested: what it found is the outer stage's input, "retrieved" only once that stage
             # hands it on (a trimmed hit is the outer stage's exclusion, never retrieved)
-            outer._seen.inner.extend(outputs)
+            _seen_of(outer).inner.extend(outputs)
         else:
             if outer is not None:
-                outer._seen.inner_other = True
+                _seen_of(outer).inner_other = True
             state.track(stage.kind, [c.id for c in outputs])
     if stage.kind in _RETRIEVAL and stage._owns_state and seen.inner:
         # a retrieval root over nested stores (fusion, a wrapper) with no pipeline around it: its
@@ -250,8 +267,8 @@ def _count_in(kind: str, seen: Seen, outputs: list[Candidate], exclusions: list[
 def _assign_hops(stage: "Stage", outputs: list[Candidate]) -> None:
     """Each output's hop and score kind: its own, else (a retrieval's hits were found by its own
     query; later stages inherit the finder's hop) the pipeline's memory, else the stage's query."""
-    state = stage._state
-    query = stage._seen.query
+    state = _state_of(stage)
+    query = _seen_of(stage).query
     default = query.hop if query is not None else None
     kind = stage.kind
     for candidate in outputs:
