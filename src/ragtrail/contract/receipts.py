@@ -534,10 +534,18 @@ def _field_value(value: Any) -> Any:
     if type(value) in _LEAVES:
         return value
     if isinstance(value, (list, tuple)):
+        # the usual array (a schema 3 column, findings, cited ids): one primitive type, within the
+        # bounds; its canonical JSON is json.dumps of it (what canonical_json finds, without the walk)
+        types = set(map(type, value))
+        if len(types) == 1 and len(value) <= MAX_ITEMS:
+            (kind,) = types
+            if kind in _FLAT_KINDS or (kind is str and sum(map(len, value)) <= MAX_CHARS):
+                return _dumps(value)
         return canonical_json(list(value))
     return canonical_json(value)
 
 
+_FLAT_KINDS = frozenset({int, float, bool})
 _json_str = json.encoder.encode_basestring  # what a JSONEncoder with ensure_ascii=False writes for a str
 
 

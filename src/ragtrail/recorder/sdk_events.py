@@ -13,7 +13,7 @@ identical exported events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Event = tuple[str, dict[str, Any]]
@@ -35,6 +35,47 @@ def _probe() -> tuple[Any, Any, Any] | None:
 
 
 _PARTS = _probe()
+
+
+_PRIMITIVES = frozenset({str, bool, int, float})
+
+
+def _plain(value: Any) -> bool:
+    """A value the SDK's attribute cleaning keeps as it is (a list: as its tuple): a primitive, or a
+    sequence of one primitive type (checked in C: ``map(type, ...)``)."""
+    kind = type(value)
+    if kind in _PRIMITIVES:
+        return True
+    if kind is tuple or kind is list:
+        types = set(map(type, value))
+        return len(types) <= 1 and types <= _PRIMITIVES
+    return False
+
+
+def set_attributes(span: Any, attributes: Mapping[str, Any]) -> None:
+    """``span.set_attributes(attributes)``, exactly, without the SDK's per-value re-check where its
+    result is known: an SDK span with no value-length limit, every value a primitive or a homogeneous
+    sequence (the SDK's check walks each element of each array in Python: most of a stage's write
+    once the candidates are columns). The SDK's own ``_setitem_locked`` stores them, so eviction at the
+    count limit and the dropped count are the SDK's. Anything else takes the public path."""
+    parts = _PARTS
+    bounded = getattr(span, "_attributes", None)
+    if (parts is None or not isinstance(span, parts[2]) or not isinstance(bounded, parts[0])
+            or bounded.max_value_len is not None or bounded._immutable
+            or not hasattr(bounded, "_setitem_locked") or not all(map(_plain, attributes.values()))):
+        span.set_attributes(attributes)
+        return
+    with span._lock:
+        if span._end_time is not None:  # what set_attributes does on an ended span: warn and write nothing
+            span.set_attributes(attributes)
+            return
+        store = bounded._setitem_locked
+        with bounded._lock:
+            for key, value in attributes.items():
+                if type(key) is not str or not key:  # pragma: no cover - ragtrail's keys are names
+                    bounded.dropped += 1
+                    continue
+                store(key, tuple(value) if type(value) is list else value)
 
 
 def add_events(span: Any, events: Sequence[Event]) -> None:

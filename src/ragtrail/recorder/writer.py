@@ -28,6 +28,7 @@ from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.errors import exception_message, is_cancellation
 from ragtrail.recorder.exclusions import Exclusion, Explicit, Knobs, derive, resolve_string_ids
 from ragtrail.recorder.pipeline import PipelineState, QueryRecord
+from ragtrail.recorder.sdk_events import set_attributes as add_attributes
 from ragtrail.recorder.values import attribute_value, wire_text
 from ragtrail import settings
 from ragtrail.settings import CaptureSettings
@@ -112,10 +113,10 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     attributes = _mirrors(stage, seen, limits, inputs, outputs, exclusions,
                           len(written_columns.span_attributes))  # 1.
     if attributes:
-        span.set_attributes(attributes)
+        add_attributes(span, attributes)
     own = _own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions)
     own.update(written_columns.span_attributes)
-    span.set_attributes(own)  # 2.
+    add_attributes(span, own)  # 2.
     findings_written = len(seen.findings)
     if exc is not None:
         _record_exception(span, seen, exc)
@@ -142,12 +143,12 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
         final[sc.EVENTS_SPANS] = spans
     final[sc.EVENTS_COUNT] = len(written_columns.items)
     final[sc.EVENTS_DIGEST] = event_rules.digest(written_columns.items)
-    span.set_attributes(final)
+    add_attributes(span, final)
     written = getattr(span, "attributes", None)  # 5. what the SDK holds, as the reader will see it
     if written is None:  # pragma: no cover - not an SDK span: the attributes this stage wrote
         written = {**own, **final}
     stamp = event_rules.receipt(written, events, settings.receipt_key())
-    span.set_attributes({sc.STAGE_RECEIPT: stamp.receipt, sc.STAGE_RECEIPT_FIELDS: stamp.fields})
+    add_attributes(span, {sc.STAGE_RECEIPT: stamp.receipt, sc.STAGE_RECEIPT_FIELDS: stamp.fields})
 
 
 def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | None,
