@@ -591,6 +591,32 @@ def test_the_fast_event_path_exports_exactly_what_add_event_would():
     strip = lambda request: [[(e.name, list(e.attributes), e.dropped_attributes_count) for e in span.events]  # noqa: E731
                              for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
     assert strip(fast_otlp) == strip(slow_otlp)
+    # the span attributes too (sdk_events.set_attributes: columns, mirrors, counts, receipt)
+    spans_of = lambda request: [(list(span.attributes), span.dropped_attributes_count)  # noqa: E731
+                                for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+    assert spans_of(fast_otlp) == spans_of(slow_otlp)
+
+
+def test_the_fast_attribute_path_evicts_and_counts_exactly_as_set_attributes_would():
+    """Under a tight attribute count limit the SDK evicts the oldest attributes and counts them; the
+    fast path stores through the SDK's own method, so the exported span is the same."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    docs = [{"id": f"d{i}", "content": f"chunk {i}", "score": i / 7} for i in range(30)]
+
+    def exported(limits: SpanLimits) -> list:
+        provider, exporter = _provider(limits)
+        with ragtrail.stage("rerank", "r", top_k=10, tracer=provider.get_tracer("t")) as s:
+            s.query("q")
+            s.inputs(docs)
+            s.outputs(docs[:10])
+        request = encode_spans(exporter.get_finished_spans())
+        return [(list(span.attributes), span.dropped_attributes_count)
+                for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+
+    fast = exported(SpanLimits(max_span_attributes=20))
+    slow = exported(SpanLimits(max_span_attributes=20, max_attribute_length=10**9))  # the public path
+    assert fast == slow and fast[0][1] > 0  # the same attributes kept, the same number evicted
 
 
 def test_a_tight_event_attribute_limit_still_counts_drops():

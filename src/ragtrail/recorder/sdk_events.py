@@ -78,6 +78,16 @@ def set_attributes(span: Any, attributes: Mapping[str, Any]) -> None:
                 store(key, tuple(value) if type(value) is list else value)
 
 
+def held_attributes(span: Any) -> Mapping[str, Any] | None:
+    """The attributes the SDK holds for ``span`` (the plain dict inside its ``BoundedAttributes``: reading
+    it is a dict walk, where the public mapping proxy walks it in Python), ``None`` when it is not a span."""
+    parts = _PARTS
+    bounded = getattr(span, "_attributes", None)
+    if parts is not None and isinstance(bounded, parts[0]) and isinstance(getattr(bounded, "_dict", None), dict):
+        return bounded._dict
+    return getattr(span, "attributes", None)
+
+
 def add_events(span: Any, events: Sequence[Event]) -> None:
     """Add ``events`` to ``span`` in order, each exactly as ``span.add_event`` would."""
     parts = _PARTS

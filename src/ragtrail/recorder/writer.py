@@ -28,7 +28,7 @@ from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.errors import exception_message, is_cancellation
 from ragtrail.recorder.exclusions import Exclusion, Explicit, Knobs, derive, resolve_string_ids
 from ragtrail.recorder.pipeline import PipelineState, QueryRecord
-from ragtrail.recorder.sdk_events import set_attributes as add_attributes
+from ragtrail.recorder.sdk_events import held_attributes, set_attributes as add_attributes
 from ragtrail.recorder.values import attribute_value, wire_text
 from ragtrail import settings
 from ragtrail.settings import CaptureSettings
@@ -144,7 +144,7 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     final[sc.EVENTS_COUNT] = len(written_columns.items)
     final[sc.EVENTS_DIGEST] = event_rules.digest(written_columns.items)
     add_attributes(span, final)
-    written = getattr(span, "attributes", None)  # 5. what the SDK holds, as the reader will see it
+    written = held_attributes(span)  # 5. what the SDK holds, as the reader will see it
     if written is None:  # pragma: no cover - not an SDK span: the attributes this stage wrote
         written = {**own, **final}
     stamp = event_rules.receipt(written, events, settings.receipt_key())
