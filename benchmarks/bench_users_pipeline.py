@@ -203,7 +203,9 @@ class EncodingExporter:
 
         self._encode = encode_spans
         self.counting = False
-        self.counts = {"spans": 0, "attributes": 0, "events": 0, "bytes": 0}
+        # values: every attribute value, an array's elements one each (what the exporter encodes one by
+        # one); records: the candidates and exclusions ragtrail recorded, as a reader decodes them
+        self.counts = {"spans": 0, "attributes": 0, "events": 0, "bytes": 0, "values": 0, "records": 0}
 
     def export(self, spans: Any) -> Any:
         from opentelemetry.sdk.trace.export import SpanExportResult
@@ -217,6 +219,9 @@ class EncodingExporter:
                 c["attributes"] += len(span.attributes or {})
                 c["events"] += len(span.events)
                 c["attributes"] += sum(len(e.attributes or {}) for e in span.events)
+                for attributes in [span.attributes or {}, *(e.attributes or {} for e in span.events)]:
+                    c["values"] += sum(len(v) if isinstance(v, tuple) else 1 for v in attributes.values())
+                c["records"] += _records(span)
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
@@ -262,6 +267,18 @@ def worker(framework: str, mode: str, queries: int, warmup: int, chunks: int) ->
 
 
 # --- the run ------------------------------------------------------------------------------------------
+def _records(span: Any) -> int:
+    """Candidates and exclusions a ragtrail span records (schema 3: its columns decoded; schema 2:
+    its events), 0 for another tool's span."""
+    from ragtrail.inspect.columns import expand
+
+    wire = [(None, e.name, e.attributes or {}) for e in span.events]
+    attributes = span.attributes or {}
+    if attributes.get("ragtrail.schema", 1) >= 3:
+        wire = expand(attributes, wire, None)
+    return sum(1 for _, name, _ in wire if name in ("ragtrail.candidate", "ragtrail.exclusion"))
+
+
 def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(round(p * (len(sorted_values) - 1))))]
 
@@ -289,8 +306,8 @@ def with_ratios(results: dict[str, dict[str, dict[str, Any]]]) -> None:
 
 def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     lines = ["| | p50 ms | added p50 | p95 ms | p95 x none | CPU ms/query | CPU/query x none | spans/query "
-             "| attributes/query | events/query | OTLP bytes/query |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| attributes/query | values/query | events/query | records/query | OTLP bytes/query |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for framework, modes in results.items():
         for mode, r in modes.items():
             q = r["per_query"]
@@ -298,7 +315,8 @@ def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
             p95x = f"x{r['p95_x_none']:.2f}" if "p95_x_none" in r else "-"
             cpux = f"x{r['cpu_x_none']:.2f}" if "cpu_x_none" in r else "-"
             lines.append(f"| {framework}, {mode} | {r['p50_ms']:.2f} | {added} | {r['p95_ms']:.2f} | {p95x} | {r['cpu_ms_per_query']:.2f} | {cpux}"
-                         f" | {q['spans']:.1f} | {q['attributes']:,.0f} | {q['events']:,.0f} | {q['bytes']:,.0f} |")
+                         f" | {q['spans']:.1f} | {q['attributes']:,.0f} | {q.get('values', 0):,.0f} | {q['events']:,.0f}"
+                         f" | {q.get('records', 0):,.0f} | {q['bytes']:,.0f} |")
     return "\n".join(lines)
 
 
