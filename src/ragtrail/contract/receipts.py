@@ -632,7 +632,10 @@ class StageReceipt(NamedTuple):
 def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageReceipt:
     """The stage receipt over :func:`stage_fields`: sha256, or HMAC-SHA256 when a key is given."""
     ordered = sorted(fields.items())
-    whole = _mac(canonical_json([[k, v] for k, v in ordered]), key)
+    pairs = [[k, v] for k, v in ordered]
+    # fields are text: their canonical JSON is json.dumps of them unless the bound would cut it
+    plain = 3 * len(pairs) <= MAX_ITEMS and sum(len(k) + len(v) for k, v in ordered) <= MAX_CHARS
+    whole = _mac(_dumps(pairs) if plain else canonical_json(pairs), key)
     short = ";".join(f"{k}={_mac(v, key)[:FIELD_DIGEST_HEX]}" for k, v in ordered)
     # unkeyed: the bare 64 hex digits (so it fits the 64-character value limit the other receipts
     # need); keyed: the algorithm named in front
