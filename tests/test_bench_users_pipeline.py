@@ -24,9 +24,11 @@ def test_smoke_run_reports_every_figure_per_framework_and_mode() -> None:
         assert set(modes) == {"none", "ragtrail"}
         for mode, r in modes.items():
             assert set(r) == FIGURES, (framework, mode)
-            assert set(r["per_query"]) == {"spans", "attributes", "events", "bytes"}
+            assert set(r["per_query"]) == {"spans", "attributes", "events", "bytes", "values", "records"}
             assert r["queries"] == 5 and r["rounds"] == 1 and r["docs_out"] > 0
         assert modes["none"]["per_query"]["spans"] == 0  # the baseline records nothing
         recorded = modes["ragtrail"]["per_query"]
         assert recorded["spans"] > 0 and recorded["attributes"] > 0 and recorded["events"] > 0 and recorded["bytes"] > 0
+        # every candidate and exclusion a reader decodes; values count an array's elements one each
+        assert recorded["records"] > 0 and recorded["values"] > recorded["attributes"]
         assert modes["none"]["p50_x_none"] == 1.0

@@ -3,6 +3,8 @@ ragtrail into a real Phoenix: every stage as Phoenix shows it, against the docum
 
 from __future__ import annotations
 
+from spanutil import rec_events
+
 import hashlib
 import math
 from typing import Any
@@ -56,7 +58,7 @@ def check_every_stage(shown: list[dict[str, Any]], sent: list[Any], content_mode
         prefixes = {"RETRIEVER": ["retrieval.documents"],
                     "RERANKER": ["reranker.input_documents", "reranker.output_documents"]}.get(got["span_kind"], [])
         reasons = {e.attributes[sc.CANDIDATE_ID]: e.attributes[sc.EXCLUSION_REASON]
-                   for e in span.events if e.name == sc.EVENT_EXCLUSION}
+                   for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION}
         for prefix in prefixes:
             cards = ps.documents(got["attributes"], prefix)
             assert cards == ps.sent_cards(span.attributes, prefix), (span.name, prefix)
