@@ -130,14 +130,36 @@ def test_a_capped_list_says_how_many_of_how_many():
         s.outputs(hits)
     (span,) = exporter.get_finished_spans()
     a = dict(span.attributes)
-    # 80 - 40 kept for ragtrail - 4 for the counts - 3 OpenInference (kind, input, mime) - 5 GenAI
-    # - 8 candidate columns (ids, scores, score kind, hop, chars, bytes, sha256, text) = 20: 6 cards of 3
-    assert a[sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED] == 6 and a[sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL] == 40
-    assert "retrieval.documents.5.document.id" in a and "retrieval.documents.6.document.id" not in a
-    assert [d["id"] for d in json.loads(a[sc.GEN_AI_RETRIEVAL_DOCUMENTS])] == [f"d{i}" for i in range(6)]
+    # 80 - 40 kept for ragtrail - 4 for the counts - 3 OpenInference (kind, input, mime) - 5 GenAI = 28: 9 cards
+    # of 3. ragtrail's own here fit the 40: 13 stage attributes + 8 candidate columns (ids, scores, score
+    # kind, hop, chars, bytes, sha256, text) + 9 written last = 30; beyond 40 the cap would shrink
+    assert a[sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED] == 9 and a[sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL] == 40
+    assert "retrieval.documents.8.document.id" in a and "retrieval.documents.9.document.id" not in a
+    assert [d["id"] for d in json.loads(a[sc.GEN_AI_RETRIEVAL_DOCUMENTS])] == [f"d{i}" for i in range(9)]
     assert span.dropped_attributes == 0
     mirrorutil.pop_mirrors(a, span)
     assert not [k for k in a if not k.startswith("ragtrail.")]
+
+
+def test_the_cap_leaves_room_for_every_attribute_ragtrail_writes():
+    """Many metadata columns push ragtrail's own attributes past the 40 kept free: the mirror cap
+    shrinks by exactly that much, and the SDK evicts nothing."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=80))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    keys = [f"k{j}" for j in range(20)]
+    hits = [{"id": f"d{i}", "content": f"text {i}", "score": 1 - i / 100, "metadata": {k: i for k in keys}}
+            for i in range(40)]
+    ragtrail.set_capture(content="full", metadata=keys)
+    with ragtrail.stage("retrieve", "app.search", tracer=provider.get_tracer("t")) as s:
+        s.query("q")
+        s.outputs(hits)
+    (span,) = exporter.get_finished_spans()
+    a = dict(span.attributes)
+    # 13 stage attributes + 28 columns (8 + 20 metadata) + 9 written last = 50: 10 beyond the 40, so
+    # 28 - 10 = 18 attributes for cards: 4 cards of 4 (id, score, content, metadata)
+    assert a[sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED] == 4
+    assert span.dropped_attributes == 0 and len(a[sc.COLUMN_IDS]) == 40
 
 
 def test_genai_documents_are_cut_whole_to_the_value_length_limit():

@@ -110,12 +110,16 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     _assign_hops(stage, outputs)
     status, failure_class = final_status(stage.kind, seen, exc, outputs)
     written_columns = event_rules.EventBuilder(seen.config, stage.score_kind).build(seen.variants, outputs, exclusions)
-    attributes = _mirrors(stage, seen, limits, inputs, outputs, exclusions,
-                          len(written_columns.span_attributes))  # 1.
-    if attributes:
-        add_attributes(span, attributes)
+    # the stage's own attributes are made before the mirrors (written after them), so the mirrors' cap
+    # can leave room for exactly what ragtrail will write: nothing of ragtrail's is ever evicted by a mirror
     own = _own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions)
     own.update(written_columns.span_attributes)
+    held = held_attributes(span)
+    ragtrail_attributes = (len(held) if held is not None else 0) + len(own) + _WRITTEN_LAST
+    attributes = _mirrors(stage, seen, limits, inputs, outputs, exclusions,
+                          max(0, ragtrail_attributes - mirrors.STAGE_ATTRIBUTE_RESERVE))  # 1.
+    if attributes:
+        add_attributes(span, attributes)
     add_attributes(span, own)  # 2.
     findings_written = len(seen.findings)
     if exc is not None:
@@ -151,8 +155,15 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     add_attributes(span, {sc.STAGE_RECEIPT: stamp.receipt, sc.STAGE_RECEIPT_FIELDS: stamp.fields})
 
 
+# written after the mirrors and the stage's own attributes: findings, errors, events.spans, count and
+# digest (4.), the receipt and its fields (5.), and the export's two segment stamps
+_WRITTEN_LAST = 9
+
+
 def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | None,
-             outputs: list[Candidate], exclusions: list[Exclusion], columns: int) -> dict[str, Any]:
+             outputs: list[Candidate], exclusions: list[Exclusion], beyond_reserve: int) -> dict[str, Any]:
+    """The mirror attributes; ``beyond_reserve``: how many of ragtrail's own attributes the stage
+    will hold beyond the mirrors' reserve (``mirrors.STAGE_ATTRIBUTE_RESERVE``), so the cap leaves them room."""
     config = seen.config
     if not (config.mirror_genai or config.mirror_openinference):
         return {}
@@ -163,7 +174,7 @@ def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | 
         answer = pipeline._seen.answer  # a cite/generate stage after ragtrail.answer()
     m = mirrors.MirrorInput(
         kind=stage.kind, component=stage.component, top_k=stage.top_k, config=config, limits=limits,
-        extra=len(seen.extra) + columns + (mirrors.GENAI_ATTRIBUTES if config.mirror_genai else 0),
+        extra=beyond_reserve + (mirrors.GENAI_ATTRIBUTES if config.mirror_genai else 0),
         query_text=wire_text(seen.query.text) if seen.query is not None and text_allowed else None,
         produced_queries=[wire_text(v.text) for v in seen.variants] if text_allowed else [],
         inputs=inputs, outputs=outputs, exclusions=exclusions, answer=answer,
