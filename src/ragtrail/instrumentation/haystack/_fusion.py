@@ -72,6 +72,11 @@ class MultiQuery(HaystackCall):
     def before(self, s: Stage) -> None:
         instance, bound = self.instance, self.arguments
         queries = bound.get("queries")
+        state = current_pipeline()
+        if isinstance(queries, (list, tuple)) and state is not None:
+            for query in queries:  # the application's own queries: each a hop of its own
+                if isinstance(query, str):
+                    state.given_hop(receipt(query).sha256)
         bucket: list[tuple[Any, Any]] = []
         self.memo = {"queries": list(queries) if isinstance(queries, (list, tuple)) else None, "bucket": bucket}
         self.set_var(collector, (id(instance), bucket))
