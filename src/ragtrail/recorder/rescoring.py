@@ -20,33 +20,39 @@ from ragtrail.recorder.candidates import Candidate
 
 def unproduced_scores(stage_score_kind: str | None, inputs: Sequence[Candidate] | None,
                       outputs: Sequence[Candidate]) -> list[str]:
-    """Give every output that claims a ``rerank`` score equal to its own input score its upstream
-    kind back (the candidates are changed in place), and return the findings."""
+    """Give every output that claims a ``rerank`` score equal to its own input's (non-rerank) score
+    its upstream kind back (the candidates are changed in place), and return the findings. A stage
+    that claims rerank scores (its ``score_kind``, or an output's) and hands on nothing but its
+    inputs' own scores, in input order, is ``rerank_is_identity``."""
     if not inputs or not outputs:
         return []
     positions: dict[str, list[int]] = {}
     for index, candidate in enumerate(inputs):
         positions.setdefault(candidate.id, []).append(index)
-    passed: list[int] = []  # input positions of the outputs that carry their input score
+    claims = stage_score_kind == sc.SCORE_RERANK
+    passed: list[int] = []  # input positions of the outputs that carry their input's score
+    relabelled = 0
     for out in outputs:
-        if (out.score_kind or stage_score_kind) != sc.SCORE_RERANK:
-            continue
+        rerank = (out.score_kind or stage_score_kind) == sc.SCORE_RERANK
+        claims = claims or out.score_kind == sc.SCORE_RERANK
         free = positions.get(out.id)
         if not free:
             continue
         index = free.pop(0)
         source = inputs[index]
         score = finite_or_none(out.score)
-        if score is None or score != finite_or_none(source.score) or source.score_kind == sc.SCORE_RERANK:
+        if score is None or score != finite_or_none(source.score):
             continue
-        out.score_kind = source.score_kind or sc.SCORE_NONE
         passed.append(index)
-    if not passed:
-        return []
-    kinds = sorted({inputs[i].score_kind or sc.SCORE_NONE for i in passed})
-    if len(passed) == len(outputs) and passed == sorted(passed):
+        if rerank and source.score_kind != sc.SCORE_RERANK:
+            out.score_kind = source.score_kind or sc.SCORE_NONE
+            relabelled += 1
+    kinds = ", ".join(sorted({inputs[i].score_kind or sc.SCORE_NONE for i in passed}))
+    if claims and len(passed) == len(outputs) and passed == sorted(passed):
         return [f"{sc.FINDING_RERANK_IS_IDENTITY}: the stage handed on {len(outputs)} of its {len(inputs)} inputs "
                 f"in their input order with their input scores: nothing was reranked (a silent fallback?); "
-                f"the scores keep their upstream kind ({', '.join(kinds)})"]
-    return [f"{len(passed)} output score(s) are the inputs' own scores, not produced by this stage: "
-            f"recorded with their upstream kind ({', '.join(kinds)})"]
+                f"the scores keep their upstream kind ({kinds})"]
+    if relabelled:
+        return [f"{relabelled} output score(s) are the inputs' own scores, not produced by this stage: "
+                f"recorded with their upstream kind ({kinds})"]
+    return []
