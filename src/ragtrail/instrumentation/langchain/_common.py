@@ -24,7 +24,7 @@ from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
 from ragtrail.contract.receipts import receipt
 from ragtrail.instrumentation._hook import Call, record_internal_error, run
 from ragtrail.instrumentation._hook import run_async as run_async_call
-from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.pipeline import PipelineState, current_pipeline
 from ragtrail.recorder.stage import Stage
 
 
@@ -152,7 +152,8 @@ def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> Non
     ``relevance_score`` is a reranker's (``rerank``: CohereRerank, FlashrankRerank, Jina ...);
     ``score`` a retriever's own, of the kind an earlier stage of this pipeline gave the candidate,
     else ``none`` (not known)."""
-    state = None
+    state: PipelineState | None = None
+    looked = False
     for candidate, doc in zip(candidates, docs):
         if candidate.score is not None:
             continue
@@ -163,9 +164,9 @@ def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> Non
             continue
         own = score_in(metadata, "score")
         if own is not None:
-            if state is None:
-                state = current_pipeline() or False
-            known = state.candidate_score_kind(candidate.id) if state else None
+            if not looked:
+                state, looked = current_pipeline(), True
+            known = state.candidate_score_kind(candidate.id) if state is not None else None
             candidate.score, candidate.score_kind = own, known or sc.SCORE_NONE
 
 
