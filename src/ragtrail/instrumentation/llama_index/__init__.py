@@ -36,8 +36,8 @@ def _subclasses(base: type) -> list[type]:
     seen: dict[type, None] = {}
     stack = [base]
     while stack:
-        cls = stack.pop()
-        for sub in cls.__subclasses__():
+        direct: list[type] = stack.pop().__subclasses__()
+        for sub in direct:
             if sub not in seen:
                 seen[sub] = None
                 stack.append(sub)
