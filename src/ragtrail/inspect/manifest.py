@@ -271,8 +271,8 @@ def build(trace: Trace, key: bytes | None = None) -> dict[str, Any]:
                    and sc.COVERAGE_RETRIEVED in v.attributes), {})
     corpus = _int(pa.get(sc.COVERAGE_CORPUS_SIZE))
     if corpus is None:
-        sizes = [_int(v.attributes.get(sc.COVERAGE_CORPUS_SIZE)) for v in stitched.stages]
-        sizes = [s for s in sizes if s is not None]
+        stated = [_int(v.attributes.get(sc.COVERAGE_CORPUS_SIZE)) for v in stitched.stages]
+        sizes = [s for s in stated if s is not None]
         corpus = max(sizes) if sizes else None
     n_retrieved = _int(pa.get(sc.COVERAGE_RETRIEVED))
     n_in_context = _int(pa.get(sc.COVERAGE_IN_CONTEXT))
