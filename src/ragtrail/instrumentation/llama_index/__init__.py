@@ -45,7 +45,7 @@ def _subclasses(base: type) -> list[type]:
 
 
 class LlamaIndexInstrumentor(RagtrailInstrumentor):
-    """Records LlamaIndex retrieval pipelines as ragtrail stages (SPEC §1-3)."""
+    """Records LlamaIndex retrieval pipelines as ragtrail stages (docs/semconv.md §1-3)."""
 
     _instruments: Collection[str] = ("llama-index-core >= 0.12",)
 
