@@ -30,7 +30,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, Self, Sequence, TypeVar, cast
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar, cast
 
 from opentelemetry import trace
 
@@ -42,6 +42,7 @@ from ragtrail.instrumentation._hook import Call, record_internal_error, run, run
 from ragtrail.recorder.stage import Stage, stage
 
 _log = logging.getLogger("ragtrail")
+_S = TypeVar("_S", bound="StoreStages")  # a library's StoreStages subclass, carried through a call
 
 
 @dataclass
@@ -160,7 +161,7 @@ class StoreStages:
         self._pending: tuple[Outcome, int, Any] | None = None
 
     # --- before the call ---------------------------------------------------------------------------
-    def start(self, first: Row) -> Self:
+    def start(self: _S, first: Row) -> _S:
         """Open stage 0 with what is known before the call (its query, knobs and filter)."""
         parent_valid = trace.get_current_span().get_span_context().is_valid
         self._t0 = time.time_ns()
@@ -294,9 +295,6 @@ def _call(fn: Callable[[], Any], site: str) -> Any:
     except Exception as exc:
         record_internal_error(site, exc)
         return None
-
-
-_S = TypeVar("_S", bound="StoreStages")
 
 
 class VectorStoreCall(Call, Generic[_S]):

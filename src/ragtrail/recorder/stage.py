@@ -42,10 +42,10 @@ def _cut_finding(cuts: tuple[str, ...]) -> None:
     ``contract.receipts.canonical_json``) is a finding of the stage that met it, once per kind of cut."""
     s = _current_stage.get()
     seen = s._recorded() if s is not None else None
-    if s is not None and seen is not None:
+    if seen is not None:
         text = f"canonical form cut ({'; '.join(cuts)}): the id or receipt covers only what was kept"
         if text not in seen.findings:
-            s.finding(text)
+            seen.findings.append(text)
 
 
 _receipts.set_cut_observer(_cut_finding)
