@@ -15,6 +15,7 @@ from typing import NamedTuple
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import content_id, finite_or_none
 from ragtrail.recorder.candidates import Candidate
+from ragtrail.recorder.rescoring import unproduced_scores
 
 
 class Explicit(NamedTuple):
@@ -61,9 +62,10 @@ def resolve_string_ids(explicit: dict[str, Explicit], strings: set[str], inputs:
 
 def derive(inputs: Sequence[Candidate] | None, outputs: Sequence[Candidate], explicit: Mapping[str, Explicit],
            knobs: Knobs, *, failed: bool = False) -> tuple[list[Exclusion], list[str]]:
-    """Every input that did not leave, by identity, and the findings the derivation made. A stage
-    that failed before producing output (or whose inputs are unknown) excluded nothing: only the
-    explicit exclusions are said."""
+    """Every input that did not leave, by identity, and the findings the derivation made (also
+    :func:`ragtrail.recorder.rescoring.unproduced_scores`, which gives scores handed on unchanged
+    their upstream kind back). A stage that failed before producing output (or whose inputs are
+    unknown) excluded nothing: only the explicit exclusions are said."""
     if inputs is None or failed:
         result = []
         for ident, said in explicit.items():
@@ -71,7 +73,10 @@ def derive(inputs: Sequence[Candidate] | None, outputs: Sequence[Candidate], exp
             result.append(Exclusion(rank, said.candidate or Candidate(id=ident), said.reason, said.detail))
         return result, []
     kept = _kept_positions(inputs, outputs)
-    return _dropped(inputs, outputs, kept, explicit, knobs)
+    exclusions, findings = _dropped(inputs, outputs, kept, explicit, knobs)
+    # scores handed on unchanged keep their upstream kind (a reranker's silent fallback is a finding)
+    findings.extend(unproduced_scores(knobs.score_kind, inputs, outputs))
+    return exclusions, findings
 
 
 def _kept_positions(inputs: Sequence[Candidate], outputs: Sequence[Candidate]) -> set[int]:
@@ -100,7 +105,7 @@ def _dropped(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: se
     result: list[Exclusion] = []
     findings: list[str] = []
     seen: set[str] = {inputs[i].id for i in kept}
-    kept_by_sha = {c.receipt.sha256: c.id for c in outputs if c.content is not None}
+    kept_by_sha = {r.sha256: c.id for c in outputs if c.content is not None and (r := c.receipt) is not None}
     output_ids = {c.id for c in outputs}
     explicit_used: set[str] = set()
     evidence: KeptEvidence | None = None
@@ -212,8 +217,9 @@ def derive_reason(candidate: Candidate, outputs: Sequence[Candidate], kept_by_sh
     every kept output: a threshold some kept output fails explains nothing, nor does a top-k cut
     that kept fewer than k or kept something that ranks below this input. What no knob explains is
     ``unexplained`` (the reason is not known; never a guess)."""
-    if candidate.content is not None and candidate.receipt.sha256 in kept_by_sha:
-        return sc.REASON_DEDUPLICATED, f"same content as {kept_by_sha[candidate.receipt.sha256]}"
+    stamped = candidate.receipt if candidate.content is not None else None
+    if stamped is not None and stamped.sha256 in kept_by_sha:
+        return sc.REASON_DEDUPLICATED, f"same content as {kept_by_sha[stamped.sha256]}"
     if evidence is None:
         evidence = kept_evidence((), outputs, set(), knobs)
     threshold = knobs.threshold

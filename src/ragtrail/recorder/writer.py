@@ -27,7 +27,6 @@ from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.errors import exception_message, is_cancellation
 from ragtrail.recorder.exclusions import Exclusion, Explicit, Knobs, derive, resolve_string_ids
 from ragtrail.recorder.pipeline import QueryRecord
-from ragtrail.recorder.rescoring import unproduced_scores
 from ragtrail.recorder.values import attribute_value, wire_text
 from ragtrail import settings
 from ragtrail.settings import CaptureSettings
@@ -90,7 +89,6 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     resolve_string_ids(seen.explicit, seen.string_ids, inputs)
     exclusions, findings = derive(inputs, outputs, seen.explicit, knobs_of(stage), failed=seen.outputs is None)
     seen.findings.extend(findings)
-    seen.findings.extend(unproduced_scores(stage.score_kind, inputs, outputs))
     _assign_hops(stage, outputs)
     status, failure_class = final_status(stage.kind, seen, exc, outputs)
     attributes = _mirrors(stage, seen, limits, inputs, outputs, exclusions)  # 1.

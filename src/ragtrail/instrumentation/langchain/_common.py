@@ -94,6 +94,15 @@ class LangChainCall(Call):
             self.sink = Sink(s, feeds)
             self.set_var(_sink, self.sink)
 
+    @property
+    def live(self) -> Stage:
+        """The stage a finisher records into: finishers run from :meth:`after`, which the hook
+        skeleton calls only once the stage is open and recording."""
+        s = self.stage
+        if s is None:  # pragma: no cover - after() never runs without a stage
+            raise RuntimeError("a LangChain finisher ran with no stage open")
+        return s
+
     def after(self, s: Stage, result: Any) -> None:
         if self.finisher is not None:
             self.finisher(self, result)
