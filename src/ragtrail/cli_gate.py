@@ -131,9 +131,11 @@ def gate_run(pipeline: str | None, set_path: str, traces: str | None, key_file: 
     if as_json:
         _json_out(report.to_dict())
     else:
+        import importlib
+
         try:
-            from ragtrail.gate import terminal
-        except ImportError:
+            terminal = importlib.import_module("ragtrail.gate.terminal")
+        except ImportError:  # the rich view is not in this build
             _plain_summary(report)
         else:
             from rich.console import Console
