@@ -305,3 +305,69 @@ def test_sampled_traces_are_inconclusive(tmp_path: Path, evalset: evalset_mod.Ev
     assert all(p.detail.startswith("sampled at p=0.5: this trace stands for 2 requests")
                for p in report.problems if p.kind == "sampled_out")
     assert len(report.problems) == 80
+
+
+def test_failed_stage_is_inconclusive(evalset: evalset_mod.EvalSet, frozen: dict[str, Any]) -> None:
+    report = _run(evalset, frozen, "store_down")
+    assert report.verdict == "INCONCLUSIVE"
+    assert {(p.kind, p.detail) for p in report.problems} == {("failed_trace", "stage retrieve gate.vector failed")}
+    assert sorted(p.case_id for p in report.problems) == [f"faq-{i:02d}" for i in range(20)]
+    # the faq cases are left out of the numbers: the other slices are judged on their own evidence, and
+    # faq's checks say why they have no value (never "passed" on evidence nobody could read)
+    assert _failed(report) == {("faq", metric) for metric in METRICS}
+    recall = next(c for c in report.checks if c.slice == "faq" and c.metric == RECALL)
+    assert (recall.value, recall.n, recall.message) == (
+        None, 0, "not measured: every case of the slice has a problem (failed_trace)")
+
+
+def _tamper(store: Path, query: str, change: Any) -> int:
+    """Apply ``change(span)`` to every span of the trace whose hop-0 query is ``query``; spans changed."""
+    from ragtrail.contract.receipts import receipt
+
+    wanted = receipt(query).sha256
+    changed = 0
+    for path in sorted(store.rglob("*.jsonl")):
+        lines = path.read_text().splitlines()
+        for n, line in enumerate(lines):
+            if wanted not in line:
+                continue
+            doc = json.loads(line)
+            spans = [s for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+            trace_id = next(s["traceId"] for s in spans if wanted in json.dumps(s))
+            changed += sum(1 for s in spans if s["traceId"] == trace_id and change(s))
+            lines[n] = json.dumps(doc)
+        path.write_text("\n".join(lines) + "\n")
+    return changed
+
+
+def test_receipt_alarm_is_inconclusive(tmp_path: Path, evalset: evalset_mod.EvalSet, frozen: dict[str, Any]) -> None:
+    store = tmp_path / ".ragtrail"
+    _record(store, [c.query for c in evalset.cases])
+
+    def lower_top_k(span: dict[str, Any]) -> bool:
+        # someone downstream "fixed" the rerank stage's top_k after the producer stamped it
+        for a in span.get("attributes", []):
+            if a["key"] == "ragtrail.stage.top_k":
+                a["value"] = {"intValue": "4"}
+                return True
+        return False
+
+    assert _tamper(store, next(c.query for c in evalset.cases if c.id == "policy-09"), lower_top_k) == 1
+    report = evaluate(evalset, runner.from_traces(str(store), evalset.cases), frozen)
+    assert report.verdict == "INCONCLUSIVE"
+    assert [(p.kind, p.case_id) for p in report.problems] == [("receipt_alarm", "policy-09")]
+    assert report.problems[0].detail.startswith("1 receipt alarm(s): changed_uncited at rerank gate.overlap_reranker")
+
+
+def test_changed_component_version_is_inconclusive(tmp_path: Path, evalset: evalset_mod.EvalSet) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    queries = [c.query for c in evalset.cases]
+    _record(old, queries, resource_attributes={"service.version": "1.4.0", "index.version": "2026-11"})
+    _record(new, queries, resource_attributes={"service.version": "1.4.0", "index.version": "2026-12"})
+    document = json.loads(baseline_mod.dumps(baseline_mod.freeze(evalset, [runner.from_traces(str(old), evalset.cases)])))
+    assert document["cases"]["faq-00"]["observation"]["versions"] == {"index.version": "2026-11", "service.version": "1.4.0"}
+    assert evaluate(evalset, runner.from_traces(str(old), evalset.cases), document).verdict == "PASS"
+    report = evaluate(evalset, runner.from_traces(str(new), evalset.cases), document)
+    assert report.verdict == "INCONCLUSIVE"
+    assert [(p.kind, p.case_id, p.detail) for p in report.problems] == [
+        ("version_changed", None, "index.version 2026-11 → 2026-12 in 80 cases (policy-00, policy-01, policy-02 and 77 more)")]

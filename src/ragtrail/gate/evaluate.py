@@ -209,7 +209,10 @@ def _checks(evalset: EvalSet, good: list[CaseRun], results: list[CaseResult], ba
             ceiling = row["direction"] == "ceiling"
             if value is None:
                 passed = stage is not None and stage not in present  # a stage gone is a warning, not a measure
-                message = ("stage did not run now" if passed else "no case of the slice could be measured")
+                kinds = sorted({p.kind for r in results if slice_ in m.slices_of(r.case) for p in r.problems})
+                message = ("stage did not run now" if passed else
+                           "not measured: " + (f"every case of the slice has a problem ({', '.join(kinds)})"
+                                               if kinds else "no case of the slice could be measured"))
             else:
                 passed = value <= thr + _EPS if ceiling else value >= thr - _EPS
                 message = ""
