@@ -7,6 +7,9 @@ from __future__ import annotations
 from ragtrail.gate.model import (ALL_SLICE, INCONCLUSIVE, PASS, REGRESSION, CaseResult, Check, EvalCase, GateReport, Movement,
                                  Problem, StageSurvival, decide)
 
+#: what the gate says of the regression() report's failed check (evaluate.py's wording)
+MESSAGE = ("survival@budget app.budget fell to 0.500 (floor 0.800, baseline 0.850); relevant ids lost at budget app.budget: "
+           "2 (budget_exceeded ×2); recall@retrieve rose to 1.000 (baseline 0.900)")
 HOSTILE = "a\x00\u202e\ufffe|b `tick`` <script>alert(1)</script>\n::error::forged\r%0A ##[stop-commands]tok @everyone #12 </details> x:y,z"
 
 
@@ -30,7 +33,7 @@ def _case(ident: str, slice_: str | None, relevant: tuple[str, ...], rbo: float 
 
 def _check(slice_: str, metric: str, value: float, threshold: float, passed: bool, message: str = "",
            warning: str | None = None, n: int = 12) -> Check:
-    stage = metric.split("@", 1)[1] if "@" in metric else None
+    stage = metric[len("survival@"):] if metric.startswith("survival@") else None
     return Check(slice=slice_, metric=metric, value=value, threshold=threshold, baseline_mean=round(threshold + 0.05, 3), n=n,
                  passed=passed, stage=stage, message=message, warning=warning)
 
@@ -46,10 +49,9 @@ def passing() -> GateReport:
 
 def regression() -> GateReport:
     """Recall at retrieve rose, but the budget stage lost the evidence on the tables slice."""
-    message = "budget app.budget lost 2 relevant (budget_exceeded); recall@retrieve rose 0.900 -> 1.000"
-    checks = [_check(ALL_SLICE, "recall@retrieve", 1.0, 0.85, True), _check(ALL_SLICE, "survival@budget", 0.9, 0.85, True),
+    checks = [_check(ALL_SLICE, "recall@retrieve", 1.0, 0.85, True), _check(ALL_SLICE, "survival@budget app.budget", 0.9, 0.85, True),
               _check("tables", "recall@retrieve", 1.0, 0.85, True),
-              _check("tables", "survival@budget", 0.5, 0.8, False, message=message)]
+              _check("tables", "survival@budget app.budget", 0.5, 0.8, False, message=MESSAGE)]
     cases = [_case("t1", "tables", ("tbl-1",), rbo=0.62, lost=("tbl-1",), diff="budget app.budget: left tbl-1 budget_exceeded"),
              _case("t2", "tables", ("tbl-2",), rbo=0.7, lost=("tbl-2",)), _case("l1", "long", ("long-1",))]
     report = GateReport(verdict=decide(checks, []), checks=checks, problems=[], cases=cases, set_path="eval.jsonl",

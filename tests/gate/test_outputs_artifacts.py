@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from outputs_reports import HOSTILE, _case, hostile, regression
+from .outputs_reports import HOSTILE, _case, hostile, regression
 
 from ragtrail.gate import artifacts
 from ragtrail.gate.model import GateReport

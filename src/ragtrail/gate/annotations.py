@@ -66,7 +66,7 @@ def render(report: GateReport) -> str:
     errors: list[tuple[str, str]] = []
     for c in report.failed_checks():
         errors.append((f"ragtrail gate FAIL: {c.slice} {wording.check_name(c)}",
-                       wording.comparison(c) + (f": {c.message}" if c.message else "")))
+                       wording.failure_message(c)))
     for p in report.problems:
         errors.append((f"ragtrail gate INCONCLUSIVE: {wording.problem_name(p)}", wording.problem_line(p)))
     warnings = [(f"ragtrail gate warning: {c.slice} {wording.check_name(c)}", c.warning) for c in report.checks if c.warning]

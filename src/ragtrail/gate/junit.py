@@ -74,8 +74,7 @@ def _check_case(suite: ET.Element, check: Check, names: _Names) -> None:
     case = ET.SubElement(suite, "testcase", classname=classname, name=names(classname, _s(wording.check_name(check))),
                          time="0")
     if not check.passed:
-        message = wording.comparison(check) + (f": {check.message}" if check.message else "")
-        failure = ET.SubElement(case, "failure", message=_s(message), type="REGRESSION")
+        failure = ET.SubElement(case, "failure", message=_s(wording.failure_message(check)), type="REGRESSION")
         failure.text = _lines(wording.check_line(check), f"value: {wording.number(check.value)}",
                               f"threshold: {wording.number(check.threshold)}", f"baseline mean: {wording.number(check.baseline_mean)}",
                               f"cases measured: {check.n}", f"stage: {check.stage or 'n/a'}")

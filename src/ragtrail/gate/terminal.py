@@ -3,7 +3,8 @@
 Every piece of trace data is a :func:`ragtrail.inspect.safe.text` (shown literally: no rich markup, no
 escape sequence, one line), after :func:`ragtrail.gate.annotations.log_inert`: a CI log is parsed for
 workflow commands, and a document id holding ``##[stop-commands]`` must not silence the gate's own
-annotations that follow.
+annotations that follow. For the same reason a line outside a table is never wrapped by rich: a wrap
+at a space would start a log line with whatever the data holds there (``::error::...``).
 """
 
 from __future__ import annotations
@@ -26,24 +27,33 @@ def _t(value: Any, style: str = "") -> Any:
     return text(log_inert(value if isinstance(value, str) else str(value)), style)
 
 
+def _line(console: Console, line: Any) -> None:
+    # never wrapped by rich: a wrap at a space could start a log line with a hostile "::error::"; the
+    # terminal still folds the long line for the eye (table rows are safe: each starts with a border)
+    console.print(line, soft_wrap=True)
+
+
 def render(report: GateReport, console: Console) -> None:
     """Print the report on ``console``."""
-    console.print(_t(wording.verdict_line(report), _STYLE[report.verdict]))
+    _line(console, _t(wording.verdict_line(report), _STYLE[report.verdict]))
     if report.checks:
         table = Table(title="checks", title_justify="left")
         for col, kw in (("slice", {}), ("metric", {}), ("value", {"justify": "right"}), ("threshold", {"justify": "right"}),
-                        ("baseline", {"justify": "right"}), ("n", {"justify": "right"}), ("result", {}), ("why", {})):
+                        ("baseline", {"justify": "right"}), ("n", {"justify": "right"}), ("result", {})):
             table.add_column(col, overflow="fold", **kw)  # type: ignore[arg-type]
         for c in report.checks:
             bound = ("<= " if wording.is_ceiling(c) else ">= ") + wording.number(c.threshold) if c.threshold is not None else "n/a"
-            why = " ".join(x for x in (c.message, f"warning: {c.warning}" if c.warning else "") if x)
             table.add_row(_t(c.slice), _t(wording.check_name(c)), _t(wording.number(c.value)), _t(bound),
-                          _t(wording.number(c.baseline_mean)), _t(c.n), _t(wording.check_status(c), "green" if c.passed else "bold red"),
-                          _t(why))
+                          _t(wording.number(c.baseline_mean)), _t(c.n), _t(wording.check_status(c), "green" if c.passed else "bold red"))
         console.print(table)
+    for c in report.failed_checks():
+        _line(console, _t(f"FAIL {c.slice} {wording.check_name(c)}: {wording.failure_message(c)}", "red"))
+    for c in report.checks:
+        if c.warning:
+            _line(console, _t(f"warning: {c.slice} {wording.check_name(c)}: {c.warning}", "yellow"))
     for slice_name in wording.slices(report):
         for loss in wording.losses(report, slice_name):
-            console.print(_t(f"{slice_name}: lost at {loss.line()}"))
+            _line(console, _t(f"{slice_name}: lost at {loss.line()}"))
     if report.problems:
         table = Table(title="inconclusive evidence", title_justify="left")
         for col in ("problem", "case", "detail", "trace"):
@@ -53,4 +63,4 @@ def render(report: GateReport, console: Console) -> None:
                           _t(p.trace_id or ""))
         console.print(table)
     for w in report.warnings:
-        console.print(_t(f"warning: {w}", "yellow"))
+        _line(console, _t(f"warning: {w}", "yellow"))

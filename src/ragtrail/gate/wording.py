@@ -14,10 +14,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from .metrics import CEILINGS
 from .model import ALL_SLICE, EXIT_CODES, CaseResult, Check, GateReport, Problem, StageSurvival
-
-#: metrics whose threshold is a ceiling (the value must stay at or below it); every other metric has a floor
-CEILING_METRICS = ("refusal_rate",)
 
 
 def number(value: float | None) -> str:
@@ -34,7 +32,7 @@ def check_name(check: Check) -> str:
 
 def is_ceiling(check: Check) -> bool:
     """True when the check's threshold is a ceiling (refusal rate), False for a floor."""
-    return check.metric.split("@", 1)[0] in CEILING_METRICS
+    return check.metric in CEILINGS
 
 
 def comparison(check: Check) -> str:
@@ -57,6 +55,12 @@ def comparison(check: Check) -> str:
 
 def check_status(check: Check) -> str:
     return "pass" if check.passed else "FAIL"
+
+
+def failure_message(check: Check) -> str:
+    """What a failed check says in one line: the gate's message (which names the stage that lost the
+    evidence), or the value against its threshold when the gate gave none."""
+    return check.message or comparison(check)
 
 
 def check_line(check: Check) -> str:
@@ -104,7 +108,7 @@ class Loss:
     reasons: Counter[str]  # reason code -> count; "unknown" when the trace did not say
 
     def line(self) -> str:
-        reasons = ", ".join(f"{r} x{n}" for r, n in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        reasons = ", ".join(f"{r} ×{n}" for r, n in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0])))
         return f"{self.stage}: {self.count} relevant lost ({reasons})"
 
 
