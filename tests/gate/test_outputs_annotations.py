@@ -60,7 +60,7 @@ def test_a_regression_is_one_error_per_failed_check():
 
 def test_a_pass_is_a_notice_and_its_warnings():
     assert annotations.render(passing()).splitlines() == [
-        "::warning title=ragtrail gate warning%3A tables recall@retrieve::slice too small to be statistically boring (n=3)",
+        "::warning title=ragtrail gate warning::tables: slice too small to be statistically boring (n=3)",
         "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 0 of 3 checks failed, 0 problems, 2 cases",
     ]
 
@@ -81,8 +81,8 @@ def test_hostile_data_cannot_forge_a_command_a_property_or_a_line():
     assert _parsed(hostile()) == [
         ("error", {"title": f"ragtrail gate FAIL: {shown} recall@retrieve"}, shown),
         ("error", {"title": f"ragtrail gate INCONCLUSIVE: missing_query: {shown}"}, f"missing_query: {shown}: {shown} (trace {shown})"),
-        ("warning", {"title": f"ragtrail gate warning: {shown} recall@retrieve"}, shown),
-        ("warning", {"title": "ragtrail gate warning"}, shown),
+        ("warning", {"title": "ragtrail gate warning"}, f"{shown}: {shown}"),  # the slice's warning
+        ("warning", {"title": "ragtrail gate warning"}, shown),  # the report's
     ]
     assert "\r" not in annotations.render(hostile()) and "\x00" not in annotations.render(hostile())
 
@@ -93,6 +93,17 @@ def test_a_property_key_cannot_be_forged_from_a_title():
     report = GateReport(verdict=decide([check], []), checks=[check], problems=[], cases=[])
     assert _parsed(report) == [("error", {"title": "ragtrail gate FAIL: s,file=/etc/passwd,line=1 recall@retrieve"},
                                 "0.100 < floor 0.500 (baseline 0.600, n=5)")]
+
+
+def test_a_slice_warning_carried_by_every_check_is_annotated_once():
+    checks = [Check(slice="tables", metric=f"m{i}", value=1.0, threshold=0.5, baseline_mean=1.0, n=5, passed=True,
+                    warning="slice too small to be statistically boring (n=5 < 20)") for i in range(8)]
+    report = GateReport(verdict="PASS", checks=checks, problems=[], cases=[],
+                        warnings=["tables: slice too small to be statistically boring (n=5 < 20)"])
+    assert annotations.render(report).splitlines() == [
+        "::warning title=ragtrail gate warning::tables: slice too small to be statistically boring (n=5 < 20)",
+        "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 0 of 8 checks failed, 0 problems, 0 cases",
+    ]
 
 
 def test_more_than_ten_errors_fold_into_one_last_line():

@@ -63,7 +63,9 @@ def test_a_pass_has_the_ceiling_of_the_refusal_rate_and_the_small_slice_warning(
     lines = markdown.render(passing()).splitlines()
     assert lines[0] == "## ✅ ragtrail gate: **PASS**"
     assert "| `refusal_rate` | 0.000 | ≤ 0.100 | 0.150 | 12 | pass |  |" in lines
-    assert "| `recall@retrieve` | 1.000 | ≥ 0.900 | 0.950 | 3 | pass | ⚠️ `slice too small to be statistically boring (n=3)` |" in lines
+    start = lines.index("### Slice `tables`: all checks pass")
+    assert lines[start + 1:start + 4] == ["", "⚠️ `slice too small to be statistically boring (n=3)`", ""]
+    assert "| `recall@retrieve` | 1.000 | ≥ 0.900 | 0.950 | 3 | pass |  |" in lines
     assert not [x for x in lines if "Where the relevant" in x or "Inconclusive" in x]
 
 

@@ -69,8 +69,7 @@ def render(report: GateReport) -> str:
                        wording.failure_message(c)))
     for p in report.problems:
         errors.append((f"ragtrail gate INCONCLUSIVE: {wording.problem_name(p)}", wording.problem_line(p)))
-    warnings = [(f"ragtrail gate warning: {c.slice} {wording.check_name(c)}", c.warning) for c in report.checks if c.warning]
-    warnings += [("ragtrail gate warning", w) for w in report.warnings]
+    warnings = [("ragtrail gate warning", w) for w in wording.warnings(report)]
     lines = _capped("error", errors, "errors") + _capped("warning", warnings, "warnings")
     if report.verdict == "PASS":
         lines.append(command("notice", wording.verdict_line(report), title="ragtrail gate: PASS"))

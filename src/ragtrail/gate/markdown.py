@@ -60,7 +60,7 @@ def _checks(report: GateReport, slice_name: str) -> list[str]:
             continue
         bound = ("≤ " if wording.is_ceiling(c) else "≥ ") + wording.number(c.threshold) if c.threshold is not None else "n/a"
         result = "pass" if c.passed else "**FAIL**"
-        why = " ".join(x for x in (code(c.message) if c.message else "", f"⚠️ {code(c.warning)}" if c.warning else "") if x)
+        why = code(c.message) if c.message else ""
         lines.append(_row(code(wording.check_name(c)), wording.number(c.value), bound, wording.number(c.baseline_mean),
                           str(c.n), result, why))
     return lines
@@ -69,7 +69,10 @@ def _checks(report: GateReport, slice_name: str) -> list[str]:
 def _slice_section(report: GateReport, slice_name: str) -> list[str]:
     failed = sum(1 for c in report.checks if c.slice == slice_name and not c.passed)
     head = "all checks pass" if not failed else f"{failed} check{'' if failed == 1 else 's'} failed"
-    lines = ["", f"### Slice {code(slice_name, table=False)}: {head}", ""] + _checks(report, slice_name)
+    lines = ["", f"### Slice {code(slice_name, table=False)}: {head}", ""]
+    said = dict.fromkeys(c.warning for c in report.checks if c.slice == slice_name and c.warning)
+    lines += [f"⚠️ {code(w, table=False)}" for w in said] + ([""] if said else [])
+    lines += _checks(report, slice_name)
     lost = wording.losses(report, slice_name)
     if lost:
         lines += ["", "Where the relevant documents were lost:", ""]
@@ -122,7 +125,7 @@ def render(report: GateReport, max_chars: int = MAX_CHARS) -> str:
     lines += _problems(report)
     for slice_name in wording.slices(report):
         lines += _slice_section(report, slice_name)
-    if report.warnings:
+    if report.warnings:  # the slices' own warnings are said under each slice's heading
         lines += ["", "### Warnings", ""] + [f"- {code(w, table=False)}" for w in report.warnings]
     body = "\n".join(lines)
     return body + "\n" + "\n".join(_cases(report, max_chars - len(body))) + "\n"

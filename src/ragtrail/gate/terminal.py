@@ -48,9 +48,6 @@ def render(report: GateReport, console: Console) -> None:
         console.print(table)
     for c in report.failed_checks():
         _line(console, _t(f"FAIL {c.slice} {wording.check_name(c)}: {wording.failure_message(c)}", "red"))
-    for c in report.checks:
-        if c.warning:
-            _line(console, _t(f"warning: {c.slice} {wording.check_name(c)}: {c.warning}", "yellow"))
     for slice_name in wording.slices(report):
         for loss in wording.losses(report, slice_name):
             _line(console, _t(f"{slice_name}: lost at {loss.line()}"))
@@ -62,5 +59,5 @@ def render(report: GateReport, console: Console) -> None:
             table.add_row(_t(p.kind, "yellow"), _t(p.case_id if p.case_id is not None else "(whole run)"), _t(p.detail),
                           _t(p.trace_id or ""))
         console.print(table)
-    for w in report.warnings:
+    for w in wording.warnings(report):
         _line(console, _t(f"warning: {w}", "yellow"))

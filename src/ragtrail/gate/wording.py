@@ -89,6 +89,18 @@ def verdict_line(report: GateReport) -> str:
             f"{len(report.cases)} case{'' if len(report.cases) == 1 else 's'}")
 
 
+def warnings(report: GateReport) -> list[str]:
+    """Every warning once: a slice's warning (carried by each of its checks) as ``slice: warning``, then the
+    report's own, in order, without repeats (a warning said forty times is a warning nobody reads)."""
+    seen: dict[str, None] = {}
+    for c in report.checks:
+        if c.warning:
+            seen.setdefault(f"{c.slice}: {c.warning}", None)
+    for w in report.warnings:
+        seen.setdefault(w, None)
+    return list(seen)
+
+
 def stage_label(stage: StageSurvival) -> str:
     """``rerank my.rerank``: the label ``ragtrail compare`` uses for a stage."""
     return f"{stage.kind} {stage.component}"
