@@ -55,7 +55,7 @@ def test_exit_codes(files: dict[str, Path]) -> None:
     args = ("run", "--pipeline", PIPELINE, "--set", str(files["set"]), "--baseline", str(files["baseline"]))
     passed = _gate(*args)
     assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert passed.stdout.splitlines()[0].startswith("ragtrail gate: PASS (exit 0): 35 checks, 0 failed, 0 problems")
+    assert passed.stdout.splitlines()[0] == "ragtrail gate: PASS (exit 0): 0 of 35 checks failed, 0 problems, 80 cases"
     regression = _gate(*args, "--json", mode="bigger_k_fallback")
     assert regression.returncode == 1
     report = _json(regression)
@@ -101,3 +101,24 @@ def test_traces_from_a_local_store(files: dict[str, Path], tmp_path: Path) -> No
     assert frozen.returncode == 0
     assert frozen.stderr.startswith("ragtrail: note: --traces gives one run")
     assert json.loads((tmp_path / "b.json").read_text())["runs"] == 1
+
+
+def test_ci_outputs_are_written(files: dict[str, Path], tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    junit, markdown, artifacts = tmp_path / "gate.xml", tmp_path / "gate.md", tmp_path / "artifacts"
+    proc = _gate("run", "--pipeline", PIPELINE, "--set", str(files["set"]), "--baseline", str(files["baseline"]),
+                 "--junit", str(junit), "--markdown", str(markdown), "--artifacts", str(artifacts), "--annotations",
+                 mode="rebuild_table")
+    assert proc.returncode == 1, proc.stderr
+    failures = {(tc.get("classname"), tc.get("name")) for tc in ET.parse(junit).getroot().iter("testcase")
+                if tc.find("failure") is not None}
+    assert failures == {("table", m) for m in ("recall@retrieve", "survival@rerank gate.overlap_reranker",
+                                                "survival@budget gate.context_budget", "in_context", "cited")}
+    assert "REGRESSION" in markdown.read_text().splitlines()[0]
+    annotations = [line for line in proc.stdout.splitlines() if line.startswith("::error ")]
+    assert len(annotations) == 5
+    report = json.loads((artifacts / "report.json").read_text())
+    assert report["verdict"] == "REGRESSION"
+    diff = next(p for p in (artifacts / "cases").iterdir() if p.name.startswith("table-01-"))
+    assert "retrieve (gate.vector)" in diff.read_text()  # the manifest diff against the baseline, for a human
