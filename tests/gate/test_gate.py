@@ -371,3 +371,28 @@ def test_changed_component_version_is_inconclusive(tmp_path: Path, evalset: eval
     assert report.verdict == "INCONCLUSIVE"
     assert [(p.kind, p.case_id, p.detail) for p in report.problems] == [
         ("version_changed", None, "index.version 2026-11 → 2026-12 in 80 cases (policy-00, policy-01, policy-02 and 77 more)")]
+
+
+def test_relevant_ids_no_stage_ever_saw_in_a_corpus_of_unknown_size() -> None:
+    lines = [r for r in gp.eval_lines() if r["slice"] == "long"] + [
+        {"id": "ghost", "query": "what does kw-long-99 say?", "relevant": ["long-99"], "slice": "long"}]
+    evalset = evalset_mod.parse("".join(json.dumps(r) + "\n" for r in lines))
+    for mode, expected in (("no_corpus_size", [("unknown_relevance", "ghost")]), ("base", [])):
+        frozen = baseline_mod.freeze(evalset, [runner.run_in_process(gp.build(mode), evalset.cases)])
+        report = evaluate(evalset, runner.run_in_process(gp.build(mode), evalset.cases), frozen)
+        # with the corpus size known, an id nobody retrieved is an honest miss (recall 0), not an unknown
+        assert [(p.kind, p.case_id) for p in report.problems] == expected
+    assert report.verdict == "PASS"
+
+
+def test_keyed_receipts_are_checked_with_the_key(tmp_path: Path, evalset: evalset_mod.EvalSet, frozen: dict[str, Any],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    store = tmp_path / ".ragtrail"
+    monkeypatch.setenv("RAGTRAIL_RECEIPT_KEY", "ci-secret")
+    _record(store, [c.query for c in evalset.cases])
+    monkeypatch.delenv("RAGTRAIL_RECEIPT_KEY")
+    keyed = evaluate(evalset, runner.from_traces(str(store), evalset.cases, key=b"ci-secret"), frozen)
+    assert (keyed.verdict, keyed.problems) == ("PASS", [])
+    wrong = evaluate(evalset, runner.from_traces(str(store), evalset.cases, key=b"another"), frozen)
+    assert wrong.verdict == "INCONCLUSIVE" and {p.kind for p in wrong.problems} == {"receipt_alarm"}
+    assert len(wrong.problems) == 80
