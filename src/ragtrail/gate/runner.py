@@ -155,7 +155,7 @@ class _Collector:
 @dataclass
 class _Recording:
     collector: _Collector
-    processor: Any
+    flush: Callable[[], Any]  # exports every finished segment now (the whole-trace processor's force_flush)
     always_on: bool
 
 
@@ -188,17 +188,18 @@ def _recording() -> _Recording:
             provider = configure(exporter=collector, sampling_probability=1.0, set_global=True,  # type: ignore[arg-type]
                                  service_name=os.environ.get("OTEL_SERVICE_NAME") or "ragtrail-gate",
                                  processor_options=options)
-            processor = provider._active_span_processor._span_processors[-1]
+            flush: Callable[[], Any] = provider.force_flush
             always_on = True
         elif isinstance(current, TracerProvider):
             processor = WholeTraceSpanProcessor(collector, **options)  # type: ignore[arg-type]
             current.add_span_processor(processor)
+            flush = processor.force_flush
             description = current.sampler.get_description()
             always_on = "AlwaysOnSampler" in description or description in ("RagtrailSampler{1}", "RagtrailSampler{1.0}")
         else:
             raise UsageError(f"the global tracer provider is a {type(current).__name__}, not the OpenTelemetry SDK's",
                              "let ragtrail set the provider up, or use --traces with recorded traces")
-        _RECORDING = _Recording(collector, processor, always_on)
+        _RECORDING = _Recording(collector, flush, always_on)
         return _RECORDING
 
 
@@ -272,7 +273,7 @@ def run_in_process(fn: Callable[..., Any], cases: Iterable[EvalCase], *, key: by
                 _call(fn, case.query)
             except Exception as exc:  # noqa: BLE001 - the pipeline's own failure is the finding
                 error = exc
-            rec.processor.force_flush()
+            rec.flush()
             with rec.collector.lock:
                 spans, rec.collector.active = rec.collector.active or [], None
             traces = _spans_to_traces(spans, "in-process run")
