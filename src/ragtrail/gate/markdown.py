@@ -24,7 +24,7 @@ import re
 from ragtrail.inspect.safe import plain
 
 from . import wording
-from .model import GateReport
+from .model import CaseResult, GateReport
 
 #: GitHub's limit on a comment body is 65,536 characters; stay below it with room for a footer
 MAX_CHARS = 60_000
@@ -92,11 +92,19 @@ def _problems(report: GateReport) -> list[str]:
     return lines
 
 
+def _moved(case: CaseResult) -> bool:
+    m = case.movement
+    return bool(case.problems) or (m is not None and (m.rbo is None or m.rbo < 1 or bool(m.entered) or bool(m.left)))
+
+
 def _cases(report: GateReport, budget: int) -> list[str]:
-    moved = [c for c in report.cases if c.movement is not None or c.problems]
+    moved = [c for c in report.cases if _moved(c)]
     if not moved:
         return []
-    head = ["", "<details>", f"<summary>Per-case movement ({len(moved)} case{'' if len(moved) == 1 else 's'})</summary>", "",
+    still = len(report.cases) - len(moved)
+    summary = f"Per-case movement ({len(moved)} case{'' if len(moved) == 1 else 's'} moved or in doubt"
+    summary += f"; {still} unchanged)" if still else ")"
+    head = ["", "<details>", f"<summary>{summary}</summary>", "",
             _row("case", "slice", "query", "movement", "problems"), _row(*["---"] * 5)]
     rows: list[str] = []
     used = sum(len(x) + 1 for x in head) + 200
