@@ -15,7 +15,9 @@ tenth: out of reach at ``top_k=8``, so the baseline's recall is honestly imperfe
 * ``bigger_k_fallback`` (seed 002): ``top_k=12`` raises recall (the ``-x`` documents are now retrieved),
   but twelve candidates make the reranker time out into its input order, and the budget then cuts the
   relevant document (fifth) from the context: the answers refuse;
-* ``raise_on``: the pipeline raises for the question of ``policy-03``.
+* ``raise_on``: the pipeline raises for the question of ``policy-03``;
+* ``store_down``: the retriever's store is unreachable for ``faq`` questions: it says so (status failed)
+  and returns nothing, the pipeline carries on and refuses.
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ def build(mode: str | None = None, tracer: Any = None) -> Any:
     @ragtrail.retriever(component="gate.vector", score_kind="similarity", tracer=tracer)
     def retrieve(query: str) -> list[dict[str, Any]]:
         ragtrail.current_stage().corpus_size(len(CORPUS))
+        if current() == "store_down" and "kw-faq-" in query:
+            ragtrail.current_stage().set_status("failed", failure_class="connection_error")
+            return []
         return [{"id": d, "content": CORPUS[d], "score": score} for d, score in _ranking(query, current())[:top_k()]]
 
     @ragtrail.reranker(component="gate.overlap_reranker", top_k=5, tracer=tracer)

@@ -93,9 +93,10 @@ def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None 
     per_run: list[dict[tuple[str, str], m.SliceValue]] = []
     per_case_rows: list[list[dict[str, float | None]]] = []
     for run in runs:
-        rows = [m.case_values(r.case, r.observation, top.get(r.case.id)) for r in run if r.observation is not None]
-        per_case_rows.append(rows)
-        per_run.append(m.aggregate([r.case for r in run if r.observation is not None], rows))
+        measured = [r for r in run if r.observation is not None]
+        values = [m.case_values(r.case, r.observation, top.get(r.case.id)) for r in measured if r.observation]
+        per_case_rows.append(values)
+        per_run.append(m.aggregate([r.case for r in measured], values))
     any_cites = any(r.observation.cites for run in runs for r in run if r.observation is not None)
     any_answer = any(r.observation.refused is not None for run in runs for r in run if r.observation is not None)
     stage_order: list[str] = []
@@ -116,7 +117,7 @@ def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None 
     thresholds: dict[str, dict[str, Any]] = {}
     for slice_ in [*evalset.slices(), ALL_SLICE]:
         members = [c for c in cases if slice_ in m.slices_of(c)]
-        rows: dict[str, Any] = {}
+        frozen: dict[str, Any] = {}
         for metric in wanted:
             run_values = [v for v in (agg[(slice_, metric)].value for agg in per_run if (slice_, metric) in agg)
                           if v is not None]
@@ -129,14 +130,14 @@ def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None 
                     per_case.append(fmean(seen))
             boot, thr = threshold(run_values, per_case, metric, defaults)
             n = len(per_case)
-            rows[metric] = {
+            frozen[metric] = {
                 "runs": [_r(v) for v in run_values], "mean": _r(fmean(run_values)), "worst": _r(
                     max(run_values) if metric in m.CEILINGS else min(run_values)),
                 "bootstrap": _r(boot), "threshold": _r(thr), "n": n,
                 "direction": "ceiling" if metric in m.CEILINGS else "floor", "stage": m.stage_of(metric),
                 "warning": (f"slice too small to be statistically boring (n={n} < {defaults['min_slice']})"
                             if n < defaults["min_slice"] else None)}
-        thresholds[slice_] = rows
+        thresholds[slice_] = frozen
     case_rows: dict[str, Any] = {}
     for r in first:
         if r.observation is None:

@@ -209,7 +209,10 @@ def _checks(evalset: EvalSet, good: list[CaseRun], results: list[CaseResult], ba
             ceiling = row["direction"] == "ceiling"
             if value is None:
                 passed = stage is not None and stage not in present  # a stage gone is a warning, not a measure
-                message = ("stage did not run now" if passed else "no case of the slice could be measured")
+                kinds = sorted({p.kind for r in results if slice_ in m.slices_of(r.case) for p in r.problems})
+                message = ("stage did not run now" if passed else
+                           "not measured: " + (f"every case of the slice has a problem ({', '.join(kinds)})"
+                                               if kinds else "no case of the slice could be measured"))
             else:
                 passed = value <= thr + _EPS if ceiling else value >= thr - _EPS
                 message = ""
@@ -236,13 +239,13 @@ def _checks(evalset: EvalSet, good: list[CaseRun], results: list[CaseResult], ba
                 elif metric == m.RECALL:
                     first_loss = "retrieval"
                     missed = []
-                    for r in slice_runs:
-                        row = baseline.get("cases", {}).get(r.case.id)
-                        if row is None or r.observation is None:
+                    for run in slice_runs:
+                        frozen = baseline.get("cases", {}).get(run.case.id)
+                        if frozen is None or run.observation is None:
                             continue
-                        before = set(row["observation"]["retrieved"]) & set(r.case.relevant)
-                        if before - set(r.observation.retrieved):
-                            missed.append(r.case.id)
+                        before = set(frozen["observation"]["retrieved"]) & set(run.case.relevant)
+                        if before - set(run.observation.retrieved):
+                            missed.append(run.case.id)
                     if missed:
                         message += (f"; relevant ids retrieved in the baseline and not now in {len(missed)} "
                                     f"case{'s' if len(missed) != 1 else ''} ({_names(sorted(missed))})")

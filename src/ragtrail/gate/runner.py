@@ -126,7 +126,8 @@ def load_pipeline(spec: str) -> Callable[..., Any]:
             raise UsageError(f"{module_name} has no attribute {attr!r}", "check the function's name") from None
     if not callable(target):
         raise UsageError(f"{spec} is a {type(target).__name__}, not a function", "name a function taking the query")
-    return target  # type: ignore[no-any-return]
+    fn: Callable[..., Any] = target
+    return fn
 
 
 class _Collector:
@@ -323,7 +324,7 @@ def from_traces(source: str, cases: Iterable[EvalCase], *, key: bytes | None = N
     stream = TraceStream(source, lookback=lookback, limit=limit or max(1000, 4 * len(cases)), timeout=timeout,
                          progress=progress)
     for trace in stream:
-        hop0 = {s.attributes.get(sc.QUERY_SHA256) for s in trace.spans
+        hop0 = {str(s.attributes[sc.QUERY_SHA256]) for s in trace.spans
                 if s.attributes.get(sc.QUERY_HOP) == 0 and isinstance(s.attributes.get(sc.QUERY_SHA256), str)}
         for sha in hop0 & set(wanted):
             start = min((s.start_ns for s in trace.spans), default=0)
