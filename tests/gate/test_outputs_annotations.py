@@ -6,7 +6,7 @@ from __future__ import annotations
 from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, regression
 
 from ragtrail.gate import annotations
-from ragtrail.gate.model import ALL_SLICE, Check, GateReport, decide
+from ragtrail.gate.model import ALL_SLICE, Check, GateReport, Problem, decide
 from ragtrail.inspect.safe import plain
 
 _PROPERTY = (("\r", "%0D"), ("\n", "%0A"), (":", "%3A"), (",", "%2C"), ("%", "%25"))  # the runner's order
@@ -79,8 +79,8 @@ def test_inconclusive_is_one_error_per_problem_named_by_kind_and_case():
 def test_hostile_data_cannot_forge_a_command_a_property_or_a_line():
     shown = plain(HOSTILE)
     assert _parsed(hostile()) == [
-        ("error", {"title": f"ragtrail gate FAIL: {shown} recall@retrieve"}, shown),
         ("error", {"title": f"ragtrail gate INCONCLUSIVE: missing_query: {shown}"}, f"missing_query: {shown}: {shown} (trace {shown})"),
+        ("error", {"title": f"ragtrail gate FAIL: {shown} recall@retrieve"}, shown),
         ("warning", {"title": "ragtrail gate warning"}, f"{shown}: {shown}"),  # the slice's warning
         ("warning", {"title": "ragtrail gate warning"}, shown),  # the report's
     ]
@@ -114,6 +114,15 @@ def test_more_than_ten_errors_fold_into_one_last_line():
     assert parsed[9] == ("error", {"title": "ragtrail gate: 6 more"},
                          "6 more errors not annotated here (GitHub shows 10 per step); the JUnit file, the markdown summary "
                          "and --json have every one")
+
+
+def test_problems_come_first_then_the_slices_then_the_aggregate():
+    checks = [Check(slice=s, metric="recall@retrieve", value=0.0, threshold=0.5, baseline_mean=0.6, n=5, passed=False)
+              for s in (ALL_SLICE, "long", "tables")]
+    problems = [Problem("truncated", "q9", "1 span lost")]
+    titles = [p[1]["title"] for p in _parsed(GateReport(verdict=decide(checks, problems), checks=checks, problems=problems, cases=[]))]
+    assert titles == ["ragtrail gate INCONCLUSIVE: truncated: q9", "ragtrail gate FAIL: long recall@retrieve",
+                      "ragtrail gate FAIL: tables recall@retrieve", "ragtrail gate FAIL: (all) recall@retrieve"]
 
 
 def test_a_verdict_that_is_not_pass_is_always_annotated():

@@ -133,7 +133,9 @@ def render(report: GateReport, max_chars: int = MAX_CHARS) -> str:
     lines += _problems(report)
     for slice_name in wording.slices(report):
         lines += _slice_section(report, slice_name)
-    if report.warnings:  # the slices' own warnings are said under each slice's heading
-        lines += ["", "### Warnings", ""] + [f"- {code(w, table=False)}" for w in report.warnings]
+    said = {f"{c.slice}: {c.warning}" for c in report.checks if c.warning}  # under each slice's heading already
+    others = [w for w in wording.warnings(report) if w not in said]
+    if others:
+        lines += ["", "### Warnings", ""] + [f"- {code(w, table=False)}" for w in others]
     body = "\n".join(lines)
     return body + "\n" + "\n".join(_cases(report, max_chars - len(body))) + "\n"

@@ -164,7 +164,7 @@ def movement_line(case: CaseResult) -> str:
     if m.left:
         gone = []
         for ident, stage, reason in m.left:
-            where = ", ".join(x for x in (stage, reason) if x) or "stage unknown"
+            where = ", ".join(x for x in (stage, reason) if x) or "in no stage now"
             gone.append(f"{ident} ({where})")
         parts.append("left: " + ", ".join(gone))
     return "; ".join(parts)
