@@ -24,7 +24,7 @@ from __future__ import annotations
 from ragtrail.inspect.safe import plain
 
 from . import wording
-from .model import ALL_SLICE, GateReport
+from .model import GateReport
 
 #: annotations of one kind GitHub shows per step
 PER_KIND = 10
@@ -66,8 +66,8 @@ def render(report: GateReport) -> str:
     # the most telling first, since GitHub shows only ten: what made the run inconclusive, then the
     # failures of the slices themselves (a loss concentrated in one slice), then the aggregate's
     errors = [(f"ragtrail gate INCONCLUSIVE: {wording.problem_name(p)}", wording.problem_line(p)) for p in report.problems]
-    failed = sorted(report.failed_checks(), key=lambda c: c.slice == ALL_SLICE)
-    errors += [(f"ragtrail gate FAIL: {c.slice} {wording.check_name(c)}", wording.failure_message(c)) for c in failed]
+    errors += [(f"ragtrail gate FAIL: {c.slice} {wording.check_name(c)}", wording.failure_message(c))
+               for c in wording.failed_first_by_slice(report)]
     warnings = [("ragtrail gate warning", w) for w in wording.warnings(report)]
     lines = _capped("error", errors, "errors") + _capped("warning", warnings, "warnings")
     if report.verdict == "PASS":

@@ -69,6 +69,12 @@ def check_line(check: Check) -> str:
     return f"{line}: {check.message}" if check.message else line
 
 
+def failed_first_by_slice(report: GateReport) -> list[Check]:
+    """The failed checks, the slices' before the aggregate's: a loss concentrated in one slice is the
+    finding, the aggregate only echoes it (and GitHub shows only the first ten annotations)."""
+    return sorted(report.failed_checks(), key=lambda c: c.slice == ALL_SLICE)
+
+
 def problem_name(problem: Problem) -> str:
     """``kind: case`` (or the kind alone when the problem is about the whole run)."""
     return f"{problem.kind}: {problem.case_id}" if problem.case_id is not None else problem.kind
