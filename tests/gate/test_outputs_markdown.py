@@ -10,7 +10,7 @@ from markdown_it import MarkdownIt
 from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, regression
 
 from ragtrail.gate import markdown
-from ragtrail.gate.model import ALL_SLICE, Check, GateReport
+from ragtrail.gate.model import ALL_SLICE, Check, GateReport, Problem, decide
 from ragtrail.inspect.safe import plain
 
 RENDERER = MarkdownIt("commonmark").enable("table")
@@ -138,6 +138,17 @@ def test_the_per_case_section_stops_at_the_size_limit_and_says_how_many_it_left_
     assert 0 < len(rows) < 400
     assert f"… {400 - len(rows)} more cases not shown (comment size limit); the artifacts have every one." in body.splitlines()
     assert body.rstrip().endswith("</details>")
+
+
+def test_a_run_where_every_trace_is_missing_still_fits_a_comment():
+    problems = [Problem("missing_query", f"case-{i}", "the call recorded no trace") for i in range(1000)]
+    problems.append(Problem("corpus_changed", None, "corpus size 12 → 13"))
+    report = GateReport(verdict=decide([], problems), checks=[], problems=problems, cases=[])
+    body = markdown.render(report)
+    assert len(body) < markdown.MAX_CHARS
+    lines = body.splitlines()
+    assert len([x for x in lines if x.startswith("| `missing_query` |")]) == 50
+    assert "… 951 more problems not listed (missing_query ×950, corpus_changed ×1); the JUnit file and the artifacts have every one." in lines
 
 
 def test_a_report_without_baseline_says_so():

@@ -13,13 +13,14 @@ characters and newlines are written as escapes first (:func:`ragtrail.inspect.sa
 value stays on its line; and inside a table ``|`` is written ``\\|`` (GFM splits the row on pipes
 before it reads code spans, and turns ``\\|`` back into ``|`` inside them).
 
-GitHub refuses a comment over 65,536 characters, so the per-case section stops at ``max_chars`` and
-says how many cases it left out (the artifacts have every one).
+GitHub refuses a comment over 65,536 characters, so the problems table stops at ``MAX_PROBLEMS`` rows
+and the per-case section at ``max_chars``, each saying how many it left out (the artifacts have every one).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from ragtrail.inspect.safe import plain
 
@@ -28,6 +29,8 @@ from .model import CaseResult, GateReport
 
 #: GitHub's limit on a comment body is 65,536 characters; stay below it with room for a footer
 MAX_CHARS = 60_000
+#: problems listed one by one (a run where every trace is missing would otherwise list them all)
+MAX_PROBLEMS = 50
 
 _ICON = {"PASS": "✅", "REGRESSION": "❌", "INCONCLUSIVE": "⚠️"}
 _BACKTICKS = re.compile("`+")
@@ -86,9 +89,13 @@ def _problems(report: GateReport) -> list[str]:
     lines = ["", f"### Inconclusive evidence ({len(report.problems)})", "",
              "Each of these makes the verdict INCONCLUSIVE: the gate does not pass on evidence it cannot trust.", "",
              _row("problem", "case", "detail", "trace"), _row(*["---"] * 4)]
-    for p in report.problems:
+    for p in report.problems[:MAX_PROBLEMS]:
         lines.append(_row(code(p.kind), code(p.case_id) if p.case_id is not None else "(whole run)", code(p.detail),
                           code(p.trace_id) if p.trace_id else "n/a"))
+    if len(report.problems) > MAX_PROBLEMS:
+        kinds = ", ".join(f"{k} ×{n}" for k, n in Counter(p.kind for p in report.problems[MAX_PROBLEMS:]).most_common())
+        lines += ["", f"… {len(report.problems) - MAX_PROBLEMS} more problems not listed ({kinds}); the JUnit file and the "
+                      "artifacts have every one."]
     return lines
 
 
