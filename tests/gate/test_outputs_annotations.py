@@ -61,7 +61,7 @@ def test_a_regression_is_one_error_per_failed_check():
 def test_a_pass_is_a_notice_and_its_warnings():
     assert annotations.render(passing()).splitlines() == [
         "::warning title=ragtrail gate warning::tables: slice too small to be statistically boring (n=3)",
-        "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 0 of 3 checks failed, 0 problems, 2 cases",
+        "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 3 checks, 0 failed, 0 problems, 2 cases",
     ]
 
 
@@ -102,7 +102,7 @@ def test_a_slice_warning_carried_by_every_check_is_annotated_once():
                         warnings=["tables: slice too small to be statistically boring (n=5 < 20)"])
     assert annotations.render(report).splitlines() == [
         "::warning title=ragtrail gate warning::tables: slice too small to be statistically boring (n=5 < 20)",
-        "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 0 of 8 checks failed, 0 problems, 0 cases",
+        "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 8 checks, 0 failed, 0 problems, 0 cases",
     ]
 
 
@@ -128,7 +128,7 @@ def test_problems_come_first_then_the_slices_then_the_aggregate():
 def test_a_verdict_that_is_not_pass_is_always_annotated():
     report = GateReport(verdict="REGRESSION", checks=[], problems=[], cases=[])  # inconsistent on purpose: never silent
     assert annotations.render(report) == ("::error title=ragtrail gate%3A REGRESSION::ragtrail gate: REGRESSION (exit 1): "
-                                          "0 of 0 checks failed, 0 problems, 0 cases\n")
+                                          "0 checks, 0 failed, 0 problems, 0 cases\n")
 
 
 def test_the_legacy_command_prefix_is_broken_for_log_lines():

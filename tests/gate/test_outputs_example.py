@@ -67,8 +67,8 @@ def test_the_unchanged_example_passes_with_every_output_written(example: Path):
         "::warning title=ragtrail gate warning::policy: slice too small to be statistically boring (n=5 < 20)",
         "::warning title=ragtrail gate warning::tables: slice too small to be statistically boring (n=5 < 20)",
     ]
-    assert lines[3] == "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 0 of 24 checks failed, 0 problems, 10 cases"
-    assert lines[4] == "ragtrail gate: PASS (exit 0): 0 of 24 checks failed, 0 problems, 10 cases"
+    assert lines[3] == "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 24 checks, 0 failed, 0 problems, 10 cases"
+    assert lines[4] == "ragtrail gate: PASS (exit 0): 24 checks, 0 failed, 0 problems, 10 cases"
     expected = {(s, m): "pass" for s in ("(all)", "policy", "tables") for m in METRICS}
     assert _junit(example / "same.xml") == {**expected, ("(evidence)", "evidence"): "pass"}
     body = (example / "same.md").read_text("utf-8").splitlines()

@@ -20,7 +20,7 @@ def test_a_regression_says_the_verdict_the_failed_slice_and_the_stage_that_lost_
     assert markdown.render(regression()).splitlines() == [
         "## ❌ ragtrail gate: **REGRESSION**",
         "",
-        "`ragtrail gate: REGRESSION (exit 1): 1 of 4 checks failed, 0 problems, 3 cases`",
+        "`ragtrail gate: REGRESSION (exit 1): 4 checks, 1 failed, 0 problems, 3 cases`",
         "",
         "set `eval.jsonl` · baseline `gate-baseline.json` · pipeline `app.rag:answer`",
         "",

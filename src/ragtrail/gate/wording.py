@@ -87,12 +87,10 @@ def problem_line(problem: Problem) -> str:
 
 
 def verdict_line(report: GateReport) -> str:
-    """``ragtrail gate: REGRESSION (exit 1): 2 of 14 checks failed, 0 problems, 30 cases``."""
-    failed = len(report.failed_checks())
-    problems = len(report.problems)
-    return (f"ragtrail gate: {report.verdict} (exit {EXIT_CODES[report.verdict]}): "
-            f"{failed} of {len(report.checks)} checks failed, {problems} problem{'' if problems == 1 else 's'}, "
-            f"{len(report.cases)} case{'' if len(report.cases) == 1 else 's'}")
+    """``ragtrail gate: REGRESSION (exit 1): 14 checks, 2 failed, 0 problems, 30 cases`` (the CLI's
+    plain summary says the same words when the rich renderer is not installed)."""
+    return (f"ragtrail gate: {report.verdict} (exit {EXIT_CODES[report.verdict]}): {len(report.checks)} checks, "
+            f"{len(report.failed_checks())} failed, {len(report.problems)} problems, {len(report.cases)} cases")
 
 
 def warnings(report: GateReport) -> list[str]:
