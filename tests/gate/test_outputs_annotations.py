@@ -6,7 +6,7 @@ from __future__ import annotations
 from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, regression
 
 from ragtrail.gate import annotations
-from ragtrail.gate.model import ALL_SLICE, Check, GateReport, decide
+from ragtrail.gate.model import ALL_SLICE, Check, GateReport, Problem, decide
 from ragtrail.inspect.safe import plain
 
 _PROPERTY = (("\r", "%0D"), ("\n", "%0A"), (":", "%3A"), (",", "%2C"), ("%", "%25"))  # the runner's order
@@ -61,7 +61,7 @@ def test_a_regression_is_one_error_per_failed_check():
 def test_a_pass_is_a_notice_and_its_warnings():
     assert annotations.render(passing()).splitlines() == [
         "::warning title=ragtrail gate warning::tables: slice too small to be statistically boring (n=3)",
-        "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 0 of 3 checks failed, 0 problems, 2 cases",
+        "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 3 checks, 0 failed, 0 problems, 2 cases",
     ]
 
 
@@ -79,8 +79,8 @@ def test_inconclusive_is_one_error_per_problem_named_by_kind_and_case():
 def test_hostile_data_cannot_forge_a_command_a_property_or_a_line():
     shown = plain(HOSTILE)
     assert _parsed(hostile()) == [
-        ("error", {"title": f"ragtrail gate FAIL: {shown} recall@retrieve"}, shown),
         ("error", {"title": f"ragtrail gate INCONCLUSIVE: missing_query: {shown}"}, f"missing_query: {shown}: {shown} (trace {shown})"),
+        ("error", {"title": f"ragtrail gate FAIL: {shown} recall@retrieve"}, shown),
         ("warning", {"title": "ragtrail gate warning"}, f"{shown}: {shown}"),  # the slice's warning
         ("warning", {"title": "ragtrail gate warning"}, shown),  # the report's
     ]
@@ -102,7 +102,7 @@ def test_a_slice_warning_carried_by_every_check_is_annotated_once():
                         warnings=["tables: slice too small to be statistically boring (n=5 < 20)"])
     assert annotations.render(report).splitlines() == [
         "::warning title=ragtrail gate warning::tables: slice too small to be statistically boring (n=5 < 20)",
-        "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 0 of 8 checks failed, 0 problems, 0 cases",
+        "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 8 checks, 0 failed, 0 problems, 0 cases",
     ]
 
 
@@ -116,10 +116,19 @@ def test_more_than_ten_errors_fold_into_one_last_line():
                          "and --json have every one")
 
 
+def test_problems_come_first_then_the_slices_then_the_aggregate():
+    checks = [Check(slice=s, metric="recall@retrieve", value=0.0, threshold=0.5, baseline_mean=0.6, n=5, passed=False)
+              for s in (ALL_SLICE, "long", "tables")]
+    problems = [Problem("truncated", "q9", "1 span lost")]
+    titles = [p[1]["title"] for p in _parsed(GateReport(verdict=decide(checks, problems), checks=checks, problems=problems, cases=[]))]
+    assert titles == ["ragtrail gate INCONCLUSIVE: truncated: q9", "ragtrail gate FAIL: long recall@retrieve",
+                      "ragtrail gate FAIL: tables recall@retrieve", "ragtrail gate FAIL: (all) recall@retrieve"]
+
+
 def test_a_verdict_that_is_not_pass_is_always_annotated():
     report = GateReport(verdict="REGRESSION", checks=[], problems=[], cases=[])  # inconsistent on purpose: never silent
     assert annotations.render(report) == ("::error title=ragtrail gate%3A REGRESSION::ragtrail gate: REGRESSION (exit 1): "
-                                          "0 of 0 checks failed, 0 problems, 0 cases\n")
+                                          "0 checks, 0 failed, 0 problems, 0 cases\n")
 
 
 def test_the_legacy_command_prefix_is_broken_for_log_lines():

@@ -63,7 +63,7 @@ def test_a_pass_is_one_test_case_per_slice_and_metric_plus_the_evidence():
     assert warned is not None and warned.text == "warning: slice too small to be statistically boring (n=3)"
     summary = root.find("testsuite[@name='ragtrail gate: evidence']/system-out")
     assert summary is not None
-    assert summary.text == "verdict: PASS\nragtrail gate: PASS (exit 0): 0 of 3 checks failed, 0 problems, 2 cases"
+    assert summary.text == "verdict: PASS\nragtrail gate: PASS (exit 0): 3 checks, 0 failed, 0 problems, 2 cases"
 
 
 def test_a_regression_fails_the_slice_check_with_its_value_threshold_and_the_stage_that_lost_the_evidence():

@@ -10,7 +10,7 @@ from markdown_it import MarkdownIt
 from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, regression
 
 from ragtrail.gate import markdown
-from ragtrail.gate.model import ALL_SLICE, Check, GateReport
+from ragtrail.gate.model import ALL_SLICE, Check, GateReport, Problem, decide
 from ragtrail.inspect.safe import plain
 
 RENDERER = MarkdownIt("commonmark").enable("table")
@@ -20,7 +20,7 @@ def test_a_regression_says_the_verdict_the_failed_slice_and_the_stage_that_lost_
     assert markdown.render(regression()).splitlines() == [
         "## ❌ ragtrail gate: **REGRESSION**",
         "",
-        "`ragtrail gate: REGRESSION (exit 1): 1 of 4 checks failed, 0 problems, 3 cases`",
+        "`ragtrail gate: REGRESSION (exit 1): 4 checks, 1 failed, 0 problems, 3 cases`",
         "",
         "set `eval.jsonl` · baseline `gate-baseline.json` · pipeline `app.rag:answer`",
         "",
@@ -47,13 +47,12 @@ def test_a_regression_says_the_verdict_the_failed_slice_and_the_stage_that_lost_
         "- `budget app.budget: 2 relevant lost (budget_exceeded ×2)`",
         "",
         "<details>",
-        "<summary>Per-case movement (3 cases)</summary>",
+        "<summary>Per-case movement (2 cases moved or in doubt; 1 unchanged)</summary>",
         "",
         "| case | slice | query | movement | problems |",
         "| --- | --- | --- | --- | --- |",
         "| `t1` | `tables` | `question t1?` | `rbo 0.620; entered: new-doc; left: tbl-1 (budget app.budget, budget_exceeded)` |  |",
         "| `t2` | `tables` | `question t2?` | `rbo 0.700; entered: new-doc; left: tbl-2 (budget app.budget, budget_exceeded)` |  |",
-        "| `l1` | `long` | `question l1?` | `rbo 1.000` |  |",
         "",
         "</details>",
     ]
@@ -88,7 +87,9 @@ def test_inconclusive_names_every_problem_before_the_metrics():
     ]
     assert start < lines.index("### Slice `(all)`: all checks pass")
     assert lines[lines.index("### Warnings") + 2] == "- `baseline frozen from 3 runs only`"
-    assert "| `q3` |  | `question q3?` | `rbo 1.000` | `sampled_out` |" in lines
+    assert "| `q3` |  | `question q3?` | `rbo 1.000` | `sampled_out` |" in lines  # in doubt: listed
+    assert not [x for x in lines if x.startswith("| `q4` |")]  # unchanged and trusted: counted, not listed
+    assert "<summary>Per-case movement (1 case moved or in doubt; 1 unchanged)</summary>" in lines
 
 
 def test_code_spans_survive_backticks_pipes_and_edges():
@@ -97,9 +98,9 @@ def test_code_spans_survive_backticks_pipes_and_edges():
     assert markdown.code("a|b") == "`a\\|b`"
     assert markdown.code("a|b", table=False) == "`a|b`"
     assert markdown.code("") == "` `"
-    for value in ("a`b", "``x", "x`", " lead", "a|b", "<b>x</b>", "`"):
+    for value in ("a`b", "``x", "x`", " lead", "a|b", "a\\|b", "a\\\\|b", "<b>x</b>", "`", "&amp; &#64;"):
         html = RENDERER.render(f"| h |\n|---|\n| {markdown.code(value)} |\n")
-        assert re.findall(r"<code>(.*?)</code>", html, re.S) == [value.replace("<", "&lt;").replace(">", "&gt;")], value
+        assert [unescape(c) for c in re.findall(r"<code>(.*?)</code>", html, re.S)] == [value], value
 
 
 def _cells(html: str) -> list[list[str]]:
@@ -133,10 +134,21 @@ def test_the_per_case_section_stops_at_the_size_limit_and_says_how_many_it_left_
     report.cases = report.cases * 200
     body = markdown.render(report, max_chars=20_000)
     assert len(body) <= 20_000
-    rows = [x for x in body.splitlines() if x.startswith("| `t1` |") or x.startswith("| `t2` |") or x.startswith("| `l1` |")]
-    assert 0 < len(rows) < 600
-    assert f"… {600 - len(rows)} more cases not shown (comment size limit); the artifacts have every one." in body.splitlines()
+    rows = [x for x in body.splitlines() if x.startswith("| `t1` |") or x.startswith("| `t2` |")]
+    assert 0 < len(rows) < 400
+    assert f"… {400 - len(rows)} more cases not shown (comment size limit); the artifacts have every one." in body.splitlines()
     assert body.rstrip().endswith("</details>")
+
+
+def test_a_run_where_every_trace_is_missing_still_fits_a_comment():
+    problems = [Problem("missing_query", f"case-{i}", "the call recorded no trace") for i in range(1000)]
+    problems.append(Problem("corpus_changed", None, "corpus size 12 → 13"))
+    report = GateReport(verdict=decide([], problems), checks=[], problems=problems, cases=[])
+    body = markdown.render(report)
+    assert len(body) < markdown.MAX_CHARS
+    lines = body.splitlines()
+    assert len([x for x in lines if x.startswith("| `missing_query` |")]) == 50
+    assert "… 951 more problems not listed (missing_query ×950, corpus_changed ×1); the JUnit file and the artifacts have every one." in lines
 
 
 def test_a_report_without_baseline_says_so():

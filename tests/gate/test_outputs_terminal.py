@@ -16,7 +16,7 @@ def _shown(report, width: int = 120) -> list[str]:
 
 def test_a_regression_shows_the_verdict_the_checks_and_where_the_evidence_was_lost():
     assert _shown(regression()) == [
-        "ragtrail gate: REGRESSION (exit 1): 1 of 4 checks failed, 0 problems, 3 cases",
+        "ragtrail gate: REGRESSION (exit 1): 4 checks, 1 failed, 0 problems, 3 cases",
         "checks",
         "┏━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━┳━━━━┳━━━━━━━━┓",
         "┃ slice  ┃ metric                     ┃ value ┃ threshold ┃ baseline ┃  n ┃ result ┃",
@@ -50,7 +50,7 @@ def test_hostile_data_is_shown_literally_and_cannot_speak_to_the_terminal_or_the
             assert not line.lstrip().startswith("::"), line  # no line can be read as a workflow command
     lines = _shown(hostile(value), width=400)
     shown = "[bold red]x[/] :smile: \\x1b[31m ##\\x5bstop-commands]tok\\n::error::forged and a wrap ::error::here"
-    assert lines[0] == "ragtrail gate: INCONCLUSIVE (exit 3): 1 of 1 checks failed, 1 problem, 1 case"
+    assert lines[0] == "ragtrail gate: INCONCLUSIVE (exit 3): 1 checks, 1 failed, 1 problems, 1 cases"
     assert lines[5].startswith(f"│ {shown} │ recall@retrieve │")
     assert f"FAIL {shown} recall@retrieve: {shown}" in lines
     assert lines[-1] == f"warning: {shown}"

@@ -15,8 +15,8 @@ character reaches the log), and the legacy ``##[command]`` syntax, which the run
 trace data is printed outside a workflow command (the terminal table uses it).
 
 GitHub shows at most 10 error and 10 warning annotations per step; the gate keeps the most telling
-ones (failed checks in report order, then problems) and folds the rest into one last line that
-says how many it left out.
+ones (problems, then the failed checks of the slices, then the aggregate's) and folds the rest into
+one last line that says how many it left out.
 """
 
 from __future__ import annotations
@@ -63,12 +63,11 @@ def _capped(kind: str, lines: list[tuple[str, str]], what: str) -> list[str]:
 
 def render(report: GateReport) -> str:
     """The report as workflow command lines (each ending in a newline)."""
-    errors: list[tuple[str, str]] = []
-    for c in report.failed_checks():
-        errors.append((f"ragtrail gate FAIL: {c.slice} {wording.check_name(c)}",
-                       wording.failure_message(c)))
-    for p in report.problems:
-        errors.append((f"ragtrail gate INCONCLUSIVE: {wording.problem_name(p)}", wording.problem_line(p)))
+    # the most telling first, since GitHub shows only ten: what made the run inconclusive, then the
+    # failures of the slices themselves (a loss concentrated in one slice), then the aggregate's
+    errors = [(f"ragtrail gate INCONCLUSIVE: {wording.problem_name(p)}", wording.problem_line(p)) for p in report.problems]
+    errors += [(f"ragtrail gate FAIL: {c.slice} {wording.check_name(c)}", wording.failure_message(c))
+               for c in wording.failed_first_by_slice(report)]
     warnings = [("ragtrail gate warning", w) for w in wording.warnings(report)]
     lines = _capped("error", errors, "errors") + _capped("warning", warnings, "warnings")
     if report.verdict == "PASS":

@@ -13,21 +13,24 @@ characters and newlines are written as escapes first (:func:`ragtrail.inspect.sa
 value stays on its line; and inside a table ``|`` is written ``\\|`` (GFM splits the row on pipes
 before it reads code spans, and turns ``\\|`` back into ``|`` inside them).
 
-GitHub refuses a comment over 65,536 characters, so the per-case section stops at ``max_chars`` and
-says how many cases it left out (the artifacts have every one).
+GitHub refuses a comment over 65,536 characters, so the problems table stops at ``MAX_PROBLEMS`` rows
+and the per-case section at ``max_chars``, each saying how many it left out (the artifacts have every one).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from ragtrail.inspect.safe import plain
 
 from . import wording
-from .model import GateReport
+from .model import CaseResult, GateReport
 
 #: GitHub's limit on a comment body is 65,536 characters; stay below it with room for a footer
 MAX_CHARS = 60_000
+#: problems listed one by one (a run where every trace is missing would otherwise list them all)
+MAX_PROBLEMS = 50
 
 _ICON = {"PASS": "✅", "REGRESSION": "❌", "INCONCLUSIVE": "⚠️"}
 _BACKTICKS = re.compile("`+")
@@ -86,17 +89,29 @@ def _problems(report: GateReport) -> list[str]:
     lines = ["", f"### Inconclusive evidence ({len(report.problems)})", "",
              "Each of these makes the verdict INCONCLUSIVE: the gate does not pass on evidence it cannot trust.", "",
              _row("problem", "case", "detail", "trace"), _row(*["---"] * 4)]
-    for p in report.problems:
+    for p in report.problems[:MAX_PROBLEMS]:
         lines.append(_row(code(p.kind), code(p.case_id) if p.case_id is not None else "(whole run)", code(p.detail),
                           code(p.trace_id) if p.trace_id else "n/a"))
+    if len(report.problems) > MAX_PROBLEMS:
+        kinds = ", ".join(f"{k} ×{n}" for k, n in Counter(p.kind for p in report.problems[MAX_PROBLEMS:]).most_common())
+        lines += ["", f"… {len(report.problems) - MAX_PROBLEMS} more problems not listed ({kinds}); the JUnit file and the "
+                      "artifacts have every one."]
     return lines
 
 
+def _moved(case: CaseResult) -> bool:
+    m = case.movement
+    return bool(case.problems) or (m is not None and (m.rbo is None or m.rbo < 1 or bool(m.entered) or bool(m.left)))
+
+
 def _cases(report: GateReport, budget: int) -> list[str]:
-    moved = [c for c in report.cases if c.movement is not None or c.problems]
+    moved = [c for c in report.cases if _moved(c)]
     if not moved:
         return []
-    head = ["", "<details>", f"<summary>Per-case movement ({len(moved)} case{'' if len(moved) == 1 else 's'})</summary>", "",
+    still = len(report.cases) - len(moved)
+    summary = f"Per-case movement ({len(moved)} case{'' if len(moved) == 1 else 's'} moved or in doubt"
+    summary += f"; {still} unchanged)" if still else ")"
+    head = ["", "<details>", f"<summary>{summary}</summary>", "",
             _row("case", "slice", "query", "movement", "problems"), _row(*["---"] * 5)]
     rows: list[str] = []
     used = sum(len(x) + 1 for x in head) + 200
@@ -125,7 +140,9 @@ def render(report: GateReport, max_chars: int = MAX_CHARS) -> str:
     lines += _problems(report)
     for slice_name in wording.slices(report):
         lines += _slice_section(report, slice_name)
-    if report.warnings:  # the slices' own warnings are said under each slice's heading
-        lines += ["", "### Warnings", ""] + [f"- {code(w, table=False)}" for w in report.warnings]
+    said = {f"{c.slice}: {c.warning}" for c in report.checks if c.warning}  # under each slice's heading already
+    others = [w for w in wording.warnings(report) if w not in said]
+    if others:
+        lines += ["", "### Warnings", ""] + [f"- {code(w, table=False)}" for w in others]
     body = "\n".join(lines)
     return body + "\n" + "\n".join(_cases(report, max_chars - len(body))) + "\n"

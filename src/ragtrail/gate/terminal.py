@@ -46,7 +46,7 @@ def render(report: GateReport, console: Console) -> None:
             table.add_row(_t(c.slice), _t(wording.check_name(c)), _t(wording.number(c.value)), _t(bound),
                           _t(wording.number(c.baseline_mean)), _t(c.n), _t(wording.check_status(c), "green" if c.passed else "bold red"))
         console.print(table)
-    for c in report.failed_checks():
+    for c in wording.failed_first_by_slice(report):
         _line(console, _t(f"FAIL {c.slice} {wording.check_name(c)}: {wording.failure_message(c)}", "red"))
     for slice_name in wording.slices(report):
         for loss in wording.losses(report, slice_name):

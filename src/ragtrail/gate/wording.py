@@ -69,6 +69,12 @@ def check_line(check: Check) -> str:
     return f"{line}: {check.message}" if check.message else line
 
 
+def failed_first_by_slice(report: GateReport) -> list[Check]:
+    """The failed checks, the slices' before the aggregate's: a loss concentrated in one slice is the
+    finding, the aggregate only echoes it (and GitHub shows only the first ten annotations)."""
+    return sorted(report.failed_checks(), key=lambda c: c.slice == ALL_SLICE)
+
+
 def problem_name(problem: Problem) -> str:
     """``kind: case`` (or the kind alone when the problem is about the whole run)."""
     return f"{problem.kind}: {problem.case_id}" if problem.case_id is not None else problem.kind
@@ -81,12 +87,10 @@ def problem_line(problem: Problem) -> str:
 
 
 def verdict_line(report: GateReport) -> str:
-    """``ragtrail gate: REGRESSION (exit 1): 2 of 14 checks failed, 0 problems, 30 cases``."""
-    failed = len(report.failed_checks())
-    problems = len(report.problems)
-    return (f"ragtrail gate: {report.verdict} (exit {EXIT_CODES[report.verdict]}): "
-            f"{failed} of {len(report.checks)} checks failed, {problems} problem{'' if problems == 1 else 's'}, "
-            f"{len(report.cases)} case{'' if len(report.cases) == 1 else 's'}")
+    """``ragtrail gate: REGRESSION (exit 1): 14 checks, 2 failed, 0 problems, 30 cases`` (the CLI's
+    plain summary says the same words when the rich renderer is not installed)."""
+    return (f"ragtrail gate: {report.verdict} (exit {EXIT_CODES[report.verdict]}): {len(report.checks)} checks, "
+            f"{len(report.failed_checks())} failed, {len(report.problems)} problems, {len(report.cases)} cases")
 
 
 def warnings(report: GateReport) -> list[str]:
@@ -164,7 +168,7 @@ def movement_line(case: CaseResult) -> str:
     if m.left:
         gone = []
         for ident, stage, reason in m.left:
-            where = ", ".join(x for x in (stage, reason) if x) or "stage unknown"
+            where = ", ".join(x for x in (stage, reason) if x) or "in no stage now"
             gone.append(f"{ident} ({where})")
         parts.append("left: " + ", ".join(gone))
     return "; ".join(parts)
