@@ -55,7 +55,7 @@ def test_exit_codes(files: dict[str, Path]) -> None:
     args = ("run", "--pipeline", PIPELINE, "--set", str(files["set"]), "--baseline", str(files["baseline"]))
     passed = _gate(*args)
     assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert passed.stdout.splitlines()[0] == "ragtrail gate: PASS (exit 0): 0 of 35 checks failed, 0 problems, 80 cases"
+    assert passed.stdout.splitlines()[0] == "ragtrail gate: PASS (exit 0): 35 checks, 0 failed, 0 problems, 80 cases"
     regression = _gate(*args, "--json", mode="bigger_k_fallback")
     assert regression.returncode == 1
     report = _json(regression)
