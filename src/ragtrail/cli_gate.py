@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import click
 
-from ragtrail.cli import _json_out, _stderr, cli
+from ragtrail.cli import _json_out, cli
 from ragtrail.cli_many import _progress
 from ragtrail.inspect import errors
 from ragtrail.inspect.safe import plain
@@ -147,7 +147,8 @@ def gate_run(pipeline: str | None, set_path: str, traces: str | None, key_file: 
 @gate.command("baseline")
 @_inputs
 @click.option("--runs", type=click.IntRange(1, 100), default=3, show_default=True,
-              help="Repeat the set this many times (in-process): the floors sit below the worst run.")
+              help="Repeat the set this many times (with --traces: each query's N most recent traces); "
+                   "the floors sit below the worst run.")
 @click.option("--output", "-o", "output", required=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="Where to write the baseline (JSON, sorted keys: commit it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the baseline document as JSON too.")
@@ -160,12 +161,16 @@ def gate_baseline(pipeline: str | None, set_path: str, traces: str | None, key_f
 
     evalset = evalset_mod.load(set_path)
     key = _key(key_file)
-    if traces is not None and runs > 1:
-        _stderr().print("ragtrail: note: --traces gives one run (the most recent trace per query); --runs ignored",
-                        markup=False, highlight=False)
-        runs = 1
-    collected = [_collect(pipeline, traces, evalset, key, timeout, lookback, f"baseline run {i + 1}/{runs}")
-                 for i in range(runs)]
+    if traces is not None and pipeline is None:
+        from ragtrail.gate import runner
+
+        # N runs recorded elsewhere: each query's N most recent traces
+        with _progress("baseline from traces") as progress:
+            collected = runner.from_traces_runs(traces, evalset.cases, runs=runs, key=key, progress=progress,
+                                                lookback=lookback, timeout=timeout)
+    else:
+        collected = [_collect(pipeline, traces, evalset, key, timeout, lookback, f"baseline run {i + 1}/{runs}")
+                     for i in range(runs)]
     try:
         document = baseline_mod.freeze(evalset, collected, pipeline=pipeline)
     except baseline_mod.BaselineRefused as exc:

@@ -96,11 +96,16 @@ def test_traces_from_a_local_store(files: dict[str, Path], tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     report = _json(proc)
     assert (report["verdict"], report["pipeline"], len(report["cases"])) == ("PASS", None, 80)
-    frozen = _gate("baseline", "--traces", str(store), "--set", str(files["set"]), "--runs", "3",
+    short = _gate("baseline", "--traces", str(store), "--set", str(files["set"]), "--runs", "2",
+                  "-o", str(tmp_path / "b.json"))
+    assert short.returncode == 3 and not (tmp_path / "b.json").exists()  # one recorded run is not two
+    assert short.stdout.splitlines()[1].startswith("  missing_query case policy-00: no trace in ")
+    assert short.stdout.splitlines()[1].endswith(" at hop 0 for run 1 of 2")
+    _record(store, [r["query"] for r in gp.eval_lines()])
+    frozen = _gate("baseline", "--traces", str(store), "--set", str(files["set"]), "--runs", "2",
                    "-o", str(tmp_path / "b.json"))
-    assert frozen.returncode == 0
-    assert frozen.stderr.startswith("ragtrail: note: --traces gives one run")
-    assert json.loads((tmp_path / "b.json").read_text())["runs"] == 1
+    assert frozen.returncode == 0, frozen.stdout
+    assert json.loads((tmp_path / "b.json").read_text())["runs"] == 2
 
 
 def test_ci_outputs_are_written(files: dict[str, Path], tmp_path: Path) -> None:

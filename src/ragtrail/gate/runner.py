@@ -315,35 +315,51 @@ def from_traces(source: str, cases: Iterable[EvalCase], *, key: bytes | None = N
 
     A query asked more often than the set asks it keeps its most recent traces, in order (a store
     holding yesterday's run too); a case whose query has no trace is ``missing_query``."""
+    return from_traces_runs(source, cases, runs=1, key=key, progress=progress, lookback=lookback, limit=limit,
+                            timeout=timeout)[0]
+
+
+def from_traces_runs(source: str, cases: Iterable[EvalCase], *, runs: int, key: bytes | None = None,
+                     progress: Progress | None = None, lookback: str = "24h", limit: int | None = None,
+                     timeout: float = 10.0) -> list[list[CaseRun]]:
+    """``runs`` repetitions of the set from recorded traces: each query's most recent ``runs`` traces
+    (times the cases that ask it), oldest run first. Pairing is by the hop-0 query receipt only; a
+    repetition that has no trace for a case gets ``missing_query`` for it."""
     from ragtrail.inspect.stream import TraceStream
 
     cases = list(cases)
     wanted: dict[str, list[EvalCase]] = {}
     for case in cases:
         wanted.setdefault(receipt(case.query).sha256, []).append(case)
+    need = {sha: runs * len(same) for sha, same in wanted.items()}
     found: dict[str, list[tuple[int, Trace]]] = {}
-    stream = TraceStream(source, lookback=lookback, limit=limit or max(1000, 4 * len(cases)), timeout=timeout,
+    stream = TraceStream(source, lookback=lookback, limit=limit or max(1000, 4 * runs * len(cases)), timeout=timeout,
                          progress=progress)
     for trace in stream:
         hop0 = {str(s.attributes[sc.QUERY_SHA256]) for s in trace.spans
                 if s.attributes.get(sc.QUERY_HOP) == 0 and isinstance(s.attributes.get(sc.QUERY_SHA256), str)}
         for sha in hop0 & set(wanted):
-            start = min((s.start_ns for s in trace.spans), default=0)
-            found.setdefault(sha, []).append((start, trace))
-    runs: list[CaseRun] = []
+            kept = found.setdefault(sha, [])
+            kept.append((min((s.start_ns for s in trace.spans), default=0), trace))
+            if len(kept) > 2 * need[sha]:  # bounded memory over a store holding many old runs
+                kept.sort(key=lambda x: x[0])
+                del kept[:-need[sha]]
+    out: list[list[CaseRun]] = [[] for _ in range(runs)]
     for case in cases:
         sha = receipt(case.query).sha256
         same = wanted[sha]
-        traces = [t for _, t in sorted(found.get(sha, []), key=lambda x: x[0])][-len(same):]
+        traces = [t for _, t in sorted(found.get(sha, []), key=lambda x: x[0])][-need[sha]:]
+        padded: list[Trace | None] = [None] * (need[sha] - len(traces)) + list(traces)
         position = same.index(case)
-        offset = len(same) - len(traces)
-        if position < offset:
-            runs.append(CaseRun(case=case, problems=[Problem(
-                "missing_query", case.id, f"no trace in {stream.description or source} has this query's receipt "
-                f"({sha[:16]}…) at hop 0")]))
-            continue
-        runs.append(examine(case, traces[position - offset], key))
-    return runs
+        for r in range(runs):
+            trace = padded[r * len(same) + position]
+            if trace is None:
+                out[r].append(CaseRun(case=case, problems=[Problem(
+                    "missing_query", case.id, f"no trace in {stream.description or source} has this query's receipt "
+                    f"({sha[:16]}…) at hop 0" + (f" for run {r + 1} of {runs}" if runs > 1 else ""))]))
+            else:
+                out[r].append(examine(case, trace, key))
+    return out
 
 
-__all__ = ["CaseRun", "examine", "from_traces", "load_pipeline", "run_in_process"]
+__all__ = ["CaseRun", "examine", "from_traces", "from_traces_runs", "load_pipeline", "run_in_process"]
