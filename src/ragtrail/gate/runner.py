@@ -352,13 +352,13 @@ def from_traces_runs(source: str, cases: Iterable[EvalCase], *, runs: int, key: 
         padded: list[Trace | None] = [None] * (need[sha] - len(traces)) + list(traces)
         position = same.index(case)
         for r in range(runs):
-            trace = padded[r * len(same) + position]
-            if trace is None:
+            picked = padded[r * len(same) + position]
+            if picked is None:
                 out[r].append(CaseRun(case=case, problems=[Problem(
                     "missing_query", case.id, f"no trace in {stream.description or source} has this query's receipt "
                     f"({sha[:16]}…) at hop 0" + (f" for run {r + 1} of {runs}" if runs > 1 else ""))]))
             else:
-                out[r].append(examine(case, trace, key))
+                out[r].append(examine(case, picked, key))
     return out
 
 
