@@ -8,6 +8,8 @@ lazily: a build without one says so by name instead of failing at start.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,7 +65,10 @@ def _collect(pipeline: str | None, traces: str | None, evalset: Any, key: bytes 
                                 "--pipeline my_app.rag:answer runs it; --traces .ragtrail reads recorded traces")
     with _progress(label) as progress:
         if pipeline is not None:
-            return runner.run_in_process(runner.load_pipeline(pipeline), evalset.cases, key=key, progress=progress)
+            # the gate's stdout is its report (--json, annotations): what the pipeline prints goes to stderr
+            with contextlib.redirect_stdout(sys.stderr):
+                fn = runner.load_pipeline(pipeline)
+                return runner.run_in_process(fn, evalset.cases, key=key, progress=progress)
         assert traces is not None
         return runner.from_traces(traces, evalset.cases, key=key, progress=progress, lookback=lookback, timeout=timeout)
 

@@ -127,3 +127,25 @@ def test_ci_outputs_are_written(files: dict[str, Path], tmp_path: Path) -> None:
     assert report["verdict"] == "REGRESSION"
     diff = next(p for p in (artifacts / "cases").iterdir() if p.name.startswith("table-01-"))
     assert "retrieve (gate.vector)" in diff.read_text()  # the manifest diff against the baseline, for a human
+
+
+def test_what_the_pipeline_prints_stays_out_of_the_report(tmp_path: Path) -> None:
+    (tmp_path / "chatty.py").write_text(
+        "import ragtrail\n"
+        "print('loading the index...')\n"
+        "@ragtrail.retriever(component='chatty.search')\n"
+        "def search(query):\n"
+        "    print('searching', query)\n"
+        "    return [{'id': 'doc-1', 'content': 'one', 'score': 1.0}]\n"
+        "@ragtrail.pipeline(component='chatty.answer')\n"
+        "def answer(query):\n"
+        "    return search(query)\n")
+    (tmp_path / "eval.jsonl").write_text('{"id": "q", "query": "anything?", "relevant": ["doc-1"]}\n')
+    frozen = _gate("baseline", "--pipeline", "chatty:answer", "--set", "eval.jsonl", "-o", "b.json", "--json",
+                   cwd=tmp_path)
+    assert frozen.returncode == 0, frozen.stderr
+    assert json.loads(frozen.stdout)["thresholds"]["(all)"]["recall@retrieve"]["mean"] == 1.0
+    assert frozen.stderr.splitlines()[:4] == ["loading the index..."] + ["searching anything?"] * 3  # --runs 3
+    run = _gate("run", "--pipeline", "chatty:answer", "--set", "eval.jsonl", "--baseline", "b.json", "--json", cwd=tmp_path)
+    assert run.returncode == 0 and _json(run)["verdict"] == "PASS"
+    assert run.stderr.splitlines()[:2] == ["loading the index...", "searching anything?"]
