@@ -197,6 +197,8 @@ def test_reranker_fallback_that_kills_evidence_after_the_budget(evalset: evalset
         ("table-03-x", "below_rank_cutoff"),)
     assert stages["rerank"].status == "degraded (timeout, fallback input_order)"
     assert stages["budget"].relevant_kept == () and stages["budget"].relevant_lost == (("table-03", "budget_exceeded"),)
+    assert [s.key for s in case.stages] == ["retrieve gate.vector", "rerank gate.overlap_reranker",
+                                            "budget gate.context_budget"]
     assert case.refused is True and case.in_context == ("generic-00", "generic-01", "generic-02")
     assert case.movement is not None and ("table-03", "budget gate.context_budget", "budget_exceeded") in case.movement.left
 

@@ -100,7 +100,7 @@ def survival_rows(case_relevant: tuple[str, ...], obs: Observation) -> list[Stag
             lost = tuple((r, reasons.get(r)) for r in case_relevant
                          if r not in out and (r in reasons or r in before))
         rows.append(StageSurvival(index=s.index, kind=s.kind, component=s.component, k=len(s.ids),
-                                  relevant_kept=kept, relevant_lost=lost, status=s.label_status()))
+                                  relevant_kept=kept, relevant_lost=lost, status=s.label_status(), key=s.key))
         if s.kind == "retrieve":
             held_before = (held_before or set()) | (out & rel)
         else:
@@ -159,8 +159,7 @@ def _stage_loss(results: list[CaseResult], stage_key: str) -> tuple[int, Counter
     reasons: Counter[str] = Counter()
     for r in results:
         for s in r.stages:
-            label = f"{s.kind} {s.component}"
-            if label == stage_key.split(" #")[0]:
+            if s.key == stage_key:
                 for _, reason in s.relevant_lost:
                     lost += 1
                     reasons[reason or "no reason recorded"] += 1
