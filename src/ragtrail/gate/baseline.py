@@ -109,8 +109,6 @@ def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None 
         wanted.append(m.CITED)
     if any_answer:
         wanted.append(m.REFUSAL)
-        if any(c.claim is not None for c in cases):
-            wanted.append(m.CLAIM)
     wanted.append(m.RBO)
     by_case: dict[str, list[dict[str, float | None]]] = {c.id: [] for c in cases}
     for run, rows_ in zip(runs, per_case_rows):

@@ -146,7 +146,7 @@ def metric_order(rows: dict[str, Any], stages: list[str]) -> list[str]:
     """Metrics in pipeline order (recall, each stage's survival, context, citations, refusal, movement):
     the order the evidence flows, so the first failed survival is the stage that lost it."""
     rank = {m.RECALL: 0, **{m.survival_metric(k): 1 + i for i, k in enumerate(stages)}}
-    tail = {m.IN_CONTEXT: 1000, m.CITED: 1001, m.REFUSAL: 1002, m.CLAIM: 1003, m.RBO: 1004}
+    tail = {m.IN_CONTEXT: 1000, m.CITED: 1001, m.REFUSAL: 1002, m.RBO: 1003}
     return sorted(rows, key=lambda name: (rank.get(name, tail.get(name, 999)), name))
 
 

@@ -9,8 +9,6 @@ No judge model and no text similarity: a case's numbers are set arithmetic on do
   survival fell, even when recall before it rose (seed 002's reranker fallback before a budget);
 * ``in_context``: the share in what reached the model; ``cited``: the share the answer cited;
 * ``refusal_rate``: the share of answered cases that refused (a ceiling, not a floor);
-* ``claim``: the share of cases with an expected claim (the set's ``claim``) whose answer recorded
-  that claim (``ragtrail.answer(..., claim=)``);
 * ``rbo``: rank-biased overlap (extrapolated, p = 0.9) of the final context against the baseline's,
   1.0 for the same order, top-weighted so that a reordered tail costs little.
 
@@ -33,7 +31,6 @@ RECALL = "recall@retrieve"
 IN_CONTEXT = "in_context"
 CITED = "cited"
 REFUSAL = "refusal_rate"
-CLAIM = "claim"
 RBO = "rbo"
 SURVIVAL_PREFIX = "survival@"
 #: Metrics where lower is better (their threshold is a ceiling).
@@ -85,7 +82,6 @@ def case_values(case: EvalCase, obs: Observation, baseline_top: list[str] | None
     values[IN_CONTEXT] = _share(rel, obs.in_context)
     values[CITED] = _share(rel, obs.cited) if obs.cites else (0.0 if rel else None)
     values[REFUSAL] = None if obs.refused is None else float(obs.refused)
-    values[CLAIM] = None if case.claim is None or obs.refused is None else float(obs.answer_claim == case.claim)
     values[RBO] = None if baseline_top is None else rbo(obs.in_context, baseline_top)
     return values
 
@@ -119,5 +115,5 @@ def aggregate(cases: list[EvalCase], values: list[dict[str, float | None]]) -> d
     return out
 
 
-__all__ = ["CEILINGS", "CITED", "CLAIM", "IN_CONTEXT", "RBO", "RECALL", "REFUSAL", "SliceValue", "aggregate", "case_values",
+__all__ = ["CEILINGS", "CITED", "IN_CONTEXT", "RBO", "RECALL", "REFUSAL", "SliceValue", "aggregate", "case_values",
            "rbo", "slices_of", "stage_of", "survival_metric"]
