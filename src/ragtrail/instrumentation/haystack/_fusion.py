@@ -55,7 +55,7 @@ class Joiner(HaystackCall):
         mode = memo.get("mode")
         # concatenate keeps the input objects (and their scores); the other modes rescore copies
         kind = {"reciprocal_rank_fusion": sc.SCORE_RRF, "merge": sc.SCORE_RELATIVE,
-                "distribution_based_rank_fusion": sc.SCORE_RELATIVE}.get(mode)
+                "distribution_based_rank_fusion": sc.SCORE_RELATIVE}.get(mode) if mode is not None else None
         outputs = outputs_like_inputs(docs, inputs, kind)
         s.outputs(outputs)
         if "inputs" in memo:
@@ -72,6 +72,14 @@ class MultiQuery(HaystackCall):
     def before(self, s: Stage) -> None:
         instance, bound = self.instance, self.arguments
         queries = bound.get("queries")
+        state = current_pipeline()
+        if isinstance(queries, (list, tuple)) and state is not None and not state.has_hops():
+            # the first queries this run sees are the application's own (``run(queries=[...])``):
+            # each a hop of its own. After a recorded query, an unknown one is still untracked
+            # (something unrecorded produced it).
+            for query in queries:
+                if isinstance(query, str):
+                    state.given_hop(receipt(query).sha256)
         bucket: list[tuple[Any, Any]] = []
         self.memo = {"queries": list(queries) if isinstance(queries, (list, tuple)) else None, "bucket": bucket}
         self.set_var(collector, (id(instance), bucket))
@@ -108,7 +116,7 @@ class _ContextThreadPoolExecutor(ThreadPoolExecutor):
     """A ``ThreadPoolExecutor`` that runs each task in a copy of the submitting context (as
     ``asyncio.to_thread`` does), so spans opened by the task have the submitter's span as parent."""
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
 
