@@ -633,7 +633,7 @@ def test_llm_listwise_reasons_do_not_depend_on_top_n(instrumentor, tracer_provid
     assert [d.id for d in traced[1]] == ["d2"]
     span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
     assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL])
-            for e in span.events if e.name == sc.EVENT_EXCLUSION] == [
+            for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION] == [
         (f"d{i}", "custom:not_ranked_by_llm", "left out of the LLM's ranking") for i in (0, 1, 3)]
     assert dict(span.attributes)[sc.STAGE_TOP_K] == top_n
 
@@ -656,7 +656,7 @@ def test_llm_listwise_from_llm_inside_a_compression_retriever(instrumentor, trac
     traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: retriever.invoke("cat mat"))
     [only] = traced[1]
     span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
-    ranked_away = [e.attributes for e in span.events if e.name == sc.EVENT_EXCLUSION]
+    ranked_away = [e.attributes for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION]
     assert len(ranked_away) == 3 and {e[sc.EXCLUSION_REASON] for e in ranked_away} == {"custom:not_ranked_by_llm"}
     assert only.id not in {e[sc.CANDIDATE_ID] for e in ranked_away}
 

@@ -9,6 +9,8 @@ application-defined ``BaseRanker`` subclass. Expected scores are the uninstrumen
 
 from __future__ import annotations
 
+from spanutil import rec_events
+
 import asyncio  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
@@ -361,4 +363,4 @@ def test_under_opentelemetry_instrument(tmp_path) -> None:
         a = span.attributes
         assert span.name == "rerank TransformerRanker"
         assert (a[sc.STAGE_STATUS], a[sc.STAGE_MODEL], a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT]) == ("ok", MODEL_PATH, n, n)
-        assert [e.name for e in span.events] == ["ragtrail.candidate"] * n
+        assert [e.name for e in rec_events(span)] == ["ragtrail.candidate"] * n  # schema 3: columns, decoded

@@ -198,7 +198,7 @@ def test_under_opentelemetry_instrument(tmp_path) -> None:
     assert span.name == "rerank CrossEncoder"
     assert (a[sc.STAGE_KIND], a[sc.STAGE_STATUS], a[sc.STAGE_TOP_K], a[sc.STAGE_MODEL]) == ("rerank", "ok", 2, MODEL_PATH)
     assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (3, 2, 1)
-    names = [e.name for e in span.events]
+    names = [e.name for e in rec_events(span)]  # schema 3: columns, decoded
     assert names == ["ragtrail.candidate", "ragtrail.candidate", "ragtrail.exclusion"]
     assert rec_events(span)[2].attributes[sc.EXCLUSION_REASON] == "below_rank_cutoff"
     assert all(isinstance(e.attributes[sc.CANDIDATE_SCORE], float) for e in rec_events(span)[:2])
