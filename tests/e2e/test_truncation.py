@@ -28,7 +28,7 @@ def test_collector_truncation_is_flagged_on_exactly_the_cut_fields(start_jaeger,
     # what the collector must have cut, computed from what the process sent: every receipted payload
     # (query text on a span or a query event; a content preview) longer than the limit
     expected: list[tuple[str, str, str]] = []
-    kept_previews = 0
+    kept_previews = long_previews = 0
     for span in app.local_spans(tid):
         span_id = format(span.context.span_id, "016x")
         text = span.attributes.get(semconv.QUERY_TEXT)
@@ -38,15 +38,13 @@ def test_collector_truncation_is_flagged_on_exactly_the_cut_fields(start_jaeger,
             text = event.attributes.get(semconv.QUERY_TEXT)
             if isinstance(text, str) and len(text.encode()) > LIMIT:
                 expected.append((span_id, "", semconv.QUERY_TEXT))
-            preview = event.attributes.get(semconv.CANDIDATE_CONTENT_PREVIEW)
-            if isinstance(preview, str):
-                if len(preview.encode()) > LIMIT:
-                    expected.append((span_id, str(event.attributes[semconv.CANDIDATE_ID]),
-                                     semconv.CANDIDATE_CONTENT_PREVIEW))
-                else:
-                    kept_previews += 1
+        # schema 3: previews are elements of the candidates' preview column; the collector's
+        # truncate_all cuts string values only, not the strings inside an array, so they arrive whole
+        for preview in span.attributes.get(semconv.COLUMN_CONTENT_PREVIEW, ()):
+            long_previews += len(preview.encode()) > LIMIT
+            kept_previews += len(preview.encode()) <= LIMIT
     fields = {f for _, _, f in expected}
-    assert fields == {semconv.QUERY_TEXT, semconv.CANDIDATE_CONTENT_PREVIEW} and kept_previews  # both sides of the cut
+    assert fields == {semconv.QUERY_TEXT} and kept_previews and long_previews  # previews on both sides of the limit
 
     [result] = rb.verify_json(jaeger.source, tid)
     alarms = result["fidelity"]["alarms"]
