@@ -179,14 +179,21 @@ class _Checker:
     def receipts(self) -> None:
         latest: dict[str, str] = {}  # candidate id -> content sha256 most recently handed on
         latest_chars: dict[str, Any] = {}  # candidate id -> its content chars
+        # candidate id -> the output that handed it on: (start, end, span, stage label, event attributes)
+        handed: dict[str, tuple[int, int, Span, str, dict[str, Any]]] = {}
+        # outputs of an enclosing stage that differ from what a stage inside it saw, checked when the
+        # enclosing stage has ended (see below)
+        deferred: dict[tuple[str, str], tuple[int, int, Span, str, dict[str, Any]]] = {}
         hop_sha: dict[int, tuple[str, str]] = {}  # hop -> (sha256, stage label) first seen
         views = [*self.stitched.pipelines[:1], *self.stitched.stages]
         for view in sorted(views, key=lambda v: (v.span.start_ns, v.span.end_ns)):
+            start, end = view.span.start_ns, view.span.end_ns
+            self._enclosing(deferred, latest, latest_chars, handed, before=start)
             label = view.label
             attrs = view.attributes
             if sc.QUERY_HOP in attrs:
                 self.query(view.span, label, attrs, hop_sha)
-            outputs: dict[str, tuple[str, Any]] = {}
+            outputs: dict[str, tuple[str, Any, dict[str, Any]]] = {}
             for span, event in view.events():
                 a = event.attributes
                 if event.name == sc.EVENT_QUERY:
@@ -197,6 +204,14 @@ class _Checker:
                 rules = [rule] if isinstance(rule, str) else []
                 derived = a.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM)
                 upstream = latest.get(cid)
+                producer = handed.get(cid)
+                if upstream is not None and producer is not None and producer[0] <= start and producer[1] >= end \
+                        and a.get(sc.CANDIDATE_CONTENT_SHA256) != upstream:
+                    # handed on by a stage still open around this one (a compression retriever around
+                    # its base retriever and compressor): that stage hands its outputs on when it ends,
+                    # so they are checked then, against what the stages inside it handed on last
+                    deferred.setdefault((producer[2].span_id, cid), producer)
+                    upstream = None
                 if sc.CANDIDATE_CONTENT_PREVIEW in a:
                     key, payload_rules = sc.CANDIDATE_CONTENT_PREVIEW, [PREVIEW_RULE.id]
                 elif sc.CANDIDATE_CONTENT_TEXT in a:
@@ -207,10 +222,28 @@ class _Checker:
                              latest_chars.get(cid))
                 sha = a.get(sc.CANDIDATE_CONTENT_SHA256)
                 if event.name == sc.EVENT_CANDIDATE and isinstance(sha, str):
-                    outputs[cid] = (sha, a.get(sc.CANDIDATE_CONTENT_CHARS))
-            for cid, (sha, chars) in outputs.items():
+                    outputs[cid] = (sha, a.get(sc.CANDIDATE_CONTENT_CHARS), a)
+            for cid, (sha, chars, a) in outputs.items():
                 latest[cid] = sha
                 latest_chars[cid] = chars
+                handed[cid] = (start, end, view.span, label, a)
+        self._enclosing(deferred, latest, latest_chars, handed, before=None)
+
+    def _enclosing(self, deferred: dict[tuple[str, str], tuple[int, int, Span, str, dict[str, Any]]],
+                   latest: dict[str, str], latest_chars: dict[str, Any],
+                   handed: dict[str, tuple[int, int, Span, str, dict[str, Any]]], before: int | None) -> None:
+        """Check each deferred output of an enclosing stage that has ended by ``before`` (all when
+        ``None``) against what the last stage inside it handed on for the same candidate."""
+        for key in [k for k, p in deferred.items() if before is None or p[1] <= before]:
+            p_start, p_end, span, label, a = deferred.pop(key)
+            cid = key[1]
+            inner = handed.get(cid)
+            if inner is None or inner[2] is span or not (p_start <= inner[0] and inner[1] <= p_end):
+                continue
+            rule = a.get(sc.CANDIDATE_TRANSFORM_RULE)
+            self.payload(span, label, cid, a, sc.CANDIDATE_CONTENT_PREFIX, None, [], latest.get(cid),
+                         [rule] if isinstance(rule, str) else [], a.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM),
+                         latest_chars.get(cid))
 
     def query(self, span: Span, label: str, attrs: dict[str, Any], hop_sha: dict[int, tuple[str, str]]) -> None:
         self.payload(span, label, "", attrs, sc.QUERY_RECEIPT_PREFIX, sc.QUERY_TEXT, [], None, [], None)

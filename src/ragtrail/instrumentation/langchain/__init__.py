@@ -10,6 +10,8 @@ Entry point ``ragtrail_langchain`` (``opentelemetry-instrument`` loads it). What
   retrieval transformers (``LongContextReorder``, ``EmbeddingsRedundantFilter``,
   ``EmbeddingsClusteringFilter``) → ``rerank`` / ``filter`` with a reason for every exclusion;
   a ``DocumentCompressorPipeline`` is a container, not a stage: its members are the stages;
+- ``TextSplitter.transform_documents`` inside a retrieval → ``split`` (chunks ``derived_from`` the
+  document they were cut from, see ``_splitters``);
 - ``VectorStore.similarity_search_with_score`` / ``similarity_search_with_relevance_scores``
   (sync and async) → ``retrieve`` when called directly; under a retriever they only feed it scores.
 
@@ -28,14 +30,17 @@ from ragtrail.recorder.candidates import register_adapter, unregister_adapter
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import record_internal_error
 
+# each class under the module that defines it: the packages re-export lazily (``__getattr__``), so a
+# hook on the package fires before the class exists, and one on the defining module fires after
 _CLASSES = {
     "BaseRetriever": "langchain_core.retrievers",
-    "VectorStore": "langchain_core.vectorstores",
-    "VectorStoreRetriever": "langchain_core.vectorstores",
-    "InMemoryVectorStore": "langchain_core.vectorstores",
-    "Document": "langchain_core.documents",
-    "BaseDocumentCompressor": "langchain_core.documents",
-    "BaseDocumentTransformer": "langchain_core.documents",
+    "VectorStore": "langchain_core.vectorstores.base",
+    "VectorStoreRetriever": "langchain_core.vectorstores.base",
+    "InMemoryVectorStore": "langchain_core.vectorstores.in_memory",
+    "Document": "langchain_core.documents.base",
+    "BaseDocumentCompressor": "langchain_core.documents.compressor",
+    "BaseDocumentTransformer": "langchain_core.documents.transformers",
+    "TextSplitter": "langchain_text_splitters.base",
     "EnsembleRetriever": "langchain_classic.retrievers.ensemble",
     "MultiQueryRetriever": "langchain_classic.retrievers.multi_query",
     "CrossEncoderReranker": "langchain_classic.retrievers.document_compressors.cross_encoder_rerank",
@@ -85,6 +90,7 @@ class LangChainInstrumentor(RagtrailInstrumentor):
         from ragtrail.instrumentation.langchain._common import LazyPatcher, adapt_document
         from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
         from ragtrail.instrumentation.langchain._retrievers import RetrieverWrappers
+        from ragtrail.instrumentation.langchain._splitters import SplitterWrappers
 
         if self._retrievers is None:
             if _load("BaseRetriever") is None or _load("Document") is None:
@@ -95,6 +101,7 @@ class LangChainInstrumentor(RagtrailInstrumentor):
             classes: dict[str, type | None] = {}
             self._retrievers = RetrieverWrappers(self.tracer, patcher, classes)
             self._compressors = CompressorWrappers(self.tracer, patcher, classes)
+            self._splitters = SplitterWrappers(self.tracer, patcher)
         retrievers, compressors = self._retrievers, self._compressors
         classes, patcher = retrievers.classes, retrievers.patcher
         classes.update({name: _load(name) for name in _CLASSES})
@@ -137,6 +144,11 @@ class LangChainInstrumentor(RagtrailInstrumentor):
                 if klass is not None:
                     patcher.ensure(klass, "transform_documents", compressors.transform, skip=(transformer_base,))
                     patcher.ensure(klass, "atransform_documents", compressors.atransform)
+        splitter = classes["TextSplitter"]
+        if splitter is not None:
+            patcher.ensure(splitter, "transform_documents", self._splitters.transform)
+            patcher.ensure(splitter, "atransform_documents", self._splitters.atransform,
+                           skip=(transformer_base,) if transformer_base is not None else ())
         retrievers.compressor_class_hook = self.ensure_compressor_class
         compressors.class_hook = self.ensure_compressor_class
 

@@ -81,6 +81,7 @@ class LangChainCall(Call):
         self.sink: Sink | None = None
         self.finisher: Callable[["LangChainCall", Any], None] | None = None
         self.memo: dict[str, Any] = {}
+        self._entered: list[contextlib.AbstractContextManager[Any]] = []
 
     def open(self) -> Stage | None:
         self.opener(self)
@@ -93,9 +94,18 @@ class LangChainCall(Call):
             self.sink = Sink(s, feeds)
             self.set_var(_sink, self.sink)
 
+    def enter(self, manager: contextlib.AbstractContextManager[Any]) -> None:
+        """Hold ``manager`` open until the stage ends (e.g. faiss's ``row_ids`` around the search)."""
+        manager.__enter__()
+        self._entered.append(manager)
+
     def after(self, s: Stage, result: Any) -> None:
         if self.finisher is not None:
             self.finisher(self, result)
+
+    def cleanup(self) -> None:
+        while self._entered:
+            self._entered.pop().__exit__(None, None, None)
 
 
 def run_sync(tracer: Any, site: str, opener: Opener, wrapped: Callable[..., Any], instance: Any, args: tuple,
@@ -214,6 +224,14 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
     if keep_metadata and isinstance(doc.metadata, dict):
         metadata = dict(doc.metadata)  # snapshot: some compressors edit metadata in place
     return Candidate(id=ident, content=content, metadata=metadata, raw=doc).with_receipt(rec)
+
+
+def remember_identity(candidate: Candidate) -> None:
+    """A Document this stage rebuilt under another id (an LLM's extract, a splitter's chunk): a later
+    stage of the same run that meets the same content without an id gives it this id too."""
+    memory = _run_memory()
+    if memory is not None and candidate.receipt is not None:
+        memory.ids[candidate.receipt.sha256] = candidate.id
 
 
 def adapt_all(items: Iterable[Any]) -> list[Candidate]:
