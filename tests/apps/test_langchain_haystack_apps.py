@@ -5,6 +5,7 @@ manifest has the stages, hops and reasons the app's pipeline really has."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -51,7 +52,16 @@ def test_rag_tutorial(tmp_path):
     assert_host_untouched(run)
     assert run.stdout == "Task decomposition splits a task into smaller steps.\n"
     [m] = manifests(run)
-    assert stages_of(m) == [("retrieve", "VectorStoreRetriever", 0, 2, 0)]
+    # the chain is the pipeline; the chat model called under it is the generation
+    assert m["pipeline"]["component"] == "langchain_core.runnables.base.RunnableSequence"
+    assert stages_of(m) == [("retrieve", "VectorStoreRetriever", 0, 2, 0), ("generate", "FakeListChatModel", 2, 2, 0)]
+    retrieve, generate = m["stages"]
+    # both documents format_docs put in the prompt reached it, under the ids the retriever gave them
+    assert [c["id"] for c in generate["candidates"]] == [c["id"] for c in retrieve["candidates"]]
+    assert [c["sha256"] for c in generate["candidates"]] == [c["sha256"] for c in retrieve["candidates"]]
+    assert m["answer"] == {"sha256": hashlib.sha256(b"Task decomposition splits a task into smaller steps.").hexdigest(),
+                           "chars": 52, "refused": False, "claim": None, "preview": None}
+    assert m["cited"] == []  # the chain does not say which documents the answer used
     assert hits(m) == {0: True}
     # InMemoryVectorStore.similarity_search goes through similarity_search_with_score: cosine similarity
     assert [c["score_kind"] for c in m["stages"][0]["candidates"]] == ["similarity", "similarity"]
@@ -137,9 +147,14 @@ def test_haystack_first_rag(tmp_path):
     assert_host_untouched(run)
     assert run.stdout == "Jean lives in Paris.\n"
     [m] = manifests(run)
-    assert stages_of(m)[0] == ("retrieve", "InMemoryBM25Retriever", 0, 3, 0)
+    assert stages_of(m) == [("retrieve", "InMemoryBM25Retriever", 0, 3, 0), ("generate", "FakeChatGenerator", 3, 3, 0)]
     assert hits(m) == {0: True}
-    assert [c["score_kind"] for c in m["stages"][0]["candidates"]] == ["bm25"] * 3
+    retrieve, generate = m["stages"]
+    assert [c["score_kind"] for c in retrieve["candidates"]] == ["bm25"] * 3
+    # the three documents the ChatPromptBuilder was given are all in the prompt the generator got
+    assert [c["id"] for c in generate["candidates"]] == [c["id"] for c in retrieve["candidates"]]
+    assert m["answer"]["sha256"] == hashlib.sha256(b"Jean lives in Paris.").hexdigest()
+    assert m["answer"]["chars"] == 20 and m["cited"] == []
 
 
 def test_haystack_indexing_pipeline_leaves_no_empty_trace(tmp_path):

@@ -12,6 +12,8 @@ Entry point ``ragtrail_langchain`` (``opentelemetry-instrument`` loads it). What
   a ``DocumentCompressorPipeline`` is a container, not a stage: its members are the stages;
 - ``TextSplitter.transform_documents`` inside a retrieval → ``split`` (chunks ``derived_from`` the
   document they were cut from, see ``_splitters``);
+- ``RunnableSequence.invoke/ainvoke`` of a chain holding a retriever → the ``pipeline`` root, and a
+  chat model / LLM called straight under it → ``generate`` (see ``_chains``);
 - ``VectorStore.similarity_search_with_score`` / ``similarity_search_with_relevance_scores``
   (sync and async) → ``retrieve`` when called directly; under a retriever they only feed it scores.
 
@@ -41,6 +43,9 @@ _CLASSES = {
     "BaseDocumentCompressor": "langchain_core.documents.compressor",
     "BaseDocumentTransformer": "langchain_core.documents.transformers",
     "TextSplitter": "langchain_text_splitters.base",
+    "RunnableSequence": "langchain_core.runnables.base",
+    "BaseChatModel": "langchain_core.language_models.chat_models",
+    "BaseLLM": "langchain_core.language_models.llms",
     "EnsembleRetriever": "langchain_classic.retrievers.ensemble",
     "MultiQueryRetriever": "langchain_classic.retrievers.multi_query",
     "CrossEncoderReranker": "langchain_classic.retrievers.document_compressors.cross_encoder_rerank",
@@ -87,6 +92,7 @@ class LangChainInstrumentor(RagtrailInstrumentor):
             self.when_imported(module, self._patch_loaded)
 
     def _patch_loaded(self) -> None:
+        from ragtrail.instrumentation.langchain._chains import ChainWrappers
         from ragtrail.instrumentation.langchain._common import LazyPatcher, adapt_document
         from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
         from ragtrail.instrumentation.langchain._retrievers import RetrieverWrappers
@@ -102,6 +108,7 @@ class LangChainInstrumentor(RagtrailInstrumentor):
             self._retrievers = RetrieverWrappers(self.tracer, patcher, classes)
             self._compressors = CompressorWrappers(self.tracer, patcher, classes)
             self._splitters = SplitterWrappers(self.tracer, patcher)
+            self._chains = ChainWrappers(self.tracer, classes)
         retrievers, compressors = self._retrievers, self._compressors
         classes, patcher = retrievers.classes, retrievers.patcher
         classes.update({name: _load(name) for name in _CLASSES})
@@ -149,6 +156,16 @@ class LangChainInstrumentor(RagtrailInstrumentor):
             patcher.ensure(splitter, "transform_documents", self._splitters.transform)
             patcher.ensure(splitter, "atransform_documents", self._splitters.atransform,
                            skip=(transformer_base,) if transformer_base is not None else ())
+        chains = self._chains
+        sequence = classes["RunnableSequence"]
+        if sequence is not None:
+            patcher.ensure(sequence, "invoke", chains.sequence_invoke)
+            patcher.ensure(sequence, "ainvoke", chains.sequence_ainvoke)
+        for name in ("BaseChatModel", "BaseLLM"):
+            model = classes[name]
+            if model is not None:
+                patcher.ensure(model, "invoke", chains.model_invoke)
+                patcher.ensure(model, "ainvoke", chains.model_ainvoke)
         retrievers.compressor_class_hook = self.ensure_compressor_class
         compressors.class_hook = self.ensure_compressor_class
 
