@@ -184,3 +184,42 @@ def test_haystack_hybrid(tmp_path):
     assert kinds == [("fuse", "DocumentJoiner"), ("retrieve", "InMemoryBM25Retriever"),
                      ("retrieve", "InMemoryEmbeddingRetriever")]
     assert hits(m) == {0: True}
+
+
+def test_qa_sources_retrieval_chain(tmp_path):
+    """create_retrieval_chain + create_stuff_documents_chain: the chain is the pipeline, its chat
+    model the generation; both retrieved documents are in the stuffed prompt; the answer's receipt."""
+    run = run_app("langchain_qa_sources.py", tmp_path)
+    assert_host_untouched(run)
+    answer = "Task decomposition splits a hard task into smaller, simpler steps."
+    assert run.stdout == f"{answer}\nagent-post#planning\nagent-post#tools\n"
+    [m] = manifests(run)
+    assert m["pipeline"]["component"] == "langchain_core.runnables.base.RunnableSequence"
+    assert stages_of(m) == [("retrieve", "VectorStoreRetriever", 0, 2, 0), ("generate", "FakeListChatModel", 2, 2, 0)]
+    retrieve, generate = m["stages"]
+    assert [c["id"] for c in generate["candidates"]] == [c["id"] for c in retrieve["candidates"]]
+    assert [c["score_kind"] for c in retrieve["candidates"]] == ["similarity", "similarity"]
+    assert m["answer"]["sha256"] == hashlib.sha256(answer.encode()).hexdigest() and m["answer"]["chars"] == len(answer)
+    assert m["cited"] == [] and m["findings"] == []
+    coverage = m["coverage"]
+    assert (coverage["corpus_size"], coverage["retrieved"], coverage["in_context"]) == (3, 2, 2)
+    assert hits(m) == {0: True}
+
+
+def test_haystack_prompt_builder_and_generator(tmp_path):
+    """The tutorial's PromptBuilder + generator: a generate stage with the documents the prompt
+    builder was given (the one BM25 hit), all in the prompt, and the reply as the answer."""
+    run = run_app("haystack_prompt_builder_rag.py", tmp_path)
+    assert_host_untouched(run)
+    answer = "It was a 33 metre bronze statue of the sun-god Helios."
+    assert run.stdout == answer + "\n"
+    [m] = manifests(run)
+    assert m["pipeline"]["component"] == "haystack.core.pipeline.pipeline.Pipeline"
+    assert stages_of(m) == [("retrieve", "InMemoryBM25Retriever", 0, 1, 0), ("generate", "FakeGenerator", 1, 1, 0)]
+    retrieve, generate = m["stages"]
+    assert [c["id"] for c in generate["candidates"]] == [c["id"] for c in retrieve["candidates"]]
+    assert m["answer"]["sha256"] == hashlib.sha256(answer.encode()).hexdigest() and m["answer"]["chars"] == len(answer)
+    assert m["cited"] == [] and m["findings"] == []
+    coverage = m["coverage"]
+    assert (coverage["corpus_size"], coverage["retrieved"], coverage["in_context"]) == (4, 1, 1)
+    assert hits(m) == {0: True}

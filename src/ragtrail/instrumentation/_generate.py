@@ -70,6 +70,9 @@ def answer_text(reply: Any) -> str | None:
 
 def record_generation(s: Stage, offered: list[Candidate], prompt: Any, reply: Any) -> None:
     """Record what reached ``prompt`` of the ``offered`` documents, and the answer ``reply``."""
+    for candidate in offered:
+        if candidate.score is None:
+            candidate.score_kind = sc.SCORE_NONE  # no score here: never a kind remembered from elsewhere
     s.inputs(offered)
     text = prompt_text(prompt)
     if text is None:
