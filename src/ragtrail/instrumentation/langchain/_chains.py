@@ -100,7 +100,8 @@ def _open_generate(call: LangChainCall) -> None:
 
 def _finish_generate(call: LangChainCall, result: Any) -> None:
     run: ChainRun = call.memo["run"]
-    record_generation(call.stage, list(run.offered), call.memo["prompt"], result)
+    if call.stage is not None:
+        record_generation(call.stage, list(run.offered), call.memo["prompt"], result)
 
 
 def _contains(obj: Any, cls: type, depth: int, seen: set[int]) -> bool:

@@ -93,6 +93,8 @@ def _paired(inputs: list[Candidate], splits: Any, result: list) -> bool:
 
 def _finish_split(call: LangChainCall, result: Any) -> None:
     s = call.stage
+    if s is None:
+        return
     if not isinstance(result, (list, tuple)):
         s.finding(f"splitter returned a {type(result).__name__}, not a list")
         return
@@ -100,7 +102,7 @@ def _finish_split(call: LangChainCall, result: Any) -> None:
     chunks = adapt_all(result)
     inputs: list[Candidate] | None = call.memo.get("inputs")
     splits = call.sink.data.get("splits") if call.sink is not None else None
-    if inputs is None or not _paired(inputs, splits, result):
+    if inputs is None or splits is None or not _paired(inputs, splits, result):
         s.finding("chunks could not be paired with the documents they were cut from: recorded without derived_from")
         s.outputs(chunks)
         return
