@@ -32,6 +32,8 @@ from .model import Span, Trace
 from .stages import StageView, Stitched, continuation_index, emission_order, schema_of
 
 _SEVERITY = (INTACT, CHANGED_CITED, UNVERIFIABLE, CHANGED_UNCITED)
+# stages whose outputs are what the stages inside them produced (checked after those, see receipts)
+_GATHERING = (sc.KIND_RETRIEVE, sc.KIND_FUSE)
 
 
 @dataclass
@@ -180,10 +182,10 @@ class _Checker:
         latest: dict[str, str] = {}  # candidate id -> content sha256 most recently handed on
         latest_chars: dict[str, Any] = {}  # candidate id -> its content chars
         # candidate id -> the output that handed it on: (start, end, span, stage label, event attributes)
-        handed: dict[str, tuple[int, int, Span, str, dict[str, Any]]] = {}
+        handed: dict[str, tuple[int, int, Span, str, dict[str, Any], str]] = {}
         # outputs of an enclosing stage that differ from what a stage inside it saw, checked when the
         # enclosing stage has ended (see below)
-        deferred: dict[tuple[str, str], tuple[int, int, Span, str, dict[str, Any]]] = {}
+        deferred: dict[tuple[str, str], tuple[int, int, Span, str, dict[str, Any], str]] = {}
         hop_sha: dict[int, tuple[str, str]] = {}  # hop -> (sha256, stage label) first seen
         views = [*self.stitched.pipelines[:1], *self.stitched.stages]
         for view in sorted(views, key=lambda v: (v.span.start_ns, v.span.end_ns)):
@@ -206,10 +208,11 @@ class _Checker:
                 upstream = latest.get(cid)
                 producer = handed.get(cid)
                 if upstream is not None and producer is not None and producer[0] <= start and producer[1] >= end \
-                        and a.get(sc.CANDIDATE_CONTENT_SHA256) != upstream:
-                    # handed on by a stage still open around this one (a compression retriever around
-                    # its base retriever and compressor): that stage hands its outputs on when it ends,
-                    # so they are checked then, against what the stages inside it handed on last
+                        and producer[5] in _GATHERING and a.get(sc.CANDIDATE_CONTENT_SHA256) != upstream:
+                    # handed on by a retrieval still open around this one (a compression retriever
+                    # around its base retriever and compressor): it hands on what the stages inside it
+                    # produced, when it ends, so its outputs are checked then, against what they handed
+                    # on last (a generate stage around its budget hands its nodes down instead: upstream)
                     deferred.setdefault((producer[2].span_id, cid), producer)
                     upstream = None
                 if sc.CANDIDATE_CONTENT_PREVIEW in a:
@@ -226,16 +229,16 @@ class _Checker:
             for cid, (sha, chars, a) in outputs.items():
                 latest[cid] = sha
                 latest_chars[cid] = chars
-                handed[cid] = (start, end, view.span, label, a)
+                handed[cid] = (start, end, view.span, label, a, view.kind)
         self._enclosing(deferred, latest, latest_chars, handed, before=None)
 
-    def _enclosing(self, deferred: dict[tuple[str, str], tuple[int, int, Span, str, dict[str, Any]]],
+    def _enclosing(self, deferred: dict[tuple[str, str], tuple[int, int, Span, str, dict[str, Any], str]],
                    latest: dict[str, str], latest_chars: dict[str, Any],
-                   handed: dict[str, tuple[int, int, Span, str, dict[str, Any]]], before: int | None) -> None:
+                   handed: dict[str, tuple[int, int, Span, str, dict[str, Any], str]], before: int | None) -> None:
         """Check each deferred output of an enclosing stage that has ended by ``before`` (all when
         ``None``) against what the last stage inside it handed on for the same candidate."""
         for key in [k for k, p in deferred.items() if before is None or p[1] <= before]:
-            p_start, p_end, span, label, a = deferred.pop(key)
+            p_start, p_end, span, label, a, _ = deferred.pop(key)
             cid = key[1]
             inner = handed.get(cid)
             if inner is None or inner[2] is span or not (p_start <= inner[0] and inner[1] <= p_end):

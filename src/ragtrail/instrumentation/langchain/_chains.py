@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from ragtrail.contract import semconv as sc
 from ragtrail.instrumentation._generate import mapping_text, record_generation, set_model
-from ragtrail.instrumentation._hook import argument, component_name, enabled
+from ragtrail.instrumentation._hook import argument, component_name, enabled, guard
 from ragtrail.instrumentation.langchain._common import ChainRun, LangChainCall, chain_run, open_stage, run_async, run_sync
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import current_stage
@@ -40,12 +40,12 @@ class ChainWrappers:
 
     # --- the chain: a pipeline root ------------------------------------------------------------------
     def sequence_invoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        if current_pipeline() is not None or not enabled() or not self.reads_documents(instance):
+        if current_pipeline() is not None or not enabled() or not guard("langchain.chain", self.reads_documents, instance):
             return wrapped(*args, **kwargs)
         return run_sync(self.tracer, "lc.chain", _open_chain, wrapped, instance, args, kwargs)
 
     async def sequence_ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        if current_pipeline() is not None or not enabled() or not self.reads_documents(instance):
+        if current_pipeline() is not None or not enabled() or not guard("langchain.chain", self.reads_documents, instance):
             return await wrapped(*args, **kwargs)
         return await run_async(self.tracer, "lc.chain", _open_chain, wrapped, instance, args, kwargs)
 
