@@ -1,4 +1,4 @@
-"""The manifest (SPEC §7) rebuilt from real recorder traces read back from the local store."""
+"""The manifest rebuilt from real recorder traces read back from the local store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Receipts: canonical bytes, deterministic digests, and the classification arithmetic (SPEC §4)."""
+"""Receipts: canonical bytes, deterministic digests, and the classification arithmetic (docs/semconv.md §4)."""
 
 from __future__ import annotations
 

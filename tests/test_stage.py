@@ -1,4 +1,4 @@
-"""The stage recorder on the real SDK: exact attributes and events per SPEC §1-3 and §6."""
+"""The stage recorder on the real SDK: exact attributes and events per docs/semconv.md §1-3 and §6."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_retrieve_stage_exact_attributes_and_events(span_exporter):
         sc.QUERY_BYTES: len(query), sc.QUERY_SHA256: _sha(query),
         sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 4, sc.CANDIDATES_EXCLUDED: 0,
         sc.EVENTS_COUNT: 4, sc.EVENTS_DIGEST: _digest(span),
-        # mirrors (SPEC §6)
+        # mirrors (docs/semconv.md §6)
         sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: "my_app.search", sc.GEN_AI_REQUEST_TOP_K: 4,
         sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER", sc.OI_INPUT_VALUE: query,
     })

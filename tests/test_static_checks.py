@@ -42,7 +42,6 @@ def test_ruff() -> None:
     _assert_ok(_run([str(_tool("ruff")), "check", "src", "tests", "benchmarks", "scripts", "examples"]))
 
 
-@pytest.mark.xfail(strict=True, reason="mypy errors remain in src/ragtrail (issue 10, unfinished): see the tooling report")
 def test_mypy() -> None:
     _assert_ok(_run([str(_tool("mypy")), "--python-executable", sys.executable]))
 

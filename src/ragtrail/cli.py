@@ -94,7 +94,7 @@ def cli() -> None:
 @cli.command()
 @click.argument("trace")
 @_source_option
-@click.option("--json", "as_json", is_flag=True, help="Print the manifest (SPEC §7) as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @click.option("--limit", type=int, default=10, show_default=True, help="Candidates shown per stage.")
 @click.option("--all", "show_all", is_flag=True, help="Show every candidate and exclusion.")
 @click.option("--doc", "doc", default=None, metavar="ID",

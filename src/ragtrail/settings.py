@@ -257,16 +257,19 @@ def set_capture(
         raise ValueError(f"query capture must be one of {semconv.CAPTURE_QUERY_MODES}, not {query!r}")
     if content is not None and content not in semconv.CAPTURE_CONTENT_MODES:
         raise ValueError(f"content capture must be one of {semconv.CAPTURE_CONTENT_MODES}, not {content!r}")
-    changes: dict[str, object] = {}
-    for key, value in (("query", query), ("content", content), ("mirror_genai", mirror_genai),
-                       ("mirror_openinference", mirror_openinference), ("events_per_span", events_per_span),
-                       ("vectorstore_max_queries", vectorstore_max_queries)):
-        if value is not None:
-            changes[key] = value
-    if metadata is not None:
-        changes["metadata"] = tuple(metadata)
     with _lock:
-        _current = replace(_current if _current is not None else from_environment(), **changes)
+        base = _current if _current is not None else from_environment()
+        _current = replace(
+            base,
+            query=base.query if query is None else query,
+            content=base.content if content is None else content,
+            metadata=base.metadata if metadata is None else tuple(metadata),
+            mirror_genai=base.mirror_genai if mirror_genai is None else mirror_genai,
+            mirror_openinference=base.mirror_openinference if mirror_openinference is None else mirror_openinference,
+            events_per_span=base.events_per_span if events_per_span is None else events_per_span,
+            vectorstore_max_queries=(base.vectorstore_max_queries if vectorstore_max_queries is None
+                                     else vectorstore_max_queries),
+        )
         return _current
 
 

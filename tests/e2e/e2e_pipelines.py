@@ -131,7 +131,7 @@ def build_pipeline(tracer: Any, remote_retriever: Optional[Callable[[str, dict[s
     @ragtrail.reranker(component="e2e.rerank", top_k=8, tracer=tracer)
     def rerank(query: str, candidates: list[dict], degraded: bool = False) -> list[dict]:
         if degraded:
-            # the model's output could not be parsed: fall back to input order (SPEC: degraded)
+            # the model's output could not be parsed: fall back to input order (status degraded, docs/semconv.md §1)
             stage = ragtrail.current_stage()
             if stage is not None:
                 stage.set_status(semconv.STATUS_DEGRADED, failure_class="parse_error", fallback="input_order")

@@ -296,7 +296,7 @@ def verify_json(source: str, *trace_ids: str) -> list[dict[str, Any]]:
 
 
 def show_json(source: str, trace_id: str) -> dict[str, Any]:
-    """``ragtrail show --json``: the manifest (SPEC §7) rebuilt from the backend."""
+    """``ragtrail show --json``: the manifest rebuilt from the backend."""
     result = ragtrail_cli("show", "--json", "--source", source, trace_id)
     assert result.returncode == 0, f"ragtrail show failed ({result.returncode}):\n{result.stderr}"
     return json.loads(result.stdout)

@@ -1,8 +1,8 @@
 """The reranker instrumentations' shared recorder (ragtrail.instrumentation._rerank), and the span
 checks the per-library reranker tests import from here (so every library is held to one contract).
 
-The checks build every expected attribute from the test's own data and SPEC §1-3 (receipts by
-``ragtrail.contract.receipts.receipt``, the events digest re-derived here from SPEC §3), pop them, and
+The checks build every expected attribute from the test's own data and docs/semconv.md §1-3 (receipts by
+``ragtrail.contract.receipts.receipt``, the events digest re-derived here from docs/semconv.md §3), pop them, and
 assert nothing unexpected is left.
 """
 
@@ -57,7 +57,7 @@ def _candidate_attrs(d: dict[str, Any], rank: int | None, kind: str) -> dict[str
 
 
 def digest(items: Sequence[tuple[str, str, str]]) -> str:
-    """SPEC §3, re-derived: sha256 of the compact JSON array of [event, id, content sha256], the
+    """docs/semconv.md §3, re-derived: sha256 of the compact JSON array of [event, id, content sha256], the
     items sorted (schema 2: the digest does not depend on the order events arrive in)."""
     payload = json.dumps([list(i) for i in sorted(items)], separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()

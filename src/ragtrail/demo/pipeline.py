@@ -89,7 +89,9 @@ def make_pipeline(corpus: list[dict[str, Any]], tracer: trace.Tracer | None = No
 
     @ragtrail.retriever(component="demo.bm25", top_k=6, score_kind="bm25", tracer=tracer)
     def retrieve(query: str) -> list[dict[str, Any]]:
-        ragtrail.current_stage().corpus_size(len(corpus))
+        stage = ragtrail.current_stage()  # the retrieve stage this decorator opened
+        if stage is not None:
+            stage.corpus_size(len(corpus))
         return [_as_hit(doc, score) for doc, score in index.search(query, 6)]
 
     @ragtrail.query_transform(transform="follow_up", component="demo.follow_up", tracer=tracer)
@@ -117,22 +119,26 @@ def make_pipeline(corpus: list[dict[str, Any]], tracer: trace.Tracer | None = No
 
     @ragtrail.filter(component="demo.status_filter", tracer=tracer)
     def drop_superseded(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        stage = ragtrail.current_stage()
         kept = []
         for doc in candidates:
             if doc["metadata"].get("status") == "superseded":
-                ragtrail.current_stage().exclude(doc, "superseded", f"replaced by {doc['superseded_by']}")
+                if stage is not None:
+                    stage.exclude(doc, "superseded", f"replaced by {doc['superseded_by']}")
             else:
                 kept.append(doc)
         return kept
 
     @ragtrail.filter(component="demo.dedupe", tracer=tracer)
     def dedupe(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        stage = ragtrail.current_stage()
         seen: dict[str, str] = {}
         kept = []
         for doc in candidates:
             key = receipt(doc["content"]).sha256
             if key in seen:
-                ragtrail.current_stage().exclude(doc, "deduplicated", f"same text as {seen[key]}")
+                if stage is not None:
+                    stage.exclude(doc, "deduplicated", f"same text as {seen[key]}")
             else:
                 seen[key] = doc["id"]
                 kept.append(doc)
@@ -154,7 +160,8 @@ def make_pipeline(corpus: list[dict[str, Any]], tracer: trace.Tracer | None = No
     @ragtrail.budgeter(component="demo.context_budget", limit=budget_words, unit="words", tracer=tracer)
     def fit_budget(candidates: list[dict[str, Any]]) -> list[Any]:
         """Whole documents while they fit; trim one to the remaining budget (rule budget_trim@1); drop the rest."""
-        used, context = 0, []
+        used = 0
+        context: list[dict[str, Any] | Candidate] = []
         for doc in candidates:
             words = doc["content"].split()
             room = budget_words - used
@@ -166,7 +173,9 @@ def make_pipeline(corpus: list[dict[str, Any]], tracer: trace.Tracer | None = No
                 context.append(Candidate(id=doc["id"], content=trimmed, score=doc["score"], metadata=doc["metadata"],
                                          transform_rule=semconv.RULE_BUDGET_TRIM, derived_from=receipt(doc["content"]).sha256))
                 used += room
-        ragtrail.current_stage().set(budget_used=used)
+        stage = ragtrail.current_stage()
+        if stage is not None:
+            stage.set(budget_used=used)
         return context
 
     def generate(question: str, context: list[Any]) -> tuple[str, list[str]]:

@@ -101,7 +101,7 @@ def run_demo(store: str | os.PathLike[str] = ".ragtrail", report_path: str | os.
         provider.shutdown()
     trace = FileSource(store_path).get(result["trace_id"])
     manifest = build(trace)
-    out = report.write(manifest, report_path or store_path / "demo-report.html")
+    out = report.write(manifest, Path(report_path or store_path / "demo-report.html"))
     return DemoResult(answer=result["answer"], trace_id=result["trace_id"], manifest=manifest, report_path=out,
                       store_path=store_path.resolve(), otlp_endpoint=endpoint,
                       otlp_failures=tee.secondary_failures if tee else 0)

@@ -28,6 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+from opentelemetry.util.types import AttributeValue
 
 from ragtrail.contract import semconv
 
@@ -166,7 +167,7 @@ def loss_record(window: LossWindow, resource: Optional[Resource], end_ns: Option
     trace_id = random.getrandbits(128) or 1
     span_id = random.getrandbits(64) or 1
     context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
-    attributes = {
+    attributes: dict[str, AttributeValue] = {
         semconv.SCHEMA: semconv.SCHEMA_VERSION,
         semconv.LOSS_TRACES_DROPPED: window.traces_dropped,
         semconv.LOSS_SPANS_DROPPED: window.spans_dropped,

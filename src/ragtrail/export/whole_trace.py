@@ -37,7 +37,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypedDict
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
@@ -54,6 +54,14 @@ from ragtrail.export.sizing import estimate_span_bytes
 
 _logger = logging.getLogger(__name__)
 _STUCK_GRACE = 2.0  # seconds a worker still inside a request at the shutdown deadline is given
+
+
+class _SenderOptions(TypedDict):
+    """What every :class:`Sender` this processor makes is built with (again after a fork)."""
+
+    max_request_bytes: int
+    max_export_batch_size: int
+    retry_timeout: float
 
 
 def _seconds(env: str, millis: Optional[float]) -> float:
@@ -87,7 +95,7 @@ class WholeTraceSpanProcessor(SpanProcessor):
     ) -> None:
         self._exporter = span_exporter
         batch = settings.export_limit(semconv.ENV_EXPORT_MAX_BATCH_SPANS, max_export_batch_size)
-        self._sender_options = dict(
+        self._sender_options = _SenderOptions(
             max_request_bytes=settings.export_limit(semconv.ENV_EXPORT_MAX_REQUEST_BYTES, max_request_bytes),
             max_export_batch_size=batch,
             retry_timeout=_seconds(semconv.ENV_EXPORT_RETRY_TIMEOUT_MILLIS, retry_timeout_millis),

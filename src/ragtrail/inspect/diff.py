@@ -72,8 +72,8 @@ def stage_diff(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, 
     qa, qb = _query_sig(a or {}), _query_sig(b or {})
     result["query_changed"] = bool(a and b and qa != qb)
     if result["query_changed"]:
-        result["query_a"] = _query_text(a)
-        result["query_b"] = _query_text(b)
+        result["query_a"] = _query_text(a or {})  # both present: query_changed says so
+        result["query_b"] = _query_text(b or {})
     result["same"] = not (result["only_in"] or result["added"] or result["removed"] or result["moved"]
                           or result["content_changed"]
                           or result["exclusions_new"] or result["exclusions_gone"] or result["exclusions_changed"]

@@ -55,8 +55,13 @@ def _when(value: Any) -> datetime | float | None:
     return None
 
 
-def _comparable(a: Any, b: Any) -> bool:
-    return type(a) is type(b)
+def _earlier(a: datetime | float, b: datetime | float) -> bool:
+    """``a < b`` when both are dates or both are epoch seconds; a date and a number never compare."""
+    if isinstance(a, datetime) and isinstance(b, datetime):
+        return a < b
+    if isinstance(a, float) and isinstance(b, float):
+        return a < b
+    return False
 
 
 def stale_citations(manifest: dict[str, Any], date_key: str) -> list[dict[str, Any]]:
@@ -74,7 +79,7 @@ def stale_citations(manifest: dict[str, Any], date_key: str) -> list[dict[str, A
             if c["id"] not in cited or when_c is None:
                 continue
             newer = sorted((u for u, when_u in dated if u["id"] not in cited and when_u is not None
-                            and _comparable(when_c, when_u) and c["rank"] < u["rank"] and when_c < when_u),
+                            and c["rank"] < u["rank"] and _earlier(when_c, when_u)),
                            key=lambda u: u["rank"])
             if not newer:
                 continue

@@ -1,4 +1,4 @@
-"""Rebuild the retrieval manifest (SPEC §7) from a normalized trace.
+"""Rebuild the retrieval manifest from a normalized trace (what it reads: docs/semconv.md §1-5).
 
 The manifest answers, from the trace alone: which query hit the index at each hop, what every stage
 took in and handed on, what it dropped and why, what the answer cited, how much of the corpus that
@@ -236,7 +236,8 @@ def _threshold_probability(trace_state: str | None) -> float | None:
 
 @gc_paused()
 def build(trace: Trace, key: bytes | None = None) -> dict[str, Any]:
-    """The manifest of SPEC §7 (plus the detail the terminal and HTML views need); ``key`` checks
+    """The manifest, from the stage spans, hops, events, receipts and sampling of docs/semconv.md
+    §1-5 (plus the detail the terminal and HTML views need); ``key`` checks
     keyed stage receipts."""
     stitched = stitch(trace)
     fidelity: Fidelity = check(trace, stitched, key)
@@ -276,8 +277,8 @@ def build(trace: Trace, key: bytes | None = None) -> dict[str, Any]:
                    and sc.COVERAGE_RETRIEVED in v.attributes), {})
     corpus = _int(pa.get(sc.COVERAGE_CORPUS_SIZE))
     if corpus is None:
-        sizes = [_int(v.attributes.get(sc.COVERAGE_CORPUS_SIZE)) for v in stitched.stages]
-        sizes = [s for s in sizes if s is not None]
+        stated = [_int(v.attributes.get(sc.COVERAGE_CORPUS_SIZE)) for v in stitched.stages]
+        sizes = [s for s in stated if s is not None]
         corpus = max(sizes) if sizes else None
     n_retrieved = _int(pa.get(sc.COVERAGE_RETRIEVED))
     n_in_context = _int(pa.get(sc.COVERAGE_IN_CONTEXT))

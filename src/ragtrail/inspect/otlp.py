@@ -173,7 +173,7 @@ def _scope_spans(resource_spans: dict[str, Any]) -> list[dict[str, Any]]:
 
 def decode_span(raw: dict[str, Any], resource: dict[str, Any], scope_name: str | None) -> Span:
     """One OTLP JSON span."""
-    events = []
+    events: list[Event] = []
     append = events.append
     for e in raw.get("events") or ():  # the hot loop: up to 100,000 events a trace, so no helper calls
         when = e.get("timeUnixNano")

@@ -130,7 +130,7 @@ class PhoenixSource(_HttpSource):
                                 "run your app with OTLP export to this Phoenix")
         return found[0]
 
-    def search(self, limit: int, query: str | None = None, lookback: str = "") -> list[str]:
+    def search(self, limit: int, query: str | None = None, lookback: str | None = "") -> list[str]:
         """Recent traces with ragtrail spans (or spans whose attribute ``key=value`` from ``query``),
         most recent first, from the newest ``PAGE`` spans of each project that started within
         ``lookback`` (e.g. ``1h``; empty: any time)."""

@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Protocol, overload
 
 from ragtrail.contract import semconv as sc
 
@@ -43,7 +43,7 @@ class Source(Protocol):
 
     def latest(self) -> str: ...
 
-    def search(self, limit: int, query: str | None, lookback: str) -> list[str]: ...
+    def search(self, limit: int, query: str | None, lookback: str | None) -> list[str]: ...
 
 
 # --- parsing documents -----------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def _looks_truncated(text: str, exc: Exception) -> bool:
 try:  # several times faster on large traces; the standard library is the fallback
     import msgspec.json as _fast_json
 except ImportError:  # pragma: no cover - msgspec is a runtime dependency
-    _fast_json = None
+    _fast_json = None  # type: ignore[assignment]  # mypy's idiom for an optional module
 
 
 def _too_deep(where: str) -> MalformedInput:
@@ -345,7 +345,14 @@ class _HttpSource:
 
         self.client = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
 
+    @overload
+    def _get(self, path: str, params: dict[str, Any] | None = None, allow_404: Literal[False] = False) -> httpx.Response: ...
+
+    @overload
+    def _get(self, path: str, params: dict[str, Any] | None = None, *, allow_404: bool) -> httpx.Response | None: ...
+
     def _get(self, path: str, params: dict[str, Any] | None = None, allow_404: bool = False) -> httpx.Response | None:
+        """The response; ``None`` only for a 404 when ``allow_404``. Other failures raise."""
         import httpx
 
         try:
@@ -503,7 +510,7 @@ class TempoSource(_HttpSource):
                                  f"({type(exc).__name__})", "check the server version") from None
 
 
-def _lookback_seconds(text: str) -> int:
+def _lookback_seconds(text: str | None) -> int:
     if not text:
         return 0
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -553,8 +560,7 @@ def resolve(ref: str, source_spec: str | None, *, timeout: float = DEFAULT_TIMEO
                          "pass a 32-digit hex trace id, `last`, or a path")
     path = Path(ref)
     if not is_trace_id(ref) and ref != "last" and (_exists(path) or "/" in ref or ref.endswith((".json", ".jsonl"))):
-        source = FileSource(path, progress=progress)
-        traces = source.all_traces()
+        traces = FileSource(path, progress=progress).all_traces()
         if not traces:
             raise TraceNotFound(f"no traces in {path}", "pass a file that holds OTLP JSON, Jaeger or Tempo JSON")
         with_ragtrail = [t for t in traces if any(sc.STAGE_KIND in s.attributes for s in t.spans)]

@@ -7,16 +7,30 @@ and did not, so a weighted figure is never passed off as a plain count or the re
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from operator import itemgetter
+from typing import Any, TypeVar
 
 from ragtrail.contract import semconv as sc
 
 from .records import TraceRecord
 
+_K = TypeVar("_K")
 
-def _quantiles(values: Counter[int]) -> dict[str, Any]:
+
+class Weights(dict[_K, float]):
+    """Totals of sampling weights by key, read like a ``collections.Counter`` (a missing key is 0
+    and is not stored; :meth:`most_common` orders the same way). Counter is typed for int counts
+    only, and these are float weights."""
+
+    def __missing__(self, key: _K) -> float:
+        return 0
+
+    def most_common(self) -> list[tuple[_K, float]]:
+        return sorted(self.items(), key=itemgetter(1), reverse=True)
+
+
+def _quantiles(values: Weights[int]) -> dict[str, Any]:
     """min / median / p90 / max of a weighted integer distribution (weights are the counts)."""
     total = sum(values.values())
     if not total:
@@ -40,13 +54,13 @@ class StageStats:
     component: str
     traces: float = 0.0
     spans: int = 0
-    n_in: Counter[int] = field(default_factory=Counter)
-    n_out: Counter[int] = field(default_factory=Counter)
-    n_excluded: Counter[int] = field(default_factory=Counter)
-    reasons: Counter[str] = field(default_factory=Counter)
-    statuses: Counter[str] = field(default_factory=Counter)
-    failure_classes: Counter[str] = field(default_factory=Counter)
-    fallbacks: Counter[str] = field(default_factory=Counter)
+    n_in: Weights[int] = field(default_factory=Weights)
+    n_out: Weights[int] = field(default_factory=Weights)
+    n_excluded: Weights[int] = field(default_factory=Weights)
+    reasons: Weights[str] = field(default_factory=Weights)
+    statuses: Weights[str] = field(default_factory=Weights)
+    failure_classes: Weights[str] = field(default_factory=Weights)
+    fallbacks: Weights[str] = field(default_factory=Weights)
 
     def add(self, s: Any, w: float) -> None:
         self.spans += 1
@@ -81,10 +95,10 @@ class Stats:
     weighted_traces: int = 0
     requests: float = 0.0
     stages: dict[tuple[str, str], StageStats] = field(default_factory=dict)
-    run_statuses: Counter[str] = field(default_factory=Counter)
+    run_statuses: Weights[str] = field(default_factory=Weights)
     refused: float = 0.0
     refusal_known: float = 0.0
-    insights: Counter[str] = field(default_factory=Counter)
+    insights: Weights[str] = field(default_factory=Weights)
     exhaustive: float = 0.0
     corpus_known: float = 0.0
     read_fraction_sum: float = 0.0

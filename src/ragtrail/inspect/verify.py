@@ -298,8 +298,8 @@ class _Checker:
         if not (isinstance(digest, str) and len(digest) == 64):
             self.alarm(view.span, label, "", sc.EVENTS_DIGEST, UNVERIFIABLE, "digest missing or damaged")
         elif len(received) == stamped and not _digest_matches(schema_of(view.span), items, received, digest):
-            first = _first_bad(items)
-            self.alarm(view.span, label, first, sc.EVENTS_DIGEST, "events changed in transit",
+            bad_id = _first_bad(items)
+            self.alarm(view.span, label, bad_id, sc.EVENTS_DIGEST, "events changed in transit",
                        "ids or content receipts differ from what the stage emitted")
 
     def stage_receipt(self, view: StageView) -> None:

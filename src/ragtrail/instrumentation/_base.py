@@ -20,7 +20,9 @@ from typing import Any, Callable, Collection
 
 import wrapt
 from opentelemetry import trace
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+# the module starts with a file-level ``# type: ignore``, so mypy sees none of its names (a
+# release without that line needs no ignore: hence unused-ignore)
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined, unused-ignore]
 from opentelemetry.instrumentation.utils import unwrap
 
 from ragtrail import __version__
@@ -28,7 +30,7 @@ from ragtrail.recorder import candidates as _candidates
 from ragtrail.instrumentation._hook import guard
 
 
-class RagtrailInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class RagtrailInstrumentor(BaseInstrumentor):
     """Base for ragtrail's per-library instrumentors."""
 
     _instruments: Collection[str] = ()

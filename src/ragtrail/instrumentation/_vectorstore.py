@@ -30,7 +30,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar, cast
 
 from opentelemetry import trace
 
@@ -42,6 +42,7 @@ from ragtrail.instrumentation._hook import Call, record_internal_error, run, run
 from ragtrail.recorder.stage import Stage, stage
 
 _log = logging.getLogger("ragtrail")
+_S = TypeVar("_S", bound="StoreStages")  # a library's StoreStages subclass, carried through a call
 
 
 @dataclass
@@ -160,7 +161,7 @@ class StoreStages:
         self._pending: tuple[Outcome, int, Any] | None = None
 
     # --- before the call ---------------------------------------------------------------------------
-    def start(self, first: Row) -> "StoreStages":
+    def start(self: _S, first: Row) -> _S:
         """Open stage 0 with what is known before the call (its query, knobs and filter)."""
         parent_valid = trace.get_current_span().get_span_context().is_valid
         self._t0 = time.time_ns()
@@ -228,7 +229,9 @@ class StoreStages:
 
     def _sibling(self, outcome: Outcome, index: int, size: Any) -> None:
         try:
-            s = stage(sc.KIND_RETRIEVE, self.component, tracer=_Backdated(self._tracer, self._t0)).start()
+            # a Tracer by delegation (a stage calls only start_span), not by inheritance
+            backdated = cast(trace.Tracer, _Backdated(self._tracer, self._t0))
+            s = stage(sc.KIND_RETRIEVE, self.component, tracer=backdated).start()
         except Exception as exc:  # pragma: no cover - stage() never raises
             record_internal_error("vectorstore.sibling", exc)
             return
@@ -294,20 +297,21 @@ def _call(fn: Callable[[], Any], site: str) -> Any:
         return None
 
 
-class VectorStoreCall(Call):
-    """A store call on the hook skeleton: ``start`` opens stage 0 (a :class:`StoreStages`), ``done``
-    records the result into it, the siblings are written once it ended. One suppression key per
-    library: a store call made inside another (a client calling itself) records once."""
+class VectorStoreCall(Call, Generic[_S]):
+    """A store call on the hook skeleton: ``start`` opens stage 0 (a :class:`StoreStages`, or a
+    library's subclass that ``done`` then receives), ``done`` records the result into it, the
+    siblings are written once it ended. One suppression key per library: a store call made inside
+    another (a client calling itself) records once."""
 
     per_instance = False
 
-    def __init__(self, site: str, start: Callable[[], "StoreStages | None"], done: Callable[["StoreStages", Any], None],
+    def __init__(self, site: str, start: Callable[[], _S | None], done: Callable[[_S, Any], None],
                  wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         super().__init__(None, wrapped, None, args, kwargs)
         self.site = site
         self._start = start
         self._done = done
-        self.store: StoreStages | None = None
+        self.store: _S | None = None
 
     def open(self) -> Stage | None:
         self.store = self._start()
@@ -317,20 +321,21 @@ class VectorStoreCall(Call):
         return self.store is not None and self.store.active
 
     def after(self, s: Stage, result: Any) -> None:
-        self._done(self.store, result)  # type: ignore[arg-type]
+        if self.store is not None:  # always: after() runs only when records()
+            self._done(self.store, result)
 
     def cleanup(self) -> None:
         if self.store is not None:
             self.store.write_siblings()
 
 
-def call_through(key: str, start: Callable[[], "StoreStages | None"], wrapped: Callable[..., Any], args: tuple,
-                 kwargs: dict, done: Callable[["StoreStages", Any], None]) -> Any:
+def call_through(key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: tuple,
+                 kwargs: dict, done: Callable[[_S, Any], None]) -> Any:
     """Every vector-store wrapper: the client's call as :class:`VectorStoreCall` stages (see ``_hook``)."""
     return run(VectorStoreCall(key, start, done, wrapped, args, kwargs))
 
 
-async def acall_through(key: str, start: Callable[[], "StoreStages | None"], wrapped: Callable[..., Any], args: tuple,
-                        kwargs: dict, done: Callable[["StoreStages", Any], None]) -> Any:
+async def acall_through(key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: tuple,
+                        kwargs: dict, done: Callable[[_S, Any], None]) -> Any:
     """:func:`call_through` for async clients: the stages cover the awaited query."""
     return await run_async(VectorStoreCall(key, start, done, wrapped, args, kwargs))

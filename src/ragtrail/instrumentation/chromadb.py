@@ -113,7 +113,7 @@ def _start(tracer: Any, wrapped: Callable[..., Any], instance: Any, args: tuple,
         filter=filter_json({k: v for k, v in conditions.items() if v is not None}),
         score_kind=sc.SCORE_DISTANCE if distances else None,
     )
-    return stages.start(_row(stages, 0, ()))  # type: ignore[return-value]
+    return stages.start(_row(stages, 0, ()))
 
 
 def _row(stages: _ChromaStages, index: int, candidates: Any) -> Row:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Callable, Collection, Iterator, Mapping
+from typing import Any, Callable, Collection, Iterator, Mapping, SupportsIndex
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate
@@ -123,11 +123,11 @@ def _start(tracer: Any, instance: Any, args: tuple, kwargs: dict) -> _FaissStage
         kind = sc.SCORE_SIMILARITY if inner_product else sc.SCORE_DISTANCE
     selector = _selector(params)
     stages.base = Row(
-        top_k=int(k) if isinstance(k, int) or hasattr(k, "__index__") else None,
+        top_k=int(k) if isinstance(k, SupportsIndex) else None,  # an int, or a numpy integer
         score_kind=kind,
         filter=filter_json({"id_selector": type(selector).__name__}) if selector is not None else None,
     )
-    return stages.start(_row(stages, 0, ()))  # type: ignore[return-value]
+    return stages.start(_row(stages, 0, ()))
 
 
 def _selector(params: Any) -> Any:

@@ -155,7 +155,7 @@ def _start(tracer: Any, method: str, wrapped: Callable[..., Any], instance: Any,
             request["group_size"] = arguments.get("group_size")
         stages.requests = [request]
     first = _row(stages, 0, (), None)
-    return stages.start(first)  # type: ignore[return-value]
+    return stages.start(first)
 
 
 def _request_of(request: Any) -> dict[str, Any]:
@@ -345,33 +345,36 @@ def _created(args: tuple, kwargs: dict) -> _Facts:
     return _Facts(vectors=vectors, sparse=frozenset(sparse.keys()) if isinstance(sparse, dict) else frozenset())
 
 
+def _observe(instance: Any, args: tuple, kwargs: dict, facts: Callable[[], _Facts | None]) -> None:
+    """Remember what an application's own call revealed of a remote collection (``facts`` is
+    computed only then: a local client's facts are read in place when needed)."""
+    if not _is_local(instance):
+        _remember(instance, _collection_arg(args, kwargs), facts())
+
+
 def _observe_info(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
     """The application's own ``get_collection``: its answer is kept (no request of ours)."""
     result = wrapped(*args, **kwargs)
-    guard("qdrant.observe", lambda: _is_local(instance) or _remember(instance, _collection_arg(args, kwargs),
-                                                                     _facts_of(result, local=False)))
+    guard("qdrant.observe", _observe, instance, args, kwargs, lambda: _facts_of(result, local=False))
     return result
 
 
 async def _aobserve_info(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
     result = await wrapped(*args, **kwargs)
-    guard("qdrant.observe", lambda: _is_local(instance) or _remember(instance, _collection_arg(args, kwargs),
-                                                                     _facts_of(result, local=False)))
+    guard("qdrant.observe", _observe, instance, args, kwargs, lambda: _facts_of(result, local=False))
     return result
 
 
 def _observe_create(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
     """The application's own ``create_collection``: the vector config it gave is the distance."""
     result = wrapped(*args, **kwargs)
-    guard("qdrant.observe", lambda: _is_local(instance) or _remember(instance, _collection_arg(args, kwargs),
-                                                                     _created(args, kwargs)))
+    guard("qdrant.observe", _observe, instance, args, kwargs, lambda: _created(args, kwargs))
     return result
 
 
 async def _aobserve_create(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
     result = await wrapped(*args, **kwargs)
-    guard("qdrant.observe", lambda: _is_local(instance) or _remember(instance, _collection_arg(args, kwargs),
-                                                                     _created(args, kwargs)))
+    guard("qdrant.observe", _observe, instance, args, kwargs, lambda: _created(args, kwargs))
     return result
 
 

@@ -100,7 +100,7 @@ def _dropped(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: se
     result: list[Exclusion] = []
     findings: list[str] = []
     seen: set[str] = {inputs[i].id for i in kept}
-    kept_by_sha = {c.receipt.sha256: c.id for c in outputs if c.content is not None}
+    kept_by_sha = {r.sha256: c.id for c in outputs if c.content is not None and (r := c.receipt) is not None}
     output_ids = {c.id for c in outputs}
     explicit_used: set[str] = set()
     for rank, candidate in enumerate(inputs):
@@ -126,8 +126,9 @@ def _dropped(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: se
 def derive_reason(candidate: Candidate, outputs: Sequence[Candidate], kept_by_sha: Mapping[str, str],
                   knobs: Knobs) -> tuple[str, str | None]:
     """Why an input with no explicit reason did not leave, from the stage's knobs alone."""
-    if candidate.content is not None and candidate.receipt.sha256 in kept_by_sha:
-        return sc.REASON_DEDUPLICATED, f"same content as {kept_by_sha[candidate.receipt.sha256]}"
+    stamped = candidate.receipt if candidate.content is not None else None
+    if stamped is not None and stamped.sha256 in kept_by_sha:
+        return sc.REASON_DEDUPLICATED, f"same content as {kept_by_sha[stamped.sha256]}"
     score = finite_or_none(candidate.score)
     threshold = knobs.threshold
     if threshold is not None and score is not None:

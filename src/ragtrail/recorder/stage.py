@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -32,6 +32,8 @@ from ragtrail.recorder.corpus import store_key, user_corpus_size
 from ragtrail.recorder.pipeline import PipelineState, QueryRecord, _pipeline_state
 from ragtrail.recorder.writer import TRACER_NAME, Seen, span_name, write
 
+_T = TypeVar("_T")
+
 _current_stage: contextvars.ContextVar["Stage | None"] = contextvars.ContextVar("ragtrail_stage", default=None)
 
 
@@ -39,13 +41,24 @@ def _cut_finding(cuts: tuple[str, ...]) -> None:
     """A value too big, too deep or too odd to put in canonical form whole (see
     ``contract.receipts.canonical_json``) is a finding of the stage that met it, once per kind of cut."""
     s = _current_stage.get()
-    if s is not None and s.recording:
+    seen = s._recorded() if s is not None else None
+    if seen is not None:
         text = f"canonical form cut ({'; '.join(cuts)}): the id or receipt covers only what was kept"
-        if text not in s._seen.findings:
-            s.finding(text)
+        if text not in seen.findings:
+            seen.findings.append(text)
 
 
 _receipts.set_cut_observer(_cut_finding)
+
+
+def _reset(var: contextvars.ContextVar[_T], token: contextvars.Token[_T] | None) -> None:
+    """Restore ``var`` to what it was before ``token``'s ``set``, if that happened in this context."""
+    if token is not None:
+        try:
+            var.reset(token)
+        except ValueError:
+            # finished in another context (a callback, another task): fall back to clearing
+            pass
 
 
 def current_stage() -> "Stage | None":
@@ -73,9 +86,9 @@ class Stage:
         self._tracer = tracer
         self._span_kind = span_kind or (SpanKind.CLIENT if kind == sc.KIND_RETRIEVE else SpanKind.INTERNAL)
         self._attributes = attributes
-        self._token: object | None = None
-        self._stage_token: contextvars.Token | None = None
-        self._pipeline_token: contextvars.Token | None = None
+        self._token: contextvars.Token[otel_context.Context] | None = None
+        self._stage_token: contextvars.Token[Stage | None] | None = None
+        self._pipeline_token: contextvars.Token[PipelineState | None] | None = None
         self._state: PipelineState | None = None
         self._owns_state = False
         self._closed = False
@@ -99,6 +112,17 @@ class Stage:
         except Exception as exc:  # pragma: no cover - defensive
             self.record_error("start", exc)
         return self
+
+    def _recorded(self) -> Seen | None:
+        """What this stage keeps while it records; ``None`` when it does not (sampled out, or its
+        start failed before the record was made)."""
+        return self._seen if self.recording else None
+
+    def _recording_in(self) -> tuple[Seen, PipelineState] | None:
+        """The record and the pipeline it belongs to, both made at start; ``None`` when not recording."""
+        if self.recording and self._seen is not None and self._state is not None:
+            return self._seen, self._state
+        return None
 
     def _join_pipeline(self) -> PipelineState:
         """The pipeline this stage belongs to; a pipeline stage (or a stage outside any) opens one."""
@@ -151,13 +175,8 @@ class Stage:
             self._detach()
 
     def _detach(self) -> None:
-        for var, token in ((_pipeline_state, self._pipeline_token), (_current_stage, self._stage_token)):
-            if token is not None:
-                try:
-                    var.reset(token)
-                except ValueError:
-                    # finished in another context (a callback, another task): fall back to clearing
-                    pass
+        _reset(_pipeline_state, self._pipeline_token)
+        _reset(_current_stage, self._stage_token)
         if self._token is not None:
             try:
                 otel_context.detach(self._token)
@@ -171,7 +190,7 @@ class Stage:
         named by its content id (the rule string candidates are identified by), never exported as
         it is, neither as the candidate id nor in a finding."""
         seen = self._seen
-        if not seen.string_ids or seen.config.free_text_allowed():
+        if seen is None or not seen.string_ids or seen.config.free_text_allowed():
             return
         known = {c.id for c in seen.inputs or ()} | {c.id for c in seen.outputs or ()}
         for text in seen.string_ids:
@@ -192,15 +211,17 @@ class Stage:
 
         A text already seen in this pipeline keeps its hop; the first query is hop 0; a text that
         appears with no instrumented transform behind it gets a new hop marked ``untracked``."""
-        if not self.recording or text is None:
+        live = self._recording_in()
+        if live is None or text is None:
             return None
+        seen, state = live
         try:
             rec = receipt(text)
-            known, new = self._state.claim_untracked(rec.sha256)
+            known, new = state.claim_untracked(rec.sha256)
             parent = known.parent if parent_hop is None else parent_hop
             if new and known.transform == sc.TRANSFORM_UNTRACKED and transform is None:
-                self._seen.findings.append(f"query hop {known.number} was changed by no instrumented transform (untracked)")
-            self._seen.query = QueryRecord(known.number, parent, transform or known.transform, text, rec)
+                seen.findings.append(f"query hop {known.number} was changed by no instrumented transform (untracked)")
+            seen.query = QueryRecord(known.number, parent, transform or known.transform, text, rec)
             return known.number
         except Exception as exc:
             self.record_error("query", exc)
@@ -209,15 +230,17 @@ class Stage:
     def add_query_variant(self, text: Any, *, transform: str = sc.TRANSFORM_REWRITE, parent_hop: int | None = None) -> int | None:
         """Record a query this stage produced (a rewrite, an expansion, one of several multi-query
         variants, a HyDE document); returns the new hop. Its parent defaults to this stage's query."""
-        if not self.recording or text is None:
+        live = self._recording_in()
+        if live is None or text is None:
             return None
+        seen, state = live
         try:
             rec = receipt(text)
-            if parent_hop is None and self._seen.query is not None:
-                parent_hop = self._seen.query.hop
-            hop, new = self._state.new_hop(rec.sha256, parent_hop, transform)
+            if parent_hop is None and seen.query is not None:
+                parent_hop = seen.query.hop
+            hop, new = state.new_hop(rec.sha256, parent_hop, transform)
             if new:
-                self._seen.variants.append(QueryRecord(hop.number, parent_hop, transform, text, rec))
+                seen.variants.append(QueryRecord(hop.number, parent_hop, transform, text, rec))
             return hop.number
         except Exception as exc:
             self.record_error("add_query_variant", exc)
@@ -226,19 +249,21 @@ class Stage:
     def inputs(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None) -> None:
         """The candidates that entered the stage, in input order (snapshotted now: some libraries
         sort or rescore their input in place)."""
-        if not self.recording:
+        seen = self._recorded()
+        if seen is None:
             return
         try:
-            self._seen.inputs = self._adapt_list(candidates, score_kind, "inputs", inherit=True)
+            seen.inputs = self._adapt_list(candidates, score_kind, "inputs", inherit=True)
         except Exception as exc:
             self.record_error("inputs", exc)
 
     def outputs(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None, hop: int | None = None) -> None:
         """The candidates the stage handed on, in output order."""
-        if not self.recording:
+        seen = self._recorded()
+        if seen is None:
             return
         try:
-            outputs = self._seen.outputs = self._adapt_list(candidates, score_kind, "outputs")
+            outputs = seen.outputs = self._adapt_list(candidates, score_kind, "outputs")
             if hop is not None:
                 for candidate in outputs:
                     if candidate.hop is None:
@@ -248,13 +273,14 @@ class Stage:
 
     def exclude(self, candidate: Any, reason: str, detail: Any = None) -> None:
         """Say why a candidate did not leave the stage. An explicit reason wins over a derived one."""
-        if not self.recording:
+        seen = self._recorded()
+        if seen is None:
             return
         try:
-            seen = self._seen
             if not sc.is_valid_reason(reason):
                 seen.findings.append(f"invalid reason code {reason!r} replaced by custom:invalid")
                 reason = sc.REASON_CUSTOM_PREFIX + "invalid"
+            adapted: Candidate | None
             if isinstance(candidate, str):
                 # an id, or a string candidate itself (identified by its content): resolved at write
                 ident, adapted = candidate, None
@@ -268,9 +294,9 @@ class Stage:
 
     def set_status(self, status: str, *, failure_class: str | None = None, fallback: str | None = None) -> None:
         """``ok``, ``empty``, ``degraded`` (a fallback ran) or ``failed``; the last two need a failure class."""
-        if not self.recording:
+        seen = self._recorded()
+        if seen is None:
             return
-        seen = self._seen
         if status not in sc.STATUSES:
             seen.findings.append(f"invalid status {status!r}")
             return
@@ -295,8 +321,10 @@ class Stage:
         stage's component names the store (stages of one retriever search one store). ``approximate`` when the figure is an estimate (a store's
         approximate count): an absence claim is then never supported. A size the user set with
         :func:`ragtrail.corpus_size` for this store wins over ``size``."""
-        if not self.recording:
+        live = self._recording_in()
+        if live is None:
             return
+        seen, state = live
         try:
             if store is not None:
                 known = user_corpus_size(store)
@@ -305,11 +333,11 @@ class Stage:
             if size is None:
                 return
             size = int(size)
-            self._seen.extra[sc.COVERAGE_CORPUS_SIZE] = size
+            seen.extra[sc.COVERAGE_CORPUS_SIZE] = size
             if approximate:
-                self._seen.extra[sc.COVERAGE_CORPUS_APPROXIMATE] = True
+                seen.extra[sc.COVERAGE_CORPUS_APPROXIMATE] = True
             key = store_key(store) if store is not None else ("component", self.component)
-            self._state.add_corpus_size(size, key, bool(approximate))
+            state.add_corpus_size(size, key, bool(approximate))
         except Exception as exc:
             self.record_error("corpus_size", exc)
 
@@ -317,32 +345,36 @@ class Stage:
         """An extra attribute (e.g. the filter a vector store applied), written with the stage's own.
         A filter follows the query's capture mode (it is often built from the query):
         :meth:`ragtrail.settings.CaptureSettings.filter_for` decides what of it may leave."""
-        if not self.recording:
+        seen = self._recorded()
+        if seen is None:
             return
         try:
             if key == sc.STAGE_FILTER:
-                value = self._seen.config.filter_for(value if isinstance(value, str) else _receipts.canonical_json(value))
-            self._seen.extra[key] = value
+                value = seen.config.filter_for(value if isinstance(value, str) else _receipts.canonical_json(value))
+            seen.extra[key] = value
         except Exception as exc:
             self.record_error("set_attribute", exc)
 
     def finding(self, text: str) -> None:
         """Something the stage did that a reader should know about (bad input, an odd output)."""
-        if self.recording:
-            self._seen.findings.append(text)
+        seen = self._recorded()
+        if seen is not None:
+            seen.findings.append(text)
 
     def record_answer(self, attributes: Mapping[str, Any]) -> None:
         """The answer receipt (built by :func:`ragtrail.answer`), written with the pipeline's own
         attributes at its end."""
-        if self.recording and not self._closed:
-            self._seen.answer = dict(attributes)
+        seen = self._recorded()
+        if seen is not None and not self._closed:
+            seen.answer = dict(attributes)
 
     def cite(self, ids: Iterable[Any]) -> None:
         """Candidates the answer cited (counted in the pipeline's coverage)."""
-        if not self.recording:
+        live = self._recording_in()
+        if live is None:
             return
         try:
-            self._state.add_cited(ids)
+            live[1].add_cited(ids)
         except Exception as exc:
             self.record_error("cite", exc)
 
@@ -364,14 +396,15 @@ class Stage:
                     inherit: bool = False) -> list[Candidate]:
         """Adapt every item. Inputs keep the score kind an earlier stage gave them (a reranker's
         input scores are the retriever's similarities, not rerank scores)."""
-        if candidates is None:
+        live = self._recording_in()
+        if candidates is None or live is None:
             return []
+        seen, state = live
         if isinstance(candidates, (str, bytes, Mapping)):
-            self._seen.findings.append(f"{which} is a {type(candidates).__name__}, not a candidate list")
+            seen.findings.append(f"{which} is a {type(candidates).__name__}, not a candidate list")
             return []
-        state = self._state
         kind = score_kind or (None if inherit else self.score_kind)
-        memo = self._seen.receipts
+        memo = seen.receipts
         result = []
         for item in list(candidates):
             candidate = adapt(item)

@@ -83,7 +83,7 @@ def outputs_like_inputs(docs: list[Any], inputs: list[Candidate], kind: str | No
     """Adapt the output documents; one that is an input object (not a rescored copy) keeps that
     input's hop and score kind, a rescored one takes ``kind``."""
     by_object = {id(c.raw): c for c in inputs if c.raw is not None}
-    by_id = {}
+    by_id: dict[str, Candidate] = {}
     for c in inputs:
         by_id.setdefault(c.id, c)
     result = []

@@ -55,7 +55,7 @@ class Joiner(HaystackCall):
         mode = memo.get("mode")
         # concatenate keeps the input objects (and their scores); the other modes rescore copies
         kind = {"reciprocal_rank_fusion": sc.SCORE_RRF, "merge": sc.SCORE_RELATIVE,
-                "distribution_based_rank_fusion": sc.SCORE_RELATIVE}.get(mode)
+                "distribution_based_rank_fusion": sc.SCORE_RELATIVE}.get(mode) if mode is not None else None
         outputs = outputs_like_inputs(docs, inputs, kind)
         s.outputs(outputs)
         if "inputs" in memo:
@@ -108,7 +108,7 @@ class _ContextThreadPoolExecutor(ThreadPoolExecutor):
     """A ``ThreadPoolExecutor`` that runs each task in a copy of the submitting context (as
     ``asyncio.to_thread`` does), so spans opened by the task have the submitter's span as parent."""
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
 

@@ -26,11 +26,18 @@ import line, stays visible); a part that is never imported (``langchain-classic`
 from __future__ import annotations
 
 import sys
-from typing import Any, Collection
+from typing import TYPE_CHECKING, Any, Collection
 
 from ragtrail.recorder.candidates import register_adapter, unregister_adapter
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import record_internal_error
+
+if TYPE_CHECKING:  # imported lazily at run time, with the first patch
+    from ragtrail.instrumentation.langchain._chains import ChainWrappers
+    from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
+    from ragtrail.instrumentation.langchain._retrievers import RetrieverWrappers
+    from ragtrail.instrumentation.langchain._splitters import SplitterWrappers
+
 
 # each class under the module that defines it: the packages re-export lazily (``__getattr__``), so a
 # hook on the package fires before the class exists, and one on the defining module fires after
@@ -70,9 +77,11 @@ def _load(name: str) -> type | None:
 
 
 def _subclasses(cls: type) -> list[type]:
-    found, stack = [], [cls]
+    found: list[type] = []
+    stack = [cls]
     while stack:
-        for sub in stack.pop().__subclasses__():
+        direct: list[type] = stack.pop().__subclasses__()
+        for sub in direct:
             if sub not in found:
                 found.append(sub)
                 stack.append(sub)
@@ -83,6 +92,11 @@ class LangChainInstrumentor(RagtrailInstrumentor):
     """``LangChainInstrumentor().instrument(tracer_provider=...)``; ``uninstrument()`` undoes all."""
 
     _instruments: Collection[str] = ("langchain-core >= 0.3",)
+    _retrievers: RetrieverWrappers | None
+    _compressors: CompressorWrappers
+    _splitters: SplitterWrappers
+    _chains: ChainWrappers
+    _adapted: type | None
 
     def _patch(self, **kwargs: Any) -> None:
         """Register a post-import hook per module of ``_CLASSES``; each pass patches what the
@@ -98,24 +112,27 @@ class LangChainInstrumentor(RagtrailInstrumentor):
         from ragtrail.instrumentation.langchain._retrievers import RetrieverWrappers
         from ragtrail.instrumentation.langchain._splitters import SplitterWrappers
 
-        if self._retrievers is None:
-            if _load("BaseRetriever") is None or _load("Document") is None:
+        retrievers = self._retrievers
+        if retrievers is None:
+            document = _load("Document")
+            if _load("BaseRetriever") is None or document is None:
                 return  # langchain-core is not imported yet: a later hook does it
-            self._adapted = _load("Document")
-            register_adapter(self._adapted, adapt_document)
+            self._adapted = document
+            register_adapter(document, adapt_document)
             patcher = LazyPatcher(self._wrapped)
             classes: dict[str, type | None] = {}
-            self._retrievers = RetrieverWrappers(self.tracer, patcher, classes)
+            retrievers = self._retrievers = RetrieverWrappers(self.tracer, patcher, classes)
             self._compressors = CompressorWrappers(self.tracer, patcher, classes)
             self._splitters = SplitterWrappers(self.tracer, patcher)
             self._chains = ChainWrappers(self.tracer, classes)
-        retrievers, compressors = self._retrievers, self._compressors
+        compressors = self._compressors
         classes, patcher = retrievers.classes, retrievers.patcher
         classes.update({name: _load(name) for name in _CLASSES})
 
         base_retriever = classes["BaseRetriever"]
-        patcher.ensure(base_retriever, "invoke", retrievers.invoke)
-        patcher.ensure(base_retriever, "ainvoke", retrievers.ainvoke)
+        if base_retriever is not None:  # always: the first pass waits for it
+            patcher.ensure(base_retriever, "invoke", retrievers.invoke)
+            patcher.ensure(base_retriever, "ainvoke", retrievers.ainvoke)
         ensemble = classes["EnsembleRetriever"]
         if ensemble is not None:
             patcher.ensure(ensemble, "invoke", retrievers.ensemble_invoke)
@@ -147,10 +164,10 @@ class LangChainInstrumentor(RagtrailInstrumentor):
         if transformer_base is not None:
             patcher.ensure(transformer_base, "atransform_documents", compressors.atransform)
             for name in ("LongContextReorder", "EmbeddingsRedundantFilter", "EmbeddingsClusteringFilter"):
-                klass = classes[name]
-                if klass is not None:
-                    patcher.ensure(klass, "transform_documents", compressors.transform, skip=(transformer_base,))
-                    patcher.ensure(klass, "atransform_documents", compressors.atransform)
+                transformer = classes[name]
+                if transformer is not None:
+                    patcher.ensure(transformer, "transform_documents", compressors.transform, skip=(transformer_base,))
+                    patcher.ensure(transformer, "atransform_documents", compressors.atransform)
         splitter = classes["TextSplitter"]
         if splitter is not None:
             patcher.ensure(splitter, "transform_documents", self._splitters.transform)
@@ -173,9 +190,12 @@ class LangChainInstrumentor(RagtrailInstrumentor):
         """Wrap a compressor class's own ``compress_documents``/``acompress_documents`` (also for
         classes first met at run time, e.g. a user's compressor inside a compression retriever)."""
         try:
-            base = self._retrievers.classes["BaseDocumentCompressor"]
-            patcher = self._retrievers.patcher
-            patcher.ensure(klass, "compress_documents", self._compressors.compress, skip=(base,))
+            retrievers = self._retrievers
+            if retrievers is None:  # pragma: no cover - the hooks are set after both wrappers are made
+                return
+            base = retrievers.classes["BaseDocumentCompressor"]
+            patcher = retrievers.patcher
+            patcher.ensure(klass, "compress_documents", self._compressors.compress, skip=() if base is None else (base,))
             patcher.ensure(klass, "acompress_documents", self._compressors.acompress)
         except Exception as exc:  # pragma: no cover - defensive
             record_internal_error("langchain.ensure_compressor", exc)

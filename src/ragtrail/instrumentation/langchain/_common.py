@@ -123,6 +123,15 @@ class LangChainCall(Call):
         manager.__enter__()
         self._entered.append(manager)
 
+    @property
+    def live(self) -> Stage:
+        """The stage a finisher records into: finishers run from :meth:`after`, which the hook
+        skeleton calls only once the stage is open and recording."""
+        s = self.stage
+        if s is None:  # pragma: no cover - after() never runs without a stage
+            raise RuntimeError("a LangChain finisher ran with no stage open")
+        return s
+
     def after(self, s: Stage, result: Any) -> None:
         if self.finisher is not None:
             self.finisher(self, result)

@@ -184,7 +184,10 @@ class CompressorWrappers:
 
     def _open(self, call: LangChainCall, documents: Any, query: Any, transformer: bool) -> None:
         instance = call.instance
-        profile = self._profile(type(instance), transformer)(instance)
+        profile_of = self._profile(type(instance), transformer)
+        if profile_of is None:  # not a retrieval stage (transform() lets such calls through first)
+            return
+        profile = profile_of(instance)
         comp = component_name(instance)
         s = open_stage(call, profile["kind"], comp, query=query, top_k=profile.get("top_k"),
                        threshold=profile.get("threshold"), score_kind=profile.get("score_kind"))
@@ -234,7 +237,7 @@ def _finish_with(fn: Callable[[LangChainCall, list, list[Candidate]], dict[str, 
     """Common tail: outputs recorded by ``fn``, which returns explicit exclusions by input id."""
 
     def finisher(call: LangChainCall, result: Any) -> None:
-        s = call.stage
+        s = call.live
         inputs: list[Candidate] | None = call.memo.get("inputs")
         if not isinstance(result, (list, tuple)):
             s.finding(f"compressor returned a {type(result).__name__}, not a list")
@@ -264,7 +267,8 @@ def _carry_identity(inputs: list[Candidate], outputs: list[Candidate]) -> None:
     rebuilt_objects = {id(c) for c in rebuilt}
     taken = Counter(c.id for c in outputs if id(c) not in rebuilt_objects)
     for candidate in rebuilt:
-        queue = waiting.get(candidate.receipt.sha256)
+        stamped = candidate.receipt  # never None here: ``rebuilt`` keeps only candidates with one
+        queue = waiting.get(stamped.sha256) if stamped is not None else None
         while queue:
             ident = queue.pop(0)
             if taken[ident] == 0:
@@ -286,7 +290,7 @@ def _dropped(inputs: list[Candidate], outputs: list[Candidate]) -> list[Candidat
 
 
 def _finish_generic(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
-    call.stage.outputs(outputs)
+    call.live.outputs(outputs)
     return {}
 
 
@@ -298,13 +302,13 @@ def _finish_metadata_scores(call: LangChainCall, result: list, outputs: list[Can
         if score is not None:
             candidate.score = score
             candidate.score_kind = sc.SCORE_RERANK
-    call.stage.outputs(outputs)
+    call.live.outputs(outputs)
     top_n = call.memo["profile"].get("top_k")
     return {c.id: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_n}") for c in _dropped(call.memo["inputs"], outputs)}
 
 
 def _finish_cross_encoder(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
-    s = call.stage
+    s = call.live
     top_n = call.memo["profile"]["top_k"]
     scores = call.sink.data.get("scores") if call.sink is not None else None
     documents = call.memo["documents"]
@@ -339,7 +343,7 @@ def _finish_embeddings_filter(call: LangChainCall, result: list, outputs: list[C
         if isinstance(state, dict) and "query_similarity_score" in state:
             candidate.score = float(state["query_similarity_score"])
             candidate.score_kind = sc.SCORE_SIMILARITY
-    call.stage.outputs(outputs)
+    call.live.outputs(outputs)
     k, threshold = instance.k, instance.similarity_threshold
     inputs = call.memo["inputs"]
     if k is None or (threshold is not None and len(outputs) < min(k, len(inputs))):
@@ -360,7 +364,7 @@ def _finish_extractor(call: LangChainCall, result: list, outputs: list[Candidate
         while j < len(inputs) and getattr(inputs[j].raw, "metadata", None) != metadata:
             j += 1
         if j == len(inputs):
-            call.stage.finding("an extract could not be matched to the document it came from")
+            call.live.finding("an extract could not be matched to the document it came from")
             break
         source = inputs[j]
         j += 1
@@ -369,19 +373,19 @@ def _finish_extractor(call: LangChainCall, result: list, outputs: list[Candidate
             candidate.transform_rule = RULE_LLM_EXTRACT
             candidate.derived_from = source.receipt.sha256
         remember_identity(candidate)  # the outer stage meets the extract without an id
-    call.stage.outputs(outputs)
+    call.live.outputs(outputs)
     return {c.id: (REASON_NOTHING_EXTRACTED, "the LLM found nothing relevant to extract")
             for c in _dropped(inputs, outputs)}
 
 
 def _finish_llm_filter(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
-    call.stage.outputs(outputs)
+    call.live.outputs(outputs)
     return {c.id: (REASON_LLM_IRRELEVANT, "the LLM judged it not relevant to the query")
             for c in _dropped(call.memo["inputs"], outputs)}
 
 
 def _finish_listwise(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
-    call.stage.outputs(outputs)
+    call.live.outputs(outputs)
     top_n = call.memo["profile"]["top_k"]
     inputs = call.memo["inputs"]
     if len(outputs) < min(top_n, len(inputs)):
@@ -392,14 +396,14 @@ def _finish_listwise(call: LangChainCall, result: list, outputs: list[Candidate]
 
 
 def _finish_redundant(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
-    call.stage.outputs(outputs)
+    call.live.outputs(outputs)
     threshold = call.instance.similarity_threshold
     return {c.id: (sc.REASON_DEDUPLICATED, f"embedding similarity > {threshold:g} with a kept document")
             for c in _dropped(call.memo["inputs"], outputs)}
 
 
 def _finish_clustering(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
-    call.stage.outputs(outputs)
+    call.live.outputs(outputs)
     return {c.id: (REASON_NOT_REPRESENTATIVE, "not among the documents closest to a cluster centre")
             for c in _dropped(call.memo["inputs"], outputs)}
 

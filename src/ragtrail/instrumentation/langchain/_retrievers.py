@@ -308,9 +308,9 @@ class RetrieverWrappers:
 # --- finishers ------------------------------------------------------------------------------------
 def _outputs_as_is(call: LangChainCall, result: Any) -> None:
     if isinstance(result, (list, tuple)):
-        call.stage.outputs(adapt_all(result))
+        call.live.outputs(adapt_all(result))
     else:
-        call.stage.finding(f"retriever returned a {type(result).__name__}, not a list")
+        call.live.finding(f"retriever returned a {type(result).__name__}, not a list")
 
 
 def _finish_multi_query(call: LangChainCall, result: Any) -> None:
@@ -325,11 +325,11 @@ def _finish_multi_query(call: LangChainCall, result: Any) -> None:
         inputs = adapt_all(inner)
         for candidate in inputs:
             candidate.hop = state.candidate_hop(candidate.id) if state is not None else None
-        call.stage.inputs(inputs)
+        call.live.inputs(inputs)
     outputs = adapt_all(result)
     for candidate in outputs:
         candidate.hop = state.candidate_hop(candidate.id) if state is not None else None
-    call.stage.outputs(outputs)
+    call.live.outputs(outputs)
 
 
 def _scored(pairs: Any) -> list[Any]:
@@ -344,7 +344,7 @@ def _scored(pairs: Any) -> list[Any]:
 def _scored_outputs(call: LangChainCall, result: list, scored: Any) -> None:
     """Pair each returned Document with the score computed for that very object."""
     by_object = {id(doc): score for doc, score in scored} if isinstance(scored, list) else {}
-    call.stage.outputs(_scored((doc, by_object.get(id(doc))) for doc in result))
+    call.live.outputs(_scored((doc, by_object.get(id(doc))) for doc in result))
 
 
 def _finish_vectorstore(call: LangChainCall, result: Any) -> None:
@@ -367,7 +367,7 @@ def _finish_relevance(call: LangChainCall, result: Any) -> None:
 def _record_threshold(call: LangChainCall, pre: Any, post: list, docs: list | None) -> None:
     """Relevance search: the pre-threshold hits are the stage's inputs, so every hit the threshold
     removed is an exclusion (``below_score_threshold`` with its score)."""
-    s = call.stage
+    s = call.live
     if isinstance(pre, list) and call.memo.get("threshold") is not None:
         s.inputs(_scored(pre), score_kind=sc.SCORE_SIMILARITY)
     if docs is None:
@@ -385,20 +385,20 @@ def _finish_bm25(call: LangChainCall, result: Any) -> None:
     scores = call.sink.data.get("bm25_scores") if call.sink is not None else None
     docs = getattr(call.instance, "docs", None)
     if scores is None or not isinstance(docs, list) or len(docs) != len(scores):
-        call.stage.outputs(result)
+        call.live.outputs(result)
         return
     import numpy as np
 
     top = np.argsort(scores)[::-1][: len(result)]
     if len(top) != len(result) or any(docs[i] is not doc for i, doc in zip(top, result)):
-        call.stage.finding("BM25 scores could not be matched to the returned documents")
-        call.stage.outputs(result)
+        call.live.finding("BM25 scores could not be matched to the returned documents")
+        call.live.outputs(result)
         return
-    call.stage.outputs(_scored((doc, float(scores[i])) for i, doc in zip(top, result)))
+    call.live.outputs(_scored((doc, float(scores[i])) for i, doc in zip(top, result)))
 
 
 def _finish_ensemble(call: LangChainCall, result: Any) -> None:
-    s = call.stage
+    s = call.live
     if not isinstance(result, list):
         return _outputs_as_is(call, result)
     captured = call.sink.data.get("rrf") if call.sink is not None else None

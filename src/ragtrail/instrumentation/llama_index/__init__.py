@@ -36,8 +36,8 @@ def _subclasses(base: type) -> list[type]:
     seen: dict[type, None] = {}
     stack = [base]
     while stack:
-        cls = stack.pop()
-        for sub in cls.__subclasses__():
+        direct: list[type] = stack.pop().__subclasses__()
+        for sub in direct:
             if sub not in seen:
                 seen[sub] = None
                 stack.append(sub)
@@ -45,7 +45,7 @@ def _subclasses(base: type) -> list[type]:
 
 
 class LlamaIndexInstrumentor(RagtrailInstrumentor):
-    """Records LlamaIndex retrieval pipelines as ragtrail stages (SPEC §1-3)."""
+    """Records LlamaIndex retrieval pipelines as ragtrail stages (docs/semconv.md §1-3)."""
 
     _instruments: Collection[str] = ("llama-index-core >= 0.12",)
 

@@ -228,7 +228,8 @@ class PostprocessCall(LlamaCall):
             rule = self.policy.content_rule
             # a shortening under the policy's own rule cites it; any other change is a declared
             # replacement, accepted by readers because derived_from names the upstream receipt
-            if rule and candidate.receipt.chars < source.chars:
+            # the item has content (it was compared above), so its receipt is never None
+            if rule and (stamped := candidate.receipt) is not None and stamped.chars < source.chars:
                 candidate.transform_rule = rule
             else:
                 candidate.transform_rule = sc.RULE_REPLACE

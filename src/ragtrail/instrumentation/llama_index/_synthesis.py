@@ -86,7 +86,7 @@ class SynthesizeCall(LlamaCall):
 
     def after(self, s: Stage, result: Any) -> None:
         source = getattr(result, "source_nodes", None)
-        if is_candidate_list(source):
+        if source is not None and is_candidate_list(source):
             record_kept(s, source, [node_id(n) for n in source])
         else:
             s.finding(f"response has no source_nodes list ({type(result).__name__}): outputs not recorded")
@@ -152,9 +152,9 @@ def _chunk_candidates(chunks: list[Any]) -> list[Candidate]:
     candidates = []
     for chunk in chunks:
         queue = owners.get(chunk) if isinstance(chunk, str) else None
-        ident = (queue.pop(0) if len(queue) > 1 else queue[0]) if queue else None
-        if ident is not None and synthesis is not None:
-            candidates.append(synthesis.built(ident, chunk, chunk))
+        owner = (queue.pop(0) if len(queue) > 1 else queue[0]) if queue else None
+        if owner is not None and synthesis is not None:
+            candidates.append(synthesis.built(owner, chunk, chunk))
         else:
             candidates.append(Candidate(id=content_id(chunk), content=chunk, raw=chunk))
     return candidates
@@ -175,7 +175,8 @@ def _joined_nodes(chunks: list[Any]) -> list[tuple[str, str]] | None:
 def _cut(candidate: Candidate, original: Candidate) -> None:
     """Stamp a shortened chunk: ``truncate@1:<n>`` when it is a prefix of what it came from,
     ``budget_trim@1`` for any other shortening; always ``derived_from``."""
-    candidate.derived_from = original.receipt.sha256
+    stamped = original.receipt  # None only for an original without content
+    candidate.derived_from = stamped.sha256 if stamped is not None else None
     text, source = candidate.content, original.content
     if isinstance(text, str) and isinstance(source, str) and len(text) < len(source):
         candidate.transform_rule = truncate_rule(len(text)).id if source.startswith(text) else BUDGET_TRIM_RULE.id
@@ -199,7 +200,7 @@ class BudgetCall(LlamaCall):
     available: int | None = None
     inputs: list[Candidate] | None = None
 
-    def open(self) -> Stage:
+    def open(self) -> Stage | None:
         return self.new_stage(sc.KIND_BUDGET, budget_unit="tokens")
 
     def before(self, s: Stage) -> None:
@@ -225,7 +226,7 @@ class BudgetCall(LlamaCall):
         counter = getattr(self.instance, "_token_counter", None)
         tokens = [counter.get_string_tokens(t) for t in result if isinstance(t, str)] if counter is not None else []
         if self.method == "truncate" and self.joined is not None and len(result) == 1:
-            outputs = self._truncated_join(result[0])
+            outputs = self._truncated_join(s, result[0])
             if tokens:
                 s.set(budget_used=sum(tokens))
         elif self.method == "truncate":
@@ -233,7 +234,7 @@ class BudgetCall(LlamaCall):
             if tokens:
                 s.set(budget_used=sum(tokens))
         else:
-            outputs = self._packed()
+            outputs = self._packed(s)
             if tokens:
                 s.set(budget_used=max(tokens))
         s.outputs(outputs)
@@ -249,7 +250,7 @@ class BudgetCall(LlamaCall):
             outputs.append(candidate)
         return outputs
 
-    def _truncated_join(self, text: Any) -> list[Candidate]:
+    def _truncated_join(self, s: Stage, text: Any) -> list[Candidate]:
         """Per node: whole, cut (the node the budget ended in), or ``budget_exceeded``."""
         inputs = self.inputs or []
         joined = "\n".join(c.content for c in inputs)
@@ -259,7 +260,7 @@ class BudgetCall(LlamaCall):
             cut = Candidate(id=whole.id, content=text)
             if text != joined:
                 _cut(cut, whole)
-            self.stage.inputs([whole])
+            s.inputs([whole])
             return [cut]
         outputs: list[Candidate] = []
         position = 0
@@ -273,23 +274,24 @@ class BudgetCall(LlamaCall):
                 _cut(candidate, original)
                 outputs.append(candidate)
             else:
-                self.stage.exclude(original, sc.REASON_BUDGET_EXCEEDED,
-                                   f"{limit}: the joined context was cut after {len(outputs)} of {len(inputs)} chunks")
+                s.exclude(original, sc.REASON_BUDGET_EXCEEDED,
+                          f"{limit}: the joined context was cut after {len(outputs)} of {len(inputs)} chunks")
             position = end + 1
         return outputs
 
-    def _packed(self) -> list[Candidate]:
+    def _packed(self, s: Stage) -> list[Candidate]:
         """Repacking joins the stripped chunks and re-splits them: every non-blank chunk reaches the
         model whole (stripped), spread over the packed chunks; a blank one is dropped."""
         outputs = []
         for original in self.inputs or ():
             text = original.content.strip() if isinstance(original.content, str) else original.content
             if not text:
-                self.stage.exclude(original, sc.REASON_CUSTOM_PREFIX + "blank_chunk", "repack drops blank chunks")
+                s.exclude(original, sc.REASON_CUSTOM_PREFIX + "blank_chunk", "repack drops blank chunks")
                 continue
             candidate = Candidate(id=original.id, content=text, raw=original.raw)
             if text != original.content:
-                candidate.derived_from = original.receipt.sha256
+                stamped = original.receipt  # a changed text had content: never None
+                candidate.derived_from = stamped.sha256 if stamped is not None else None
                 candidate.transform_rule = BUDGET_TRIM_RULE.id
             else:
                 _same(candidate, original)
