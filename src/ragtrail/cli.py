@@ -288,6 +288,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 from ragtrail import cli_many as _many  # noqa: E402,F401  (registers ls, stats, compare on `cli`)
+from ragtrail import cli_gate as _gate  # noqa: E402,F401  (registers gate run, gate baseline on `cli`)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

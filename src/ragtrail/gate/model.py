@@ -67,6 +67,7 @@ class StageSurvival:
     relevant_kept: tuple[str, ...]
     relevant_lost: tuple[tuple[str, str | None], ...]  # (id, exclusion reason or None when unknown)
     status: str | None = None
+    key: str | None = None   # "kind component" (+ " #n" for the n-th of the same): what checks name as ``stage``
 
 
 @dataclass(slots=True)

@@ -1,0 +1,309 @@
+"""Cases + baseline -> the gate's decision (:class:`~ragtrail.gate.model.GateReport`).
+
+Errors never pass. Before any metric is compared, everything that makes the comparison meaningless
+is named as a problem (the verdict is then INCONCLUSIVE, whatever the numbers say): a case without
+its trace, a pipeline error, a failed, sampled-out or truncated trace, a receipt alarm, a corpus, an
+index or a component version that changed since the baseline, a baseline frozen from another set.
+Cases with a problem are left out of the metrics (their numbers describe evidence nobody can trust).
+
+Then each (slice, metric) of the baseline is one :class:`~ragtrail.gate.model.Check`. A failed
+survival check says which stage lost the relevant evidence (the ids excluded there, by reason), and
+what happened upstream (recall before it rising, a stage degraded into a fallback): seed 002's
+shape, where recall before the budget went up while the answers refused, is told as it happened.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Any
+
+from . import metrics as m
+from .evalset import EvalSet
+from .model import CaseResult, Check, GateReport, Movement, Problem, StageSurvival, decide
+from .observation import Observation, as_manifest
+from .runner import CaseRun
+
+_EPS = 1e-9
+_LIST = 3  # ids or cases named in one line
+
+
+def _names(items: list[str]) -> str:
+    shown = ", ".join(items[:_LIST])
+    return shown + (f" and {len(items) - _LIST} more" if len(items) > _LIST else "")
+
+
+# --- identity --------------------------------------------------------------------------------------
+def identity_problems(runs: list[CaseRun], baseline: dict[str, Any]) -> list[Problem]:
+    """What was searched, against the baseline: corpus, index, versions. One problem per kind of change."""
+    changes: dict[str, dict[str, list[str]]] = {"corpus_changed": {}, "index_changed": {}, "version_changed": {}}
+    for run in runs:
+        row = baseline.get("cases", {}).get(run.case.id)
+        if row is None or run.observation is None:
+            continue
+        was = Observation.from_dict(row["observation"])
+        now = run.observation
+        if was.corpus_size is not None and now.corpus_size is not None and was.corpus_size != now.corpus_size:
+            changes["corpus_changed"].setdefault(f"corpus size {was.corpus_size} → {now.corpus_size}", []).append(run.case.id)
+        if was.stores is not None and now.stores is not None and was.stores != now.stores:
+            changes["corpus_changed"].setdefault(f"stores {was.stores} → {now.stores}", []).append(run.case.id)
+        for ident, sha in was.content.items():
+            other = now.content.get(ident)
+            if other is not None and other != sha:
+                changes["corpus_changed"].setdefault(f"content of {ident} changed (sha256 {sha[:12]}… → {other[:12]}…)",
+                                                     []).append(run.case.id)
+        if was.index and now.index and was.index != now.index:
+            changes["index_changed"].setdefault(f"retrieve components {', '.join(was.index)} → {', '.join(now.index)}",
+                                                []).append(run.case.id)
+        for name in sorted(set(was.versions) | set(now.versions)):
+            a, b = was.versions.get(name), now.versions.get(name)
+            if a != b:
+                changes["version_changed"].setdefault(f"{name} {a or '(none)'} → {b or '(none)'}", []).append(run.case.id)
+    problems = []
+    for kind, found in changes.items():
+        for detail, case_ids in found.items():
+            problems.append(Problem(kind=kind, case_id=case_ids[0] if len(case_ids) == 1 else None,
+                                    detail=f"{detail} in {len(case_ids)} case{'s' if len(case_ids) != 1 else ''} "
+                                           f"({_names(case_ids)})"))
+    return problems
+
+
+def _unknown_relevance(runs: list[CaseRun], baseline: dict[str, Any]) -> list[Problem]:
+    out = []
+    for run in runs:
+        if run.observation is None or run.observation.corpus_size is not None:
+            continue
+        row = baseline.get("cases", {}).get(run.case.id)
+        seen = run.observation.seen() | (Observation.from_dict(row["observation"]).seen() if row else set())
+        never = [r for r in run.case.relevant if r not in seen]
+        if never and len(never) == len(run.case.relevant):
+            out.append(Problem("unknown_relevance", run.case.id,
+                               f"no stage ever saw {_names(never)} (baseline or now) and the corpus size is not "
+                               "recorded: whether these documents exist in the index cannot be told", run.trace_id))
+    return out
+
+
+# --- per case --------------------------------------------------------------------------------------
+def survival_rows(case_relevant: tuple[str, ...], obs: Observation) -> list[StageSurvival]:
+    rel = set(case_relevant)
+    rows = []
+    held_before: set[str] | None = None
+    for s in obs.stages:
+        out = set(s.ids)
+        reasons = {i: r for i, r in s.excluded}
+        kept = tuple(r for r in case_relevant if r in out)
+        if s.kind == "retrieve":
+            lost: tuple[tuple[str, str | None], ...] = ()
+        else:
+            before = held_before if held_before is not None else set()
+            lost = tuple((r, reasons.get(r)) for r in case_relevant
+                         if r not in out and (r in reasons or r in before))
+        rows.append(StageSurvival(index=s.index, kind=s.kind, component=s.component, k=len(s.ids),
+                                  relevant_kept=kept, relevant_lost=lost, status=s.label_status(), key=s.key))
+        if s.kind == "retrieve":
+            held_before = (held_before or set()) | (out & rel)
+        else:
+            held_before = out & rel
+    return rows
+
+
+def _removed_by(ident: str, obs: Observation) -> tuple[str | None, str | None]:
+    for s in obs.stages:
+        for i, reason in s.excluded:
+            if i == ident:
+                return s.key, reason
+    held = [s for s in obs.stages if ident in s.ids]
+    if held:
+        after = [s for s in obs.stages if s.index > held[-1].index]
+        return (after[0].key if after else None), None
+    return None, None
+
+
+def movement(obs: Observation, top: list[str] | None) -> Movement:
+    if top is None:
+        return Movement(rbo=None)
+    now = list(obs.in_context)
+    left = tuple((i, *_removed_by(i, obs)) for i in top if i not in now)
+    return Movement(rbo=round(m.rbo(now, top), 6), entered=tuple(i for i in now if i not in top), left=left)
+
+
+def _diff_text(was: Observation, now: Observation) -> str | None:
+    from rich.console import Console
+
+    from ragtrail.inspect import diff, render
+
+    d = diff.diff(as_manifest(was), as_manifest(now))
+    if d["same_evidence"]:
+        return None
+    buf = io.StringIO()
+    render.diff(Console(file=buf, width=120, color_system=None, force_terminal=False, highlight=False), d, limit=50)
+    return buf.getvalue()
+
+
+# --- checks ----------------------------------------------------------------------------------------
+def metric_order(rows: dict[str, Any], stages: list[str]) -> list[str]:
+    """Metrics in pipeline order (recall, each stage's survival, context, citations, refusal, movement):
+    the order the evidence flows, so the first failed survival is the stage that lost it."""
+    rank = {m.RECALL: 0, **{m.survival_metric(k): 1 + i for i, k in enumerate(stages)}}
+    tail = {m.IN_CONTEXT: 1000, m.CITED: 1001, m.REFUSAL: 1002, m.RBO: 1003}
+    return sorted(rows, key=lambda name: (rank.get(name, tail.get(name, 999)), name))
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _stage_loss(results: list[CaseResult], stage_key: str) -> tuple[int, Counter[str]]:
+    lost = 0
+    reasons: Counter[str] = Counter()
+    for r in results:
+        for s in r.stages:
+            if s.key == stage_key:
+                for _, reason in s.relevant_lost:
+                    lost += 1
+                    reasons[reason or "no reason recorded"] += 1
+    return lost, reasons
+
+
+def _degraded_upstream(runs: list[CaseRun], stage_key: str) -> list[str]:
+    counts: Counter[str] = Counter()
+    for run in runs:
+        if run.observation is None:
+            continue
+        target = run.observation.stage(stage_key)
+        for s in run.observation.stages:
+            if target is not None and s.index >= target.index:
+                break
+            if s.status not in (None, "ok", "empty"):
+                counts[f"{s.key} {s.label_status()}"] += 1
+    return [f"{what} in {n} case{'s' if n != 1 else ''}" for what, n in counts.most_common(2)]
+
+
+def _checks(evalset: EvalSet, good: list[CaseRun], results: list[CaseResult], baseline: dict[str, Any],
+            values: dict[tuple[str, str], m.SliceValue]) -> tuple[list[Check], list[str]]:
+    checks: list[Check] = []
+    warnings: list[str] = []
+    present = {s.key for r in good if r.observation for s in r.observation.stages}
+    for key in baseline.get("stages", []):
+        if good and key not in present:
+            warnings.append(f"stage {key} is in the baseline but did not run now")
+    for key in sorted(present - set(baseline.get("stages", []))):
+        warnings.append(f"stage {key} is new since the baseline (no floor for it)")
+    by_slice: dict[str, list[CaseResult]] = {}
+    for r in results:
+        if r.problems:
+            continue
+        for s in m.slices_of(r.case):
+            by_slice.setdefault(s, []).append(r)
+    for slice_, rows in baseline["thresholds"].items():
+        slice_results = by_slice.get(slice_, [])
+        slice_runs = [g for g in good if slice_ in m.slices_of(g.case)]
+        first_loss: str | None = None
+        for metric in metric_order(rows, baseline.get("stages", [])):
+            row = rows[metric]
+            got = values.get((slice_, metric))
+            value, n = (got.value, got.n) if got else (None, 0)
+            thr, mean, stage = row["threshold"], row["mean"], row.get("stage")
+            ceiling = row["direction"] == "ceiling"
+            if value is None:
+                passed = stage is not None and stage not in present  # a stage gone is a warning, not a measure
+                kinds = sorted({p.kind for r in results if slice_ in m.slices_of(r.case) for p in r.problems})
+                message = ("stage did not run now" if passed else
+                           "not measured: " + (f"every case of the slice has a problem ({', '.join(kinds)})"
+                                               if kinds else "no case of the slice could be measured"))
+            else:
+                passed = value <= thr + _EPS if ceiling else value >= thr - _EPS
+                message = ""
+            if not passed and value is not None:
+                verb = "rose to" if ceiling else "fell to"
+                message = f"{metric} {verb} {_fmt(value)} ({'ceiling' if ceiling else 'floor'} {_fmt(thr)}, baseline {_fmt(mean)})"
+                if stage is not None:
+                    lost, reasons = _stage_loss(slice_results, stage)
+                    if lost:
+                        why = ", ".join(f"{reason} ×{k}" for reason, k in reasons.most_common(3))
+                        message += f"; relevant ids lost at {stage}: {lost} ({why})"
+                        first_loss = first_loss or stage
+                    elif first_loss:
+                        message += f"; lost upstream at {first_loss}"
+                    recall = values.get((slice_, m.RECALL))
+                    base_recall = rows.get(m.RECALL, {}).get("mean")
+                    if recall and recall.value is not None and base_recall is not None and recall.value > base_recall + _EPS:
+                        message += f"; recall@retrieve rose to {_fmt(recall.value)} (baseline {_fmt(base_recall)})"
+                    degraded = _degraded_upstream(slice_runs, stage)
+                    if degraded:
+                        message += "; upstream: " + "; ".join(degraded)
+                elif metric in (m.IN_CONTEXT, m.CITED) and first_loss:
+                    message += f"; lost at {first_loss}"
+                elif metric == m.RECALL:
+                    first_loss = "retrieval"
+                    missed = []
+                    for run in slice_runs:
+                        frozen = baseline.get("cases", {}).get(run.case.id)
+                        if frozen is None or run.observation is None:
+                            continue
+                        before = set(frozen["observation"]["retrieved"]) & set(run.case.relevant)
+                        if before - set(run.observation.retrieved):
+                            missed.append(run.case.id)
+                    if missed:
+                        message += (f"; relevant ids retrieved in the baseline and not now in {len(missed)} "
+                                    f"case{'s' if len(missed) != 1 else ''} ({_names(sorted(missed))})")
+                elif metric == m.RBO:
+                    moved = sorted((r.movement.rbo, r.case.id) for r in slice_results
+                                   if r.movement and r.movement.rbo is not None and r.movement.rbo < 1)
+                    if moved:
+                        message += f"; moved most: {_names([c for _, c in moved])}"
+            checks.append(Check(slice=slice_, metric=metric, value=None if value is None else round(value, 6),
+                                threshold=thr, baseline_mean=mean, n=n, passed=passed, stage=stage, message=message,
+                                warning=row.get("warning")))
+    return checks, warnings
+
+
+# --- the decision ----------------------------------------------------------------------------------
+def evaluate(evalset: EvalSet, runs: list[CaseRun], baseline: dict[str, Any], *, pipeline: str | None = None,
+             baseline_path: str | None = None, started_at: str | None = None,
+             duration_s: float | None = None) -> GateReport:
+    """The report of one gate run against its baseline."""
+    problems: list[Problem] = [p for r in runs for p in r.problems]
+    if baseline["set"]["digest"] != evalset.digest:
+        problems.append(Problem("baseline_mismatch", None,
+                                f"the baseline was frozen from another eval set (digest {baseline['set']['digest'][:12]}…, "
+                                f"this set {evalset.digest[:12]}…): re-freeze it with `ragtrail gate baseline`"))
+    clean = [r for r in runs if not r.problems and r.observation is not None]
+    problems.extend(identity_problems(clean, baseline))
+    problems.extend(_unknown_relevance(clean, baseline))
+    bad = {p.case_id for p in problems if p.case_id is not None}
+    cases_base = baseline.get("cases", {})
+    results: list[CaseResult] = []
+    rows: list[dict[str, float | None]] = []
+    measured: list[Any] = []
+    for run in runs:
+        obs = run.observation
+        result = CaseResult(case=run.case, trace_id=run.trace_id,
+                            problems=[p for p in problems if p.case_id == run.case.id])
+        if obs is not None:
+            top = cases_base.get(run.case.id, {}).get("top")
+            result.stages = survival_rows(run.case.relevant, obs)
+            result.in_context, result.cited, result.refused = tuple(obs.in_context), tuple(obs.cited), obs.refused
+            result.movement = movement(obs, top)
+            was = cases_base.get(run.case.id, {}).get("observation")
+            if was is not None and (result.movement.rbo is None or result.movement.rbo < 1
+                                    or any(s.relevant_lost for s in result.stages)):
+                result.diff_text = _diff_text(Observation.from_dict(was), obs)
+            if run.case.id not in bad and not run.problems:
+                rows.append(m.case_values(run.case, obs, top))
+                measured.append(run.case)
+        results.append(result)
+    values = m.aggregate(measured, rows)
+    checks, warnings = _checks(evalset, [r for r in clean if r.case.id not in bad], results, baseline, values)
+    for slice_, per_metric in baseline["thresholds"].items():
+        warning = next((row["warning"] for row in per_metric.values() if row.get("warning")), None)
+        if warning:
+            warnings.append(f"{slice_}: {warning}")
+    return GateReport(verdict=decide(checks, problems), checks=checks, problems=problems, cases=results,
+                      warnings=warnings, set_path=evalset.path, baseline_path=baseline_path, pipeline=pipeline,
+                      started_at=started_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                      duration_s=duration_s)
+
+
+__all__ = ["evaluate", "identity_problems", "movement", "survival_rows"]
