@@ -60,7 +60,7 @@ def test_rag_tutorial(tmp_path):
     assert [c["id"] for c in generate["candidates"]] == [c["id"] for c in retrieve["candidates"]]
     assert [c["sha256"] for c in generate["candidates"]] == [c["sha256"] for c in retrieve["candidates"]]
     assert m["answer"] == {"sha256": hashlib.sha256(b"Task decomposition splits a task into smaller steps.").hexdigest(),
-                           "chars": 52, "refused": False, "claim": None, "preview": None}
+                           "chars": 52, "refused": None, "claim": None, "preview": None}
     assert m["cited"] == []  # the chain does not say which documents the answer used
     assert hits(m) == {0: True}
     # InMemoryVectorStore.similarity_search goes through similarity_search_with_score: cosine similarity

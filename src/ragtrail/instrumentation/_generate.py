@@ -8,10 +8,11 @@ prompt the model received, in offer order; every other offered document is an ex
 model that text). That is arithmetic on the prompt the model really got, never a guess: when the
 prompt cannot be read as text, the outputs are not recorded and the stage says so in a finding.
 
-The answer goes through :func:`ragtrail.answer` (its receipt on the pipeline span), as if the
-app had called it; an app that calls ``ragtrail.answer(text, claim=...)`` itself afterwards has
-the last word. Citations are not derived here: a generated answer says which documents it used only
-when the app or the library says so.
+The answer is recorded by :func:`ragtrail.answer`'s machinery (its receipt on the pipeline span,
+the text as content capture allows) without ``refused``, which only the app can say; an app that
+calls ``ragtrail.answer(text, claim=..., refused=...)`` itself afterwards has the last word.
+Citations are not derived here: a generated answer says which documents it used only when the app
+or the library says so.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.answer import answer
+from ragtrail.recorder.answer import answer_attributes
+from ragtrail.recorder.errors import guarded
+from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.stage import Stage
 
@@ -86,7 +89,20 @@ def record_generation(s: Stage, offered: list[Candidate], prompt: Any, reply: An
                 s.exclude(candidate, REASON_NOT_IN_PROMPT, "its text does not occur in the prompt the model received")
     said = answer_text(reply)
     if said is not None:
-        answer(said)
+        record_answer(said)
+
+
+@guarded("generate.answer")
+def record_answer(text: str) -> None:
+    """The model's answer as ``ragtrail.answer`` records it (receipt, text as captured) but without
+    ``refused``: whether the reply is a refusal is the app's to say, not something a hook can know."""
+    state = current_pipeline()
+    stage = state.pipeline_stage if state is not None else None
+    if stage is None or not stage.recording:
+        return
+    attributes = answer_attributes(stage, text, None, False)
+    attributes.pop(sc.ANSWER_REFUSED, None)
+    stage.record_answer(attributes)
 
 
 def model_name(instance: Any) -> str | None:
