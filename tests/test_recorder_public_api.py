@@ -22,8 +22,20 @@ def test_lookups_never_create_a_hop():
     assert state.has_hops() and state.hop_count() == 1
     other = receipt("changed q").sha256
     assert state.lookup_hop(other) is None and state.hop_count() == 1
-    assert state.untracked_hop(other) == Hop(1, 0, sc.TRANSFORM_UNTRACKED)
-    assert state.untracked_hop(other) == Hop(1, 0, sc.TRANSFORM_UNTRACKED)  # known: not created twice
+    # issue 12: an untracked hop's parent is not known (never "the previous hop")
+    assert state.untracked_hop(other) == Hop(1, None, sc.TRANSFORM_UNTRACKED)
+    assert state.untracked_hop(other) == Hop(1, None, sc.TRANSFORM_UNTRACKED)  # known: not created twice
+    assert state.hop_count() == 2
+
+
+def test_given_hops_are_roots_of_their_own():
+    state = PipelineState()
+    first, second = receipt("solar").sha256, receipt("coal").sha256
+    assert state.given_hop(first) == Hop(0, None, sc.TRANSFORM_NONE)
+    assert state.given_hop(second) == Hop(1, None, sc.TRANSFORM_NONE)
+    assert state.given_hop(second) == Hop(1, None, sc.TRANSFORM_NONE)  # known: not created twice
+    # a stage that later runs with one of them finds its hop: nothing untracked
+    assert state.claim_untracked(second) == (Hop(1, None, sc.TRANSFORM_NONE), False)
     assert state.hop_count() == 2
 
 

@@ -665,9 +665,11 @@ async def test_multi_query_run_async_direct(instrument):
     fuse = one(spans, "fuse MultiQueryTextRetriever")
     inner = spans_named(spans, "retrieve InMemoryBM25Retriever")
     assert {s.parent.span_id for s in inner} == {fuse.context.span_id}
-    # the first query of a run with no pipeline root is hop 0; the other is unexplained: untracked
-    hops = {attrs(s)[sc.QUERY_TEXT]: (attrs(s)[sc.QUERY_HOP], attrs(s)[sc.QUERY_TRANSFORM]) for s in inner}
-    assert hops == {"solar": (0, "none"), "coal": (1, "untracked")}
+    # the caller's own queries are hops of their own (roots, in the order given): nothing untracked
+    hops = {attrs(s)[sc.QUERY_TEXT]: (attrs(s)[sc.QUERY_HOP], attrs(s).get(sc.QUERY_PARENT_HOP),
+                                      attrs(s)[sc.QUERY_TRANSFORM]) for s in inner}
+    assert hops == {"solar": (0, None, "none"), "coal": (1, None, "none")}
+    assert [attrs(s).get(sc.STAGE_FINDINGS) for s in spans] == [None] * len(spans)
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_HOP]) for e in events(fuse, sc.EVENT_CANDIDATE)] == \
         [(d.id, 0 if d.id == "solar" else 1) for d in out["documents"]]
 

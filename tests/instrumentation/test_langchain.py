@@ -605,7 +605,12 @@ def test_llm_listwise_rerank_reasons(instrumentor, tracer_provider, span_exporte
     traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: full.compress_documents(docs, "q"))
     assert [d.id for d in traced[1]] == ["d4", "d3"]
     span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
-    assert {e.attributes[sc.EXCLUSION_REASON] for e in span.events if e.name == sc.EVENT_EXCLUSION} == {"below_rank_cutoff"}
+    # the LLM ranked all five (observed through LangChain's callbacks): d2..d0 were cut by top_n
+    assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL])
+            for e in span.events if e.name == sc.EVENT_EXCLUSION] == [
+        ("d0", "below_rank_cutoff", "ranked 5 by the LLM, top_k=2"),
+        ("d1", "below_rank_cutoff", "ranked 4 by the LLM, top_k=2"),
+        ("d2", "below_rank_cutoff", "ranked 3 by the LLM, top_k=2")]
     span_exporter.clear()
     partial = LLMListwiseRerank(reranker=RunnableLambda(lambda x: [x["documents"][2]]), top_n=3)
     assert [d.id for d in partial.compress_documents(docs, "q")] == ["d2"]
@@ -614,6 +619,44 @@ def test_llm_listwise_rerank_reasons(instrumentor, tracer_provider, span_exporte
         ("d0", "custom:not_ranked_by_llm"), ("d1", "custom:not_ranked_by_llm"), ("d3", "custom:not_ranked_by_llm"),
         ("d4", "custom:not_ranked_by_llm")]
     assert dict(span.attributes)[sc.OPENINFERENCE_SPAN_KIND] == "RERANKER"
+
+
+@pytest.mark.parametrize("top_n", [1, 3])
+def test_llm_listwise_reasons_do_not_depend_on_top_n(instrumentor, tracer_provider, span_exporter, top_n):
+    """Issue 12: the LLM ranked one document; the others were not ranked, whatever top_n is (with
+    top_n=1 the result alone cannot tell: the LLM's whole ranking is observed)."""
+    docs = corpus()[:4]
+    rerank = LLMListwiseRerank(reranker=RunnableLambda(lambda x: [x["documents"][2]]), top_n=top_n)
+    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: rerank.compress_documents(docs, "q"))
+    assert [d.id for d in traced[1]] == ["d2"]
+    span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
+    assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL])
+            for e in span.events if e.name == sc.EVENT_EXCLUSION] == [
+        (f"d{i}", "custom:not_ranked_by_llm", "left out of the LLM's ranking") for i in (0, 1, 3)]
+    assert dict(span.attributes)[sc.STAGE_TOP_K] == top_n
+
+
+def test_llm_listwise_from_llm_inside_a_compression_retriever(instrumentor, tracer_provider, span_exporter):
+    """The real from_llm chain (prompt | structured LLM | parse) under ContextualCompressionRetriever:
+    the observer finds the reranker's run under the retriever's run."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    class StructuredFake(GenericFakeChatModel):
+        def with_structured_output(self, schema, **kwargs):
+            return self | RunnableLambda(lambda message: schema(ranked_document_ids=[3]))
+
+    docs = corpus()[:4]
+    base = BM25Retriever.from_documents(docs, k=4)
+    llm = StructuredFake(messages=iter([AIMessage(content="[3]")] * 2))
+    retriever = ContextualCompressionRetriever(base_compressor=LLMListwiseRerank.from_llm(llm, top_n=1),
+                                               base_retriever=base)
+    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: retriever.invoke("cat mat"))
+    [only] = traced[1]
+    span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
+    ranked_away = [e.attributes for e in span.events if e.name == sc.EVENT_EXCLUSION]
+    assert len(ranked_away) == 3 and {e[sc.EXCLUSION_REASON] for e in ranked_away} == {"custom:not_ranked_by_llm"}
+    assert only.id not in {e[sc.CANDIDATE_ID] for e in ranked_away}
 
 
 class OverlapCrossEncoder(BaseCrossEncoder):

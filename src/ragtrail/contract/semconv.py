@@ -174,6 +174,17 @@ REASONS = (
 )
 
 
+# findings (``ragtrail.stage.findings`` entries start with "<code>: "): what the recorder saw in the
+# data that contradicts what the stage claims (docs/semconv.md §3)
+# a kept output scores past the stage's threshold: the threshold did not decide what was kept, so no
+# exclusion is derived from it
+FINDING_KEPT_PAST_THRESHOLD = "kept_past_threshold"
+# a rerank stage handed on its inputs in their input order with their input scores: it reranked
+# nothing (a silent fallback, seed 002); those scores keep their upstream kind
+FINDING_RERANK_IS_IDENTITY = "rerank_is_identity"
+FINDINGS = (FINDING_KEPT_PAST_THRESHOLD, FINDING_RERANK_IS_IDENTITY)
+
+
 def is_valid_reason(reason: str) -> bool:
     """A reason code is one of the codes of docs/semconv.md §3 or ``custom:<name>`` with a non-empty name."""
     return reason in REASONS or (reason.startswith(REASON_CUSTOM_PREFIX) and len(reason) > len(REASON_CUSTOM_PREFIX))

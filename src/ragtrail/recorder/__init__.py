@@ -8,7 +8,7 @@ only this public surface, never a private attribute:
   ``finding``, ``cite``, ``adapt``, ``record_error``), ``stage()``, ``current_stage()``;
 - :mod:`ragtrail.recorder.pipeline`: ``PipelineState`` (side-effect-free ``lookup_hop``,
   ``has_hops``, ``hop_count``, ``candidate_hop``, ``candidate_score_kind``; creating calls
-  ``new_hop`` and ``untracked_hop``), ``Hop``, ``current_pipeline()``;
+  ``new_hop``, ``given_hop`` and ``untracked_hop``), ``Hop``, ``current_pipeline()``;
 - :mod:`ragtrail.recorder.candidates`: ``Candidate`` (``copy``, ``with_receipt``), ``adapt``,
   ``is_candidate_list``, ``normalize_id``, ``register_adapter``, ``unregister_adapter``,
   ``lookup_adapter``, ``CONTENT_KEYS``;

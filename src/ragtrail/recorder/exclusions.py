@@ -15,6 +15,7 @@ from typing import NamedTuple
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import content_id, finite_or_none
 from ragtrail.recorder.candidates import Candidate
+from ragtrail.recorder.rescoring import unproduced_scores
 
 
 class Explicit(NamedTuple):
@@ -61,9 +62,10 @@ def resolve_string_ids(explicit: dict[str, Explicit], strings: set[str], inputs:
 
 def derive(inputs: Sequence[Candidate] | None, outputs: Sequence[Candidate], explicit: Mapping[str, Explicit],
            knobs: Knobs, *, failed: bool = False) -> tuple[list[Exclusion], list[str]]:
-    """Every input that did not leave, by identity, and the findings the derivation made. A stage
-    that failed before producing output (or whose inputs are unknown) excluded nothing: only the
-    explicit exclusions are said."""
+    """Every input that did not leave, by identity, and the findings the derivation made (also
+    :func:`ragtrail.recorder.rescoring.unproduced_scores`, which gives scores handed on unchanged
+    their upstream kind back). A stage that failed before producing output (or whose inputs are
+    unknown) excluded nothing: only the explicit exclusions are said."""
     if inputs is None or failed:
         result = []
         for ident, said in explicit.items():
@@ -71,7 +73,10 @@ def derive(inputs: Sequence[Candidate] | None, outputs: Sequence[Candidate], exp
             result.append(Exclusion(rank, said.candidate or Candidate(id=ident), said.reason, said.detail))
         return result, []
     kept = _kept_positions(inputs, outputs)
-    return _dropped(inputs, outputs, kept, explicit, knobs)
+    exclusions, findings = _dropped(inputs, outputs, kept, explicit, knobs)
+    # scores handed on unchanged keep their upstream kind (a reranker's silent fallback is a finding)
+    findings.extend(unproduced_scores(knobs.score_kind, inputs, outputs))
+    return exclusions, findings
 
 
 def _kept_positions(inputs: Sequence[Candidate], outputs: Sequence[Candidate]) -> set[int]:
@@ -103,6 +108,7 @@ def _dropped(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: se
     kept_by_sha = {r.sha256: c.id for c in outputs if c.content is not None and (r := c.receipt) is not None}
     output_ids = {c.id for c in outputs}
     explicit_used: set[str] = set()
+    evidence: KeptEvidence | None = None
     for rank, candidate in enumerate(inputs):
         if rank in kept:
             continue
@@ -112,7 +118,10 @@ def _dropped(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: se
         elif candidate.id in seen or candidate.id in output_ids:
             reason, detail = sc.REASON_DEDUPLICATED, f"duplicate id of {candidate.id}"
         else:
-            reason, detail = derive_reason(candidate, outputs, kept_by_sha, knobs)
+            if evidence is None:
+                evidence = kept_evidence(inputs, outputs, kept, knobs)
+                findings.extend(evidence.findings)
+            reason, detail = derive_reason(candidate, outputs, kept_by_sha, knobs, rank, evidence)
         seen.add(candidate.id)
         result.append(Exclusion(rank, candidate, reason, detail))
     for ident, said in explicit.items():
@@ -123,20 +132,103 @@ def _dropped(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: se
     return result, findings
 
 
+class KeptEvidence(NamedTuple):
+    """What the kept outputs say about the stage's knobs: a derived reason must agree with every
+    kept output. ``threshold_held``: no kept output scores past the threshold (else the threshold
+    did not decide what was kept: a finding); ``kept_scores``: the kept outputs' scores on the
+    threshold's scale (``None`` when any is missing or on another scale: the cut's order is then
+    unknown); ``kept_ranks``: the input ranks of the kept outputs."""
+
+    threshold_held: bool
+    kept_scores: tuple[float, ...] | None
+    kept_ranks: tuple[int, ...]
+    findings: list[str]
+
+
+def _lower_is_better(kind: str | None, knobs: Knobs) -> bool:
+    return (kind or knobs.score_kind) == sc.SCORE_DISTANCE
+
+
+def on_knob_scale(candidate: Candidate, knobs: Knobs, *, produced: bool) -> float | None:
+    """The candidate's score when it is on the scale the stage's threshold and cut apply to, else
+    ``None``. An output (``produced``) carries the stage's own score; an input of a stage that
+    produces its own scores (a reranker: ``score_kind=rerank``) carries an upstream score, which
+    says nothing about the cut unless it is of that same kind."""
+    score = finite_or_none(candidate.score)
+    if score is None:
+        return None
+    kind = candidate.score_kind
+    if kind is not None and knobs.score_kind is not None and kind != knobs.score_kind:
+        return None
+    if not produced and kind is None and knobs.score_kind == sc.SCORE_RERANK:
+        return None
+    return score
+
+
+def _fails(score: float, threshold: float, lower_is_better: bool) -> bool:
+    return score > threshold if lower_is_better else score < threshold
+
+
+def kept_evidence(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: set[int],
+                  knobs: Knobs) -> KeptEvidence:
+    """Check the knobs against the kept outputs once per stage (see :class:`KeptEvidence`)."""
+    findings: list[str] = []
+    scores: list[float] = []
+    complete = True
+    violators: list[str] = []
+    for candidate in outputs:
+        score = on_knob_scale(candidate, knobs, produced=True)
+        if score is None:
+            complete = False
+            continue
+        scores.append(score)
+        if knobs.threshold is not None and _fails(score, knobs.threshold, _lower_is_better(candidate.score_kind, knobs)):
+            violators.append(f"{candidate.id}={score:g}")
+    held = not violators
+    if violators:
+        op = ">" if _lower_is_better(None, knobs) else "<"
+        findings.append(f"{sc.FINDING_KEPT_PAST_THRESHOLD}: {len(violators)} kept output(s) score {op} "
+                        f"threshold={knobs.threshold:g} ({', '.join(violators[:5])}): the threshold did not "
+                        "decide what was kept, so no exclusion is explained by it")
+    return KeptEvidence(held, tuple(scores) if complete and scores else None, tuple(sorted(kept)), findings)
+
+
+def _rank_cut_explains(candidate: Candidate, rank: int, outputs: Sequence[Candidate], knobs: Knobs,
+                       evidence: KeptEvidence) -> bool:
+    """A top-k cut explains a drop when exactly ``top_k`` were kept and the dropped input ranks
+    below every kept output in some order the cut could have used: by score (when both are on the
+    cut's scale) or by input position. A reranker's own order of the dropped inputs is unknown (their
+    rerank scores were not handed on), so its cut is taken as said."""
+    if knobs.top_k is None or len(outputs) != int(knobs.top_k):
+        return False
+    score = on_knob_scale(candidate, knobs, produced=False)
+    if score is None or evidence.kept_scores is None:
+        return True
+    lower = _lower_is_better(candidate.score_kind, knobs)
+    by_score = all((kept <= score) if lower else (kept >= score) for kept in evidence.kept_scores)
+    by_position = bool(evidence.kept_ranks) and len(evidence.kept_ranks) == len(outputs) \
+        and all(kept < rank for kept in evidence.kept_ranks)
+    return by_score or by_position
+
+
 def derive_reason(candidate: Candidate, outputs: Sequence[Candidate], kept_by_sha: Mapping[str, str],
-                  knobs: Knobs) -> tuple[str, str | None]:
-    """Why an input with no explicit reason did not leave, from the stage's knobs alone."""
+                  knobs: Knobs, rank: int = -1, evidence: KeptEvidence | None = None) -> tuple[str, str | None]:
+    """Why an input with no explicit reason did not leave, from the stage's knobs, consistent with
+    every kept output: a threshold some kept output fails explains nothing, nor does a top-k cut
+    that kept fewer than k or kept something that ranks below this input. What no knob explains is
+    ``unexplained`` (the reason is not known; never a guess)."""
     stamped = candidate.receipt if candidate.content is not None else None
     if stamped is not None and stamped.sha256 in kept_by_sha:
         return sc.REASON_DEDUPLICATED, f"same content as {kept_by_sha[stamped.sha256]}"
-    score = finite_or_none(candidate.score)
+    if evidence is None:
+        evidence = kept_evidence((), outputs, set(), knobs)
     threshold = knobs.threshold
-    if threshold is not None and score is not None:
-        distance = (candidate.score_kind or knobs.score_kind) == sc.SCORE_DISTANCE
-        if (score > threshold) if distance else (score < threshold):
-            op = ">" if distance else "<"
-            return sc.REASON_BELOW_SCORE_THRESHOLD, f"score={score:g} {op} threshold={threshold:g}"
-    if knobs.top_k is not None and len(outputs) <= int(knobs.top_k):
+    score = on_knob_scale(candidate, knobs, produced=False)
+    if threshold is not None and score is not None and evidence.threshold_held:
+        lower = _lower_is_better(candidate.score_kind, knobs)
+        if _fails(score, threshold, lower):
+            return sc.REASON_BELOW_SCORE_THRESHOLD, f"score={score:g} {'>' if lower else '<'} threshold={threshold:g}"
+    if _rank_cut_explains(candidate, rank, outputs, knobs, evidence):
         return sc.REASON_BELOW_RANK_CUTOFF, f"top_k={knobs.top_k}"
     if knobs.budget_limit is not None:
         used = "" if knobs.budget_used is None else f" used={knobs.budget_used:g}"

@@ -3,8 +3,8 @@
 One :class:`PipelineState` is shared by every stage of one pipeline run, also across threads and
 tasks that copy the context. Lookups (``lookup_hop``, ``has_hops``, ``candidate_hop`` ...) never
 change anything; a hop is created only by the explicit calls :meth:`PipelineState.new_hop` (a query
-an instrumented transform produced) and :meth:`PipelineState.untracked_hop` (a query nobody
-explains), so reading a hop can never start a false hop chain.
+an instrumented transform produced), :meth:`PipelineState.given_hop` (a query the application
+gave) and :meth:`PipelineState.untracked_hop` (a query nobody explains), so reading a hop can never start a false hop chain.
 """
 
 from __future__ import annotations
@@ -91,10 +91,21 @@ class PipelineState:
                 return known, False
             return self._add(sha, parent, transform), True
 
+    def given_hop(self, sha: str) -> Hop:
+        """The hop of a query the application itself gave (``MultiQueryTextRetriever.run(queries=[...])``,
+        a list of the user's own questions): its known hop, else a new root hop (no parent,
+        transform ``none``), never ``untracked``: nothing changed it, it is a query of its own."""
+        with self._lock:
+            known = self._hop_by_sha.get(sha)
+            if known is not None:
+                return known
+            return self._add(sha, None, sc.TRANSFORM_NONE)
+
     def untracked_hop(self, sha: str) -> Hop:
         """The hop of a query no instrumented transform produced: its known hop, hop 0 for the first
         query of the pipeline, else a new hop marked ``untracked`` (the query changed between stages
-        and nothing explains it)."""
+        and nothing explains it). Its parent is not known (``None``): it is not "the previous hop",
+        which may be an unrelated variant that merely came before it."""
         return self.claim_untracked(sha)[0]
 
     def claim_untracked(self, sha: str) -> tuple[Hop, bool]:
@@ -104,8 +115,7 @@ class PipelineState:
             if known is not None:
                 return known, False
             first = self._next_hop == 0
-            return self._add(sha, None if first else self._next_hop - 1,
-                             sc.TRANSFORM_NONE if first else sc.TRANSFORM_UNTRACKED), True
+            return self._add(sha, None, sc.TRANSFORM_NONE if first else sc.TRANSFORM_UNTRACKED), True
 
     def _add(self, sha: str, parent: int | None, transform: str) -> Hop:
         hop = Hop(self._next_hop, parent, transform)

@@ -72,6 +72,14 @@ class MultiQuery(HaystackCall):
     def before(self, s: Stage) -> None:
         instance, bound = self.instance, self.arguments
         queries = bound.get("queries")
+        state = current_pipeline()
+        if isinstance(queries, (list, tuple)) and state is not None and not state.has_hops():
+            # the first queries this run sees are the application's own (``run(queries=[...])``):
+            # each a hop of its own. After a recorded query, an unknown one is still untracked
+            # (something unrecorded produced it).
+            for query in queries:
+                if isinstance(query, str):
+                    state.given_hop(receipt(query).sha256)
         bucket: list[tuple[Any, Any]] = []
         self.memo = {"queries": list(queries) if isinstance(queries, (list, tuple)) else None, "bucket": bucket}
         self.set_var(collector, (id(instance), bucket))

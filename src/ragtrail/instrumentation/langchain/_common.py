@@ -19,11 +19,12 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence
 import wrapt
 
 from ragtrail import settings
+from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
 from ragtrail.contract.receipts import receipt
 from ragtrail.instrumentation._hook import Call, record_internal_error, run
 from ragtrail.instrumentation._hook import run_async as run_async_call
-from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.pipeline import PipelineState, current_pipeline
 from ragtrail.recorder.stage import Stage, current_stage
 
 
@@ -178,6 +179,40 @@ def _float_or_none(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def score_in(metadata: Any, key: str) -> float | None:
+    """A score a library left in a Document's metadata (``score``, ``relevance_score``) when it is a
+    number (numpy scalars too); a string or any other value is not a score."""
+    if not isinstance(metadata, dict):
+        return None
+    value = metadata.get(key)
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return None
+    return _float_or_none(value)
+
+
+def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> None:
+    """The scores LangChain libraries leave in a Document's metadata, for candidates that have none:
+    ``relevance_score`` is a reranker's (``rerank``: CohereRerank, FlashrankRerank, Jina ...);
+    ``score`` a retriever's own, of the kind an earlier stage of this pipeline gave the candidate,
+    else ``none`` (not known)."""
+    state: PipelineState | None = None
+    looked = False
+    for candidate, doc in zip(candidates, docs):
+        if candidate.score is not None:
+            continue
+        metadata = getattr(doc, "metadata", None)
+        relevance = score_in(metadata, "relevance_score")
+        if relevance is not None:
+            candidate.score, candidate.score_kind = relevance, sc.SCORE_RERANK
+            continue
+        own = score_in(metadata, "score")
+        if own is not None:
+            if not looked:
+                state, looked = current_pipeline(), True
+            known = state.candidate_score_kind(candidate.id) if state is not None else None
+            candidate.score, candidate.score_kind = own, known or sc.SCORE_NONE
 
 
 # --- Documents: pipeline-wide identity ----------------------------------------------------------

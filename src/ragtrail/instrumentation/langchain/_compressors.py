@@ -13,8 +13,10 @@ its scores are recovered and why it drops what it drops:
   mapped back to the input's id); similarity from the Document state; excluded →
   ``below_score_threshold`` or ``below_rank_cutoff`` (decided from its k/threshold semantics).
 - ``LLMChainFilter``: filter; the LLM said no → ``custom:llm_judged_irrelevant``.
-- ``LLMListwiseRerank``: rerank; cut → ``below_rank_cutoff``; left out of the LLM's ranking →
-  ``custom:not_ranked_by_llm``.
+- ``LLMListwiseRerank``: rerank; the LLM's whole ranking (before ``[:top_n]``) is observed through a
+  LangChain callback handler (a configure hook, as LangSmith's tracer is added): ranked past
+  ``top_n`` → ``below_rank_cutoff``; left out of the LLM's ranking → ``custom:not_ranked_by_llm``,
+  whatever ``top_n`` is; not observed and not decidable from the result → ``unexplained``.
 - ``DocumentCompressorPipeline`` is *not* a stage (see :meth:`CompressorWrappers.container`).
 - ``LongContextReorder``: rerank (order only); ``EmbeddingsRedundantFilter`` → ``deduplicated``.
 - any other compressor: rerank when it has ``top_n`` (``relevance_score`` metadata as the score),
@@ -24,6 +26,7 @@ its scores are recovered and why it drops what it drops:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections import Counter
 from typing import Any, Callable, Iterator
 
@@ -39,6 +42,7 @@ from ragtrail.instrumentation.langchain._common import (
     remember_identity,
     sink_for,
     run_async,
+    metadata_scores,
     run_sync,
     shared_memory,
 )
@@ -159,7 +163,8 @@ class CompressorWrappers:
         elif self._is(cls, "LLMChainExtractor"):
             profile = lambda i: {"kind": sc.KIND_FILTER, "finish": _finish_extractor}  # noqa: E731
         elif self._is(cls, "LLMListwiseRerank"):
-            profile = lambda i: {"kind": sc.KIND_RERANK, "top_k": i.top_n, "finish": _finish_listwise}  # noqa: E731
+            profile = lambda i: {"kind": sc.KIND_RERANK, "top_k": i.top_n, "finish": _finish_listwise,  # noqa: E731
+                                 "observe_ranking": True}
         elif self._is(cls, "LongContextReorder"):
             profile = lambda i: {"kind": sc.KIND_RERANK, "finish": _finish_generic}  # noqa: E731
         elif self._is(cls, "EmbeddingsRedundantFilter"):
@@ -197,9 +202,13 @@ class CompressorWrappers:
         call.finisher = _finish_with(profile["finish"])
         if not s.recording:
             return
+        if profile.get("observe_ranking"):
+            call.memo["ranking"] = observer = _new_observer()
+            call.set_var(_ranking_observer, observer)
         call.memo.update(component=comp, profile=profile)
         if isinstance(documents, (list, tuple)):
             inputs = adapt_all(documents)  # snapshot now: compressors rebuild and reorder
+            metadata_scores(inputs, documents)
             s.inputs(inputs)
             call.memo["inputs"] = inputs
             call.memo["documents"] = list(documents)
@@ -228,8 +237,8 @@ class _Recording:
 def _generic_compressor(instance: Any) -> dict[str, Any]:
     top_n = getattr(instance, "top_n", None)
     if isinstance(top_n, int):
-        return {"kind": sc.KIND_RERANK, "top_k": top_n, "finish": _finish_metadata_scores}
-    return {"kind": sc.KIND_FILTER, "finish": _finish_generic}
+        return {"kind": sc.KIND_RERANK, "top_k": top_n, "score_kind": sc.SCORE_RERANK, "finish": _finish_metadata_scores}
+    return {"kind": sc.KIND_FILTER, "finish": _finish_relevance_scores}
 
 
 # --- finishing --------------------------------------------------------------------------------------
@@ -294,14 +303,18 @@ def _finish_generic(call: LangChainCall, result: list, outputs: list[Candidate])
     return {}
 
 
+def _finish_relevance_scores(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    """A compressor with no ``top_n`` (a reranker configured without one): the scores it left in the
+    metadata still count (:func:`metadata_scores`)."""
+    metadata_scores(outputs, result)
+    call.live.outputs(outputs)
+    return {}
+
+
 def _finish_metadata_scores(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
     """Rerankers that write ``relevance_score`` into the returned Documents' metadata (Cohere,
-    Flashrank, Jina, ...)."""
-    for candidate, doc in zip(outputs, result):
-        score = (getattr(doc, "metadata", None) or {}).get("relevance_score")
-        if score is not None:
-            candidate.score = score
-            candidate.score_kind = sc.SCORE_RERANK
+    Flashrank, Jina, ...): the candidates' ``rerank`` scores (:func:`metadata_scores`)."""
+    metadata_scores(outputs, result)
     call.live.outputs(outputs)
     top_n = call.memo["profile"].get("top_k")
     return {c.id: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_n}") for c in _dropped(call.memo["inputs"], outputs)}
@@ -384,15 +397,85 @@ def _finish_llm_filter(call: LangChainCall, result: list, outputs: list[Candidat
             for c in _dropped(call.memo["inputs"], outputs)}
 
 
+_ranking_observer: contextvars.ContextVar[Any] = contextvars.ContextVar("ragtrail_lc_ranking", default=None)
+_hook_registered = False
+
+
+def register_ranking_hook() -> None:
+    """Let LangChain add the open listwise stage's observer to every callback manager configured
+    while it is set (``register_configure_hook``: how LangSmith's tracer joins a run). Once per process."""
+    global _hook_registered
+    if _hook_registered:
+        return
+    from langchain_core.tracers.context import register_configure_hook
+
+    register_configure_hook(_ranking_observer, True)
+    _hook_registered = True
+
+
+def _observer_class() -> type:
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class RankingObserver(BaseCallbackHandler):
+        """Keeps the output of the first chain run started inside the compressor (its ``reranker``
+        runnable): the LLM's whole ranking, before ``[:top_n]``. Reads only; never raises."""
+
+        run_inline = True
+        raise_error = False
+
+        def __init__(self) -> None:
+            self.started: set[Any] = set()
+            self.root: Any = None
+            self.ranking: Any = None
+            self.observed = False
+
+        def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: Any, parent_run_id: Any = None,
+                           **kwargs: Any) -> None:
+            if self.root is None and parent_run_id not in self.started:
+                self.root = run_id
+            self.started.add(run_id)
+
+        def on_chain_end(self, outputs: Any, *, run_id: Any, **kwargs: Any) -> None:
+            if run_id == self.root and not self.observed:
+                self.ranking = list(outputs) if isinstance(outputs, (list, tuple)) else None
+                self.observed = self.ranking is not None
+
+    return RankingObserver
+
+
+_observer_type: type | None = None
+
+
+def _new_observer() -> Any:
+    global _observer_type
+    if _observer_type is None:
+        register_ranking_hook()
+        _observer_type = _observer_class()
+    return _observer_type()
+
+
 def _finish_listwise(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:
+    """What the LLM ranked past ``top_n`` was cut by rank; what it left out of its ranking was never
+    ranked (``custom:not_ranked_by_llm``), whatever ``top_n`` is. Without the observed ranking, only
+    a result shorter than ``min(top_n, n)`` says the rest were not ranked; else it is not known."""
     call.live.outputs(outputs)
     top_n = call.memo["profile"]["top_k"]
     inputs = call.memo["inputs"]
+    dropped = _dropped(inputs, outputs)
+    observer = call.memo.get("ranking")
+    if observer is not None and observer.observed:
+        position = {id(doc): p for p, doc in reversed(list(enumerate(observer.ranking)))}
+        explicit: dict[str, tuple[str, str | None]] = {}
+        for candidate in dropped:
+            p = position.get(id(candidate.raw))
+            explicit[candidate.id] = ((sc.REASON_BELOW_RANK_CUTOFF, f"ranked {p + 1} by the LLM, top_k={top_n}")
+                                      if p is not None else
+                                      (REASON_NOT_RANKED, "left out of the LLM's ranking"))
+        return explicit
     if len(outputs) < min(top_n, len(inputs)):
-        reason, detail = REASON_NOT_RANKED, f"left out of the LLM's ranking (top_k={top_n})"
-    else:
-        reason, detail = sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_n}"
-    return {c.id: (reason, detail) for c in _dropped(inputs, outputs)}
+        return {c.id: (REASON_NOT_RANKED, "left out of the LLM's ranking") for c in dropped}
+    return {c.id: (sc.REASON_UNEXPLAINED, f"the LLM's whole ranking was not observed: ranked past top_k={top_n} "
+                   "or not ranked at all") for c in dropped}
 
 
 def _finish_redundant(call: LangChainCall, result: list, outputs: list[Candidate]) -> dict[str, tuple[str, str | None]]:

@@ -29,6 +29,7 @@ from ragtrail.instrumentation.langchain._common import (
     feed,
     open_stage,
     run_async,
+    metadata_scores,
     run_sync,
     sink_for,
 )
@@ -126,7 +127,7 @@ class RetrieverWrappers:
         if compressor is not None and self.compressor_class_hook is not None:
             self.compressor_class_hook(type(compressor))
         open_stage(call, sc.KIND_RETRIEVE, comp, query=query, top_k=k if isinstance(k, int) else None)
-        call.finisher = _outputs_as_is
+        call.finisher = _outputs_with_metadata_scores
 
     def _open_multi_query(self, call: LangChainCall, query: Any, comp: str) -> None:
         # a fuse stage: the inner retriever reads the index once per query variant (each its own
@@ -311,6 +312,16 @@ def _outputs_as_is(call: LangChainCall, result: Any) -> None:
         call.live.outputs(adapt_all(result))
     else:
         call.live.finding(f"retriever returned a {type(result).__name__}, not a list")
+
+
+def _outputs_with_metadata_scores(call: LangChainCall, result: Any) -> None:
+    """A retriever of its own kind (a vendor's, the app's, a compression retriever): the scores it
+    left where LangChain libraries put them (:func:`metadata_scores`)."""
+    if not isinstance(result, (list, tuple)):
+        return _outputs_as_is(call, result)
+    outputs = adapt_all(result)
+    metadata_scores(outputs, result)
+    call.live.outputs(outputs)
 
 
 def _finish_multi_query(call: LangChainCall, result: Any) -> None:
