@@ -173,3 +173,48 @@ def test_show_summarises_huge_stages_and_all_or_json_show_everything(tmp_path):
     assert [e["id"] for e in rerank["excluded"]] == [f"doc-{i:02d}" for i in range(5, 30)]
     assert [[c["id"] for c in s["candidates"]] for s in manifest["stages"][1:]] == \
         [[f"r{n:02d}-{i:02d}" for i in range(12)] for n in range(22)]
+
+
+def test_show_says_what_each_stage_ran_against_every_metadata_key_and_the_error(tmp_path):
+    """Text mode shows the stage's filter, collection and model, every captured metadata key (not a
+    fixed few), the exception message of a failed stage, and the run status next to the pipeline's."""
+    rt.set_capture(metadata=["source", "effective_date", "owner"])
+
+    def run(tracer):
+        with rt.stage("pipeline", "tests.answer", tracer=tracer) as p:
+            p.query("refund window?")
+            with rt.stage("retrieve", "tests.qdrant", tracer=tracer) as s:
+                s.query("refund window?")
+                s.set_attribute(sc.STAGE_FILTER, {"must": [{"key": "region", "match": {"value": "eu"}}]})
+                s.set_attribute(sc.STAGE_COLLECTION, "policies")
+                s.outputs([{"id": "p1", "content": "Refunds take 30 days.",
+                            "metadata": {"source": "policy.txt", "effective_date": "2026-01-12", "owner": "legal"}}])
+            try:
+                with rt.stage("rerank", "tests.cross_encoder", tracer=tracer) as s:
+                    s.set_attribute(sc.STAGE_MODEL, "cross-encoder/ms-marco-MiniLM-L-6-v2")
+                    raise RuntimeError("model [bold]offline[/bold]\x1b[2J")
+            except RuntimeError:
+                pass
+        return trace_id_of(p)
+
+    def trace_id_of(p):
+        return None
+
+    record(tmp_path, run)
+    result = ragtrail("show", "last", "--source", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for expected in ('filter {"must":[{"key":"region","match":{"value":"eu"}}]} · collection policies',
+                     "model cross-encoder/ms-marco-MiniLM-L-6-v2",
+                     "source=policy.txt effective_date=2026-01-12 owner=legal",
+                     "error: RuntimeError: model [bold]offline[/bold]\\x1b[2J",
+                     "pipeline tests.answer ok (run failed)", "Stages (run failed)"):
+        assert expected in out, (expected, out[:3000])
+    assert "\x1b" not in out  # the escape sequence in the message is shown, never sent to the terminal
+    manifest = json.loads(ragtrail("show", "last", "--source", str(tmp_path), "--json").stdout)
+    retrieve, rerank = manifest["stages"]
+    assert (retrieve["filter"], retrieve["collection"], retrieve["model"], retrieve["error"]) == (
+        '{"must":[{"key":"region","match":{"value":"eu"}}]}', "policies", None, None)
+    assert (rerank["model"], rerank["error"]) == ("cross-encoder/ms-marco-MiniLM-L-6-v2",
+                                                   "RuntimeError: model [bold]offline[/bold]\x1b[2J")
+    assert manifest["run_status"] == "failed"

@@ -99,4 +99,4 @@ def answer(question: str) -> str:
 
 
 if __name__ == "__main__":
-    print(answer("What is the enterprise refund window?"))
+    print(answer("What is the refund window after an invoice?"))

@@ -83,6 +83,8 @@ def test_rbo() -> None:
     assert rbo(["a", "b", "c"], ["a", "b", "c"]) == 1.0
     assert rbo(["a", "b", "c"], ["x", "y", "z"]) == 0.0
     assert rbo([], []) == 1.0 and rbo(["a"], []) == 0.0
+    # a context that lost two of its three documents moved: never 1.0 (the extrapolated form said 1.0)
+    assert round(rbo(["a"], ["a", "b", "c"]), 4) == round(0.1 / 0.9 * (0.9 + 0.81 / 2 + 0.729 / 3) + 0.729 / 3, 4)
     tail = rbo(["a", "b", "c", "d", "e"], ["a", "b", "c", "e", "d"])
     head = rbo(["a", "b", "c", "d", "e"], ["b", "a", "c", "d", "e"])
     assert 0.95 < tail < 1.0 and head < tail  # top-weighted: the tail costs less

@@ -890,7 +890,7 @@ def test_a_failure_while_opening_a_stage_leaves_the_hosts_context_as_it_was(inst
     def broken(store):
         raise RuntimeError("cannot size this store")
 
-    monkeypatch.setattr(_retrievers, "corpus_size_of", broken)  # fails after the stage was started
+    monkeypatch.setattr(_retrievers, "store_size", broken)  # fails after the stage was started
     store = InMemoryVectorStore(HashEmbeddings())
     store.add_documents(corpus())
     retriever = store.as_retriever(search_kwargs={"k": 2})

@@ -388,8 +388,9 @@ class TransformRule:
 
     ``kind`` is ``prefix`` (the received text is the first ``length`` code points of the original,
     or all of it when shorter), ``shorter`` (any strict shortening, e.g. a budget trim whose new
-    payload carries its own receipt and ``transform.derived_from``) or ``header`` (the upstream text
-    with ``length`` code points put before it; checked between stages by :meth:`covers_handoff`)."""
+    payload carries its own receipt and ``transform.derived_from``), ``header`` (the upstream text
+    with ``length`` code points put before it; checked between stages by :meth:`covers_handoff`) or
+    ``part`` (a chunk cut from the upstream text: never longer than it, checked between stages)."""
 
     id: str
     kind: str
@@ -406,6 +407,8 @@ class TransformRule:
         """Whether a receipt of ``chars`` code points, ``derived_from`` an upstream receipt of
         ``upstream_chars``, is what this rule allows; ``None`` when the rule has no arithmetic
         between stages (only ``derived_from`` then speaks for it)."""
+        if self.kind == "part":
+            return is_count(chars) and is_count(upstream_chars) and chars <= upstream_chars
         if self.kind != "header" or self.length is None:
             return None
         return is_count(chars) and is_count(upstream_chars) and chars == upstream_chars + self.length
@@ -413,6 +416,7 @@ class TransformRule:
 
 PREVIEW_RULE = TransformRule(semconv.RULE_PREVIEW, "prefix", PREVIEW_CHARS)
 BUDGET_TRIM_RULE = TransformRule(semconv.RULE_BUDGET_TRIM, "shorter")
+SPLIT_RULE = TransformRule(semconv.RULE_SPLIT, "part")
 # ASCII digits, at most 18 (a rule id read back from a trace is untrusted: int() of 5,000 digits raises)
 _RULE_ID = re.compile(re.escape(semconv.RULE_TRUNCATE_PREFIX) + r"([0-9]{1,18})")
 
@@ -439,6 +443,8 @@ def parse_rule(rule: "str | TransformRule") -> TransformRule | None:
         return PREVIEW_RULE
     if rule == BUDGET_TRIM_RULE.id:
         return BUDGET_TRIM_RULE
+    if rule == SPLIT_RULE.id:
+        return SPLIT_RULE
     match = _RULE_ID.fullmatch(rule or "")
     if match:
         return truncate_rule(int(match.group(1)))

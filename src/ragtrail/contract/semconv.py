@@ -56,6 +56,8 @@ KIND_RETRIEVE = "retrieve"
 KIND_FUSE = "fuse"
 KIND_RERANK = "rerank"
 KIND_FILTER = "filter"
+# a text splitter inside a retrieval (LangChain DocumentCompressorPipeline): documents in, chunks out
+KIND_SPLIT = "split"
 KIND_BUDGET = "budget"
 KIND_GENERATE = "generate"
 KIND_CITE = "cite"
@@ -66,12 +68,14 @@ STAGE_KINDS = (
     KIND_FUSE,
     KIND_RERANK,
     KIND_FILTER,
+    KIND_SPLIT,
     KIND_BUDGET,
     KIND_GENERATE,
     KIND_CITE,
 )
 # stages whose output may contain candidates that were not in their input
-PRODUCING_KINDS = frozenset({KIND_RETRIEVE, KIND_FUSE, KIND_PIPELINE, KIND_QUERY_TRANSFORM, KIND_GENERATE, KIND_CITE})
+PRODUCING_KINDS = frozenset({KIND_RETRIEVE, KIND_FUSE, KIND_PIPELINE, KIND_QUERY_TRANSFORM, KIND_SPLIT, KIND_GENERATE,
+                             KIND_CITE})
 
 STATUS_OK = "ok"
 STATUS_EMPTY = "empty"
@@ -353,6 +357,9 @@ RULE_METADATA_HEADER_PREFIX = "metadata_header@1:"
 # from the receipt alone; readers accept it when derived_from matches the upstream receipt
 RULE_REPLACE = "replace@1"
 RULE_LLM_EXTRACT = "llm_extract@1"
+# a chunk a text splitter cut from the document named by derived_from: checkable between stages,
+# a chunk is never longer than the document it was cut from
+RULE_SPLIT = "split@1"
 
 # receipt attribute prefixes: <prefix>.chars / .bytes / .sha256
 QUERY_RECEIPT_PREFIX = "ragtrail.query"

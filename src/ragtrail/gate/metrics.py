@@ -54,21 +54,27 @@ def _share(relevant: tuple[str, ...], held: Iterable[str]) -> float | None:
 
 
 def rbo(a: list[str], b: list[str], p: float = RBO_P) -> float:
-    """Extrapolated rank-biased overlap (Webber, Moffat & Zobel 2010, eq. 32) of two rankings of
-    possibly different lengths; 1.0 for identical rankings, 0.0 for disjoint ones."""
-    if not a and not b:
+    """Rank-biased overlap (Webber, Moffat & Zobel 2010, extrapolated, eq. 32) of two *complete*
+    rankings: 1.0 only for identical rankings, 0.0 for disjoint ones.
+
+    The paper's uneven-length form assumes the shorter list was cut and that its unseen tail might
+    still match, so a context that lost two of its three documents (``['a']`` against ``['a', 'b',
+    'c']``) would score 1.0. A stage's output is the whole list it handed on: the shorter one is padded
+    with places that match nothing, and the equal-length form is taken at the longer one's depth."""
+    if a == b:
         return 1.0
-    if not a or not b:
-        return 0.0
-    short, long_ = (a, b) if len(a) <= len(b) else (b, a)
-    s, length = len(short), len(long_)
-    x = [0] * (length + 1)  # x[d]: overlap of the two prefixes at depth d (the short list stops at s)
-    for d in range(1, length + 1):
-        x[d] = len(set(short[:min(d, s)]) & set(long_[:d]))
-    xs = x[s]
-    total = sum(x[d] / d * p ** d for d in range(1, length + 1))
-    total += sum(xs * (d - s) / (s * d) * p ** d for d in range(s + 1, length + 1))
-    value = (1 - p) / p * total + ((x[length] - xs) / length + xs / s) * p ** length
+    depth = max(len(a), len(b))
+    seen_a: set[object] = set()
+    seen_b: set[object] = set()
+    total = 0.0
+    overlap = 0
+    for d in range(1, depth + 1):
+        # a padded place is a fresh object: it overlaps nothing
+        seen_a.add(a[d - 1] if d <= len(a) else object())
+        seen_b.add(b[d - 1] if d <= len(b) else object())
+        overlap = len(seen_a & seen_b)
+        total += overlap / d * p ** d
+    value = (1 - p) / p * total + overlap / depth * p ** depth
     return max(0.0, min(1.0, value))
 
 

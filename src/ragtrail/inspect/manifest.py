@@ -131,6 +131,11 @@ def stage_entry(view: StageView) -> dict[str, Any]:
         "candidates": candidates,
         "excluded": excluded,
         "findings": [str(f) for f in _as_list(a.get(sc.STAGE_FINDINGS))],
+        "filter": a.get(sc.STAGE_FILTER),
+        "collection": a.get(sc.STAGE_COLLECTION),
+        "model": a.get(sc.STAGE_MODEL),
+        # the span's error status: "<Type>: <message>" when the producer let the message leave
+        "error": view.span.status_message if view.span.status_code == "ERROR" else None,
         "start_ns": view.span.start_ns,
         "duration_ms": round((view.span.end_ns - view.span.start_ns) / 1e6, 3),
     }

@@ -17,7 +17,6 @@ from rich.text import Text
 
 from .safe import plain
 
-_SHOW_META = ("updated_at", "version", "status")
 
 
 def _short(text: Any, width: int = 72) -> str:
@@ -42,6 +41,25 @@ def _knobs(knobs: dict[str, Any]) -> str:
         parts.append(f"budget {'?' if used is None else _score(used)}/{_score(limit)} {plain(unit)}".rstrip())
     parts.extend(f"{plain(k)}={_score(v) if isinstance(v, float) else plain(v)}" for k, v in knobs.items())
     return " ".join(parts)
+
+
+def _meta(meta: Any, width: int = 40) -> str:
+    """Every captured metadata key of a candidate, ``key=value``, each value cut to ``width``."""
+    if not isinstance(meta, dict):
+        return ""
+    return " ".join(f"{_short(k, width)}={_short(v, width)}" for k, v in meta.items())
+
+
+def _stage_details(s: dict[str, Any]) -> list[Text]:
+    """What a stage ran against (filter, collection, model) and the error it ended with, one line each."""
+    lines = []
+    ran = [f"{label} {_short(s.get(key), 120)}" for key, label in
+           (("filter", "filter"), ("collection", "collection"), ("model", "model")) if s.get(key) is not None]
+    if ran:
+        lines.append(Text("  " + " · ".join(ran), style="dim"))
+    if s.get("error"):
+        lines.append(Text(f"  error: {_short(s['error'], 200)}", style="red"))
+    return lines
 
 
 def _hop_text(hop: dict[str, Any]) -> str:
@@ -69,8 +87,11 @@ def show(console: Console, m: dict[str, Any], limit: int = 10, max_stages: int =
     pipe = m.get("pipeline")
     console.print(Text.assemble(("ragtrail manifest ", "bold"), ("trace ", "dim"), (plain(m["trace_id"]), "bold cyan")))
     sub = f"source {plain(m['source'])} · {_num(m['span_count'])} spans"
+    run_status = f"run {plain(m['run_status'])}" if m.get("run_status") else ""
     if pipe:
-        sub += f" · pipeline {plain(pipe['component'])} {plain(pipe['status'])} {pipe['duration_ms']:.1f} ms"
+        sub += f" · pipeline {plain(pipe['component'])} {plain(pipe['status'])}"
+        sub += f" ({run_status})" if run_status else ""
+        sub += f" {pipe['duration_ms']:.1f} ms"
     console.print(Text(sub, style="dim"))
 
     console.print(_heading("Query hops", " (raw → rewritten → what hit the index)"))
@@ -94,7 +115,7 @@ def show(console: Console, m: dict[str, Any], limit: int = 10, max_stages: int =
         table.add_row(Text(str(i)), Text(plain(s["kind"])), Text(_short(s["component"], 40)), status_text,
                       Text(_num(s["in"])), Text(_num(s["out"])), Text(_num(s["excluded_count"])),
                       Text("" if not s["query"] else _num(s["query"]["hop"])), Text(_knobs(s["knobs"])))
-    console.print(_heading("Stages"))
+    console.print(_heading("Stages", f" ({run_status})" if run_status else ""))
     console.print(table)
     if len(m["stages"]) > max_stages * 5:
         console.print(Text(f"  … {len(m['stages']) - max_stages * 5} more stages (--all shows every one)", style="dim"))
@@ -102,7 +123,8 @@ def show(console: Console, m: dict[str, Any], limit: int = 10, max_stages: int =
     cited = set(m["cited"])
     shown = 0
     for i, s in enumerate(m["stages"]):
-        if not s["candidates"] and not s["excluded"]:
+        details = _stage_details(s)
+        if not s["candidates"] and not s["excluded"] and not details:
             continue
         shown += 1
         if shown > max_stages:
@@ -112,12 +134,14 @@ def show(console: Console, m: dict[str, Any], limit: int = 10, max_stages: int =
         console.print(Text.assemble("\n", (f"{i} {plain(s['kind'])}", "bold"), f" {plain(s['component'])}  ",
                                     (f"in {_num(s['in'])} → out {_num(s['out'])}, excluded {_num(s['excluded_count'])}",
                                      "dim")))
+        for line in details:
+            console.print(line)
         if s["candidates"]:
             t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
             for col in ("rank", "id", "score", "hop", "meta", ""):
                 t.add_column(col, justify="right" if col in ("rank", "score", "hop") else "left")
             for c in s["candidates"][:limit]:
-                meta = " ".join(f"{plain(k)}={plain(v)}" for k, v in (c.get("meta") or {}).items() if k in _SHOW_META)
+                meta = _meta(c.get("meta"))
                 flag = "cited" if c["id"] in cited else ""
                 if c.get("transform_rule"):
                     flag = (flag + " " if flag else "") + plain(c["transform_rule"])

@@ -33,6 +33,10 @@ from . import columns
 from .stages import StageView, Stitched, continuation_index, emission_order, schema_of
 
 _SEVERITY = (INTACT, CHANGED_CITED, UNVERIFIABLE, CHANGED_UNCITED)
+# stages whose outputs are what the stages inside them produced (checked after those, see receipts)
+_GATHERING = (sc.KIND_RETRIEVE, sc.KIND_FUSE)
+# an output handed on: (start, end, span, stage label, event attributes, stage kind, first counted as not captured)
+_Handed = tuple[int, int, Span, str, dict[str, Any], str, bool]
 
 
 @dataclass
@@ -180,14 +184,21 @@ class _Checker:
     def receipts(self) -> None:
         latest: dict[str, str] = {}  # candidate id -> content sha256 most recently handed on
         latest_chars: dict[str, Any] = {}  # candidate id -> its content chars
+        # candidate id -> the output that handed it on: (start, end, span, stage label, event attributes)
+        handed: dict[str, _Handed] = {}
+        # outputs of an enclosing stage that differ from what a stage inside it saw, checked when the
+        # enclosing stage has ended (see below)
+        deferred: dict[tuple[str, str], _Handed] = {}
         hop_sha: dict[int, tuple[str, str]] = {}  # hop -> (sha256, stage label) first seen
         views = [*self.stitched.pipelines[:1], *self.stitched.stages]
         for view in sorted(views, key=lambda v: (v.span.start_ns, v.span.end_ns)):
+            start, end = view.span.start_ns, view.span.end_ns
+            self._enclosing(deferred, latest, latest_chars, handed, before=start)
             label = view.label
             attrs = view.attributes
             if sc.QUERY_HOP in attrs:
                 self.query(view.span, label, attrs, hop_sha)
-            outputs: dict[str, tuple[str, Any]] = {}
+            outputs: dict[str, tuple[str, Any, dict[str, Any], bool]] = {}
             for span, event in view.events():
                 a = event.attributes
                 if event.name == sc.EVENT_QUERY:
@@ -198,20 +209,51 @@ class _Checker:
                 rules = [rule] if isinstance(rule, str) else []
                 derived = a.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM)
                 upstream = latest.get(cid)
+                producer = handed.get(cid)
+                if upstream is not None and producer is not None and producer[0] <= start and producer[1] >= end \
+                        and producer[5] in _GATHERING and a.get(sc.CANDIDATE_CONTENT_SHA256) != upstream:
+                    # handed on by a retrieval still open around this one (a compression retriever
+                    # around its base retriever and compressor): it hands on what the stages inside it
+                    # produced, when it ends, so its outputs are checked then, against what they handed
+                    # on last (a generate stage around its budget hands its nodes down instead: upstream)
+                    deferred.setdefault((producer[2].span_id, cid), producer)
+                    upstream = None
                 if sc.CANDIDATE_CONTENT_PREVIEW in a:
                     key, payload_rules = sc.CANDIDATE_CONTENT_PREVIEW, [PREVIEW_RULE.id]
                 elif sc.CANDIDATE_CONTENT_TEXT in a:
                     key, payload_rules = sc.CANDIDATE_CONTENT_TEXT, []
                 else:
                     key, payload_rules = None, []
+                unchecked = self.f.not_captured
                 self.payload(span, label, cid, a, sc.CANDIDATE_CONTENT_PREFIX, key, payload_rules, upstream, rules, derived,
                              latest_chars.get(cid))
                 sha = a.get(sc.CANDIDATE_CONTENT_SHA256)
                 if event.name == sc.EVENT_CANDIDATE and isinstance(sha, str):
-                    outputs[cid] = (sha, a.get(sc.CANDIDATE_CONTENT_CHARS))
-            for cid, (sha, chars) in outputs.items():
+                    # counted as not captured: a deferred check (see below) replaces that count
+                    outputs[cid] = (sha, a.get(sc.CANDIDATE_CONTENT_CHARS), a, self.f.not_captured > unchecked)
+            for cid, (sha, chars, a, first_unchecked) in outputs.items():
                 latest[cid] = sha
                 latest_chars[cid] = chars
+                handed[cid] = (start, end, view.span, label, a, view.kind, first_unchecked)
+        self._enclosing(deferred, latest, latest_chars, handed, before=None)
+
+    def _enclosing(self, deferred: dict[tuple[str, str], _Handed],
+                   latest: dict[str, str], latest_chars: dict[str, Any],
+                   handed: dict[str, _Handed], before: int | None) -> None:
+        """Check each deferred output of an enclosing stage that has ended by ``before`` (all when
+        ``None``) against what the last stage inside it handed on for the same candidate."""
+        for key in [k for k, p in deferred.items() if before is None or p[1] <= before]:
+            p_start, p_end, span, label, a, _, first_unchecked = deferred.pop(key)
+            cid = key[1]
+            inner = handed.get(cid)
+            if inner is None or inner[2] is span or not (p_start <= inner[0] and inner[1] <= p_end):
+                continue
+            rule = a.get(sc.CANDIDATE_TRANSFORM_RULE)
+            if first_unchecked:
+                self.f.not_captured -= 1
+            self.payload(span, label, cid, a, sc.CANDIDATE_CONTENT_PREFIX, None, [], latest.get(cid),
+                         [rule] if isinstance(rule, str) else [], a.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM),
+                         latest_chars.get(cid))
 
     def query(self, span: Span, label: str, attrs: dict[str, Any], hop_sha: dict[int, tuple[str, str]]) -> None:
         self.payload(span, label, "", attrs, sc.QUERY_RECEIPT_PREFIX, sc.QUERY_TEXT, [], None, [], None)

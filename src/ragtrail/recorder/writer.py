@@ -223,7 +223,13 @@ def _own_attributes(stage: "Stage", seen: Seen, exc: BaseException | None, statu
         else:
             if outer is not None:
                 _seen_of(outer).inner_other = True
-            state.track(stage.kind, [c.id for c in outputs])
+            ids = [c.id for c in outputs]
+            if stage.kind in _RETRIEVAL and seen.inner_other and seen.inner:
+                # a compression retriever: its base retriever read the store and compressors inside
+                # it narrowed what came back, so it retrieved what the inner stage found; what it
+                # hands on is the compressors' output, in the context (tracked by them)
+                ids = [c.id for c in seen.inner]
+            state.track(stage.kind, ids)
     if stage.kind in _RETRIEVAL and stage._owns_state and seen.inner:
         # a retrieval root over nested stores (fusion, a wrapper) with no pipeline around it: its
         # span is the only place the run's coverage (the sum over its stores) can be said

@@ -13,7 +13,9 @@ has one) is patched on its own class:
   inputs, never by guessing;
 * ``QueryExpander``: a ``query_transform`` stage whose expansions become ``expand`` hops;
 * ``Pipeline.run`` / ``Pipeline.run_async``: the ``pipeline`` root (hop numbering and coverage are
-  per pipeline run) unless an outer ragtrail stage already is the root.
+  per pipeline run) unless an outer ragtrail stage already is the root;
+* a generator run by ``Pipeline._run_component`` inside that root: a ``generate`` stage (what of the
+  prompt builder's documents reached the prompt, and the answer; ``_generate``).
 
 One module per component family: ``_retrievers``, ``_rankers``, ``_fusion`` (joiner, multi-query),
 ``_query`` (expander, pipeline root), on ``_common`` (the call on the hook skeleton, the Document
@@ -35,11 +37,14 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Collection
 
+import wrapt
+
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import async_wrapper, sync_wrapper
 
 from ._common import HaystackCall, document_adapter
 from ._fusion import Joiner, MultiQuery, executor_factory, per_query_async, per_query_sync
+from ._generate import ClassPatcher, Generate, install, prompt_builder_run
 from ._query import Expander, PipelineRun
 from ._rankers import LostInTheMiddle, MetaField, SimilarityRanker
 from ._retrievers import EmbeddingRetriever, TextRetriever
@@ -102,11 +107,28 @@ class HaystackInstrumentor(RagtrailInstrumentor):
                 continue
             self.wrap(name, f"{cls_name}.run", self._sync_wrapper(handler))
             self.wrap(name, f"{cls_name}.run_async", self._async_wrapper(handler))
+        if name == _PIPELINE:
+            install(ClassPatcher(self._patch_generation_class))
         if name in _MULTI_QUERY_MODULES:
             cls_name = _MULTI_QUERY_MODULES[name]
             self.wrap(name, f"{cls_name}._run_on_thread", per_query_sync)
             self.wrap(name, f"{cls_name}._run_one_async", per_query_async)
             self.wrap(name, "ThreadPoolExecutor", executor_factory)
+
+    def _patch_generation_class(self, cls: type, role: str) -> None:
+        """Wrap the ``run`` (and ``run_async``) a prompt builder or generator class defines itself."""
+        if role == "generate":
+            wrappers = {"run": self._sync_wrapper(Generate), "run_async": self._async_wrapper(Generate)}
+        else:
+            wrappers = {"run": prompt_builder_run}
+        for method, wrapper in wrappers.items():
+            if method in vars(cls):
+                wrapt.wrap_function_wrapper(cls, method, wrapper)
+                self._wrapped.append((cls, method))
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        install(None)
+        super()._uninstrument(**kwargs)
 
     def _tracer(self) -> Any:
         return self.tracer

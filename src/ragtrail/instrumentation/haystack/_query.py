@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ragtrail.contract import semconv as sc
+from ragtrail.instrumentation._hook import guard
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
 
 from ._common import HaystackCall, pipeline_query
+from ._generate import HaystackRun, current_patcher, run_state
 
 _QUERY_KEYS = ("query", "question", "text", "query_str", "prompt")
 
@@ -64,6 +66,10 @@ class PipelineRun(HaystackCall):
         return current_pipeline() is not None or not _reads_documents(self.instance)
 
     def before(self, s: Stage) -> None:
+        self.set_var(run_state, HaystackRun())  # what the run's generators are offered (see _generate)
+        classes = current_patcher()
+        if classes is not None:
+            guard("haystack.generate.prepare", classes.prepare, self.instance)
         bound = self.arguments
         text = _pipeline_query(bound.get("data"))
         if text is not None:

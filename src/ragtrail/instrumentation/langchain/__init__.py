@@ -10,6 +10,10 @@ Entry point ``ragtrail_langchain`` (``opentelemetry-instrument`` loads it). What
   retrieval transformers (``LongContextReorder``, ``EmbeddingsRedundantFilter``,
   ``EmbeddingsClusteringFilter``) → ``rerank`` / ``filter`` with a reason for every exclusion;
   a ``DocumentCompressorPipeline`` is a container, not a stage: its members are the stages;
+- ``TextSplitter.transform_documents`` inside a retrieval → ``split`` (chunks ``derived_from`` the
+  document they were cut from, see ``_splitters``);
+- ``RunnableSequence.invoke/ainvoke`` of a chain holding a retriever → the ``pipeline`` root, and a
+  chat model / LLM called straight under it → ``generate`` (see ``_chains``);
 - ``VectorStore.similarity_search_with_score`` / ``similarity_search_with_relevance_scores``
   (sync and async) → ``retrieve`` when called directly; under a retriever they only feed it scores.
 
@@ -29,17 +33,26 @@ from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._hook import record_internal_error
 
 if TYPE_CHECKING:  # imported lazily at run time, with the first patch
+    from ragtrail.instrumentation.langchain._chains import ChainWrappers
     from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
     from ragtrail.instrumentation.langchain._retrievers import RetrieverWrappers
+    from ragtrail.instrumentation.langchain._splitters import SplitterWrappers
 
+
+# each class under the module that defines it: the packages re-export lazily (``__getattr__``), so a
+# hook on the package fires before the class exists, and one on the defining module fires after
 _CLASSES = {
     "BaseRetriever": "langchain_core.retrievers",
-    "VectorStore": "langchain_core.vectorstores",
-    "VectorStoreRetriever": "langchain_core.vectorstores",
-    "InMemoryVectorStore": "langchain_core.vectorstores",
-    "Document": "langchain_core.documents",
-    "BaseDocumentCompressor": "langchain_core.documents",
-    "BaseDocumentTransformer": "langchain_core.documents",
+    "VectorStore": "langchain_core.vectorstores.base",
+    "VectorStoreRetriever": "langchain_core.vectorstores.base",
+    "InMemoryVectorStore": "langchain_core.vectorstores.in_memory",
+    "Document": "langchain_core.documents.base",
+    "BaseDocumentCompressor": "langchain_core.documents.compressor",
+    "BaseDocumentTransformer": "langchain_core.documents.transformers",
+    "TextSplitter": "langchain_text_splitters.base",
+    "RunnableSequence": "langchain_core.runnables.base",
+    "BaseChatModel": "langchain_core.language_models.chat_models",
+    "BaseLLM": "langchain_core.language_models.llms",
     "EnsembleRetriever": "langchain_classic.retrievers.ensemble",
     "MultiQueryRetriever": "langchain_classic.retrievers.multi_query",
     "CrossEncoderReranker": "langchain_classic.retrievers.document_compressors.cross_encoder_rerank",
@@ -81,6 +94,8 @@ class LangChainInstrumentor(RagtrailInstrumentor):
     _instruments: Collection[str] = ("langchain-core >= 0.3",)
     _retrievers: RetrieverWrappers | None
     _compressors: CompressorWrappers
+    _splitters: SplitterWrappers
+    _chains: ChainWrappers
     _adapted: type | None
 
     def _patch(self, **kwargs: Any) -> None:
@@ -91,9 +106,11 @@ class LangChainInstrumentor(RagtrailInstrumentor):
             self.when_imported(module, self._patch_loaded)
 
     def _patch_loaded(self) -> None:
+        from ragtrail.instrumentation.langchain._chains import ChainWrappers
         from ragtrail.instrumentation.langchain._common import LazyPatcher, adapt_document
         from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
         from ragtrail.instrumentation.langchain._retrievers import RetrieverWrappers
+        from ragtrail.instrumentation.langchain._splitters import SplitterWrappers
 
         retrievers = self._retrievers
         if retrievers is None:
@@ -106,6 +123,8 @@ class LangChainInstrumentor(RagtrailInstrumentor):
             classes: dict[str, type | None] = {}
             retrievers = self._retrievers = RetrieverWrappers(self.tracer, patcher, classes)
             self._compressors = CompressorWrappers(self.tracer, patcher, classes)
+            self._splitters = SplitterWrappers(self.tracer, patcher)
+            self._chains = ChainWrappers(self.tracer, classes)
         compressors = self._compressors
         classes, patcher = retrievers.classes, retrievers.patcher
         classes.update({name: _load(name) for name in _CLASSES})
@@ -149,6 +168,21 @@ class LangChainInstrumentor(RagtrailInstrumentor):
                 if transformer is not None:
                     patcher.ensure(transformer, "transform_documents", compressors.transform, skip=(transformer_base,))
                     patcher.ensure(transformer, "atransform_documents", compressors.atransform)
+        splitter = classes["TextSplitter"]
+        if splitter is not None:
+            patcher.ensure(splitter, "transform_documents", self._splitters.transform)
+            patcher.ensure(splitter, "atransform_documents", self._splitters.atransform,
+                           skip=(transformer_base,) if transformer_base is not None else ())
+        chains = self._chains
+        sequence = classes["RunnableSequence"]
+        if sequence is not None:
+            patcher.ensure(sequence, "invoke", chains.sequence_invoke)
+            patcher.ensure(sequence, "ainvoke", chains.sequence_ainvoke)
+        for name in ("BaseChatModel", "BaseLLM"):
+            model = classes[name]
+            if model is not None:
+                patcher.ensure(model, "invoke", chains.model_invoke)
+                patcher.ensure(model, "ainvoke", chains.model_ainvoke)
         retrievers.compressor_class_hook = self.ensure_compressor_class
         compressors.class_hook = self.ensure_compressor_class
 

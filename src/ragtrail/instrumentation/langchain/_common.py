@@ -25,7 +25,7 @@ from ragtrail.contract.receipts import receipt
 from ragtrail.instrumentation._hook import Call, record_internal_error, run
 from ragtrail.instrumentation._hook import run_async as run_async_call
 from ragtrail.recorder.pipeline import PipelineState, current_pipeline
-from ragtrail.recorder.stage import Stage
+from ragtrail.recorder.stage import Stage, current_stage
 
 
 # --- sinks: scores a stage recovers from the calls beneath it -------------------------------------
@@ -44,6 +44,26 @@ class Sink:
 
 
 _sink: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("ragtrail_langchain_sink", default=None)
+
+
+class ChainRun:
+    """One chain run recorded as a pipeline (see ``_chains``): its stage, and the documents its
+    retrievers handed on (each retriever called directly under the pipeline adds its outputs)."""
+
+    __slots__ = ("stage", "offered", "_lock")
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        self.offered: list[Candidate] = []
+        self._lock = threading.Lock()
+
+    def offer(self, candidates: list[Candidate]) -> None:
+        with self._lock:
+            known = {c.id for c in self.offered}
+            self.offered.extend(c for c in candidates if c.id not in known)
+
+
+chain_run: contextvars.ContextVar[ChainRun | None] = contextvars.ContextVar("ragtrail_langchain_chain", default=None)
 
 
 def sink_for(obj: Any) -> Sink | None:
@@ -82,8 +102,13 @@ class LangChainCall(Call):
         self.sink: Sink | None = None
         self.finisher: Callable[["LangChainCall", Any], None] | None = None
         self.memo: dict[str, Any] = {}
+        self.chain: ChainRun | None = None
+        self._entered: list[contextlib.AbstractContextManager[Any]] = []
 
     def open(self) -> Stage | None:
+        run = chain_run.get() if self.site == "lc.retriever" else None
+        # a retriever called straight under a chain's pipeline: what it returns is offered to the prompt
+        self.chain = run if run is not None and current_stage() is run.stage else None
         self.opener(self)
         return self.stage
 
@@ -93,6 +118,11 @@ class LangChainCall(Call):
         if s is not None and s.recording and feeds:
             self.sink = Sink(s, feeds)
             self.set_var(_sink, self.sink)
+
+    def enter(self, manager: contextlib.AbstractContextManager[Any]) -> None:
+        """Hold ``manager`` open until the stage ends (e.g. faiss's ``row_ids`` around the search)."""
+        manager.__enter__()
+        self._entered.append(manager)
 
     @property
     def live(self) -> Stage:
@@ -106,6 +136,12 @@ class LangChainCall(Call):
     def after(self, s: Stage, result: Any) -> None:
         if self.finisher is not None:
             self.finisher(self, result)
+        if self.chain is not None and isinstance(result, list):
+            self.chain.offer(adapt_all(result))
+
+    def cleanup(self) -> None:
+        while self._entered:
+            self._entered.pop().__exit__(None, None, None)
 
 
 def run_sync(tracer: Any, site: str, opener: Opener, wrapped: Callable[..., Any], instance: Any, args: tuple,
@@ -258,6 +294,14 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
     if keep_metadata and isinstance(doc.metadata, dict):
         metadata = dict(doc.metadata)  # snapshot: some compressors edit metadata in place
     return Candidate(id=ident, content=content, metadata=metadata, raw=doc).with_receipt(rec)
+
+
+def remember_identity(candidate: Candidate) -> None:
+    """A Document this stage rebuilt under another id (an LLM's extract, a splitter's chunk): a later
+    stage of the same run that meets the same content without an id gives it this id too."""
+    memory = _run_memory()
+    if memory is not None and candidate.receipt is not None:
+        memory.ids[candidate.receipt.sha256] = candidate.id
 
 
 def adapt_all(items: Iterable[Any]) -> list[Candidate]:

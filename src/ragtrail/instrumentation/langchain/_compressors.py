@@ -39,6 +39,7 @@ from ragtrail.instrumentation.langchain._common import (
     adapt_all,
     feed,
     open_stage,
+    remember_identity,
     sink_for,
     run_async,
     metadata_scores,
@@ -384,6 +385,7 @@ def _finish_extractor(call: LangChainCall, result: list, outputs: list[Candidate
         if source.receipt is not None and candidate.receipt is not None and source.receipt.sha256 != candidate.receipt.sha256:
             candidate.transform_rule = RULE_LLM_EXTRACT
             candidate.derived_from = source.receipt.sha256
+        remember_identity(candidate)  # the outer stage meets the extract without an id
     call.live.outputs(outputs)
     return {c.id: (REASON_NOTHING_EXTRACTED, "the LLM found nothing relevant to extract")
             for c in _dropped(inputs, outputs)}

@@ -53,13 +53,30 @@ def with_score_kind(store: Any) -> str:
     return sc.SCORE_NONE
 
 
-def corpus_size_of(store: Any) -> int | None:
+def store_size(store: Any) -> tuple[int | None, Any]:
+    """The store's size from what it already holds in memory, and its identity for counting it
+    once: a FAISS store is its faiss index (the nested faiss stage reports the same index), an
+    InMemoryVectorStore its own object. ``(None, store)`` when nothing cheap says the size."""
     inner = getattr(store, "store", None)  # InMemoryVectorStore
     if isinstance(inner, dict):
-        return len(inner)
+        return len(inner), store
     index = getattr(store, "index", None)  # FAISS
     total = getattr(index, "ntotal", None)
-    return total if isinstance(total, int) else None
+    if isinstance(total, int):
+        return total, index
+    return None, store
+
+
+def report_store(call: LangChainCall, s: Any, store: Any) -> None:
+    """The store's size (one store, one count, whichever stage reports it) and, for a FAISS store,
+    its docstore ids for the nested faiss stage: one document, one id in both stages."""
+    size, identity = store_size(store)
+    s.corpus_size(size, store=identity)
+    mapping = getattr(store, "index_to_docstore_id", None)
+    if identity is not store and isinstance(mapping, dict):
+        from ragtrail.instrumentation.faiss import row_ids
+
+        call.enter(row_ids(identity, mapping))
 
 
 class RetrieverWrappers:
@@ -127,7 +144,7 @@ class RetrieverWrappers:
         if s.recording:
             docs = getattr(instance, "docs", None)
             if isinstance(docs, list):
-                s.corpus_size(len(docs))
+                s.corpus_size(len(docs), store=instance)
             if vectorizer is not None:
                 self.patcher.ensure(type(vectorizer), "get_scores", self.bm25_get_scores)
         call.listen((vectorizer,) if vectorizer is not None else ())
@@ -148,7 +165,7 @@ class RetrieverWrappers:
         s = open_stage(call, sc.KIND_RETRIEVE, comp, query=query, top_k=search_kwargs.get("k", 4),
                        threshold=threshold, score_kind=score_kind)
         if s.recording and store is not None:
-            s.corpus_size(corpus_size_of(store))
+            report_store(call, s, store)
             self.ensure_store_class(type(store))
         call.listen((store,) if store is not None else ())
         call.finisher = _finish_vectorstore
@@ -248,7 +265,7 @@ class RetrieverWrappers:
         s = open_stage(call, sc.KIND_RETRIEVE, component_name(instance), query=argument(args, kwargs, 0, "query"),
                        top_k=argument(args, kwargs, 1, "k", default=4), score_kind=with_score_kind(instance))
         if s.recording:
-            s.corpus_size(corpus_size_of(instance))
+            report_store(call, s, instance)
         call.listen((instance,))
         call.finisher = _outputs_as_is
 
@@ -282,7 +299,7 @@ class RetrieverWrappers:
         s = open_stage(call, sc.KIND_RETRIEVE, component_name(instance), query=argument(args, kwargs, 0, "query"),
                        top_k=argument(args, kwargs, 1, "k", default=4), threshold=threshold, score_kind=sc.SCORE_SIMILARITY)
         if s.recording:
-            s.corpus_size(corpus_size_of(instance))
+            report_store(call, s, instance)
             self.ensure_store_class(type(instance))
         call.listen((instance,))
         call.finisher = _finish_relevance
