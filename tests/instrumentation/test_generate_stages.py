@@ -22,6 +22,7 @@ from ragtrail.contract.receipts import receipt  # noqa: E402
 from ragtrail.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
 
 from .test_langchain_support import HashEmbeddings, assert_events, candidate_event, exclusion_event, one  # noqa: E402
+from spanutil import rec_events  # noqa: E402
 
 TEXTS = ["the cat sat on the mat", "cats purr when they are happy", "stock markets fell sharply today"]
 NOT_IN_PROMPT = ("custom:not_in_prompt", "its text does not occur in the prompt the model received")
@@ -57,7 +58,7 @@ def test_an_lcel_rag_chain_is_a_pipeline_with_a_generate_stage(langchain, span_e
                                        "pipeline RunnableSequence"]
     retrieve, generate, pipeline = spans
     assert retrieve.parent.span_id == generate.parent.span_id == pipeline.context.span_id
-    hits = [e.attributes[sc.CANDIDATE_ID] for e in retrieve.events if e.name == sc.EVENT_CANDIDATE]
+    hits = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(retrieve) if e.name == sc.EVENT_CANDIDATE]
     assert hits[0] == "d0" and len(hits) == 2
     first, second = hits
     assert_events(generate, [(sc.EVENT_CANDIDATE, candidate_event(first, 0, TEXTS[0], hop=0)),
@@ -91,9 +92,9 @@ def test_every_document_the_prompt_holds_is_an_output(langchain, span_exporter):
     assert dict(pipeline.attributes)[sc.ANSWER_SHA256] == receipt(answer).sha256
     generate = one(spans, "FakeListChatModel")
     retrieve = one(spans, "VectorStoreRetriever")
-    hits = [e.attributes[sc.CANDIDATE_ID] for e in retrieve.events if e.name == sc.EVENT_CANDIDATE]
-    assert [e.attributes[sc.CANDIDATE_ID] for e in generate.events] == hits and len(hits) == 2  # both in the prompt
-    assert all(e.name == sc.EVENT_CANDIDATE for e in generate.events)
+    hits = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(retrieve) if e.name == sc.EVENT_CANDIDATE]
+    assert [e.attributes[sc.CANDIDATE_ID] for e in rec_events(generate)] == hits and len(hits) == 2  # both in the prompt
+    assert all(e.name == sc.EVENT_CANDIDATE for e in rec_events(generate))
 
 
 def test_a_haystack_generator_is_a_generate_stage(tracer_provider, span_exporter):
@@ -131,7 +132,7 @@ def test_a_haystack_generator_is_a_generate_stage(tracer_provider, span_exporter
     spans = span_exporter.get_finished_spans()
     assert [s.name for s in spans] == ["retrieve InMemoryBM25Retriever", "generate ScriptedGenerator", "pipeline Pipeline"]
     retrieve, generate, pipeline = spans
-    ranked = [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in retrieve.events
+    ranked = [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in rec_events(retrieve)
               if e.name == sc.EVENT_CANDIDATE]
     assert [i for i, _ in ranked] == ["jean", "mark"]
     text = {"jean": "Jean lives in Paris", "mark": "Mark lives in Berlin"}

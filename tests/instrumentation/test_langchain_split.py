@@ -22,6 +22,7 @@ from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
 
 from .test_langchain_support import HashEmbeddings, assert_events, candidate_event, docs_equal, one, pop_stage, sha, stage_attributes  # noqa: E402
+from spanutil import rec_events  # noqa: E402
 
 SPLITTER = "langchain_text_splitters.character.CharacterTextSplitter"
 PARENTS = ["cats purr softly. dogs bark loudly", "markets fell today", "tea is hot. coffee is hotter"]
@@ -59,7 +60,7 @@ def test_a_splitter_inside_a_compression_pipeline_is_a_split_stage(instrumentor,
                                        "filter EmbeddingsFilter", "retrieve ContextualCompressionRetriever"]
     retrieve, split, efilter, outer = spans
     assert split.parent.span_id == outer.context.span_id
-    given = [e.attributes[sc.CANDIDATE_ID] for e in retrieve.events if e.name == sc.EVENT_CANDIDATE]
+    given = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(retrieve) if e.name == sc.EVENT_CANDIDATE]
     assert sorted(given) == ["p0", "p1", "p2"]
     # the chunks the real splitter makes, in the order of the documents it was given
     chunks_of = {"p0": ["cats purr softly", "dogs bark loudly"], "p1": ["markets fell today"],
@@ -76,10 +77,10 @@ def test_a_splitter_inside_a_compression_pipeline_is_a_split_stage(instrumentor,
     left = pop_stage(split, stage_attributes("split", SPLITTER, n_in=3, n_out=5, n_excluded=0))
     assert left == {}
     # the filter judged chunks under the chunk ids; the outer stage hands on the same ids
-    kept = [e.attributes[sc.CANDIDATE_ID] for e in efilter.events if e.name == sc.EVENT_CANDIDATE]
-    dropped = [e.attributes[sc.CANDIDATE_ID] for e in efilter.events if e.name == sc.EVENT_EXCLUSION]
+    kept = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(efilter) if e.name == sc.EVENT_CANDIDATE]
+    dropped = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(efilter) if e.name == sc.EVENT_EXCLUSION]
     assert sorted(kept + dropped) == sorted(e[1][sc.CANDIDATE_ID] for e in expected)
-    assert [e.attributes[sc.CANDIDATE_ID] for e in outer.events if e.name == sc.EVENT_CANDIDATE] == kept
+    assert [e.attributes[sc.CANDIDATE_ID] for e in rec_events(outer) if e.name == sc.EVENT_CANDIDATE] == kept
     assert not any(i.startswith("sha256:") for i in kept + dropped)
 
 
@@ -143,8 +144,8 @@ def test_an_extract_keeps_its_id_in_the_outer_stage(instrumentor, span_exporter)
     spans = span_exporter.get_finished_spans()
     extractor = one(spans, "LLMChainExtractor")
     outer = one(spans, "ContextualCompressionRetriever")
-    kept = [e.attributes for e in extractor.events if e.name == sc.EVENT_CANDIDATE]
-    handed = [e.attributes for e in outer.events if e.name == sc.EVENT_CANDIDATE]
+    kept = [e.attributes for e in rec_events(extractor) if e.name == sc.EVENT_CANDIDATE]
+    handed = [e.attributes for e in rec_events(outer) if e.name == sc.EVENT_CANDIDATE]
     assert [a[sc.CANDIDATE_ID] for a in kept] == [a[sc.CANDIDATE_ID] for a in handed] == ["k"]
     assert handed[0][sc.CANDIDATE_CONTENT_SHA256] == kept[0][sc.CANDIDATE_CONTENT_SHA256] == sha("Ketanji Brown Jackson")
 
