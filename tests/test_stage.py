@@ -622,6 +622,27 @@ def test_the_fast_attribute_path_evicts_and_counts_exactly_as_set_attributes_wou
     assert fast == slow and fast[0][1] > 0  # the same attributes kept, the same number evicted
 
 
+def test_the_fast_attribute_path_on_an_ended_span_writes_nothing_and_never_hangs():
+    """An ended span takes the SDK's own answer (a warning, nothing written), outside the span's lock:
+    the SDK's lock is not reentrant, so calling ``set_attributes`` under it would hang the host."""
+    import threading
+
+    from ragtrail.recorder import sdk_events
+
+    provider, exporter = _provider(SpanLimits())
+    span = provider.get_tracer("t").start_span("s")
+    span.end()
+    # the race: another thread ended the span after the fast path's checks (the SDK freezes the
+    # attributes at end, so only that window reaches the locked branch); reopen the window by hand
+    span._attributes._immutable = False
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (sdk_events.set_attributes(span, {"k": "v"}), done.set()), daemon=True)
+    worker.start()
+    worker.join(30)  # a hang guard, not a speed target: it returns at once or never
+    assert done.is_set()
+    assert "k" not in (span.attributes or {}) and "k" not in (exporter.get_finished_spans()[0].attributes or {})
+
+
 def test_a_tight_event_attribute_limit_still_counts_drops():
     provider, exporter = _provider(SpanLimits(max_event_attributes=3))
     hits = [{"id": "a", "content": "x", "score": 0.5}, {"id": "b", "content": "y", "score": 0.4}]

@@ -66,16 +66,19 @@ def set_attributes(span: Any, attributes: Mapping[str, Any]) -> None:
         span.set_attributes(attributes)
         return
     with span._lock:
-        if span._end_time is not None:  # what set_attributes does on an ended span: warn and write nothing
-            span.set_attributes(attributes)
-            return
-        store = bounded._setitem_locked
-        with bounded._lock:
-            for key, value in attributes.items():
-                if type(key) is not str or not key:  # pragma: no cover - ragtrail's keys are names
-                    bounded.dropped += 1
-                    continue
-                store(key, tuple(value) if type(value) is list else value)
+        ended = span._end_time is not None
+        if not ended:
+            store = bounded._setitem_locked
+            with bounded._lock:
+                for key, value in attributes.items():
+                    if type(key) is not str or not key:  # pragma: no cover - ragtrail's keys are names
+                        bounded.dropped += 1
+                        continue
+                    store(key, tuple(value) if type(value) is list else value)
+    if ended:
+        # what set_attributes does on an ended span: warn and write nothing. Called once the span's
+        # lock is released: the SDK's lock is not reentrant, and calling it under the lock hangs.
+        span.set_attributes(attributes)
 
 
 def held_attributes(span: Any) -> Mapping[str, Any] | None:
