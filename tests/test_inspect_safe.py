@@ -46,3 +46,11 @@ def test_json_text_is_the_same_json_value_and_inert():
     assert "\x1b" not in out and "\u202e" not in out and "\x9b" not in out and "\ud800" not in out
     assert json.loads(out) == data
     assert out.count("\n") == json.dumps(data, indent=2).count("\n")  # the indentation is kept
+
+
+def test_plain_breaks_the_ci_log_command_prefix_anywhere_in_a_line():
+    """The GitHub runner acts on ``##[command]`` anywhere in a log line: a document id holding one,
+    printed by ``ragtrail show`` in a CI step, must not silence the step's annotations."""
+    assert plain("doc ##[stop-commands]tok") == "doc ##\\x5bstop-commands]tok"
+    assert plain("é ##[group]x\n") == "é ##\\x5bgroup]x\\n"
+    assert plain("#[x] ## [y]") == "#[x] ## [y]"

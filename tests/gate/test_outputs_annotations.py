@@ -7,7 +7,7 @@ from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, r
 
 from ragtrail.gate import annotations
 from ragtrail.gate.model import ALL_SLICE, Check, GateReport, Problem, decide
-from ragtrail.inspect.safe import plain
+from ragtrail.inspect.safe import log_inert, plain
 
 _PROPERTY = (("\r", "%0D"), ("\n", "%0A"), (":", "%3A"), (",", "%2C"), ("%", "%25"))  # the runner's order
 _DATA = (("\r", "%0D"), ("\n", "%0A"), ("%", "%25"))
@@ -132,5 +132,5 @@ def test_a_verdict_that_is_not_pass_is_always_annotated():
 
 
 def test_the_legacy_command_prefix_is_broken_for_log_lines():
-    assert annotations.log_inert("id ##[stop-commands]tok") == "id ##\\x5bstop-commands]tok"
-    assert annotations.log_inert("#[x] ## [y]") == "#[x] ## [y]"
+    assert log_inert("id ##[stop-commands]tok") == "id ##\\x5bstop-commands]tok"
+    assert log_inert("#[x] ## [y]") == "#[x] ## [y]"

@@ -11,7 +11,7 @@ escapes ``:`` and ``,`` as ``%3A`` ``%2C`` (a ``::`` in a title would otherwise 
 a ``,`` start a forged property). ``%`` goes first, so the runner's unescaping gives back the value.
 Trace data goes through :func:`ragtrail.inspect.safe.plain` before that (no control or bidi
 character reaches the log), and the legacy ``##[command]`` syntax, which the runner still matches
-*anywhere* in a line when the line is not a ``::`` command, is broken by :func:`log_inert` wherever
+*anywhere* in a line when the line is not a ``::`` command, is broken by :func:`ragtrail.inspect.safe.log_inert` wherever
 trace data is printed outside a workflow command (the terminal table uses it).
 
 GitHub shows at most 10 error and 10 warning annotations per step; the gate keeps the most telling
@@ -38,11 +38,6 @@ def data(value: str) -> str:
 def prop(value: str) -> str:
     """A workflow command's property value (``title=...``), escaped as the runner unescapes it."""
     return data(value).replace(":", "%3A").replace(",", "%2C")
-
-
-def log_inert(value: str) -> str:
-    """``value`` with the legacy ``##[`` command prefix broken (``##\\x5b``), for a CI log line."""
-    return value.replace("##[", "##\\x5b")
 
 
 def command(name: str, message: str, **properties: str) -> str:

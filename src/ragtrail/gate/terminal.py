@@ -1,7 +1,7 @@
 """The gate's decision on the terminal (or a CI log): the verdict, the checks per slice, the problems.
 
 Every piece of trace data is a :func:`ragtrail.inspect.safe.text` (shown literally: no rich markup, no
-escape sequence, one line), after :func:`ragtrail.gate.annotations.log_inert`: a CI log is parsed for
+escape sequence, one line), after :func:`ragtrail.inspect.safe.log_inert`: a CI log is parsed for
 workflow commands, and a document id holding ``##[stop-commands]`` must not silence the gate's own
 annotations that follow. For the same reason a line outside a table is never wrapped by rich: a wrap
 at a space would start a log line with whatever the data holds there (``::error::...``).
@@ -17,14 +17,13 @@ from rich.table import Table
 from ragtrail.inspect.safe import text
 
 from . import wording
-from .annotations import log_inert
 from .model import GateReport
 
 _STYLE = {"PASS": "bold green", "REGRESSION": "bold red", "INCONCLUSIVE": "bold yellow"}
 
 
 def _t(value: Any, style: str = "") -> Any:
-    return text(log_inert(value if isinstance(value, str) else str(value)), style)
+    return text(value, style)  # safe.plain breaks the CI log's ##[ prefix too
 
 
 def _line(console: Console, line: Any) -> None:

@@ -43,11 +43,23 @@ def _escape(match: "re.Match[str]") -> str:
 def plain(value: Any) -> str:
     """``value`` as one printable line: control, format and bidi characters written as backslash escapes.
 
-    ``None`` and non-strings are shown as ``str(value)``, escaped the same way."""
+    ``None`` and non-strings are shown as ``str(value)``, escaped the same way; a CI log's ``##[``
+    command prefix is broken (:func:`log_inert`)."""
     s = value if isinstance(value, str) else str(value)
+    if "##[" in s:
+        s = log_inert(s)
     if s.isascii() and s.isprintable():  # the common case: nothing to escape (both checks run at C speed)
         return s
     return _UNSAFE.sub(_escape, s)
+
+
+def log_inert(value: str) -> str:
+    """``value`` with the legacy ``##[`` CI-log command prefix broken (written ``##\\x5b``).
+
+    The GitHub Actions runner acts on ``##[command]`` *anywhere* in any line of a job's log (not only
+    at its start, as ``::command::``), so a document id holding ``##[stop-commands]tok`` printed by
+    ``ragtrail show`` or the gate in a CI step would silence every later annotation."""
+    return value.replace("##[", "##\\x5b")
 
 
 def text(value: Any, style: str = "") -> Any:
