@@ -400,3 +400,30 @@ def test_keyed_receipts_are_checked_with_the_key(tmp_path: Path, evalset: evalse
     wrong = evaluate(evalset, runner.from_traces(str(store), evalset.cases, key=b"another"), frozen)
     assert wrong.verdict == "INCONCLUSIVE" and {p.kind for p in wrong.problems} == {"receipt_alarm"}
     assert len(wrong.problems) == 80
+
+
+def test_instrumentations_of_libraries_not_installed_are_skipped_quietly(monkeypatch, caplog) -> None:
+    """The gate switches on every installed ragtrail instrumentation; one whose library is absent is
+    skipped without the SDK's error line (a newcomer's `gate run` printed ten of them per run)."""
+    import importlib.metadata
+    import logging
+
+    from ragtrail.instrumentation._base import RagtrailInstrumentor
+
+    class Absent(RagtrailInstrumentor):
+        _instruments = ("no-such-library-for-ragtrail >= 1",)
+
+        def _patch(self, **kwargs: Any) -> None:  # pragma: no cover - never reached
+            raise AssertionError("instrumented a library that is not installed")
+
+    class _EntryPoint:
+        name = "ragtrail_absent"
+
+        def load(self) -> type:
+            return Absent
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [_EntryPoint()])
+    with caplog.at_level(logging.DEBUG):
+        assert runner._instrument() == []
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert not Absent().is_instrumented_by_opentelemetry
