@@ -2,8 +2,8 @@
 
 Registered on :data:`ragtrail.cli.cli`. The decision is :mod:`ragtrail.gate.evaluate`'s; this module
 only gets the traces (in-process or ``--traces``), hands the report to the CI renderers and exits
-with the verdict's code (PASS 0, REGRESSION 1, INCONCLUSIVE 3; usage errors 2). Renderers load
-lazily: a build without one says so by name instead of failing at start.
+with the verdict's code (PASS 0, REGRESSION 1, INCONCLUSIVE 3; usage errors 2). The gate's modules
+are imported inside the commands, so the rest of the CLI does not pay for them at start-up.
 """
 
 from __future__ import annotations
@@ -73,29 +73,6 @@ def _collect(pipeline: str | None, traces: str | None, evalset: Any, key: bytes 
         return runner.from_traces(traces, evalset.cases, key=key, progress=progress, lookback=lookback, timeout=timeout)
 
 
-def _plain_summary(report: Any) -> None:
-    """The terminal view when the rich renderer is not in this build: verdict, failures, problems."""
-    click.echo(f"ragtrail gate: {report.verdict} (exit {report.exit_code}): {len(report.checks)} checks, "
-               f"{len(report.failed_checks())} failed, {len(report.problems)} problems, {len(report.cases)} cases")
-    for check in report.failed_checks():
-        click.echo(f"  FAIL {plain(check.slice)} {plain(check.metric)}: {plain(check.message)}")
-    for problem in report.problems:
-        where = f" case {plain(problem.case_id)}" if problem.case_id else ""
-        click.echo(f"  INCONCLUSIVE {problem.kind}{where}: {plain(problem.detail)}")
-    for warning in report.warnings:
-        click.echo(f"  warning: {plain(warning)}")
-
-
-def _renderer(name: str, option: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(f"ragtrail.gate.{name}")
-    except ImportError:
-        raise errors.UsageError(f"{option} needs ragtrail.gate.{name}, which this build does not have",
-                                "upgrade ragtrail, or drop the option") from None
-
-
 @gate.command("run")
 @_inputs
 @click.option("--baseline", "baseline_path", required=True, type=click.Path(dir_okay=False), metavar="FILE",
@@ -123,29 +100,27 @@ def gate_run(pipeline: str | None, set_path: str, traces: str | None, key_file: 
     runs = _collect(pipeline, traces, evalset, _key(key_file), timeout, lookback, "gate run")
     report = evaluate(evalset, runs, frozen, pipeline=pipeline, baseline_path=baseline_path, started_at=started,
                       duration_s=round(time.monotonic() - clock, 3))
-    outputs = [(junit, "junit", "--junit"), (markdown, "markdown", "--markdown")]
-    for path, name, option in outputs:
+    from rich.console import Console
+
+    from ragtrail.gate import annotations as annotations_out
+    from ragtrail.gate import artifacts as artifacts_out
+    from ragtrail.gate import junit as junit_out
+    from ragtrail.gate import markdown as markdown_out
+    from ragtrail.gate import terminal
+
+    for path, renderer in ((junit, junit_out), (markdown, markdown_out)):
         if path is not None:
-            Path(path).write_text(_renderer(name, option).render(report), encoding="utf-8")
+            Path(path).write_text(renderer.render(report), encoding="utf-8")
     if artifacts is not None:
-        _renderer("artifacts", "--artifacts").write(report, Path(artifacts))
+        artifacts_out.write(report, Path(artifacts))
     if annotations:
-        text = _renderer("annotations", "--annotations").render(report)
+        text = annotations_out.render(report)
         if text:
             click.echo(text.rstrip("\n"))
     if as_json:
         _json_out(report.to_dict())
     else:
-        import importlib
-
-        try:
-            terminal = importlib.import_module("ragtrail.gate.terminal")
-        except ImportError:  # the rich view is not in this build
-            _plain_summary(report)
-        else:
-            from rich.console import Console
-
-            terminal.render(report, Console(highlight=False, emoji=False))
+        terminal.render(report, Console(highlight=False, emoji=False))
     return report.exit_code
 
 

@@ -215,9 +215,9 @@ def _instrument() -> list[Any]:
             instrumentor = ep.load()()
             if instrumentor.is_instrumented_by_opentelemetry:
                 continue
-            # the library is not installed (or too old): skipped quietly, as opentelemetry-instrument
-            # does; instrument() would log one error line per library per run otherwise
-            # (the instrumentor's own check: faiss accepts any of several wheels)
+            # a library not installed (or too old) is skipped quietly, as opentelemetry-instrument does,
+            # by the instrumentor's own check (faiss accepts any of several wheels); instrument() would
+            # log an error line per library per run
             if instrumentor._check_dependency_conflicts() is not None:
                 continue
             instrumentor.instrument()

@@ -87,8 +87,8 @@ def problem_line(problem: Problem) -> str:
 
 
 def verdict_line(report: GateReport) -> str:
-    """``ragtrail gate: REGRESSION (exit 1): 14 checks, 2 failed, 0 problems, 30 cases`` (the CLI's
-    plain summary says the same words when the rich renderer is not installed)."""
+    """``ragtrail gate: REGRESSION (exit 1): 14 checks, 2 failed, 0 problems, 30 cases``: the one verdict
+    line every output (terminal, markdown, annotations) says."""
     return (f"ragtrail gate: {report.verdict} (exit {EXIT_CODES[report.verdict]}): {len(report.checks)} checks, "
             f"{len(report.failed_checks())} failed, {len(report.problems)} problems, {len(report.cases)} cases")
 
