@@ -210,8 +210,10 @@ def _convert(value: Any, depth: int, budget: _Budget) -> Any:
     return _convert(_json_default(value, budget), depth + 1, budget)
 
 
-def _dumps(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# one encoder for every canonical form: ``json.dumps`` with options builds a new JSONEncoder per call
+# (a third of its cost on a short value); the encoder keeps no state between calls, so one is shared
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_dumps = _ENCODER.encode  # json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
@@ -493,12 +495,25 @@ def digest_item(name: str, attributes: Mapping[str, Any]) -> tuple[str, str, str
 def events_digest(items: Iterable[tuple[str, str, str]]) -> str:
     """sha256 of the compact JSON array ``[[event name, candidate id, content sha256], ...]``
     (docs/semconv.md §3), the items made by :func:`digest_item`."""
-    payload = json.dumps([list(i) for i in items], separators=(",", ":"), ensure_ascii=False)
-    return sha256_hex(payload.encode("utf-8", "backslashreplace"))
+    return _items_digest(items if type(items) is list else list(items))
+
+
+def _items_digest(items: list[Any]) -> str:
+    """The digest of a list of items: a tuple is encoded as the JSON array its list would be, so the
+    items are encoded as they are (no list made of each); keys are never sorted (items are arrays)."""
+    if not set(map(type, items)) <= _ARRAYS:
+        items = [list(i) for i in items]
+    return sha256_hex(_ITEMS_ENCODER(items).encode("utf-8", "backslashreplace"))
+
+
+_ARRAYS = frozenset({tuple, list})
+_ITEMS_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def finite_or_none(value: Any) -> float | None:
     """A score as a finite float, or ``None`` (NaN, inf, None, or not a number)."""
+    if type(value) is float:  # the usual score, without the conversion: finite when x - x is 0.0
+        return value if value - value == 0.0 else None
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -526,11 +541,10 @@ _PREFIX = "ragtrail."
 def sorted_events_digest(items: Iterable[tuple[str, str, str]]) -> str:
     """Schema 2 ``ragtrail.events.digest``: :func:`events_digest` over the items in sorted order, so
     it does not depend on the order a backend returns events in."""
-    return events_digest(sorted(items))
+    return _items_digest(sorted(items))
 
 
-# one encoder for every cell (json.dumps with options builds a new one per call): the same text as _dumps
-_CELL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_CELL_ENCODER = _ENCODER  # the cells' encoder: the same text as _dumps
 
 
 def _field_value(value: Any) -> Any:
@@ -595,7 +609,8 @@ def stage_fields(span_attributes: Mapping[str, Any],
     fields: dict[str, str] = {}
     for key, value in span_attributes.items():
         if key.startswith(_PREFIX) and key not in _UNCOVERED:
-            fields[_short(key)] = _dumps(_field_value(value))
+            # _dumps of the field value, without the encoder's call for the usual (text, number) values
+            fields[_short(key)] = _json_leaf(_field_value(value))
     # each cell is the JSON text of [name, id, value] (or [name, id, value, key]), written piecewise:
     # the same text as encoding the list, without building one per cell (this runs on the host's thread)
     dumps = _CELL_ENCODER.encode
@@ -638,10 +653,10 @@ class StageReceipt(NamedTuple):
 def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageReceipt:
     """The stage receipt over :func:`stage_fields`: sha256, or HMAC-SHA256 when a key is given."""
     ordered = sorted(fields.items())
-    pairs = [[k, v] for k, v in ordered]
-    # fields are text: their canonical JSON is json.dumps of them unless the bound would cut it
-    plain = 3 * len(pairs) <= MAX_ITEMS and sum(len(k) + len(v) for k, v in ordered) <= MAX_CHARS
-    whole = _mac(_dumps(pairs) if plain else canonical_json(pairs), key)
+    # fields are text: their canonical JSON is json.dumps of the [name, text] pairs (a tuple is encoded
+    # as the array its list would be) unless the bound would cut it
+    plain = 3 * len(ordered) <= MAX_ITEMS and sum(len(k) + len(v) for k, v in ordered) <= MAX_CHARS
+    whole = _mac(_dumps(ordered) if plain else canonical_json([[k, v] for k, v in ordered]), key)
     short = ";".join(f"{k}={_mac(v, key)[:FIELD_DIGEST_HEX]}" for k, v in ordered)
     # unkeyed: the bare 64 hex digits (so it fits the 64-character value limit the other receipts
     # need); keyed: the algorithm named in front

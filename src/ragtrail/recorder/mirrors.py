@@ -129,24 +129,30 @@ def _genai_documents(m: MirrorInput, max_documents: int | None) -> tuple[str, in
     (whole documents) to ``max_documents`` and to the span's value-length limit so it stays valid JSON."""
     items = []
     outputs = m.outputs if max_documents is None else m.outputs[:max_documents]
+    content_on = m.config.content_for("") is not None  # off: no document carries content
     for candidate in outputs:
         item: dict[str, Any] = {"id": candidate.id}
         score = finite_or_none(candidate.score)
         if score is not None:
             item["score"] = score
-        content = _content(m.config, candidate)
+        content = _content(m.config, candidate) if content_on else None
         if content is not None:
             item["content"] = content
-        meta = _metadata(m.config, candidate, None)
+        meta = _metadata(m.config, candidate, None) if m.config.metadata else None
         if meta:
             item["metadata"] = json.loads(_as_json(meta))  # numpy and odd values made JSON, keys sorted
         items.append(item)
     limit = getattr(m.limits, "max_attribute_length", None)
-    text = json.dumps(items, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    text = _json_array(items)
     while limit is not None and len(text) > limit and items:
         items.pop()
-        text = json.dumps(items, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+        text = _json_array(items)
     return text, len(items)
+
+
+# json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True) with one encoder
+# (json.dumps with options builds a new one per call)
+_json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
 
 
 # --- OpenInference -----------------------------------------------------------------------------------
@@ -195,24 +201,59 @@ def _documents(attributes: dict[str, Any], prefix: str, candidates: Sequence[Can
                excluded: Mapping[int, Exclusion], room: int | None) -> tuple[int, int | None]:
     """``<prefix>.<i>.document.id|score|content|metadata`` for each candidate while there is room
     for the whole document; returns how many were written and the room left."""
+    content_on = config.content_for("") is not None  # off: no document carries content
+    with_metadata = bool(config.metadata or excluded)
+    metadata_texts: dict[tuple[str, str | None], str] = {}  # an exclusion's metadata text, by reason and detail
+    names = _document_names(prefix, len(candidates))
     for index, candidate in enumerate(candidates):
-        document: dict[str, Any] = {sc.OI_DOCUMENT_ID: candidate.id}
-        score = finite_or_none(candidate.score)
-        if score is not None:
-            document[sc.OI_DOCUMENT_SCORE] = score
-        content = _content(config, candidate)
-        if content is not None:
-            document[sc.OI_DOCUMENT_CONTENT] = content
-        meta = _metadata(config, candidate, excluded.get(id(candidate)))
-        if meta:
-            document[sc.OI_DOCUMENT_METADATA] = _as_json(meta)
+        score = candidate.score
+        if type(score) is not float or score - score != 0.0:  # not a finite float: finite_or_none decides
+            score = finite_or_none(score)
+        content = _content(config, candidate) if content_on else None
+        meta_text = None
+        if with_metadata:
+            exclusion = excluded.get(id(candidate))
+            if not config.metadata and exclusion is not None:  # the exclusion's reason and detail alone
+                said = (exclusion.reason, exclusion.detail)
+                meta_text = metadata_texts.get(said)
+                if meta_text is None:
+                    meta_text = metadata_texts[said] = _as_json(_metadata(config, candidate, exclusion))
+            else:
+                meta = _metadata(config, candidate, exclusion)
+                meta_text = _as_json(meta) if meta else None
         if room is not None:
-            if room < len(document):
+            size = 1 + (score is not None) + (content is not None) + (meta_text is not None)
+            if room < size:
                 return index, room
-            room -= len(document)
-        for key, value in document.items():
-            attributes[f"{prefix}.{index}.{key}"] = value
+            room -= size
+        id_key, score_key, content_key, metadata_key = names[index]
+        attributes[id_key] = candidate.id
+        if score is not None:
+            attributes[score_key] = score
+        if content is not None:
+            attributes[content_key] = content
+        if meta_text is not None:
+            attributes[metadata_key] = meta_text
     return len(candidates), room
+
+
+_NAMES_CACHED = 4096  # document positions whose attribute names are kept, per prefix
+_names: dict[str, list[tuple[str, str, str, str]]] = {}
+
+
+def _document_names(prefix: str, count: int) -> list[tuple[str, str, str, str]]:
+    """``<prefix>.<i>.document.id|score|content|metadata`` for ``i < count``, made once per position
+    (a stage mirrors a hundred documents, four names each, on the host's thread)."""
+    names = _names.get(prefix, [])
+    if len(names) < count:
+        names = names + [tuple(f"{prefix}.{i}.{key}" for key in _DOCUMENT_KEYS)  # type: ignore[misc]
+                         for i in range(len(names), count)]
+        if count <= _NAMES_CACHED:
+            _names[prefix] = names
+    return names
+
+
+_DOCUMENT_KEYS = (sc.OI_DOCUMENT_ID, sc.OI_DOCUMENT_SCORE, sc.OI_DOCUMENT_CONTENT, sc.OI_DOCUMENT_METADATA)
 
 
 def _output_value(m: MirrorInput) -> tuple[str, str] | None:

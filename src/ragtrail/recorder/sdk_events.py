@@ -13,7 +13,7 @@ identical exported events.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 Event = tuple[str, dict[str, Any]]
@@ -52,6 +52,21 @@ def _plain(value: Any) -> bool:
     return False
 
 
+_STR = frozenset({str})
+_PLAIN_TYPES = _PRIMITIVES | {list, tuple}
+
+
+def _all_plain(values: Collection[Any]) -> bool:
+    """``all(map(_plain, values))``: the primitives told apart by their set of types (in C), only the
+    sequences checked one by one."""
+    types = set(map(type, values))
+    if types <= _PRIMITIVES:
+        return True
+    if not types <= _PLAIN_TYPES:
+        return False
+    return all(map(_plain, [v for v in values if type(v) is list or type(v) is tuple]))
+
+
 def set_attributes(span: Any, attributes: Mapping[str, Any]) -> None:
     """``span.set_attributes(attributes)``, exactly, without the SDK's per-value re-check where its
     result is known: an SDK span with no value-length limit, every value a primitive or a homogeneous
@@ -62,7 +77,7 @@ def set_attributes(span: Any, attributes: Mapping[str, Any]) -> None:
     bounded = getattr(span, "_attributes", None)
     if (parts is None or not isinstance(span, parts[2]) or not isinstance(bounded, parts[0])
             or bounded.max_value_len is not None or bounded._immutable
-            or not hasattr(bounded, "_setitem_locked") or not all(map(_plain, attributes.values()))):
+            or not hasattr(bounded, "_setitem_locked") or not _all_plain(attributes.values())):
         span.set_attributes(attributes)
         return
     with span._lock:
@@ -70,11 +85,20 @@ def set_attributes(span: Any, attributes: Mapping[str, Any]) -> None:
         if not ended:
             store = bounded._setitem_locked
             with bounded._lock:
-                for key, value in attributes.items():
-                    if type(key) is not str or not key:  # pragma: no cover - ragtrail's keys are names
-                        bounded.dropped += 1
-                        continue
-                    store(key, tuple(value) if type(value) is list else value)
+                held = bounded._dict
+                maxlen = bounded.maxlen
+                if ((maxlen is None or len(held) + len(attributes) <= maxlen) and held.keys().isdisjoint(attributes)
+                        and set(map(type, attributes)) <= _STR and "" not in attributes):
+                    # new keys only, all of them fitting: what _setitem_locked does key by key (no
+                    # key moved, none evicted) is one update, in the same order
+                    held.update(attributes if list not in set(map(type, attributes.values()))
+                                else {k: tuple(v) if type(v) is list else v for k, v in attributes.items()})
+                else:
+                    for key, value in attributes.items():
+                        if type(key) is not str or not key:  # pragma: no cover - ragtrail's keys are names
+                            bounded.dropped += 1
+                            continue
+                        store(key, tuple(value) if type(value) is list else value)
     if ended:
         # what set_attributes does on an ended span: warn and write nothing. Called once the span's
         # lock is released: the SDK's lock is not reentrant, and calling it under the lock hangs.
