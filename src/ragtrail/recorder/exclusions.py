@@ -83,9 +83,15 @@ def _kept_positions(inputs: Sequence[Candidate], outputs: Sequence[Candidate]) -
     """The input positions that left. Duplicate ids are matched as a multiset; the copy that left is
     the same object when there is one (libraries keep the best-scored copy, not always the first),
     else the one with the same score, else the first."""
+    ids = [c.id for c in inputs]
+    first = dict(zip(ids, range(len(ids))))
+    if len(first) == len(ids):
+        # every input id once (the usual case): an output takes its id's one position, a second
+        # output of the same id finds it taken (what the multiset matching below does, in C)
+        return {first[ident] for ident in [c.id for c in outputs] if ident in first}
     positions: dict[str, list[int]] = {}
-    for index, candidate in enumerate(inputs):
-        positions.setdefault(candidate.id, []).append(index)
+    for index, ident in enumerate(ids):
+        positions.setdefault(ident, []).append(index)
     kept: set[int] = set()
     for out in outputs:
         free = [i for i in positions.get(out.id, ()) if i not in kept]

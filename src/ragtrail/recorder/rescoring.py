@@ -28,19 +28,29 @@ def unproduced_scores(stage_score_kind: str | None, inputs: Sequence[Candidate] 
     inputs' own scores, in input order, is ``rerank_is_identity``."""
     if not inputs or not outputs:
         return []
-    positions: dict[str, list[int]] = {}
-    for index, candidate in enumerate(inputs):
-        positions.setdefault(candidate.id, []).append(index)
+    ids = [c.id for c in inputs]
+    unique = dict(zip(ids, range(len(ids))))
+    positions: dict[str, list[int]] | None = None
+    if len(unique) != len(ids):  # an id given more than once: its outputs take its positions in turn
+        positions = {}
+        for index, ident in enumerate(ids):
+            positions.setdefault(ident, []).append(index)
     claims = stage_score_kind == sc.SCORE_RERANK
     passed: list[int] = []  # input positions of the outputs that carry their input's score
     relabelled = 0
     for out in outputs:
         rerank = (out.score_kind or stage_score_kind) == sc.SCORE_RERANK
         claims = claims or out.score_kind == sc.SCORE_RERANK
-        free = positions.get(out.id)
-        if not free:
-            continue
-        index = free.pop(0)
+        if positions is None:
+            found = unique.pop(out.id, None)  # every id once: the first output of an id takes it
+            if found is None:
+                continue
+            index = found
+        else:
+            free = positions.get(out.id)
+            if not free:
+                continue
+            index = free.pop(0)
         source = inputs[index]
         score = finite_or_none(out.score)
         if score is None or score != finite_or_none(source.score):
