@@ -1,0 +1,157 @@
+"""The write path's shortcuts (issue 11's cost) give exactly what the general rules give.
+
+Each fast path on the host's thread (a stage field's text, the digests, the SDK attribute store, the
+exclusion matching) is pinned here to the slower rule it stands in for, on the values where a
+shortcut could go wrong: quotes, backslashes, control characters, non-ASCII and lone surrogates in
+text; 0.0 and -0.0, NaN and the infinities among scores; repeated ids.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import json
+from typing import Any
+
+from hypothesis import given, settings, strategies as st
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+
+from ragtrail.contract import receipts
+from ragtrail.recorder.candidates import Candidate
+from ragtrail.recorder.exclusions import _kept_positions
+from ragtrail.recorder.rescoring import unproduced_scores
+from ragtrail.recorder.sdk_events import set_attributes
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+def general(value: object) -> str:
+    """A field's text by the general rule: the value as a digest sees it, as JSON."""
+    return receipts._json_leaf(receipts._field_value(value))
+
+
+TRICKY_TEXT = ["", "a", '"', "\\", 'a","b', "\n", "\x00", "\x1f", "\x7f", "é", "\u2028", "\ud800", "~ ", "0" * 64]
+TRICKY_FLOATS = [0.0, -0.0, 1.5, -2.25, 1e300, 5e-324, float("nan"), float("inf"), float("-inf"), 0.1 + 0.2]
+
+
+def test_field_text_of_tricky_values_is_the_general_rule() -> None:
+    values: list[object] = [
+        *TRICKY_TEXT, 0, -7, 10**30, True, False, None, 1.5, float("nan"), -0.0,
+        tuple(TRICKY_TEXT), [t for t in TRICKY_TEXT if t.isascii()], ("", ""), ("a",), (),
+        tuple(TRICKY_FLOATS), [-0.0, 0.0, -0.0], (1, 2, 3), (True, False), (1, True), (1, 1.0),
+        ("a", 1), (Level.LOW, Level.LOW), [Level.LOW], ("x" * 10, None),
+    ]
+    for value in values:
+        assert receipts._field_json(value) == general(value), repr(value)
+
+
+def test_a_score_text_read_back_from_the_memo_is_its_own() -> None:
+    # 0.0 and -0.0 are equal dict keys with different texts; NaN is never equal to itself
+    first = receipts._field_json([0.0, 1.25, -0.0, float("nan"), 1.25])
+    again = receipts._field_json([-0.0, 1.25, 0.0, float("nan")])
+    assert first == general([0.0, 1.25, -0.0, float("nan"), 1.25]) == '"[0.0,1.25,-0.0,NaN,1.25]"'
+    assert again == general([-0.0, 1.25, 0.0, float("nan")]) == '"[-0.0,1.25,0.0,NaN]"'
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.lists(st.text(max_size=6), max_size=6),
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6),
+    st.lists(st.integers(), max_size=6),
+    st.lists(st.booleans(), max_size=4),
+    st.lists(st.one_of(st.text(max_size=3), st.integers(), st.floats(), st.booleans()), max_size=5),
+    st.text(max_size=8), st.integers(), st.floats(), st.booleans(), st.none(),
+))
+def test_field_text_is_the_general_rule(value: object) -> None:
+    assert receipts._field_json(value) == general(value)
+    assert receipts._field_json(tuple(value) if isinstance(value, list) else value) == general(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ragtrail.candidate", "ragtrail.exclusion", "ragtrail.query"]),
+                          st.text(max_size=5), st.text(max_size=5)), max_size=12))
+def test_events_digest_is_the_documented_rule(items: list[tuple[str, str, str]]) -> None:
+    # docs/semconv.md §3: sha256 of the compact JSON array of the items in sorted order
+    payload = json.dumps([list(i) for i in sorted(items)], separators=(",", ":"), ensure_ascii=False)
+    expected = hashlib.sha256(payload.encode("utf-8", "backslashreplace")).hexdigest()
+    assert receipts.sorted_events_digest(items) == expected
+    assert receipts.sorted_events_digest(iter(items)) == expected
+    assert receipts.events_digest([list(i) for i in sorted(items)]) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=12), max_size=8),
+       st.one_of(st.none(), st.binary(min_size=1, max_size=8)))
+def test_stage_receipt_is_the_documented_rule(fields: dict[str, str], key: bytes | None) -> None:
+    ordered = sorted(fields.items())
+
+    def mac(text: str) -> str:
+        data = text.encode("utf-8", "backslashreplace")
+        if key is None:
+            return hashlib.sha256(data).hexdigest()
+        return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+    whole = mac(json.dumps([[k, v] for k, v in ordered], sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+    stamp = receipts.stage_receipt(fields, key)
+    assert stamp.receipt == (whole if key is None else f"hmac-sha256:{whole}")
+    assert stamp.fields == ";".join(f"{k}={mac(v)[:receipts.FIELD_DIGEST_HEX]}" for k, v in ordered)
+
+
+def _span(max_attributes: int | None = None) -> Any:
+    limits = SpanLimits(max_span_attributes=max_attributes) if max_attributes else SpanLimits()
+    return TracerProvider(span_limits=limits).get_tracer("t").start_span("s")
+
+
+def _stored(span: Any) -> tuple[list[tuple[str, Any]], int]:
+    """What the SDK holds, in its order, and how many it dropped."""
+    return list(span.attributes.items()), span.dropped_attributes
+
+
+def test_set_attributes_stores_what_the_sdk_stores() -> None:
+    batches = [
+        {"a": 1, "b": "x", "c": [1, 2], "d": (1.5,)},  # all new: one update
+        {"e": True, "a": 2},  # an existing key moves to the end
+        {"f": ["p", "q"], "g": 3.0},
+    ]
+    for max_attributes in (None, 128, 5, 3):
+        ours, sdks = _span(max_attributes), _span(max_attributes)
+        for batch in batches:
+            set_attributes(ours, batch)
+            sdks.set_attributes(batch)
+            assert _stored(ours) == _stored(sdks), (max_attributes, batch)
+        ours.end()
+        sdks.end()
+
+
+def _candidates(ids: list[str]) -> list[Candidate]:
+    return [Candidate(id=i, score=float(n)) for n, i in enumerate(ids)]
+
+
+def _kept_by_multiset(inputs: list[Candidate], outputs: list[Candidate]) -> set[int]:
+    """The matching rule for repeated ids, applied to distinct ones (the first free position of an id)."""
+    kept: set[int] = set()
+    for out in outputs:
+        free = [n for n, c in enumerate(inputs) if c.id == out.id and n not in kept]
+        if free:
+            kept.add(free[0])
+    return kept
+
+
+def test_distinct_ids_are_kept_as_the_multiset_rule_keeps_them() -> None:
+    inputs = _candidates(["a", "b", "c", "d"])
+    for out_ids in (["c", "a"], ["a", "a", "b"], ["z"], [], ["d", "c", "b", "a"]):
+        outputs = [Candidate(id=i) for i in out_ids]
+        assert _kept_positions(inputs, outputs) == _kept_by_multiset(inputs, outputs), out_ids
+
+
+def test_an_output_id_given_twice_takes_its_input_score_once() -> None:
+    inputs = [Candidate(id="a", score=1.0, score_kind="bm25"), Candidate(id="b", score=2.0, score_kind="bm25")]
+    outputs = [Candidate(id="a", score=1.0, score_kind="rerank"), Candidate(id="a", score=1.0, score_kind="rerank")]
+    findings = unproduced_scores("rerank", inputs, outputs)
+    # the first "a" is its input's own score handed on; the second has no input left to match
+    assert [c.score_kind for c in outputs] == ["bm25", "rerank"]
+    assert findings == ["1 output score(s) are the inputs' own scores, not produced by this stage: "
+                        "recorded with their upstream kind (bm25)"]
