@@ -654,10 +654,6 @@ def _floats_json(values: Sequence[float]) -> str:
     return "[" + ",".join(texts) + "]"  # type: ignore[arg-type]
 
 
-def _short(key: str) -> str:
-    return key[len(_PREFIX):] if key.startswith(_PREFIX) else key
-
-
 def _event_ident(name: str, attributes: Mapping[str, Any]) -> str:
     """What names an event in the stage receipt's cells: its hop, its candidate, or (schema 3: one
     exclusion event per reason, its candidates as columns) its reason, so that moving ids, details or
