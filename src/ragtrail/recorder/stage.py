@@ -25,7 +25,7 @@ from ragtrail import settings
 from ragtrail.contract import receipts as _receipts
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
-from ragtrail.recorder.candidates import Candidate, adapt, content_id
+from ragtrail.recorder.candidates import Candidate, adapt, content_id, take_over
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.exclusions import Explicit
 from ragtrail.recorder.corpus import store_key, user_corpus_size
@@ -407,7 +407,7 @@ class Stage:
         memo = seen.receipts
         result = []
         for item in list(candidates):
-            candidate = adapt(item)
+            candidate = take_over(item) or adapt(item)
             if candidate.score_kind is None:
                 candidate.score_kind = kind or (state.candidate_score_kind(candidate.id) if inherit else None)
             if inherit and candidate.hop is None:
