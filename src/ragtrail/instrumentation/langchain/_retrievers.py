@@ -401,12 +401,28 @@ def _finish_bm25(call: LangChainCall, result: Any) -> None:
         return
     import numpy as np
 
-    top = np.argsort(scores)[::-1][: len(result)]
+    if result and not _may_lead(np, scores, docs, result[0]):
+        top: Any = ()  # the first document is none of the best-scored: no need to sort them all
+    else:
+        top = np.argsort(scores)[::-1][: len(result)]
     if len(top) != len(result) or any(docs[i] is not doc for i, doc in zip(top, result)):
         call.live.finding("BM25 scores could not be matched to the returned documents")
         call.live.outputs(hand_over(adapt_all(result)))
         return
     call.live.outputs(_scored((doc, float(scores[i])) for i, doc in zip(top, result)))
+
+
+def _may_lead(np: Any, scores: Any, docs: list, first: Any) -> bool:
+    """False only when ``first`` is certainly not where ``argsort(scores)[::-1]`` puts first: it
+    is none of the documents holding the highest score (a NaN or an odd array: not decided here)."""
+    try:
+        values = np.asarray(scores)
+        if values.dtype.kind != "f" or values.ndim != 1:
+            return True
+        best = np.flatnonzero(values == values.max())
+    except Exception:
+        return True
+    return len(best) == 0 or any(docs[i] is first for i in best)
 
 
 def _finish_ensemble(call: LangChainCall, result: Any) -> None:
