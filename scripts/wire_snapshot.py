@@ -32,6 +32,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.id_generator import IdGenerator  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
@@ -42,6 +43,31 @@ from ragtrail import settings  # noqa: E402
 # --- normalisation -----------------------------------------------------------------------------------
 def _value(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
+
+
+class SequentialIds(IdGenerator):
+    """Span and trace ids 1, 2, 3 ...: schema 4's ``content.from`` names a span id, and the stage
+    receipt covers it, so the snapshot's receipts are stable only with ids that are."""
+
+    def __init__(self) -> None:
+        self._span = 0
+        self._trace = 0
+
+    def generate_span_id(self) -> int:
+        self._span += 1
+        return self._span
+
+    def generate_trace_id(self) -> int:
+        self._trace += 1
+        return self._trace
+
+
+def _pointers(attributes: dict[str, Any], ids: dict[int, str]) -> dict[str, Any]:
+    """``content.from`` span ids as the placeholders the snapshot gives spans."""
+    for key, value in attributes.items():
+        if key == "ragtrail.candidates.content.from" and isinstance(value, str):
+            attributes[key] = ids.get(int(value, 16), "outside")
+    return attributes
 
 
 def normalise(spans: Any) -> list[dict[str, Any]]:
@@ -58,7 +84,7 @@ def normalise(spans: Any) -> list[dict[str, Any]]:
             parent = ids.get(span.parent.span_id, "outside")
         events = []
         for event in span.events:
-            attributes = {k: _value(v) for k, v in sorted((event.attributes or {}).items())}
+            attributes = _pointers({k: _value(v) for k, v in sorted((event.attributes or {}).items())}, ids)
             if "exception.stacktrace" in attributes:
                 attributes["exception.stacktrace"] = str(attributes["exception.stacktrace"]).strip().splitlines()[-1]
             events.append({"name": event.name, "attributes": attributes,
@@ -70,7 +96,7 @@ def normalise(spans: Any) -> list[dict[str, Any]]:
             "name": span.name,
             "kind": span.kind.name,
             "status": {"code": span.status.status_code.name, "description": span.status.description},
-            "attributes": {k: _value(v) for k, v in sorted((span.attributes or {}).items())},
+            "attributes": _pointers({k: _value(v) for k, v in sorted((span.attributes or {}).items())}, ids),
             "events": events,
             "dropped_attributes": span.dropped_attributes,
             "dropped_events": span.dropped_events,
@@ -81,7 +107,8 @@ def normalise(spans: Any) -> list[dict[str, Any]]:
 @contextmanager
 def _recording(limits: SpanLimits | None = None, **capture: Any) -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(span_limits=limits) if limits is not None else TracerProvider()
+    provider = TracerProvider(span_limits=limits, id_generator=SequentialIds()) if limits is not None \
+        else TracerProvider(id_generator=SequentialIds())
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     settings.reset()
     if capture:

@@ -15,6 +15,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import spanutil  # installs the exported-span memory its records() follows schema 4 pointers through
+
 # no library may phone home from the tests (chromadb's posthog, haystack's telemetry): the machine
 # has no network but the package registries, and test traffic goes to loopback only
 for _name, _value in (("ANONYMIZED_TELEMETRY", "False"), ("HAYSTACK_TELEMETRY_ENABLED", "False"),
@@ -54,3 +56,4 @@ def _fresh_ragtrail_config(monkeypatch):
     config.reset()
     yield
     config.reset()
+    spanutil.forget()

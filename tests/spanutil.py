@@ -45,19 +45,80 @@ def checked(out: dict[str, Any], span: Any) -> dict[str, Any]:
     return out
 
 
+# the spans this test exported (SDK spans through any InMemorySpanExporter) or read back (reader spans,
+# :func:`remember`), by span id: schema 4 rows point to another span's content receipts, which the
+# reader resolves within the trace and :func:`records` resolves within the test (cleared per test)
+_SEEN: dict[str, Any] = {}
+
+
+def _span_id(span: Any) -> str:
+    context = getattr(span, "context", None)
+    return format(context.span_id, "016x") if context is not None else str(span.span_id)
+
+
+def remember(spans: Iterable[Any]) -> None:
+    """Make ``spans`` the ones :func:`records` follows schema 4's ``content.from`` pointers to."""
+    for span in spans:
+        _SEEN[_span_id(span)] = span
+
+
+def forget() -> None:
+    _SEEN.clear()
+
+
+def _install() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    export = InMemorySpanExporter.export
+    if getattr(export, "_spanutil", False):
+        return
+
+    def remembering(self: Any, spans: Any) -> Any:
+        remember(spans)
+        return export(self, spans)
+
+    remembering._spanutil = True  # type: ignore[attr-defined]
+    InMemorySpanExporter.export = remembering  # type: ignore[method-assign]
+
+
+_install()
+
+
+def _content_of(span_id: str) -> dict[str, dict[str, Any]] | None:
+    from ragtrail.inspect.columns import content_by_id
+
+    span = _SEEN.get(span_id)
+    return content_by_id(span.attributes) if span is not None else None
+
+
 def records(span: Any, parts: Iterable[Any] = ()) -> list[tuple[str, dict[str, Any]]]:
     """A stage's records (produced queries, outputs, exclusions) as (event name, attributes) in
     emission order, by the reader's decoding: schema 3's columns on the stage span and its exclusion
-    events read back into one per-candidate dict each (schema 2 names); ``parts``: its continuation
-    spans, whose events follow in order."""
+    events read back into one per-candidate dict each (schema 2 names), schema 4's content pointers
+    followed to the spans this test exported; ``parts``: its continuation spans, whose events follow in order."""
     from ragtrail.contract import semconv as sc
-    from ragtrail.inspect.columns import expand
+    from ragtrail.inspect.columns import expand, resolve_content
 
     wire = [(None, e.name, dict(e.attributes or {})) for part in [span, *parts] for e in part.events
             if e.name in (sc.EVENT_QUERY, sc.EVENT_CANDIDATE, sc.EVENT_EXCLUSION)]
-    if (span.attributes or {}).get(sc.SCHEMA, 1) < sc.SCHEMA_COLUMNS:
+    schema = (span.attributes or {}).get(sc.SCHEMA, 1)
+    if schema < sc.SCHEMA_COLUMNS:
         return [(name, a) for _, name, a in wire]
-    return [(name, dict(a)) for _, name, a in expand(span.attributes, wire, None)]
+    rows = [(name, dict(a)) for _, name, a in expand(span.attributes, wire, None, schema >= sc.SCHEMA_CONTENT_FROM)]
+    resolve_content((a for _, a in rows), _content_of)
+    return rows
+
+
+def pop_pointer(record: dict[str, Any], expected: dict[str, Any]) -> None:
+    """Pop a schema 4 record's ``content.from`` pointer when the expectation does not name it: it must
+    name a span this test saw, and the record must hold the receipt it was resolved to (the caller
+    then checks that receipt's exact values)."""
+    from ragtrail.contract import semconv as sc
+
+    if sc.CANDIDATE_CONTENT_FROM in record and sc.CANDIDATE_CONTENT_FROM not in expected:
+        pointer = record.pop(sc.CANDIDATE_CONTENT_FROM)
+        assert pointer in _SEEN, f"content.from {pointer!r} names no span of this test"
+        assert sc.CANDIDATE_CONTENT_SHA256 in record, f"content.from {pointer!r} did not resolve"
 
 
 def events(span: Any, name: str | None = None) -> list[dict[str, Any]]:
@@ -101,7 +162,9 @@ def run_under_opentelemetry_instrument(script: str, tmp_path: Any, entry_point: 
     env.update(extra_env or {})
     proc = run_process([str(BIN / "opentelemetry-instrument"), sys.executable, str(path)], env, tmp_path, timeout)
     assert "APP-OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return proc.stdout, read_store(store)
+    spans = read_store(store)
+    remember(spans)
+    return proc.stdout, spans
 
 
 def stage_spans(exporter: Any, kind: str) -> list[Any]:

@@ -307,8 +307,9 @@ TAMPERING = {  # what was changed -> the field the alarm names (the 18 kinds the
                                    sc.COLUMN_CONTENT_CHARS),
     "content bytes (no payload)": (_on_column("fuse rrf", sc.COLUMN_CONTENT_BYTES, 0, {"intValue": "3"}),
                                    sc.COLUMN_CONTENT_BYTES),
-    "excluded content bytes (no payload)": (_on_column("fuse rrf", sc.COLUMN_CONTENT_BYTES, 0, {"intValue": "3"},
-                                                       sc.EVENT_EXCLUSION), sc.COLUMN_CONTENT_BYTES),
+    # schema 4: the fuse stage's excluded rows point to the retrieval that wrote their receipts
+    "excluded content pointer": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.COLUMN_CONTENT_FROM,
+                                           {"stringValue": "00000000000000ff"}), sc.COLUMN_CONTENT_FROM),
     "query hop event text": (_on_event("retrieve multi_query", sc.EVENT_QUERY, sc.QUERY_TRANSFORM,
                                        {"stringValue": "rewrite"}, 1), sc.QUERY_TRANSFORM),
     "transform rule added": (_on_span("fuse rrf", sc.COLUMN_TRANSFORM_RULE, {"arrayValue": {"values": [

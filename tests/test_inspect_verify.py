@@ -163,13 +163,15 @@ def test_a_receipt_cut_below_64_hex_digits_is_unverifiable(tmp_path):
     ragtrail.set_capture(content="off")
     trace_id = record(tmp_path, rag_run, span_limits=SpanLimits(max_span_attribute_length=12))
     f = _fidelity(tmp_path, trace_id)
-    # schema 3: the candidates' columns are span attributes, so the span limit cuts their content
-    # receipts too (11 of them, each unverifiable, never a match); only the cite stage's id-only
-    # record (no content) stays intact
-    assert (f["intact"], f["unverifiable"], f["changed_uncited"]) == (1, 15, 0)
+    # schema 3 on: the candidates' columns are span attributes, so the span limit cuts their content
+    # receipts too (each unverifiable, never a match); schema 4: the later stages' rows point to the
+    # retrieval's receipts by span id, and a cut pointer names no span: those 8 rows are unverifiable
+    # as well; only the cite stage's id-only record (no content) stays intact
+    assert (f["intact"], f["unverifiable"], f["changed_uncited"]) == (1, 18, 0)
+    assert sum(a["field"] == sc.CANDIDATE_CONTENT_FROM for a in f["alarms"]) == 8
     assert {(a["field"], a["problem"]) for a in f["alarms"]} == {
         (sc.EVENTS_DIGEST, "unverifiable"), (sc.QUERY_SHA256, "unverifiable"),
-        (sc.CANDIDATE_CONTENT_SHA256, "unverifiable"),
+        (sc.CANDIDATE_CONTENT_SHA256, "unverifiable"), (sc.CANDIDATE_CONTENT_FROM, "unverifiable"),
         (sc.STAGE_RECEIPT, "unverifiable")}  # schema 2 on: the stage receipt is cut too
 
 

@@ -84,7 +84,7 @@ def test_retrieve_stage_exact_attributes_and_events(span_exporter):
     }
     a = attrs(span)
     pop_all(a, {
-        sc.SCHEMA: 3, sc.STAGE_KIND: "retrieve", sc.STAGE_COMPONENT: "my_app.search", sc.STAGE_STATUS: "ok",
+        sc.SCHEMA: 4, sc.STAGE_KIND: "retrieve", sc.STAGE_COMPONENT: "my_app.search", sc.STAGE_STATUS: "ok",
         sc.STAGE_TOP_K: 4,
         sc.QUERY_HOP: 0, sc.QUERY_TRANSFORM: "none", sc.QUERY_TEXT: query, sc.QUERY_CHARS: len(query),
         sc.QUERY_BYTES: len(query), sc.QUERY_SHA256: _sha(query),

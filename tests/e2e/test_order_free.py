@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 import ragtrail
 from ragtrail.contract import semconv
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor
+from ragtrail.inspect.otlp import decode_id
 
 
 def test_multi_query_stage_from_the_real_jaeger_verifies_ok(start_jaeger) -> None:
@@ -58,6 +59,10 @@ def _mixed_run(tracer) -> str:
             s.exclude(hits[3], "superseded", "doc-0 replaces it")
             s.exclude(hits[4], "stale")
             s.outputs(hits[:3])
+        with ragtrail.stage("filter", "tests.after", tracer=tracer) as s:  # schema 4: points to the fuse
+            s.inputs(hits[:3])
+            s.exclude(hits[2], "stale")
+            s.outputs(hits[:2])
         return trace_id_now()
 
 
@@ -68,8 +73,12 @@ def test_columns_and_reordered_exclusion_events_from_the_real_jaeger_v1_and_v3(s
     provider.add_span_processor(WholeTraceSpanProcessor(exporter, grace_millis=100, schedule_delay_millis=100))
     trace_id = _mixed_run(provider.get_tracer("ragtrail.e2e"))
     assert provider.force_flush(30_000)
-    spans = jaeger.wait_for_spans(trace_id, 2)
+    spans = jaeger.wait_for_spans(trace_id, 3)
     fuse = next(span for _, _, span in spans if span["name"] == "fuse multi")
+    after = next(span for _, _, span in spans if span["name"] == "filter after")
+    # the filter's rows point to the fuse span's receipts (followed by span id in both APIs below)
+    pointer = next(a["value"]["stringValue"] for a in after["attributes"] if a["key"] == semconv.COLUMN_CONTENT_FROM)
+    assert pointer == decode_id(fuse["spanId"], 8)
     # emitted: 2 query events, then one exclusion event per reason; Jaeger serves them sorted by name
     assert [e["name"] for e in fuse["events"]] == [semconv.EVENT_EXCLUSION] * 2 + [semconv.EVENT_QUERY] * 2
     v3 = rb.verify_json(jaeger.source, trace_id)[0]["fidelity"]
@@ -91,4 +100,9 @@ def test_columns_and_reordered_exclusion_events_from_the_real_jaeger_v1_and_v3(s
                                                                                 ("doc-2", 2, 3.0)]
     assert [(e["id"], e["reason"], e["detail"]) for e in stage["excluded"]] == [
         ("doc-3", "superseded", "doc-0 replaces it"), ("doc-4", "stale", None)]
+    # Jaeger v1 names spans by its own hex ids: the filter's pointed rows read back with the fuse's receipts
+    after_stage = next(s for s in manifest["stages"] if s["kind"] == "filter")
+    fused = {c["id"]: (c["sha256"], c["chars"]) for c in stage["candidates"]}
+    assert [(c["id"], c["sha256"], c["chars"]) for c in after_stage["candidates"] + after_stage["excluded"]] == [
+        (i, *fused[i]) for i in ("doc-0", "doc-1", "doc-2")]
     provider.shutdown()

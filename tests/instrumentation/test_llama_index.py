@@ -146,20 +146,25 @@ def test_pipeline_spans_exact(instrumented):
     span = one(spans, "filter SimilarityPostprocessor")
     a = attrs(span)
     pop_all(a, {
-        sc.SCHEMA: 3, sc.STAGE_KIND: sc.KIND_FILTER, sc.STAGE_COMPONENT: SIMILARITY, sc.STAGE_STATUS: sc.STATUS_OK,
+        sc.SCHEMA: 4, sc.STAGE_KIND: sc.KIND_FILTER, sc.STAGE_COMPONENT: SIMILARITY, sc.STAGE_STATUS: sc.STATUS_OK,
         sc.STAGE_THRESHOLD: cutoff, sc.CANDIDATES_IN: len(retrieved), sc.CANDIDATES_OUT: len(kept),
         sc.CANDIDATES_EXCLUDED: len(dropped), sc.OPENINFERENCE_SPAN_KIND: sc.OI_RERANKER, sc.OI_INPUT_VALUE: QUERY,
         **query_attrs(QUERY, 0, sc.TRANSFORM_NONE),
     })
     pop_stage_tail(a, span)
     assert a == {}
+    # schema 4: the postprocessor's rows point to the retrieval that wrote their receipts (the reader
+    # fills the receipts back in: the same values)
+    retrieved_at = format(one(spans, "retrieve VectorIndexRetriever").context.span_id, "016x")
     expected_candidates = [{
         sc.CANDIDATE_ID: n.node.node_id, sc.CANDIDATE_RANK: rank, sc.CANDIDATE_SCORE: n.score,
         sc.CANDIDATE_SCORE_KIND: sc.SCORE_SIMILARITY, sc.CANDIDATE_HOP: 0, **content_attrs(n.node.text),
+        sc.CANDIDATE_CONTENT_FROM: retrieved_at,
     } for rank, n in enumerate(kept)]
     expected_exclusions = [{
         sc.CANDIDATE_ID: n.node.node_id, sc.CANDIDATE_RANK: rank, sc.CANDIDATE_SCORE: n.score,
         sc.CANDIDATE_SCORE_KIND: sc.SCORE_SIMILARITY, sc.CANDIDATE_HOP: 0, **content_attrs(n.node.text),
+        sc.CANDIDATE_CONTENT_FROM: retrieved_at,
         sc.EXCLUSION_REASON: sc.REASON_BELOW_SCORE_THRESHOLD,
         sc.EXCLUSION_DETAIL: f"score={n.score:g} < threshold={cutoff:g}",
     } for rank, n in dropped]

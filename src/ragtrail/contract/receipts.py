@@ -483,9 +483,13 @@ def _digest_part(value: Any) -> str:
 def digest_item(name: str, attributes: Mapping[str, Any]) -> tuple[str, str, str]:
     """One event's entry in ``ragtrail.events.digest`` (docs/semconv.md §3): ``(event name,
     candidate id, content sha256)``; a query event is identified as ``hop:<n>`` with the query's
-    sha256. A missing part is ``""`` (the reader digests what arrived)."""
+    sha256. A missing part is ``""`` (the reader digests what arrived), and so is the content of a
+    row that points to an upstream stage's receipt (schema 4's ``content.from``: the stage did not
+    state it; what it points to is covered by its stage receipt)."""
     if name == semconv.EVENT_QUERY:
         return name, f"hop:{attributes.get(semconv.QUERY_HOP)}", _digest_part(attributes.get(semconv.QUERY_SHA256, ""))
+    if semconv.CANDIDATE_CONTENT_FROM in attributes:
+        return name, str(attributes.get(semconv.CANDIDATE_ID, "")), ""
     return (name, str(attributes.get(semconv.CANDIDATE_ID, "")),
             _digest_part(attributes.get(semconv.CANDIDATE_CONTENT_SHA256, "")))
 

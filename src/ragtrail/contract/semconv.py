@@ -6,12 +6,15 @@ The recorder, the exporters and the inspector all import them from here so that 
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # schema versions a reader accepts (schema 1 traces still read and verify by the v1 rules, schema 2's
-# per-candidate events by the v2 rules; schema 3 writes candidates as columns: docs/semconv.md §8)
-SCHEMA_VERSIONS = (1, 2, 3)
+# per-candidate events by the v2 rules; schema 3 writes candidates as columns; schema 4 lets a stage
+# say its rows' content receipts are an upstream stage's instead of restating them: docs/semconv.md §8)
+SCHEMA_VERSIONS = (1, 2, 3, 4)
 # the first schema whose candidates are columns on the stage span (and exclusions one event per reason)
 SCHEMA_COLUMNS = 3
+# the first schema whose rows may inherit their content receipts (``COLUMN_CONTENT_FROM``)
+SCHEMA_CONTENT_FROM = 4
 
 # --- spans (docs/semconv.md §1) --------------------------------------------------------------------
 SCHEMA = "ragtrail.schema"
@@ -136,6 +139,8 @@ CANDIDATE_CONTENT_BYTES = "ragtrail.candidate.content.bytes"
 CANDIDATE_CONTENT_SHA256 = "ragtrail.candidate.content.sha256"
 CANDIDATE_CONTENT_PREVIEW = "ragtrail.candidate.content.preview"
 CANDIDATE_CONTENT_TEXT = "ragtrail.candidate.content.text"
+# on a decoded record (schema 4): the span its content receipt was read from (``COLUMN_CONTENT_FROM``)
+CANDIDATE_CONTENT_FROM = "ragtrail.candidate.content.from"
 CANDIDATE_META_PREFIX = "ragtrail.candidate.meta."
 CANDIDATE_TRANSFORM_RULE = "ragtrail.candidate.transform.rule"
 CANDIDATE_TRANSFORM_DERIVED_FROM = "ragtrail.candidate.transform.derived_from"
@@ -162,6 +167,9 @@ COLUMN_CONTENT_CHARS = "ragtrail.candidates.content.chars"
 COLUMN_CONTENT_BYTES = "ragtrail.candidates.content.bytes"
 COLUMN_CONTENT_SHA256 = "ragtrail.candidates.content.sha256"
 COLUMN_CONTENT_PREVIEW = "ragtrail.candidates.content.preview"
+# schema 4: instead of the three content columns, the span id (16 hex) of the stage span whose output
+# rows carry every row's content receipt, by candidate id: the content did not change since that stage
+COLUMN_CONTENT_FROM = "ragtrail.candidates.content.from"
 COLUMN_CONTENT_TEXT = "ragtrail.candidates.content.text"
 COLUMN_TRANSFORM_RULE = "ragtrail.candidates.transform.rule"
 COLUMN_TRANSFORM_DERIVED_FROM = "ragtrail.candidates.transform.derived_from"
@@ -172,7 +180,7 @@ NO_SCORE = "~"
 # every column name but the metadata ones (those start with COLUMN_META_PREFIX)
 COLUMN_NAMES = frozenset({COLUMN_IDS, COLUMN_RANKS, COLUMN_SCORES, COLUMN_SCORE_RAW, COLUMN_SCORE_KIND, COLUMN_SCORE_KINDS,
                           COLUMN_HOP, COLUMN_HOPS, COLUMN_CONTENT_CHARS, COLUMN_CONTENT_BYTES, COLUMN_CONTENT_SHA256,
-                          COLUMN_CONTENT_PREVIEW, COLUMN_CONTENT_TEXT, COLUMN_TRANSFORM_RULE,
+                          COLUMN_CONTENT_PREVIEW, COLUMN_CONTENT_TEXT, COLUMN_CONTENT_FROM, COLUMN_TRANSFORM_RULE,
                           COLUMN_TRANSFORM_DERIVED_FROM, COLUMN_EXCLUSION_DETAILS})
 
 SCORE_SIMILARITY = "similarity"

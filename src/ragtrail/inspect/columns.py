@@ -79,14 +79,17 @@ def _int(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-def records(attributes: Mapping[str, Any], reason: Any = None) -> list[dict[str, Any]]:
+def records(attributes: Mapping[str, Any], reason: Any = None, content_from: bool = False) -> list[dict[str, Any]]:
     """The rows of the columns in ``attributes`` as per-candidate attribute dicts (schema 2 names):
     a stage span's outputs (rank = position), or, with ``reason``, an exclusion event's candidates
-    (rank = the input rank, absent when -1)."""
+    (rank = the input rank, absent when -1). ``content_from`` (schema 4): a row of columns that point
+    to an upstream stage's content receipts carries that span id (``ragtrail.candidate.content.from``),
+    for :func:`resolve_content` to fill in."""
     ids = _list(attributes.get(sc.COLUMN_IDS))
     if not ids:
         return []
     get = attributes.get
+    source = get(sc.COLUMN_CONTENT_FROM) if content_from else None
     ranks = _list(get(sc.COLUMN_RANKS)) if sc.COLUMN_RANKS in attributes else None
     scores = _list(get(sc.COLUMN_SCORES))
     raw = _list(get(sc.COLUMN_SCORE_RAW))
@@ -146,10 +149,51 @@ def records(attributes: Mapping[str, Any], reason: Any = None) -> list[dict[str,
                 else:
                     if isinstance(row[name], list):
                         row[name] = tuple(row[name])
+        if source is not None:
+            row[sc.CANDIDATE_CONTENT_FROM] = source if isinstance(source, str) else str(source)
         if reason is not None:
             row[sc.EXCLUSION_REASON] = reason
         rows.append(row)
     return rows
+
+
+_RECEIPT_NAMES = (sc.CANDIDATE_CONTENT_CHARS, sc.CANDIDATE_CONTENT_BYTES, sc.CANDIDATE_CONTENT_SHA256)
+
+
+def content_by_id(attributes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A stage span's output content receipts by candidate id, as a schema 4 row pointing to that span
+    reads them: only rows that state their receipt (a sha256), and not an id whose rows disagree (which
+    of them was meant is not known)."""
+    out: dict[str, dict[str, Any]] = {}
+    ambiguous: set[str] = set()
+    for row in records(attributes):
+        sha = row.get(sc.CANDIDATE_CONTENT_SHA256)
+        if not isinstance(sha, str):
+            continue
+        receipt = {name: row[name] for name in _RECEIPT_NAMES if name in row}
+        ident = row[sc.CANDIDATE_ID]
+        known = out.get(ident)
+        if known is None and ident not in ambiguous:
+            out[ident] = receipt
+        elif known is not None and known != receipt:
+            del out[ident]
+            ambiguous.add(ident)
+    return out
+
+
+def resolve_content(rows: Iterable[dict[str, Any]], source_of: Any) -> None:
+    """Fill in each row that points to an upstream stage (``ragtrail.candidate.content.from``) with
+    that stage's receipt for its id. ``source_of(span_id)`` gives the referenced span's
+    :func:`content_by_id` (``None``: not in the trace). A row whose receipt cannot be found keeps no
+    content receipt (verify says why); the pointer stays on the row."""
+    for row in rows:
+        source = row.get(sc.CANDIDATE_CONTENT_FROM)
+        if source is None:
+            continue
+        known = source_of(str(source).lower())
+        receipt = known.get(row.get(sc.CANDIDATE_ID)) if known is not None else None
+        if receipt is not None:
+            row.update(receipt)
 
 
 def _input_rank(row: Mapping[str, Any]) -> float:
@@ -158,7 +202,7 @@ def _input_rank(row: Mapping[str, Any]) -> float:
 
 
 def expand(attributes: Mapping[str, Any], events: Iterable[tuple[W, str, Mapping[str, Any]]],
-           head: W) -> list[tuple[W, str, dict[str, Any]]]:
+           head: W, content_from: bool = False) -> list[tuple[W, str, dict[str, Any]]]:
     """A schema 3 stage's records in emission order: its produced queries as they arrived, its
     outputs (from the stage span's columns, ``head``) by rank, then its exclusions (from each
     reason's event) by input rank, those without one last. Each record keeps where it came from
@@ -170,7 +214,8 @@ def expand(attributes: Mapping[str, Any], events: Iterable[tuple[W, str, Mapping
             queries.append((where, name, event_attributes))  # type: ignore[arg-type]  # as it arrived
         elif name == sc.EVENT_EXCLUSION:
             reason = event_attributes.get(sc.EXCLUSION_REASON)
-            excluded.extend((where, name, row) for row in records(event_attributes, "" if reason is None else reason))
+            excluded.extend((where, name, row)
+                            for row in records(event_attributes, "" if reason is None else reason, content_from))
     excluded.sort(key=lambda item: _input_rank(item[2]))
-    outputs = [(head, sc.EVENT_CANDIDATE, row) for row in records(attributes)]
+    outputs = [(head, sc.EVENT_CANDIDATE, row) for row in records(attributes, None, content_from)]
     return queries + outputs + excluded

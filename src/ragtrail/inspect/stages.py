@@ -8,6 +8,7 @@ stitching (which continuations were announced by ``ragtrail.events.spans`` and w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,15 @@ class StageView:
     continuations: list[Span] = field(default_factory=list)
     _events: list[tuple[Span, Event]] | None = field(default=None, repr=False)
     _wire: list[tuple[Span, Event]] | None = field(default=None, repr=False)
+    # schema 4: the trace's content receipts by stage span id, for rows that point upstream (set by stitch)
+    source_of: Callable[[str], dict[str, dict[str, Any]] | None] | None = field(default=None, repr=False)
+    _content: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
+
+    def content_by_id(self) -> dict[str, dict[str, Any]]:
+        """This stage's output content receipts by candidate id (what a later stage may point to)."""
+        if self._content is None:
+            self._content = columns.content_by_id(self.span.attributes) if schema_of(self.span) >= sc.SCHEMA_COLUMNS else {}
+        return self._content
 
     @property
     def attributes(self) -> dict[str, Any]:
@@ -66,11 +76,19 @@ class StageView:
             if schema >= sc.SCHEMA_COLUMNS:
                 head = self.span
                 # each record keeps the time of the event that carried it (outputs: the stage span's end)
+                inherits = schema >= sc.SCHEMA_CONTENT_FROM
+                expanded = columns.expand(head.attributes, [((s, e), e.name, e.attributes) for s, e in wire],
+                                          (head, Event(sc.EVENT_CANDIDATE, head.end_ns, {})), inherits)
+                if inherits:
+                    columns.resolve_content((a for _, _, a in expanded), self.source_of or _no_sources)
                 wire = [(where[0], where[1] if name == sc.EVENT_QUERY else Event(name, where[1].time_ns, a))
-                        for where, name, a in columns.expand(head.attributes, [((s, e), e.name, e.attributes) for s, e in wire],
-                                                             (head, Event(sc.EVENT_CANDIDATE, head.end_ns, {})))]
+                        for where, name, a in expanded]
             self._events = emission_order(wire) if schema >= 2 else wire
         return self._events
+
+
+def _no_sources(span_id: str) -> None:
+    return None
 
 
 def schema_of(span: Span) -> int:
@@ -144,8 +162,13 @@ def stitch(trace: Trace) -> Stitched:
             orphans.append(span)
         else:
             head.continuations.append(span)
+    def source_of(span_id: str) -> dict[str, dict[str, Any]] | None:
+        view = heads.get(span_id)
+        return view.content_by_id() if view is not None else None
+
     for head in heads.values():
         head.continuations.sort(key=lambda s: continuation_index(s) or 0)
+        head.source_of = source_of
     ordered = sorted(heads.values(), key=lambda v: (v.span.start_ns, v.span.end_ns))
     pipelines = [v for v in ordered if v.kind == sc.KIND_PIPELINE]
     stages = [v for v in ordered if v.kind != sc.KIND_PIPELINE]

@@ -205,6 +205,12 @@ class _Checker:
                     self.query(span, label, a, hop_sha)
                     continue
                 cid = str(a.get(sc.CANDIDATE_ID, ""))
+                if sc.CANDIDATE_CONTENT_FROM in a and sc.CANDIDATE_CONTENT_SHA256 not in a:
+                    self.alarm(span, label, cid, sc.CANDIDATE_CONTENT_FROM, UNVERIFIABLE,
+                               f"its content receipt is the one span {str(a[sc.CANDIDATE_CONTENT_FROM])[:16]} wrote, "
+                               "which did not arrive or does not hold this candidate")
+                    self.f.count(UNVERIFIABLE)
+                    continue
                 rule = a.get(sc.CANDIDATE_TRANSFORM_RULE)
                 rules = [rule] if isinstance(rule, str) else []
                 derived = a.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM)

@@ -25,7 +25,7 @@ from ragtrail.contract.receipts import (StageReceipt, digest_item, finite_or_non
                                         stage_receipt)
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import Exclusion
-from ragtrail.recorder.pipeline import QueryRecord
+from ragtrail.recorder.pipeline import PipelineState, QueryRecord
 from ragtrail.recorder.sdk_events import Event, add_events
 from ragtrail.recorder.values import attribute_value, score_text, wire_str, wire_text
 from ragtrail.settings import CaptureSettings
@@ -62,9 +62,14 @@ _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=Tr
 class EventBuilder:
     """Builds one stage's columns and events under the capture settings in force."""
 
-    def __init__(self, config: CaptureSettings, default_score_kind: str | None) -> None:
+    def __init__(self, config: CaptureSettings, default_score_kind: str | None,
+                 state: PipelineState | None = None, span_id: str | None = None) -> None:
         self.config = config
         self.default_score_kind = default_score_kind
+        # schema 4: rows whose content an earlier stage of ``state`` already wrote point to it
+        # (``content.from``) instead of restating chars, bytes and sha256; ``span_id`` is this stage's
+        self.state = state
+        self.span_id = span_id
         self.content_key: str | None = None
         if config.content_for("") is not None:  # content capture is on: preview or full
             self.content_key = sc.COLUMN_CONTENT_PREVIEW if config.content_is_preview() else sc.COLUMN_CONTENT_TEXT
@@ -75,6 +80,13 @@ class EventBuilder:
         events: list[Event] = [(sc.EVENT_QUERY, query_attributes(v, config)) for v in variants]
         items = [digest_item(name, attributes) for name, attributes in events]
         span_attributes = self.columns(outputs, self.default_score_kind, None)
+        if self.state is not None and self.span_id is not None and sc.COLUMN_CONTENT_SHA256 in span_attributes:
+            # these outputs' receipts are written here: later stages may point to this span
+            remember = self.state.remember_content
+            for c in outputs:
+                r = c.receipt
+                if r is not None:
+                    remember(c.id, r.sha256, self.span_id)
         ids = span_attributes.get(sc.COLUMN_IDS, ())
         shas = span_attributes.get(sc.COLUMN_CONTENT_SHA256) or [""] * len(ids)
         items.extend(zip([sc.EVENT_CANDIDATE] * len(ids), ids, shas))
@@ -133,7 +145,10 @@ class EventBuilder:
         if any(h != -1 for h in hops):
             _once(out, hops, sc.COLUMN_HOP, sc.COLUMN_HOPS)
         receipts = [c.receipt for c in candidates]
-        if any(r is not None for r in receipts):
+        source = self._content_source(candidates, receipts)
+        if source is not None:
+            out[sc.COLUMN_CONTENT_FROM] = source
+        elif any(r is not None for r in receipts):
             out[sc.COLUMN_CONTENT_CHARS] = [-1 if r is None else r.chars for r in receipts]
             out[sc.COLUMN_CONTENT_BYTES] = [-1 if r is None else r.bytes for r in receipts]
             out[sc.COLUMN_CONTENT_SHA256] = [r.sha256 if r is not None else "" for r in receipts]
@@ -155,6 +170,25 @@ class EventBuilder:
                 if any(cells):
                     out[sc.COLUMN_META_PREFIX + key] = cells
         return out
+
+    def _content_source(self, candidates: Sequence[Candidate], receipts: list[Any]) -> str | None:
+        """The span id every row's content receipt can be read from (docs/semconv.md §3, schema 4):
+        only when content capture is off (a captured preview or text is checked against its own
+        row's receipt), every row has a receipt, and one earlier stage wrote exactly that receipt
+        for every row's id on its outputs; else ``None`` (the rows state their receipts)."""
+        state = self.state
+        if state is None or self.content_key is not None or not candidates:
+            return None
+        source: str | None = None
+        lookup = state.content_source
+        for c, r in zip(candidates, receipts):
+            if r is None:
+                return None
+            known = lookup(c.id)
+            if known is None or known[0] != r.sha256 or (source is not None and known[1] != source):
+                return None
+            source = known[1]
+        return source if source != self.span_id else None
 
 
 def _once(out: dict[str, Any], values: list[Any], single: str, column: str) -> None:

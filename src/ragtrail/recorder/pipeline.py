@@ -40,6 +40,9 @@ class QueryRecord(NamedTuple):
     receipt: Any
 
 
+_UNSEEN: Any = object()
+
+
 class PipelineState:
     """Shared by every stage of one pipeline run (also across threads that copy the context)."""
 
@@ -52,6 +55,9 @@ class PipelineState:
         self._hop_by_sha: dict[str, Hop] = {}
         self._hop_of_candidate: dict[str, int] = {}
         self._score_kind_of: dict[str, str] = {}
+        # candidate id -> (content sha256, span id of the stage that wrote that receipt on its outputs),
+        # None once two stages wrote different content for the id (schema 4's content.from, below)
+        self._content_of: dict[str, tuple[str, str] | None] = {}
         self.retrieved: dict[str, None] = {}
         self.in_context: list[str] | None = None
         self.cited: dict[str, None] = {}
@@ -80,6 +86,12 @@ class PipelineState:
     def candidate_score_kind(self, candidate_id: str) -> str | None:
         """The score kind an earlier stage of this pipeline gave this candidate."""
         return self._score_kind_of.get(candidate_id)
+
+    def content_source(self, candidate_id: str) -> tuple[str, str] | None:
+        """The content sha256 an earlier stage of this pipeline wrote for this candidate on its
+        outputs, and that stage's span id (16 hex); ``None`` when none did, or when two stages wrote
+        different content for it (then which one a later stage saw is not known here)."""
+        return self._content_of.get(candidate_id)
 
     # --- creating calls ----------------------------------------------------------------------------
     def new_hop(self, sha: str, parent: int | None, transform: str) -> tuple[Hop, bool]:
@@ -130,6 +142,16 @@ class PipelineState:
             self._hop_of_candidate.setdefault(candidate_id, hop)
         if score_kind is not None:
             self._score_kind_of[candidate_id] = score_kind
+
+    def remember_content(self, candidate_id: str, sha256: str, span_id: str) -> None:
+        """A stage wrote this content receipt for the candidate on its outputs. The first stage to
+        write a content is the one later stages point to; another content for the same id makes the
+        id unsafe to point at (every later stage restates its receipt)."""
+        known = self._content_of.get(candidate_id, _UNSEEN)
+        if known is _UNSEEN:
+            self._content_of[candidate_id] = (sha256, span_id)
+        elif known is not None and known[0] != sha256:
+            self._content_of[candidate_id] = None
 
     def add_corpus_size(self, size: int, store: Any = None, approximate: bool = False) -> None:
         """One store's size. The corpus is the sum over the distinct stores behind the pipeline

@@ -109,7 +109,8 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
     seen.findings.extend(findings)
     _assign_hops(stage, outputs)
     status, failure_class = final_status(stage.kind, seen, exc, outputs)
-    written_columns = event_rules.EventBuilder(seen.config, stage.score_kind).build(seen.variants, outputs, exclusions)
+    written_columns = event_rules.EventBuilder(seen.config, stage.score_kind, _state_of(stage),
+                                               _span_id(span)).build(seen.variants, outputs, exclusions)
     # the stage's own attributes are made before the mirrors (written after them), so the mirrors' cap
     # can leave room for exactly what ragtrail will write: nothing of ragtrail's is ever evicted by a mirror
     own = _own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions)
@@ -153,6 +154,12 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
         written = {**own, **final}
     stamp = event_rules.receipt(written, events, settings.receipt_key())
     add_attributes(span, {sc.STAGE_RECEIPT: stamp.receipt, sc.STAGE_RECEIPT_FIELDS: stamp.fields})
+
+
+def _span_id(span: Any) -> str | None:
+    """The span's id as readers print it (16 lowercase hex), ``None`` for a span without a valid one."""
+    context = span.get_span_context()
+    return format(context.span_id, "016x") if context.is_valid else None
 
 
 # written after the mirrors and the stage's own attributes: findings, errors, events.spans, count and
