@@ -42,6 +42,8 @@ class Candidate:
     derived_from: str | None = None
     raw: Any = field(default=None, repr=False, compare=False)
     _receipt: Receipt | None = field(default=None, repr=False, compare=False)
+    # handed over (see :func:`hand_over`): the next stage list that meets it takes it as it is
+    _handed: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def receipt(self) -> Receipt | None:
@@ -67,7 +69,28 @@ class Candidate:
             setattr(duplicate, name, value)
         if "content" in changes and changes["content"] is not self.content:
             duplicate._receipt = None
+        duplicate._handed = False
         return duplicate
+
+
+def hand_over(candidates: list[Candidate]) -> list[Candidate]:
+    """Mark candidates an instrumentation has just made for one ``Stage.inputs``/``outputs`` call and
+    changes no more: that stage takes each as it is, once, instead of copying it (a copy per
+    candidate per stage is most of a hook's adaptation cost). Only for candidates whose ``raw`` is
+    set (what the copy would fill in). Returns the list itself."""
+    for candidate in candidates:
+        if candidate.raw is not None:
+            candidate._handed = True
+    return candidates
+
+
+def take_over(item: Any) -> Candidate | None:
+    """``item`` itself when it is a candidate handed over by :func:`hand_over` (taken once: a
+    second use gets a copy, as any other Candidate does), else ``None``."""
+    if type(item) is Candidate and item._handed:
+        item._handed = False
+        return item
+    return None
 
 
 _PUBLIC_FIELDS = frozenset(("id", "content", "score", "score_kind", "metadata", "hop", "transform_rule",

@@ -25,7 +25,7 @@ from ragtrail import settings
 from ragtrail.contract import receipts as _receipts
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
-from ragtrail.recorder.candidates import Candidate, adapt, content_id
+from ragtrail.recorder.candidates import Candidate, adapt, content_id, take_over
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.exclusions import Explicit
 from ragtrail.recorder.corpus import store_key, user_corpus_size
@@ -405,13 +405,15 @@ class Stage:
             return []
         kind = score_kind or (None if inherit else self.score_kind)
         memo = seen.receipts
-        result = []
-        for item in list(candidates):
-            candidate = adapt(item)
+        kind_of, hop_of = state.candidate_score_kind, state.candidate_hop
+        result: list[Candidate] = []
+        append = result.append
+        for item in list(candidates):  # once per candidate per stage: lookups bound above
+            candidate = take_over(item) or adapt(item)
             if candidate.score_kind is None:
-                candidate.score_kind = kind or (state.candidate_score_kind(candidate.id) if inherit else None)
+                candidate.score_kind = kind or (kind_of(candidate.id) if inherit else None)
             if inherit and candidate.hop is None:
-                candidate.hop = state.candidate_hop(candidate.id)
+                candidate.hop = hop_of(candidate.id)
             content = candidate.content
             if content is not None and candidate._receipt is None:
                 # the same content object seen as input and output is hashed once per stage
@@ -420,7 +422,7 @@ class Stage:
                     candidate._receipt = cached[1]
                 else:
                     memo[id(content)] = (content, candidate.receipt)
-            result.append(candidate)
+            append(candidate)
         return result
 
 

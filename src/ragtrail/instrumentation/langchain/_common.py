@@ -181,12 +181,11 @@ def _float_or_none(value: Any) -> float | None:
         return None
 
 
-def score_in(metadata: Any, key: str) -> float | None:
+def _score_value(value: Any) -> float | None:
     """A score a library left in a Document's metadata (``score``, ``relevance_score``) when it is a
     number (numpy scalars too); a string or any other value is not a score."""
-    if not isinstance(metadata, dict):
-        return None
-    value = metadata.get(key)
+    if type(value) is float:  # the common case, first (what float() would return)
+        return value
     if value is None or isinstance(value, (bool, str, bytes)):
         return None
     return _float_or_none(value)
@@ -203,11 +202,13 @@ def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> Non
         if candidate.score is not None:
             continue
         metadata = getattr(doc, "metadata", None)
-        relevance = score_in(metadata, "relevance_score")
+        if not isinstance(metadata, dict):
+            continue
+        relevance = _score_value(metadata.get("relevance_score"))
         if relevance is not None:
             candidate.score, candidate.score_kind = relevance, sc.SCORE_RERANK
             continue
-        own = score_in(metadata, "score")
+        own = _score_value(metadata.get("score"))
         if own is not None:
             if not looked:
                 state, looked = current_pipeline(), True

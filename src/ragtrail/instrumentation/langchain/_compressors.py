@@ -31,7 +31,7 @@ from collections import Counter
 from typing import Any, Callable, Iterator
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate, hand_over
 from ragtrail.instrumentation._hook import argument, component_name, enabled, record_internal_error
 from ragtrail.instrumentation.langchain._common import (
     LangChainCall,
@@ -209,7 +209,7 @@ class CompressorWrappers:
         if isinstance(documents, (list, tuple)):
             inputs = adapt_all(documents)  # snapshot now: compressors rebuild and reorder
             metadata_scores(inputs, documents)
-            s.inputs(inputs)
+            s.inputs(hand_over(inputs))  # the finisher reads only ids, receipts and raw objects of these
             call.memo["inputs"] = inputs
             call.memo["documents"] = list(documents)
         else:
@@ -254,7 +254,7 @@ def _finish_with(fn: Callable[[LangChainCall, list, list[Candidate]], dict[str, 
         if inputs is None:
             s.outputs(result)
             return
-        outputs = adapt_all(result)
+        outputs = hand_over(adapt_all(result))  # ``fn`` changes them only before recording them
         _carry_identity(inputs, outputs)
         explicit = fn(call, list(result), outputs)
         for ident, (reason, detail) in explicit.items():

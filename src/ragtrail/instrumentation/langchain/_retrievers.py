@@ -33,6 +33,7 @@ from ragtrail.instrumentation.langchain._common import (
     run_sync,
     sink_for,
 )
+from ragtrail.recorder.candidates import hand_over
 from ragtrail.recorder.pipeline import current_pipeline
 
 # score kinds of ``similarity_search_with_score`` per store (class name); unknown stores: "none"
@@ -309,7 +310,7 @@ class RetrieverWrappers:
 # --- finishers ------------------------------------------------------------------------------------
 def _outputs_as_is(call: LangChainCall, result: Any) -> None:
     if isinstance(result, (list, tuple)):
-        call.live.outputs(adapt_all(result))
+        call.live.outputs(hand_over(adapt_all(result)))
     else:
         call.live.finding(f"retriever returned a {type(result).__name__}, not a list")
 
@@ -321,7 +322,7 @@ def _outputs_with_metadata_scores(call: LangChainCall, result: Any) -> None:
         return _outputs_as_is(call, result)
     outputs = adapt_all(result)
     metadata_scores(outputs, result)
-    call.live.outputs(outputs)
+    call.live.outputs(hand_over(outputs))
 
 
 def _finish_multi_query(call: LangChainCall, result: Any) -> None:
@@ -336,11 +337,11 @@ def _finish_multi_query(call: LangChainCall, result: Any) -> None:
         inputs = adapt_all(inner)
         for candidate in inputs:
             candidate.hop = state.candidate_hop(candidate.id) if state is not None else None
-        call.live.inputs(inputs)
+        call.live.inputs(hand_over(inputs))
     outputs = adapt_all(result)
     for candidate in outputs:
         candidate.hop = state.candidate_hop(candidate.id) if state is not None else None
-    call.live.outputs(outputs)
+    call.live.outputs(hand_over(outputs))
 
 
 def _scored(pairs: Any) -> list[Any]:
@@ -349,7 +350,7 @@ def _scored(pairs: Any) -> list[Any]:
     out = adapt_all([doc for doc, _ in pairs])
     for candidate, (_, score) in zip(out, pairs):
         candidate.score = score
-    return out
+    return hand_over(out)  # each list is handed to one stage call, unchanged after
 
 
 def _scored_outputs(call: LangChainCall, result: list, scored: Any) -> None:
@@ -396,16 +397,32 @@ def _finish_bm25(call: LangChainCall, result: Any) -> None:
     scores = call.sink.data.get("bm25_scores") if call.sink is not None else None
     docs = getattr(call.instance, "docs", None)
     if scores is None or not isinstance(docs, list) or len(docs) != len(scores):
-        call.live.outputs(result)
+        call.live.outputs(hand_over(adapt_all(result)))
         return
     import numpy as np
 
-    top = np.argsort(scores)[::-1][: len(result)]
+    if result and not _may_lead(np, scores, docs, result[0]):
+        top: Any = ()  # the first document is none of the best-scored: no need to sort them all
+    else:
+        top = np.argsort(scores)[::-1][: len(result)]
     if len(top) != len(result) or any(docs[i] is not doc for i, doc in zip(top, result)):
         call.live.finding("BM25 scores could not be matched to the returned documents")
-        call.live.outputs(result)
+        call.live.outputs(hand_over(adapt_all(result)))
         return
     call.live.outputs(_scored((doc, float(scores[i])) for i, doc in zip(top, result)))
+
+
+def _may_lead(np: Any, scores: Any, docs: list, first: Any) -> bool:
+    """False only when ``first`` is certainly not where ``argsort(scores)[::-1]`` puts first: it
+    is none of the documents holding the highest score (a NaN or an odd array: not decided here)."""
+    try:
+        values = np.asarray(scores)
+        if values.dtype.kind != "f" or values.ndim != 1:
+            return True
+        best = np.flatnonzero(values == values.max())
+    except Exception:
+        return True
+    return len(best) == 0 or any(docs[i] is first for i in best)
 
 
 def _finish_ensemble(call: LangChainCall, result: Any) -> None:
@@ -426,7 +443,7 @@ def _finish_ensemble(call: LangChainCall, result: Any) -> None:
             if candidate.id not in seen:
                 seen.add(candidate.id)
                 union.append(candidate)
-    s.inputs(union)
+    s.inputs(hand_over(union))
     scores = _rrf_scores(instance, doc_lists)
     if scores is None or fused is not result:
         s.finding("RRF scores could not be recomputed for this EnsembleRetriever")

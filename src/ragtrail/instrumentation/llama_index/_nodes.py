@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ragtrail import settings
-from ragtrail.recorder.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate, lookup_adapter
 
 
 def node_content(node: Any) -> Any:
@@ -33,10 +33,13 @@ def adapt_node(node: Any) -> Candidate:
 
 
 def adapt_node_with_score(item: Any) -> Candidate:
-    candidate = adapt_node(item.node)
-    candidate.score = item.score
-    candidate.raw = item
-    return candidate
+    """:func:`adapt_node` of ``item.node`` with ``item``'s score, built in one go (a stage adapts ~100)."""
+    node = item.node
+    meta = getattr(node, "metadata", None)
+    if meta and settings.get().metadata:
+        meta = dict(meta)
+    return Candidate(id=str(node.node_id), content=node_content(node), score=item.score, metadata=meta or None,
+                     raw=item)
 
 
 class Snap(NamedTuple):
@@ -52,6 +55,17 @@ class Snap(NamedTuple):
 def snap(item: Any) -> Snap:
     node = item.node
     return Snap(str(node.node_id), item.score, node_content(node), node.metadata)
+
+
+def adapt_snapped(items: list[Any], snaps: list[Snap]) -> list[Candidate] | None:
+    """The candidates :func:`adapt_node_with_score` makes of ``items``, built from their snaps taken
+    just now (one read of each node instead of two); ``None`` when some item is adapted otherwise."""
+    if any(lookup_adapter(type(item)) is not adapt_node_with_score for item in items):
+        return None
+    keep = settings.get().metadata
+    return [Candidate(id=sn.id, content=sn.content, score=sn.score,
+                      metadata=(dict(sn.metadata) if keep else sn.metadata) if sn.metadata else None, raw=item)
+            for item, sn in zip(items, snaps)]
 
 
 def node_id(item: Any) -> str:

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import adapt, is_candidate_list
+from ragtrail.recorder.candidates import adapt, hand_over, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, receipt
 from ragtrail.instrumentation._hook import active_call, argument
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall
-from ._nodes import Snap, node_content, node_id, query_text, snap
+from ._nodes import Snap, adapt_snapped, node_content, node_id, query_text, snap
 from ._retrieve import record_kept
 
 Explain = Callable[["PostprocessCall", Stage, list[Snap], list[Any]], None]
@@ -188,9 +188,17 @@ class PostprocessCall(LlamaCall):
             s.query(text)
         nodes = argument(self.args, self.kwargs, 0, "nodes")
         if is_candidate_list(nodes):
-            # the recorder adapts (and so snapshots) the nodes now; ours is for reasons and content
-            s.inputs(nodes)
-            self.snapshot = [snap(n) for n in nodes]
+            # adapted (and so snapshotted) now; our snapshot is for reasons and content, and the
+            # candidates are made from it when our adapter is the one for every node
+            items = list(nodes)
+            try:
+                snapshot = [snap(n) for n in items]
+            except Exception:
+                s.inputs(nodes)  # recorded all the same; the hook skeleton counts the error
+                raise
+            candidates = adapt_snapped(items, snapshot)
+            s.inputs(nodes if candidates is None else hand_over(candidates))
+            self.snapshot = snapshot
         else:
             s.finding(f"nodes are a {type(nodes).__name__}, not a list: not snapshotted")
 
