@@ -147,11 +147,12 @@ class PipelineState:
         """A stage wrote this content receipt for the candidate on its outputs. The first stage to
         write a content is the one later stages point to; another content for the same id makes the
         id unsafe to point at (every later stage restates its receipt)."""
-        known = self._content_of.get(candidate_id, _UNSEEN)
-        if known is _UNSEEN:
-            self._content_of[candidate_id] = (sha256, span_id)
-        elif known is not None and known[0] != sha256:
-            self._content_of[candidate_id] = None
+        with self._lock:  # stages of one pipeline may end on several threads at once
+            known = self._content_of.get(candidate_id, _UNSEEN)
+            if known is _UNSEEN:
+                self._content_of[candidate_id] = (sha256, span_id)
+            elif known is not None and known[0] != sha256:
+                self._content_of[candidate_id] = None
 
     def add_corpus_size(self, size: int, store: Any = None, approximate: bool = False) -> None:
         """One store's size. The corpus is the sum over the distinct stores behind the pipeline
