@@ -185,12 +185,20 @@ def stitched(span: Any, spans: Any) -> list[tuple[str, dict[str, Any]]]:
     return records(span, parts)
 
 
+def content_part(record: Any) -> str:
+    """A candidate record's content in its digest item: its sha256, or ``""`` when the record points to
+    another stage's receipt (schema 4's ``content.from``: the stage did not state it)."""
+    from ragtrail.contract import semconv as sc
+
+    return "" if sc.CANDIDATE_CONTENT_FROM in record else record.get(sc.CANDIDATE_CONTENT_SHA256, "")
+
+
 def check_count_and_digest(span: Any, evs: list[tuple[str, dict[str, Any]]]) -> None:
     """The stage's stamped event count and digest match the (stitched) candidate events received."""
     from ragtrail.contract import semconv as sc
     from ragtrail.contract.receipts import sorted_events_digest
 
-    items = [(name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")) for name, a in evs]
+    items = [(name, a[sc.CANDIDATE_ID], content_part(a)) for name, a in evs]
     assert span.attributes[sc.EVENTS_COUNT] == len(evs)
     assert span.attributes[sc.EVENTS_DIGEST] == sorted_events_digest(items)
 

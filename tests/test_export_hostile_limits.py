@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import ragtrail
 from otlp_server import OTLPServer, ReceivedSpan, otlp_server  # noqa: F401  (fixture)
+import spanutil
 from ragtrail.contract import semconv as sc
 from ragtrail.inspect.columns import expand
 from ragtrail.recorder.candidates import Candidate
@@ -169,7 +170,7 @@ def damage_signals(group: list[ReceivedSpan]) -> list[str]:
             if e.name == sc.EVENT_QUERY:
                 items.append((e.name, f"hop:{a.get(sc.QUERY_HOP)}", a.get(sc.QUERY_SHA256, "")))
             else:
-                items.append((e.name, a.get(sc.CANDIDATE_ID, ""), a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
+                items.append((e.name, a.get(sc.CANDIDATE_ID, ""), spanutil.content_part(a)))
         if sorted_events_digest(items) != digest:
             signals.append("events.digest does not match the events received")
     # receipted payloads: the query text on the span

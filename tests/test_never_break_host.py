@@ -16,6 +16,7 @@ import ragtrail
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, register_adapter, unregister_adapter
 from ragtrail.contract.receipts import sorted_events_digest, receipt
+import spanutil
 from spanutil import attrs, events, records
 
 
@@ -223,7 +224,7 @@ def test_manifest_invariants_hold_for_any_subset(span_exporter, inputs, data):
     assert a[sc.EVENTS_COUNT] == len(received) == len(inputs) == len(outputs) + len(events(span, sc.EVENT_EXCLUSION))
     assert len({e.attributes[sc.EXCLUSION_REASON] for e in span.events}) == len(span.events)  # one per reason
     assert a[sc.EVENTS_DIGEST] == sorted_events_digest(
-        (name, e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_CONTENT_SHA256, "")) for name, e in received)
+        (name, e[sc.CANDIDATE_ID], spanutil.content_part(e)) for name, e in received)
     for e in events(span, sc.EVENT_EXCLUSION):
         assert sc.is_valid_reason(e[sc.EXCLUSION_REASON])
 

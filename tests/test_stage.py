@@ -22,7 +22,7 @@ from opentelemetry.trace import StatusCode
 import ragtrail
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import sorted_events_digest, receipt
-from spanutil import attrs, by_name, events, pop_all, records
+from spanutil import attrs, by_name, content_part, events, pop_all, records
 
 DOCS = [
     {"id": "policy-2024-11", "content": "Refunds within 30 days.", "score": 0.86, "metadata": {"updated_at": "2024-11-01", "status": "current"}},
@@ -57,7 +57,7 @@ def _digest(span) -> str:
         if name == sc.EVENT_QUERY:
             items.append((name, f"hop:{a[sc.QUERY_HOP]}", a.get(sc.QUERY_SHA256, "")))
         else:
-            items.append((name, a[sc.CANDIDATE_ID], a.get(sc.CANDIDATE_CONTENT_SHA256, "")))
+            items.append((name, a[sc.CANDIDATE_ID], content_part(a)))
     return sorted_events_digest(items)
 
 

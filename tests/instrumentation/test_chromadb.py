@@ -163,6 +163,9 @@ def check_span(span: Any, spans: Any, result: Any, row: int, *, collection: Any,
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(ids)
     for rank, (ident, (_, ev)) in enumerate(zip(ids, evs)):
+        # schema 4: a search whose every hit an earlier search of this pipeline returned with the same
+        # content points to it; the receipts read back are checked exactly below
+        spanutil.pop_pointer(ev, {})
         assert ev.pop(sc.CANDIDATE_ID) == ident
         assert ev.pop(sc.CANDIDATE_RANK) == rank
         if distances is not None:

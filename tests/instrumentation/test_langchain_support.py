@@ -127,9 +127,7 @@ def digest_of(span: Any) -> str:
         if name == sc.EVENT_QUERY:
             items.append([name, f"hop:{attributes[sc.QUERY_HOP]}", attributes.get(sc.QUERY_SHA256, "")])
         else:
-            # schema 4: a row pointing to another stage's receipt digests no content of its own
-            sha = "" if sc.CANDIDATE_CONTENT_FROM in attributes else attributes.get(sc.CANDIDATE_CONTENT_SHA256, "")
-            items.append([name, attributes[sc.CANDIDATE_ID], sha])
+            items.append([name, attributes[sc.CANDIDATE_ID], spanutil.content_part(attributes)])
     return sorted_events_digest(items)
 
 

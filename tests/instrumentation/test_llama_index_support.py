@@ -184,9 +184,7 @@ def digest_of(span: Any) -> str:
         if name == sc.EVENT_QUERY:
             items.append((name, f"hop:{a[sc.QUERY_HOP]}", a.get(sc.QUERY_SHA256, "")))
         else:
-            # schema 4: a row pointing to another stage's receipt digests no content of its own
-            sha = "" if sc.CANDIDATE_CONTENT_FROM in a else a.get(sc.CANDIDATE_CONTENT_SHA256, "")
-            items.append((name, a[sc.CANDIDATE_ID], sha))
+            items.append((name, a[sc.CANDIDATE_ID], spanutil.content_part(a)))
     return sorted_events_digest(items)
 
 
