@@ -26,12 +26,14 @@ import time
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
 import bench_users_pipeline as users  # noqa: E402
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
 from opentelemetry.sdk.trace.id_generator import IdGenerator  # noqa: E402
+from wire_snapshot import SequentialIds  # noqa: E402  (the same ids as the wire snapshot's)
 
 
 class _Keep(SpanExporter):
@@ -43,21 +45,6 @@ class _Keep(SpanExporter):
         if self.keep:
             self.spans.extend(spans)
         return SpanExportResult.SUCCESS
-
-
-class _Sequential(IdGenerator):
-    """Span and trace ids 1, 2, 3 ...: the same run gives the same ids on any tree."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def generate_span_id(self) -> int:
-        self.n += 1
-        return self.n
-
-    def generate_trace_id(self) -> int:
-        self.n += 1
-        return self.n
 
 
 def _build(framework: str, keep: bool, ids: IdGenerator | None) -> tuple[Callable[[str], Any], list[str], _Keep]:
@@ -76,7 +63,7 @@ def _plain(value: Any) -> Any:
 
 
 def dump(framework: str) -> None:
-    run, pool, exporter = _build(framework, True, _Sequential())
+    run, pool, exporter = _build(framework, True, SequentialIds())
     for query in pool[:40]:
         run(query)
     for span in exporter.spans:

@@ -38,6 +38,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import ragtrail  # noqa: E402
 from ragtrail import settings  # noqa: E402
+from ragtrail.contract.semconv import COLUMN_CONTENT_FROM  # noqa: E402
 
 
 # --- normalisation -----------------------------------------------------------------------------------
@@ -65,7 +66,7 @@ class SequentialIds(IdGenerator):
 def _pointers(attributes: dict[str, Any], ids: dict[int, str]) -> dict[str, Any]:
     """``content.from`` span ids as the placeholders the snapshot gives spans."""
     for key, value in attributes.items():
-        if key == "ragtrail.candidates.content.from" and isinstance(value, str):
+        if key == COLUMN_CONTENT_FROM and isinstance(value, str):
             attributes[key] = ids.get(int(value, 16), "outside")
     return attributes
 

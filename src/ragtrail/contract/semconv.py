@@ -16,6 +16,12 @@ SCHEMA_COLUMNS = 3
 # the first schema whose rows may inherit their content receipts (``COLUMN_CONTENT_FROM``)
 SCHEMA_CONTENT_FROM = 4
 
+
+def span_id_hex(span_id: int) -> str:
+    """A span id as attributes that name a span carry it (``ragtrail.trace.segment.root``,
+    ``ragtrail.candidates.content.from``): 16 lowercase hex digits, as every reader prints span ids."""
+    return format(span_id, "016x")
+
 # --- spans (docs/semconv.md §1) --------------------------------------------------------------------
 SCHEMA = "ragtrail.schema"
 STAGE_KIND = "ragtrail.stage.kind"

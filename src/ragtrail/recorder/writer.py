@@ -159,7 +159,7 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
 def _span_id(span: Any) -> str | None:
     """The span's id as readers print it (16 lowercase hex), ``None`` for a span without a valid one."""
     context = span.get_span_context()
-    return format(context.span_id, "016x") if context.is_valid else None
+    return sc.span_id_hex(context.span_id) if context.is_valid else None
 
 
 # written after the mirrors and the stage's own attributes: findings, errors, events.spans, count and
