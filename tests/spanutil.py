@@ -85,10 +85,11 @@ _install()
 
 
 def _content_of(span_id: str) -> dict[str, dict[str, Any]] | None:
+    from ragtrail.contract import semconv as sc
     from ragtrail.inspect.columns import content_by_id
 
     span = _SEEN.get(span_id)
-    return content_by_id(span.attributes) if span is not None else None
+    return content_by_id(span.attributes, (span.attributes or {}).get(sc.SCHEMA, 1)) if span is not None else None
 
 
 def records(span: Any, parts: Iterable[Any] = ()) -> list[tuple[str, dict[str, Any]]]:
@@ -104,7 +105,7 @@ def records(span: Any, parts: Iterable[Any] = ()) -> list[tuple[str, dict[str, A
     schema = (span.attributes or {}).get(sc.SCHEMA, 1)
     if schema < sc.SCHEMA_COLUMNS:
         return [(name, a) for _, name, a in wire]
-    rows = [(name, dict(a)) for _, name, a in expand(span.attributes, wire, None, schema >= sc.SCHEMA_CONTENT_FROM)]
+    rows = [(name, dict(a)) for _, name, a in expand(span.attributes, wire, None, schema)]
     resolve_content((a for _, a in rows), _content_of)
     return rows
 

@@ -19,7 +19,8 @@ from ragtrail.inspect.manifest import build
 from ragtrail.inspect.sources import FileSource
 from ragtrail.recorder.candidates import Candidate
 
-_CONTENT_COLUMNS = (sc.COLUMN_CONTENT_CHARS, sc.COLUMN_CONTENT_BYTES, sc.COLUMN_CONTENT_SHA256)
+# the content receipt's columns (schema 5: ASCII content says its bytes are its chars once)
+_CONTENT_COLUMNS = (sc.COLUMN_CONTENT_CHARS, sc.COLUMN_CONTENT_ENCODING, sc.COLUMN_CONTENT_SHA256)
 
 
 def _spans(path: Any, trace_id: str) -> dict[str, Any]:

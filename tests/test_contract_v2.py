@@ -283,8 +283,9 @@ TAMPERING = {  # what was changed -> the field the alarm names (the 18 kinds the
     "score": (_on_column("fuse rrf", sc.COLUMN_SCORES, 0, {"doubleValue": 0.9}), sc.COLUMN_SCORES),
     "rank (two outputs swapped)": (_swap_ids, sc.COLUMN_IDS),
     "id": (_on_column("fuse rrf", sc.COLUMN_IDS, 2, {"stringValue": "sla-2025"}), sc.COLUMN_IDS),
-    "exclusion rank": (_on_column("fuse rrf", sc.COLUMN_RANKS, 0, {"intValue": "7"}, sc.EVENT_EXCLUSION),
-                       sc.COLUMN_RANKS),
+    # schema 5: the fuse's excluded rows are a run of consecutive input ranks, said by the first
+    "exclusion rank": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.COLUMN_RANK_FIRST, {"intValue": "6"}),
+                       sc.COLUMN_RANK_FIRST),
     "score kind": (_on_span("fuse rrf", sc.COLUMN_SCORE_KIND, {"stringValue": "rerank"}), sc.COLUMN_SCORE_KIND),
     "hop": (_on_column("fuse rrf", sc.COLUMN_HOPS, 0, {"intValue": "3"}), sc.COLUMN_HOPS),
     "exclusion reason": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.EXCLUSION_REASON, {"stringValue": "stale"}),
@@ -305,8 +306,9 @@ TAMPERING = {  # what was changed -> the field the alarm names (the 18 kinds the
     "coverage": (_on_span("pipeline mq", sc.COVERAGE_RETRIEVED, {"intValue": "9"}), sc.COVERAGE_RETRIEVED),
     "content chars (no payload)": (_on_column("fuse rrf", sc.COLUMN_CONTENT_CHARS, 0, {"intValue": "3"}),
                                    sc.COLUMN_CONTENT_CHARS),
-    "content bytes (no payload)": (_on_column("fuse rrf", sc.COLUMN_CONTENT_BYTES, 0, {"intValue": "3"}),
-                                   sc.COLUMN_CONTENT_BYTES),
+    # schema 5: ASCII content says its bytes are its chars once, instead of a bytes column
+    "content bytes (no payload)": (_on_span("fuse rrf", sc.COLUMN_CONTENT_ENCODING, {"stringValue": "utf-16"}),
+                                   sc.COLUMN_CONTENT_ENCODING),
     # schema 4: the fuse stage's excluded rows point to the retrieval that wrote their receipts
     "excluded content pointer": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.COLUMN_CONTENT_FROM,
                                            {"stringValue": "00000000000000ff"}), sc.COLUMN_CONTENT_FROM),

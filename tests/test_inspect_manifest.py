@@ -26,7 +26,8 @@ def test_manifest_of_a_pipeline(tmp_path):
     cite_in = next(s.attributes["ragtrail.candidates.in"] for s in FileSource(tmp_path).get(trace_id).spans
                    if s.name == "cite cite")
     assert m["trace_id"] == trace_id
-    assert m["schema"] == 4  # contract v2, candidates as columns, content receipts said once (schema 1 traces: tests/test_contract_v2.py)
+    # contract v2: candidates as columns, content receipts said once, rules said once
+    assert m["schema"] == 5  # (schema 1 traces: tests/test_contract_v2.py)
     assert m["pipeline"]["component"] == "tests.answer" and m["pipeline"]["status"] == "ok"
     assert [(h["hop"], h["parent_hop"], h["transform"], h["text"], h["used_by"], h["produced_by"], h["hit_index"])
             for h in m["query_hops"]] == [

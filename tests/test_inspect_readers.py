@@ -187,9 +187,9 @@ def test_jaeger_search_by_tag():
         server.route("/api/traces", {"data": recorded["data"], "total": 0, "limit": 0, "offset": 0, "errors": None})
         assert JaegerSource(server.url).search(10, None, "1h") == [TRACE_ID]
         query = [r for r in server.requests if r.startswith("/api/traces?")]
-        # Jaeger matches a tag exactly: one search per schema version the reader knows (4, 3, 2, then 1)
-        assert len(query) == 4 and all(f"service={service}" in q for q in query)
-        assert [f"%22ragtrail.schema%22%3A+%22{v}%22" in q for v, q in zip((4, 3, 2, 1), query)] == [True] * 4
+        # Jaeger matches a tag exactly: one search per schema version the reader knows (5, 4, 3, 2, then 1)
+        assert len(query) == 5 and all(f"service={service}" in q for q in query)
+        assert [f"%22ragtrail.schema%22%3A+%22{v}%22" in q for v, q in zip((5, 4, 3, 2, 1), query)] == [True] * 5
 
 
 def test_http_errors_are_typed():

@@ -79,12 +79,14 @@ def test_retrieve_stage_exact_attributes_and_events(span_exporter):
         sc.COLUMN_SCORE_KIND: "similarity",
         sc.COLUMN_HOP: 0,
         sc.COLUMN_CONTENT_CHARS: tuple(len(d["content"]) for d in DOCS),
-        sc.COLUMN_CONTENT_BYTES: tuple(len(d["content"].encode()) for d in DOCS),
+        # schema 5: ASCII content, so each row's bytes are its chars, said once
+        sc.COLUMN_CONTENT_ENCODING: sc.CONTENT_ASCII,
         sc.COLUMN_CONTENT_SHA256: tuple(_sha(d["content"]) for d in DOCS),
     }
+    assert [len(d["content"].encode()) for d in DOCS] == [len(d["content"]) for d in DOCS]
     a = attrs(span)
     pop_all(a, {
-        sc.SCHEMA: 4, sc.STAGE_KIND: "retrieve", sc.STAGE_COMPONENT: "my_app.search", sc.STAGE_STATUS: "ok",
+        sc.SCHEMA: 5, sc.STAGE_KIND: "retrieve", sc.STAGE_COMPONENT: "my_app.search", sc.STAGE_STATUS: "ok",
         sc.STAGE_TOP_K: 4,
         sc.QUERY_HOP: 0, sc.QUERY_TRANSFORM: "none", sc.QUERY_TEXT: query, sc.QUERY_CHARS: len(query),
         sc.QUERY_BYTES: len(query), sc.QUERY_SHA256: _sha(query),
@@ -651,7 +653,7 @@ def test_a_tight_event_attribute_limit_still_counts_drops():
         s.outputs(hits[:1])
     (span,) = exporter.get_finished_spans()
     (event,) = span.events  # the one exclusion reason's event
-    # 8 written (ids, ranks, scores, score kind, content chars/bytes/sha256, reason), the oldest 5 evicted;
-    # the reason is written last, so it is the one that stays searchable
+    # 8 written (ids, first rank, scores, score kind, content chars/encoding/sha256, reason), the oldest 5
+    # evicted; the reason is written last, so it is the one that stays searchable
     assert len(event.attributes) == 3 and event.dropped_attributes == 5
-    assert list(event.attributes) == [sc.COLUMN_CONTENT_BYTES, sc.COLUMN_CONTENT_SHA256, sc.EXCLUSION_REASON]
+    assert list(event.attributes) == [sc.COLUMN_CONTENT_ENCODING, sc.COLUMN_CONTENT_SHA256, sc.EXCLUSION_REASON]

@@ -121,7 +121,7 @@ def check_span(span: Any, spans: Any, result: Any, row: int, *, collection: Any,
     documents = result["documents"][row] if result.get("documents") is not None else None
     a = spanutil.own(span)
     expected: dict[str, Any] = {
-        sc.SCHEMA: 4, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
+        sc.SCHEMA: 5, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
         sc.STAGE_STATUS: sc.STATUS_OK if ids else sc.STATUS_EMPTY, sc.STAGE_TOP_K: top_k,
         sc.STAGE_COLLECTION: collection.name, sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: len(ids),
         sc.CANDIDATES_EXCLUDED: 0, sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: collection.name,

@@ -81,7 +81,7 @@ def check_row_span(span: Any, spans: Any, index: Any, q_row: Any, dist: Any, ids
     a = spanutil.own(span)
     dim, sha = vector_receipt(q_row, binary)
     expected = {
-        sc.SCHEMA: 4,
+        sc.SCHEMA: 5,
         sc.STAGE_KIND: sc.KIND_RETRIEVE,
         sc.STAGE_COMPONENT: f"faiss.{type(index).__name__}",
         sc.STAGE_STATUS: sc.STATUS_OK if keep else sc.STATUS_EMPTY,

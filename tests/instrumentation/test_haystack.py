@@ -193,7 +193,7 @@ def check_span(span, *, kind: str, component: str, own: dict, cands: list[dict],
             if score is not None:
                 mirrors[f"{prefix}.{i}.document.score"] = score
     pop_all(a, mirrors)
-    pop_all(a, {sc.SCHEMA: 4, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component})
+    pop_all(a, {sc.SCHEMA: 5, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component})
     pop_all(a, own)
     digest_items = [(n, f"hop:{e[sc.QUERY_HOP]}" if n == sc.EVENT_QUERY else e[sc.CANDIDATE_ID],
                      e.get(sc.QUERY_SHA256 if n == sc.EVENT_QUERY else sc.CANDIDATE_CONTENT_SHA256, ""))

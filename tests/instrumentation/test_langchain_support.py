@@ -150,7 +150,7 @@ def pop_stage(span: Any, expected: dict[str, Any]) -> dict[str, Any]:
 
 def stage_attributes(kind: str, component: str, *, n_in: int, n_out: int, n_excluded: int, status: str = "ok",
                      **extra: Any) -> dict[str, Any]:
-    attributes = {sc.SCHEMA: 4, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component, sc.STAGE_STATUS: status,
+    attributes = {sc.SCHEMA: 5, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component, sc.STAGE_STATUS: status,
                   sc.CANDIDATES_IN: n_in, sc.CANDIDATES_OUT: n_out, sc.CANDIDATES_EXCLUDED: n_excluded}
     attributes.update(extra)
     return attributes

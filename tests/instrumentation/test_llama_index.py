@@ -146,7 +146,7 @@ def test_pipeline_spans_exact(instrumented):
     span = one(spans, "filter SimilarityPostprocessor")
     a = attrs(span)
     pop_all(a, {
-        sc.SCHEMA: 4, sc.STAGE_KIND: sc.KIND_FILTER, sc.STAGE_COMPONENT: SIMILARITY, sc.STAGE_STATUS: sc.STATUS_OK,
+        sc.SCHEMA: 5, sc.STAGE_KIND: sc.KIND_FILTER, sc.STAGE_COMPONENT: SIMILARITY, sc.STAGE_STATUS: sc.STATUS_OK,
         sc.STAGE_THRESHOLD: cutoff, sc.CANDIDATES_IN: len(retrieved), sc.CANDIDATES_OUT: len(kept),
         sc.CANDIDATES_EXCLUDED: len(dropped), sc.OPENINFERENCE_SPAN_KIND: sc.OI_RERANKER, sc.OI_INPUT_VALUE: QUERY,
         **query_attrs(QUERY, 0, sc.TRANSFORM_NONE),

@@ -90,7 +90,7 @@ def check_span(span: Any, spans: Any, points: list[Any], *, component: str, kind
     """Pop every expected attribute, then nothing may be left; events exactly the points, in order."""
     a = spanutil.own(span)
     expected: dict[str, Any] = {
-        sc.SCHEMA: 4, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
+        sc.SCHEMA: 5, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
         sc.STAGE_STATUS: sc.STATUS_OK if points else sc.STATUS_EMPTY, sc.STAGE_TOP_K: top_k,
         sc.STAGE_COLLECTION: collection, sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: len(points),
         sc.CANDIDATES_EXCLUDED: 0, sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: collection,

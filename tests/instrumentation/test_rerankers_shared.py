@@ -96,7 +96,7 @@ def check_rerank_span(
     a = attrs(span)
     expected: dict[str, Any] = {
         sc.OPENINFERENCE_SPAN_KIND: sc.OI_RERANKER,
-        sc.SCHEMA: 4,
+        sc.SCHEMA: 5,
         sc.STAGE_KIND: sc.KIND_RERANK,
         sc.STAGE_COMPONENT: component,
         sc.STAGE_STATUS: status,

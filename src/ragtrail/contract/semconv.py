@@ -6,15 +6,20 @@ The recorder, the exporters and the inspector all import them from here so that 
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # schema versions a reader accepts (schema 1 traces still read and verify by the v1 rules, schema 2's
 # per-candidate events by the v2 rules; schema 3 writes candidates as columns; schema 4 lets a stage
-# say its rows' content receipts are an upstream stage's instead of restating them: docs/semconv.md §8)
-SCHEMA_VERSIONS = (1, 2, 3, 4)
+# say its rows' content receipts are an upstream stage's instead of restating them; schema 5 says a
+# column that a rule gives for every row (consecutive ranks, one detail, bytes equal to chars) once:
+# docs/semconv.md §8)
+SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 # the first schema whose candidates are columns on the stage span (and exclusions one event per reason)
 SCHEMA_COLUMNS = 3
 # the first schema whose rows may inherit their content receipts (``COLUMN_CONTENT_FROM``)
 SCHEMA_CONTENT_FROM = 4
+# the first schema that may say a column a rule gives for every row once (``COLUMN_RANK_FIRST``,
+# ``EXCLUSION_DETAIL`` on an exclusion event, ``COLUMN_CONTENT_ENCODING``)
+SCHEMA_SAID_ONCE = 5
 
 
 def span_id_hex(span_id: int) -> str:
@@ -161,6 +166,9 @@ EXCLUSION_DETAIL = "ragtrail.exclusion.detail"
 COLUMNS_PREFIX = "ragtrail.candidates."
 COLUMN_IDS = "ragtrail.candidates.ids"
 COLUMN_RANKS = "ragtrail.candidates.ranks"
+# schema 5: an exclusion event whose rows' input ranks are consecutive (first, first + 1, ...) says the
+# first instead of the ranks column
+COLUMN_RANK_FIRST = "ragtrail.candidates.rank_first"
 COLUMN_SCORES = "ragtrail.candidates.scores"
 # per row: "" (the score is in scores), NO_SCORE (the candidate had none), or the text of a score
 # that is not finite ("nan", "inf", "-inf", or its type's name)
@@ -172,6 +180,10 @@ COLUMN_HOPS = "ragtrail.candidates.hops"
 COLUMN_CONTENT_CHARS = "ragtrail.candidates.content.chars"
 COLUMN_CONTENT_BYTES = "ragtrail.candidates.content.bytes"
 COLUMN_CONTENT_SHA256 = "ragtrail.candidates.content.sha256"
+# schema 5: CONTENT_ASCII when every row's UTF-8 byte count equals its character count (the content
+# is ASCII): the bytes column is then not written, a reader takes each row's chars for its bytes
+COLUMN_CONTENT_ENCODING = "ragtrail.candidates.content.encoding"
+CONTENT_ASCII = "ascii"
 COLUMN_CONTENT_PREVIEW = "ragtrail.candidates.content.preview"
 # schema 4: instead of the three content columns, the span id (16 hex) of the stage span whose output
 # rows carry every row's content receipt, by candidate id: the content did not change since that stage
@@ -182,10 +194,12 @@ COLUMN_TRANSFORM_DERIVED_FROM = "ragtrail.candidates.transform.derived_from"
 # one column per allow-listed metadata key: each row the canonical JSON of the value ("" when absent)
 COLUMN_META_PREFIX = "ragtrail.candidates.meta."
 COLUMN_EXCLUSION_DETAILS = "ragtrail.exclusion.details"
+# (schema 5: an exclusion event whose rows all have the same detail says it once, as EXCLUSION_DETAIL)
 NO_SCORE = "~"
 # every column name but the metadata ones (those start with COLUMN_META_PREFIX)
 COLUMN_NAMES = frozenset({COLUMN_IDS, COLUMN_RANKS, COLUMN_SCORES, COLUMN_SCORE_RAW, COLUMN_SCORE_KIND, COLUMN_SCORE_KINDS,
                           COLUMN_HOP, COLUMN_HOPS, COLUMN_CONTENT_CHARS, COLUMN_CONTENT_BYTES, COLUMN_CONTENT_SHA256,
+                          COLUMN_RANK_FIRST, COLUMN_CONTENT_ENCODING,
                           COLUMN_CONTENT_PREVIEW, COLUMN_CONTENT_TEXT, COLUMN_CONTENT_FROM, COLUMN_TRANSFORM_RULE,
                           COLUMN_TRANSFORM_DERIVED_FROM, COLUMN_EXCLUSION_DETAILS})
 

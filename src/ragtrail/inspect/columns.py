@@ -30,7 +30,9 @@ _PAYLOADS = ((sc.COLUMN_CONTENT_PREVIEW, sc.CANDIDATE_CONTENT_PREVIEW), (sc.COLU
 _META_LEN = len(sc.COLUMN_META_PREFIX)
 # each column's per-candidate name (what an alarm about a decoded record names)
 RECORD_NAMES = {column: name for column, name in (*_TEXT, *_COUNTS, *_PAYLOADS)}
-RECORD_NAMES.update({sc.COLUMN_IDS: sc.CANDIDATE_ID, sc.COLUMN_RANKS: sc.CANDIDATE_RANK, sc.COLUMN_SCORES: sc.CANDIDATE_SCORE,
+RECORD_NAMES.update({sc.COLUMN_IDS: sc.CANDIDATE_ID, sc.COLUMN_RANKS: sc.CANDIDATE_RANK,
+                     sc.COLUMN_RANK_FIRST: sc.CANDIDATE_RANK, sc.COLUMN_CONTENT_ENCODING: sc.CANDIDATE_CONTENT_BYTES,
+                     sc.COLUMN_SCORES: sc.CANDIDATE_SCORE,
                      sc.COLUMN_SCORE_RAW: sc.CANDIDATE_SCORE_RAW, sc.COLUMN_SCORE_KIND: sc.CANDIDATE_SCORE_KIND,
                      sc.COLUMN_SCORE_KINDS: sc.CANDIDATE_SCORE_KIND, sc.COLUMN_HOP: sc.CANDIDATE_HOP,
                      sc.COLUMN_HOPS: sc.CANDIDATE_HOP})
@@ -79,18 +81,24 @@ def _int(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-def records(attributes: Mapping[str, Any], reason: Any = None, content_from: bool = False) -> list[dict[str, Any]]:
+def records(attributes: Mapping[str, Any], reason: Any = None, schema: int = sc.SCHEMA_VERSION) -> list[dict[str, Any]]:
     """The rows of the columns in ``attributes`` as per-candidate attribute dicts (schema 2 names):
     a stage span's outputs (rank = position), or, with ``reason``, an exclusion event's candidates
-    (rank = the input rank, absent when -1). ``content_from`` (schema 4): a row of columns that point
+    (rank = the input rank, absent when -1; schema 5 may say consecutive ranks by the first, one
+    shared detail once, and ASCII content's bytes as its chars). Schema 4 on: a row of columns that point
     to an upstream stage's content receipts carries that span id (``ragtrail.candidate.content.from``),
-    for :func:`resolve_content` to fill in."""
+    for :func:`resolve_content` to fill in. ``schema``: the stage span's; each is read by its own rules."""
     ids = _list(attributes.get(sc.COLUMN_IDS))
     if not ids:
         return []
     get = attributes.get
-    source = get(sc.COLUMN_CONTENT_FROM) if content_from else None
-    ranks = _list(get(sc.COLUMN_RANKS)) if sc.COLUMN_RANKS in attributes else None
+    source = get(sc.COLUMN_CONTENT_FROM) if schema >= sc.SCHEMA_CONTENT_FROM else None
+    once = schema >= sc.SCHEMA_SAID_ONCE
+    ranks: list[Any] | None = _list(get(sc.COLUMN_RANKS)) if sc.COLUMN_RANKS in attributes else None
+    if ranks is None and reason is not None and once:
+        first = _int(get(sc.COLUMN_RANK_FIRST))  # schema 5: consecutive input ranks said by the first
+        # an exclusion event with neither says no rank (its position in the event is not one)
+        ranks = list(range(first, first + len(ids))) if first is not None and first >= 0 else []
     scores = _list(get(sc.COLUMN_SCORES))
     raw = _list(get(sc.COLUMN_SCORE_RAW))
     has_raw = sc.COLUMN_SCORE_RAW in attributes
@@ -99,7 +107,13 @@ def records(attributes: Mapping[str, Any], reason: Any = None, content_from: boo
     hops = _list(get(sc.COLUMN_HOPS))
     hop = get(sc.COLUMN_HOP)
     text = [(_list(get(key)), name) for key, name in _TEXT if key in attributes]
+    if once and reason is not None and sc.COLUMN_EXCLUSION_DETAILS not in attributes and sc.EXCLUSION_DETAIL in attributes:
+        detail = get(sc.EXCLUSION_DETAIL)  # schema 5: one detail for every row, said once
+        text.append(([detail] * len(ids), sc.EXCLUSION_DETAIL))
     counts = [(_list(get(key)), name) for key, name in _COUNTS if key in attributes]
+    if (once and sc.COLUMN_CONTENT_BYTES not in attributes and sc.COLUMN_CONTENT_CHARS in attributes
+            and get(sc.COLUMN_CONTENT_ENCODING) == sc.CONTENT_ASCII):
+        counts.append((counts[0][0], sc.CANDIDATE_CONTENT_BYTES))  # schema 5: ASCII, each row's bytes its chars
     payloads = [(_list(get(key)), name) for key, name in _PAYLOADS if key in attributes]
     shas = _list(get(sc.COLUMN_CONTENT_SHA256))
     meta = [(_list(value), sc.CANDIDATE_META_PREFIX + key[_META_LEN:]) for key, value in attributes.items()
@@ -160,13 +174,13 @@ def records(attributes: Mapping[str, Any], reason: Any = None, content_from: boo
 _RECEIPT_NAMES = (sc.CANDIDATE_CONTENT_CHARS, sc.CANDIDATE_CONTENT_BYTES, sc.CANDIDATE_CONTENT_SHA256)
 
 
-def content_by_id(attributes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def content_by_id(attributes: Mapping[str, Any], schema: int = sc.SCHEMA_VERSION) -> dict[str, dict[str, Any]]:
     """A stage span's output content receipts by candidate id, as a schema 4 row pointing to that span
     reads them: only rows that state their receipt (a sha256), and not an id whose rows disagree (which
     of them was meant is not known)."""
     out: dict[str, dict[str, Any]] = {}
     ambiguous: set[str] = set()
-    for row in records(attributes):
+    for row in records(attributes, None, schema):
         sha = row.get(sc.CANDIDATE_CONTENT_SHA256)
         if not isinstance(sha, str):
             continue
@@ -202,7 +216,7 @@ def _input_rank(row: Mapping[str, Any]) -> float:
 
 
 def expand(attributes: Mapping[str, Any], events: Iterable[tuple[W, str, Mapping[str, Any]]],
-           head: W, content_from: bool = False) -> list[tuple[W, str, dict[str, Any]]]:
+           head: W, schema: int = sc.SCHEMA_VERSION) -> list[tuple[W, str, dict[str, Any]]]:
     """A schema 3 stage's records in emission order: its produced queries as they arrived, its
     outputs (from the stage span's columns, ``head``) by rank, then its exclusions (from each
     reason's event) by input rank, those without one last. Each record keeps where it came from
@@ -215,7 +229,7 @@ def expand(attributes: Mapping[str, Any], events: Iterable[tuple[W, str, Mapping
         elif name == sc.EVENT_EXCLUSION:
             reason = event_attributes.get(sc.EXCLUSION_REASON)
             excluded.extend((where, name, row)
-                            for row in records(event_attributes, "" if reason is None else reason, content_from))
+                            for row in records(event_attributes, "" if reason is None else reason, schema))
     excluded.sort(key=lambda item: _input_rank(item[2]))
-    outputs = [(head, sc.EVENT_CANDIDATE, row) for row in records(attributes, None, content_from)]
+    outputs = [(head, sc.EVENT_CANDIDATE, row) for row in records(attributes, None, schema)]
     return queries + outputs + excluded

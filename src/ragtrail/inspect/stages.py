@@ -36,7 +36,8 @@ class StageView:
     def content_by_id(self) -> dict[str, dict[str, Any]]:
         """This stage's output content receipts by candidate id (what a later stage may point to)."""
         if self._content is None:
-            self._content = columns.content_by_id(self.span.attributes) if schema_of(self.span) >= sc.SCHEMA_COLUMNS else {}
+            schema = schema_of(self.span)
+            self._content = columns.content_by_id(self.span.attributes, schema) if schema >= sc.SCHEMA_COLUMNS else {}
         return self._content
 
     @property
@@ -76,10 +77,9 @@ class StageView:
             if schema >= sc.SCHEMA_COLUMNS:
                 head = self.span
                 # each record keeps the time of the event that carried it (outputs: the stage span's end)
-                inherits = schema >= sc.SCHEMA_CONTENT_FROM
                 expanded = columns.expand(head.attributes, [((s, e), e.name, e.attributes) for s, e in wire],
-                                          (head, Event(sc.EVENT_CANDIDATE, head.end_ns, {})), inherits)
-                if inherits:
+                                          (head, Event(sc.EVENT_CANDIDATE, head.end_ns, {})), schema)
+                if schema >= sc.SCHEMA_CONTENT_FROM:
                     columns.resolve_content((a for _, _, a in expanded), self.source_of or _no_sources)
                 wire = [(where[0], where[1] if name == sc.EVENT_QUERY else Event(name, where[1].time_ns, a))
                         for where, name, a in expanded]

@@ -99,7 +99,10 @@ class EventBuilder:
         for reason, group in groups.items():
             attributes = self.columns([e[1] for e in group], None, [e[0] if e[0] >= 0 else -1 for e in group])
             details = [wire_str(e[3]) if e[3] is not None else "" for e in group]
-            if any(details):
+            first = details[0]
+            if first and details.count(first) == len(details):
+                attributes[sc.EXCLUSION_DETAIL] = first  # schema 5: one detail for every row, said once
+            elif any(details):
                 attributes[sc.COLUMN_EXCLUSION_DETAILS] = details
             # the reason last: under a tight event attribute limit the SDK evicts the oldest first,
             # and the reason is what TraceQL searches ({ event.ragtrail.exclusion.reason = "..." })
@@ -118,7 +121,11 @@ class EventBuilder:
             return {}
         out: dict[str, Any] = {sc.COLUMN_IDS: [wire_str(c.id) for c in candidates]}
         if ranks is not None:
-            out[sc.COLUMN_RANKS] = ranks
+            first = ranks[0]
+            if first >= 0 and ranks[-1] - first == len(ranks) - 1 and ranks == list(range(first, first + len(ranks))):
+                out[sc.COLUMN_RANK_FIRST] = first  # schema 5: consecutive input ranks, said by the first
+            else:
+                out[sc.COLUMN_RANKS] = ranks
         scores: list[float] = []
         raw: list[str] = []
         finite = odd = 0
@@ -149,8 +156,12 @@ class EventBuilder:
         if source is not None:
             out[sc.COLUMN_CONTENT_FROM] = source
         elif any(r is not None for r in receipts):
-            out[sc.COLUMN_CONTENT_CHARS] = [-1 if r is None else r.chars for r in receipts]
-            out[sc.COLUMN_CONTENT_BYTES] = [-1 if r is None else r.bytes for r in receipts]
+            chars = out[sc.COLUMN_CONTENT_CHARS] = [-1 if r is None else r.chars for r in receipts]
+            content_bytes = [-1 if r is None else r.bytes for r in receipts]
+            if content_bytes == chars:  # schema 5: ASCII content, each row's bytes are its chars
+                out[sc.COLUMN_CONTENT_ENCODING] = sc.CONTENT_ASCII
+            else:
+                out[sc.COLUMN_CONTENT_BYTES] = content_bytes
             out[sc.COLUMN_CONTENT_SHA256] = [r.sha256 if r is not None else "" for r in receipts]
             if self.content_key is not None:
                 content_for = self.config.content_for
