@@ -30,6 +30,7 @@ from ragtrail.contract import semconv
 _log = logging.getLogger("ragtrail")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+_ALL = "all"  # RAGTRAIL_MIRROR_DOCUMENTS's "no cap"
 
 # --- declarations: every variable once, with its default ------------------------------------------
 DEFAULT_QUERY_MODE = "text"
@@ -60,13 +61,16 @@ EXPORT_DEFAULTS: dict[str, int] = {
 @dataclass(frozen=True)
 class CaptureSettings:
     """What the recorder captures. ``events_per_span`` caps ragtrail events on one span before they
-    spill into continuation spans (``None``: derived from the SDK's own event limit)."""
+    spill into continuation spans (``None``: derived from the SDK's own event limit).
+    ``mirror_documents`` caps each mirrored document list (``None``: only the span's attribute room
+    does): the mirrors repeat ragtrail's own columns, so a cap costs no evidence, only Phoenix cards."""
 
     query: str = DEFAULT_QUERY_MODE
     content: str = DEFAULT_CONTENT_MODE
     metadata: tuple[str, ...] = ()
     mirror_genai: bool = True
     mirror_openinference: bool = True
+    mirror_documents: int | None = None
     events_per_span: int | None = None
     vectorstore_max_queries: int = DEFAULT_VECTORSTORE_MAX_QUERIES
     invalid: tuple[str, ...] = field(default=(), compare=False)
@@ -192,6 +196,14 @@ def _positive_int(name: str, default: Optional[int], invalid: list[str], *, floo
     return value
 
 
+def _count_or_all(name: str, invalid: list[str]) -> Optional[int]:
+    """An integer >= 0, or ``None`` for unset or ``all``; an invalid value is reported and means ``None``
+    (today's behaviour: the mirrors are cut only by the span's room)."""
+    if os.environ.get(name, "").strip().lower() == _ALL:
+        return None
+    return _positive_int(name, None, invalid, floor=0)
+
+
 def from_environment() -> CaptureSettings:
     """Build the capture settings from ``RAGTRAIL_CAPTURE_*`` and friends; bad values are logged
     once and replaced by a safe default (never raised into the app)."""
@@ -215,6 +227,7 @@ def from_environment() -> CaptureSettings:
         metadata=metadata,
         mirror_genai=_flag(semconv.ENV_MIRROR_GENAI, True, invalid),
         mirror_openinference=_flag(semconv.ENV_MIRROR_OPENINFERENCE, True, invalid),
+        mirror_documents=_count_or_all(semconv.ENV_MIRROR_DOCUMENTS, invalid),
         events_per_span=events_per_span,
         vectorstore_max_queries=max_queries or DEFAULT_VECTORSTORE_MAX_QUERIES,
         invalid=tuple(invalid),
@@ -247,12 +260,17 @@ def set_capture(
     metadata: "list[str] | tuple[str, ...] | None" = None,
     mirror_genai: bool | None = None,
     mirror_openinference: bool | None = None,
+    mirror_documents: "int | str | None" = None,
     events_per_span: int | None = None,
     vectorstore_max_queries: int | None = None,
 ) -> CaptureSettings:
-    """Change capture settings in code; unspecified settings keep their value. Raises ``ValueError``
-    on an unknown mode: this is the app's own configuration call, not an instrumented path."""
+    """Change capture settings in code; unspecified settings keep their value (``mirror_documents``:
+    an integer >= 0, or ``"all"`` for no cap). Raises ``ValueError`` on an unknown mode or a bad
+    count: this is the app's own configuration call, not an instrumented path."""
     global _current
+    if mirror_documents is not None and mirror_documents != _ALL and (
+            type(mirror_documents) is not int or mirror_documents < 0):
+        raise ValueError(f"mirror_documents must be an integer >= 0 or {_ALL!r}, not {mirror_documents!r}")
     if query is not None and query not in semconv.CAPTURE_QUERY_MODES:
         raise ValueError(f"query capture must be one of {semconv.CAPTURE_QUERY_MODES}, not {query!r}")
     if content is not None and content not in semconv.CAPTURE_CONTENT_MODES:
@@ -266,6 +284,8 @@ def set_capture(
             metadata=base.metadata if metadata is None else tuple(metadata),
             mirror_genai=base.mirror_genai if mirror_genai is None else mirror_genai,
             mirror_openinference=base.mirror_openinference if mirror_openinference is None else mirror_openinference,
+            mirror_documents=(base.mirror_documents if mirror_documents is None
+                              else None if mirror_documents == _ALL else int(mirror_documents)),
             events_per_span=base.events_per_span if events_per_span is None else events_per_span,
             vectorstore_max_queries=(base.vectorstore_max_queries if vectorstore_max_queries is None
                                      else vectorstore_max_queries),

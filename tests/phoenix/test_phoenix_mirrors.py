@@ -188,6 +188,37 @@ def test_many_documents_say_how_many_of_how_many(phoenix):
     assert len(a["ragtrail.candidates.ids"]) == 200  # the column arrives whole in Phoenix
 
 
+def test_a_mirror_document_cap_reaches_phoenix_as_a_cut_list_with_its_counts(phoenix):
+    """``RAGTRAIL_MIRROR_DOCUMENTS=2`` (here in code): Phoenix draws the first two cards of each list
+    and holds the mirrored/total pairs; ragtrail's own columns in Phoenix still hold every candidate."""
+    ragtrail.set_capture(content="full", mirror_documents=2)
+    with ps.sending(phoenix, "capped") as (provider, memory):
+        _many(provider, 20, 5)
+        sent = list(memory.get_finished_spans())
+    shown = phoenix.wait_for_spans("capped", ps.trace_id_of(memory), len(sent))
+    assert len(shown) == len(sent)
+    retrieve = ps.one(shown, "retrieve search")
+    assert retrieve["span_kind"] == "RETRIEVER"
+    a = retrieve["attributes"]
+    assert ps.documents(a, "retrieval.documents") == [
+        {"id": "doc-000", "score": 1.0, "content": "text of document 0"},
+        {"id": "doc-001", "score": 0.999, "content": "text of document 1"}]
+    assert (a["ragtrail.mirror.output_documents.mirrored"], a["ragtrail.mirror.output_documents.total"]) == (2, 20)
+    assert a["ragtrail.candidates.ids"] == [f"doc-{i:03d}" for i in range(20)]
+
+    rerank = ps.one(shown, "rerank rerank")
+    assert rerank["span_kind"] == "RERANKER"
+    r = rerank["attributes"]
+    assert ps.documents(r, "reranker.output_documents") == [
+        {"id": "doc-000", "score": 0.5, "content": "text of document 0"},
+        {"id": "doc-001", "score": 0.4995, "content": "text of document 1"}]
+    assert [c["id"] for c in ps.documents(r, "reranker.input_documents")] == ["doc-000", "doc-001"]
+    assert (r["ragtrail.mirror.output_documents.mirrored"], r["ragtrail.mirror.output_documents.total"]) == (2, 5)
+    assert (r["ragtrail.mirror.input_documents.mirrored"], r["ragtrail.mirror.input_documents.total"]) == (2, 20)
+    assert r["output.value"].startswith("kept 5 of 20")
+    assert r["ragtrail.candidates.ids"] == [f"doc-{i:03d}" for i in range(5)]
+
+
 def test_genai_mirror_alone_is_a_retriever_with_query_and_documents(phoenix):
     ragtrail.set_capture(content="full", metadata=list(META), mirror_openinference=False)
     result, shown, _ = run_demo(phoenix, "genai-only")

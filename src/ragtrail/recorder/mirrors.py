@@ -9,9 +9,10 @@ out"; each input document that did not come out carries its exclusion reason in 
 Mirrors follow the capture modes exactly as ragtrail's own attributes do (query text only in
 query mode ``text``; content only as ``preview``/``full`` allow; metadata only the allow-listed
 keys). They are written first on a stage span, so under a tight attribute limit they are the ones
-the SDK evicts, and they are capped to leave room for ragtrail's own attributes; when a document
-list is cut the span says how many of how many were mirrored. The full list is always in the
-events.
+the SDK evicts, and they are capped to leave room for ragtrail's own attributes; a user may cap
+each list further (``RAGTRAIL_MIRROR_DOCUMENTS``: the first N documents, to save encoding the
+same list twice). When a document list is cut the span says how many of how many were mirrored.
+The full list is always in ragtrail's own columns and events.
 """
 
 from __future__ import annotations
@@ -126,9 +127,11 @@ def genai(m: MirrorInput, max_documents: int | None = None) -> dict[str, Any]:
 
 def _genai_documents(m: MirrorInput, max_documents: int | None) -> tuple[str, int]:
     """``gen_ai.retrieval.documents``: a JSON array, one object per output in output order, cut
-    (whole documents) to ``max_documents`` and to the span's value-length limit so it stays valid JSON."""
+    (whole documents) to ``max_documents``, to the user's cap and to the span's value-length limit so
+    it stays valid JSON."""
     items = []
-    outputs = m.outputs if max_documents is None else m.outputs[:max_documents]
+    most = _fewest(m.config.mirror_documents, max_documents)
+    outputs = m.outputs if most is None else m.outputs[:most]
     content_on = m.config.content_for("") is not None  # off: no document carries content
     for candidate in outputs:
         item: dict[str, Any] = {"id": candidate.id}
@@ -184,13 +187,20 @@ def openinference(m: MirrorInput) -> dict[str, Any]:
     room = None if max_attributes is None else max(
         0, max_attributes - STAGE_ATTRIBUTE_RESERVE - _CAP_ATTRIBUTES - len(attributes) - m.extra)
     excluded = {id(e.candidate): e for e in m.exclusions}
+    most = m.config.mirror_documents
     for prefix, candidates, is_input in lists:
-        written, room = _documents(attributes, prefix, candidates, m.config, excluded if is_input else {}, room)
+        shown = candidates if most is None else candidates[:most]  # no work for documents beyond the cap
+        written, room = _documents(attributes, prefix, shown, m.config, excluded if is_input else {}, room)
         if written < len(candidates):
             names = ((sc.MIRROR_INPUT_DOCUMENTS_MIRRORED, sc.MIRROR_INPUT_DOCUMENTS_TOTAL) if is_input
                      else (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL))
             attributes.update(_cap(*names, written, len(candidates)))
     return attributes
+
+
+def _fewest(a: int | None, b: int | None) -> int | None:
+    """The smaller of two caps, ``None`` meaning no cap."""
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _cap(mirrored_key: str, total_key: str, mirrored: int, total: int) -> dict[str, int]:
