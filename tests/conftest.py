@@ -46,7 +46,8 @@ def span_exporter() -> InMemorySpanExporter:
 def _fresh_ragtrail_config(monkeypatch):
     """Each test starts from the environment defaults of ragtrail's capture config."""
     for name in ("RAGTRAIL_CAPTURE_QUERY", "RAGTRAIL_CAPTURE_CONTENT", "RAGTRAIL_CAPTURE_METADATA",
-                 "RAGTRAIL_MIRROR_GENAI", "RAGTRAIL_MIRROR_OPENINFERENCE", "RAGTRAIL_EVENTS_PER_SPAN"):
+                 "RAGTRAIL_MIRROR_GENAI", "RAGTRAIL_MIRROR_OPENINFERENCE", "RAGTRAIL_MIRROR_DOCUMENTS",
+                 "RAGTRAIL_EVENTS_PER_SPAN"):
         monkeypatch.delenv(name, raising=False)
     try:
         from ragtrail import settings as config
