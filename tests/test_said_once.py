@@ -162,14 +162,16 @@ def test_each_schema_is_read_by_its_own_rules() -> None:
     five = columns.records(_EVENT, "below_rank_cutoff", 5)
     assert [(r[sc.CANDIDATE_RANK], r[sc.EXCLUSION_DETAIL], r[sc.CANDIDATE_CONTENT_BYTES]) for r in five] == \
         [(4, "top_k=3", 5), (5, "top_k=3", 6)]
-    # a schema 4 event never said these once: its single forms are not read (the rows keep what the
-    # schema 4 rules give: a rank is the row's position when no ranks column came)
+    # a schema 4 event never said these once: its single forms are not read (and with no ranks column,
+    # which a schema 4 writer always wrote on an exclusion event, its rows have no rank)
     four = columns.records(_EVENT, "below_rank_cutoff", 4)
-    assert [(r[sc.CANDIDATE_RANK], sc.EXCLUSION_DETAIL in r, sc.CANDIDATE_CONTENT_BYTES in r) for r in four] == \
-        [(0, False, False), (1, False, False)]
+    assert [(sc.CANDIDATE_RANK in r, sc.EXCLUSION_DETAIL in r, sc.CANDIDATE_CONTENT_BYTES in r) for r in four] == \
+        [(False, False, False), (False, False, False)]
 
 
 def test_an_exclusion_event_without_ranks_gives_no_rank() -> None:
     event = {k: v for k, v in _EVENT.items() if k != sc.COLUMN_RANK_FIRST}
-    rows = columns.records(event, "below_rank_cutoff", 5)
-    assert [sc.CANDIDATE_RANK in r for r in rows] == [False, False]
+    for schema in (3, 4, 5):
+        assert [sc.CANDIDATE_RANK in r for r in columns.records(event, "below_rank_cutoff", schema)] == [False, False]
+    # a stage span's outputs have no ranks column: a row's rank is its position
+    assert [r[sc.CANDIDATE_RANK] for r in columns.records(event, None, 5)] == [0, 1]

@@ -95,9 +95,10 @@ def records(attributes: Mapping[str, Any], reason: Any = None, schema: int = sc.
     source = get(sc.COLUMN_CONTENT_FROM) if schema >= sc.SCHEMA_CONTENT_FROM else None
     once = schema >= sc.SCHEMA_SAID_ONCE
     ranks: list[Any] | None = _list(get(sc.COLUMN_RANKS)) if sc.COLUMN_RANKS in attributes else None
-    if ranks is None and reason is not None and once:
-        first = _int(get(sc.COLUMN_RANK_FIRST))  # schema 5: consecutive input ranks said by the first
-        # an exclusion event with neither says no rank (its position in the event is not one)
+    if ranks is None and reason is not None:
+        # schema 5: consecutive input ranks said by the first; an exclusion event with neither (the
+        # writer always states one: it was evicted or cut) gives no rank, its position in the event is not one
+        first = _int(get(sc.COLUMN_RANK_FIRST)) if once else None
         ranks = list(range(first, first + len(ids))) if first is not None and first >= 0 else []
     scores = _list(get(sc.COLUMN_SCORES))
     raw = _list(get(sc.COLUMN_SCORE_RAW))
