@@ -13,6 +13,8 @@ import ragtrail
 from opentelemetry import trace
 
 from fixtures.ragtrail_traces import DOCS, attr, rag_run, record, rewrite_store, trace_id_now
+from fixtures.ragtrail_traces import manifest_stage as _stage
+from fixtures.ragtrail_traces import spans_by_name as _spans
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
 from ragtrail.inspect.manifest import build
@@ -21,14 +23,6 @@ from ragtrail.recorder.candidates import Candidate
 
 # the content receipt's columns (schema 5: ASCII content says its bytes are its chars once)
 _CONTENT_COLUMNS = (sc.COLUMN_CONTENT_CHARS, sc.COLUMN_CONTENT_ENCODING, sc.COLUMN_CONTENT_SHA256)
-
-
-def _spans(path: Any, trace_id: str) -> dict[str, Any]:
-    return {s.name: s for s in FileSource(path).get(trace_id).spans}
-
-
-def _stage(manifest: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(s for s in manifest["stages"] if f"{s['kind']} {s['component']}" == name)
 
 
 def test_later_stages_point_to_the_retrieval_and_read_back_its_receipts(tmp_path) -> None:

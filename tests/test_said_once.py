@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import ragtrail
 from opentelemetry import trace
 
 from fixtures.ragtrail_traces import event_attr, record, rewrite_store, trace_id_now
+from fixtures.ragtrail_traces import manifest_stage as _stage
+from fixtures.ragtrail_traces import spans_by_name as _spans
 from ragtrail.contract import semconv as sc
 from ragtrail.inspect import columns
 from ragtrail.inspect.manifest import build
@@ -42,17 +45,9 @@ def _run(tracer: trace.Tracer, docs: list[dict[str, Any]] = _DOCS) -> str:
         return trace_id_now()
 
 
-def _spans(path: Any, trace_id: str) -> dict[str, Any]:
-    return {s.name: s for s in FileSource(path).get(trace_id).spans}
-
-
 def _exclusion(span: Any) -> dict[str, Any]:
     (event,) = [e for e in span.events if e.name == sc.EVENT_EXCLUSION]
     return dict(event.attributes)
-
-
-def _stage(manifest: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(s for s in manifest["stages"] if f"{s['kind']} {s['component']}" == name)
 
 
 def test_rules_that_hold_for_every_row_are_said_once_and_read_back_as_the_rows(tmp_path) -> None:
@@ -121,22 +116,16 @@ def _budget_exclusion(span: dict[str, Any]) -> dict[str, Any] | None:
     return event
 
 
-def test_a_changed_first_rank_is_named(tmp_path) -> None:
+@pytest.mark.parametrize("key, kind, value", [(sc.COLUMN_RANK_FIRST, "intValue", "2"),
+                                              (sc.EXCLUSION_DETAIL, "stringValue", "budget=6000 words")],
+                         ids=["first rank", "shared detail"])
+def test_a_changed_single_form_on_an_exclusion_event_is_named(tmp_path, key: str, kind: str, value: str) -> None:
     def edit(span: dict[str, Any]) -> None:
         event = _budget_exclusion(span)
         if event is not None:
-            event_attr(event, sc.COLUMN_RANK_FIRST)["intValue"] = "2"
+            event_attr(event, key)[kind] = value
 
-    assert _tampered(tmp_path, edit) == [("budget tests.b", sc.COLUMN_RANK_FIRST, "changed_uncited")]
-
-
-def test_a_changed_shared_detail_is_named(tmp_path) -> None:
-    def edit(span: dict[str, Any]) -> None:
-        event = _budget_exclusion(span)
-        if event is not None:
-            event_attr(event, sc.EXCLUSION_DETAIL)["stringValue"] = "budget=6000 words"
-
-    assert _tampered(tmp_path, edit) == [("budget tests.b", sc.EXCLUSION_DETAIL, "changed_uncited")]
+    assert _tampered(tmp_path, edit) == [("budget tests.b", key, "changed_uncited")]
 
 
 def test_a_removed_encoding_is_named(tmp_path) -> None:
