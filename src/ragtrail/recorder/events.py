@@ -99,11 +99,8 @@ class EventBuilder:
         for reason, group in groups.items():
             attributes = self.columns([e[1] for e in group], None, [e[0] if e[0] >= 0 else -1 for e in group])
             details = [wire_str(e[3]) if e[3] is not None else "" for e in group]
-            first = details[0]
-            if first and details.count(first) == len(details):
-                attributes[sc.EXCLUSION_DETAIL] = first  # schema 5: one detail for every row, said once
-            elif any(details):
-                attributes[sc.COLUMN_EXCLUSION_DETAILS] = details
+            if any(details):  # schema 5: one detail for every row said once
+                _once(attributes, details, sc.EXCLUSION_DETAIL, sc.COLUMN_EXCLUSION_DETAILS)
             # the reason last: under a tight event attribute limit the SDK evicts the oldest first,
             # and the reason is what TraceQL searches ({ event.ragtrail.exclusion.reason = "..." })
             attributes[sc.EXCLUSION_REASON] = reason
