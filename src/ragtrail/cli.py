@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ragtrail.inspect import errors, render
-from ragtrail.inspect._gc import gc_paused
+from ragtrail.inspect.gc_pause import gc_paused
 from ragtrail.inspect.errors import EXIT_CODES, InspectError
 from ragtrail.inspect.safe import json_text, plain
 
@@ -99,7 +99,7 @@ def cli() -> None:
 @click.option("--all", "show_all", is_flag=True, help="Show every candidate and exclusion.")
 @click.option("--doc", "doc", default=None, metavar="ID",
               help="One document's fate, stage by stage (rank, score, kept or excluded and why, content changes, cited).")
-@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: int, show_all: bool,
          doc: str | None) -> int:
     """Show the manifest of TRACE: query hops, stages, candidates, exclusions, citations, coverage, fidelity."""
@@ -133,7 +133,7 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
 @click.option("--strict", is_flag=True, help="Also fail on findings (degraded stages, unexplained exclusions).")
 @click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The receipt key (RAGTRAIL_RECEIPT_KEY of the producer) to check keyed (hmac-sha256) receipts.")
-@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: bool, limit: int,
            query: str | None, lookback: str | None, as_json: bool, strict: bool, key_file: str | None) -> int:
     """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm."""
@@ -193,7 +193,7 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
 @click.option("--exit-code", is_flag=True, help="Exit 1 when the evidence differs.")
 @click.option("--limit", type=int, default=10, show_default=True, help="Differences shown per stage.")
-@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def diff_cmd(trace_a: str, trace_b: str, source: str | None, timeout: float, source_b: str | None,
              as_json: bool, exit_code: bool, limit: int) -> int:
     """Compare the evidence of two traces stage by stage, and say where it first differs."""
@@ -214,7 +214,7 @@ def diff_cmd(trace_a: str, trace_b: str, source: str | None, timeout: float, sou
 @_source_option
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, writable=True),
               help="The HTML file to write.")
-@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def report(trace: str, source: str | None, timeout: float, output: str) -> int:
     """Write TRACE's manifest as one self-contained HTML file (funnel, hops, tables, fidelity)."""
     from ragtrail.inspect import report as html

@@ -19,7 +19,7 @@ import click
 
 from ragtrail.cli import _json_out, _source_option, _stderr, cli
 from ragtrail.inspect import errors
-from ragtrail.inspect._gc import gc_paused
+from ragtrail.inspect.gc_pause import gc_paused
 from ragtrail.inspect.safe import plain, text
 
 
