@@ -15,7 +15,7 @@ import pytest
 
 import ragtrail
 from fixtures.ragtrail_traces import all_spans, multi_query_run as mq_run, record, store_lines
-from ragtrail.cli import main as cli_main
+from ragtrail.cli.app import main as cli_main
 from ragtrail.contract import semconv as sc
 from ragtrail.inspect.manifest import build
 from ragtrail.inspect.sources import resolve

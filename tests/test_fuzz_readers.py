@@ -32,7 +32,7 @@ from rich.console import Console
 
 from fixtures.backend_server import BackendServer
 from fixtures.ragtrail_traces import rag_run, record, store_lines
-from ragtrail.cli import main
+from ragtrail.cli.app import main
 from ragtrail.inspect import render, report
 from ragtrail.inspect.errors import EXIT_CODES, EXIT_INTERNAL, InspectError
 from ragtrail.inspect.manifest import build, fidelity_only

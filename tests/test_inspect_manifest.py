@@ -190,7 +190,7 @@ def test_reading_and_building_pause_the_cycle_collector_and_restore_it(tmp_path)
     collector must come back exactly as it was, including when they had it off themselves."""
     import gc
 
-    from ragtrail.inspect._gc import gc_paused
+    from ragtrail.inspect.gc_pause import gc_paused
 
     trace_id = record(tmp_path, rag_run)
     seen = []

@@ -1,4 +1,4 @@
-"""The Phoenix reader (inspect/phoenix.py) on a real Phoenix 20.26.1's recorded answers
+"""The Phoenix reader (inspect/sources/phoenix.py) on a real Phoenix 20.26.1's recorded answers
 (tests/fixtures/phoenix_recorded/, recorded by tests/phoenix/test_phoenix_source.py with
 RAGTRAIL_RECORD_PHOENIX_FIXTURES=1) served from loopback: the tier without Phoenix still checks it."""
 
@@ -13,7 +13,7 @@ from fixtures.backend_server import BackendServer
 from ragtrail.contract import semconv as sc
 from ragtrail.inspect.errors import TraceNotFound, UsageError
 from ragtrail.inspect.manifest import build
-from ragtrail.inspect.phoenix import NOTE_NO_DROPPED_COUNTS, PhoenixSource, split_project
+from ragtrail.inspect.sources.phoenix import NOTE_NO_DROPPED_COUNTS, PhoenixSource, split_project
 from ragtrail.inspect.sources import open_source
 from ragtrail.inspect.stages import stitch
 from ragtrail.inspect.verify import check

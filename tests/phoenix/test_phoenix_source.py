@@ -9,7 +9,7 @@ import ragtrail
 from ragtrail import settings
 from ragtrail.demo.pipeline import QUESTION, load_corpus, make_pipeline
 
-from ragtrail.inspect.phoenix import NOTE_NO_DROPPED_COUNTS as NOTE
+from ragtrail.inspect.sources.phoenix import NOTE_NO_DROPPED_COUNTS as NOTE
 
 import phoenix_server as ps
 import ragtrail_backends as rb

@@ -14,7 +14,7 @@ from typing import Any
 from ragtrail.contract import receipts
 from ragtrail.contract import semconv as sc
 
-from ._gc import gc_paused
+from .gc_pause import gc_paused
 from .coverage import coverage, survival
 from .model import Span, Trace
 from .stages import StageView, Stitched, stitch

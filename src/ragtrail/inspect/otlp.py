@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from .errors import MalformedInput
 from .model import Event, Span
 
-_STATUS_CODES = {0: "UNSET", 1: "OK", 2: "ERROR", "STATUS_CODE_UNSET": "UNSET", "STATUS_CODE_OK": "OK",
-                 "STATUS_CODE_ERROR": "ERROR"}
+STATUS_CODES: dict[object, str] = {0: "UNSET", 1: "OK", 2: "ERROR", "STATUS_CODE_UNSET": "UNSET", "STATUS_CODE_OK": "OK",
+                                  "STATUS_CODE_ERROR": "ERROR"}
+"""OTLP status codes, as numbers or enum names (both JSON spellings), to the model's UNSET/OK/ERROR."""
 
 MAX_VALUE_DEPTH = 32
 """How deeply arrays and key/value lists may nest inside one attribute value. OTLP sets no bound;
@@ -203,7 +205,7 @@ def decode_span(raw: dict[str, Any], resource: dict[str, Any], scope_name: str |
         trace_state=text_or_none(_get(raw, "traceState", "trace_state") or None, "a tracestate"),
         resource=resource,
         scope_name=text_or_none(scope_name, "a scope name"),
-        status_code=_STATUS_CODES.get(code, str(code) if code is not None else None),
+        status_code=STATUS_CODES.get(code, str(code) if code is not None else None),
         status_message=text_or_none(status.get("message") or None, "a status message"),
     )
 

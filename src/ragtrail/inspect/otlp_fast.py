@@ -15,23 +15,23 @@ compares the two). Without msgspec installed the general decoder alone is used.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any
 
 from .model import Event, Span
-from .otlp import _STATUS_CODES, decode_id, decode_value, int64, uint64
+from .otlp import STATUS_CODES, decode_id, decode_value, int64, uint64
 
 try:
     import msgspec
 except ImportError:  # pragma: no cover - msgspec is a runtime dependency; the general decoder still works
     msgspec = None  # type: ignore[assignment]
 
-_Int = Union[int, str, None]  # int64 values may arrive as JSON strings
+_Int = int | str | None  # int64 values may arrive as JSON strings
 
 if msgspec is not None:
     class _Value(msgspec.Struct, forbid_unknown_fields=True):
-        stringValue: Optional[str] = None
+        stringValue: str | None = None
         intValue: _Int = None
-        doubleValue: Union[float, str, None] = None
+        doubleValue: float | str | None = None
         boolValue: Any = None
         arrayValue: Any = None
         kvlistValue: Any = None
@@ -39,55 +39,55 @@ if msgspec is not None:
 
     class _KeyValue(msgspec.Struct, forbid_unknown_fields=True):
         key: str
-        value: Optional[_Value] = None
+        value: _Value | None = None
 
     class _Event(msgspec.Struct, forbid_unknown_fields=True):
         name: str = ""
         timeUnixNano: _Int = None
-        attributes: Optional[list[_KeyValue]] = None
+        attributes: list[_KeyValue] | None = None
         droppedAttributesCount: _Int = None
 
     class _Status(msgspec.Struct, forbid_unknown_fields=True):
-        code: Union[int, str, None] = None
-        message: Optional[str] = None
+        code: int | str | None = None
+        message: str | None = None
 
     class _Span(msgspec.Struct, forbid_unknown_fields=True):
-        traceId: Optional[str] = None
-        spanId: Optional[str] = None
-        parentSpanId: Optional[str] = None
-        traceState: Optional[str] = None
+        traceId: str | None = None
+        spanId: str | None = None
+        parentSpanId: str | None = None
+        traceState: str | None = None
         flags: _Int = None
         name: str = ""
-        kind: Union[int, str, None] = None
+        kind: int | str | None = None
         startTimeUnixNano: _Int = None
         endTimeUnixNano: _Int = None
-        attributes: Optional[list[_KeyValue]] = None
+        attributes: list[_KeyValue] | None = None
         droppedAttributesCount: _Int = None
-        events: Optional[list[_Event]] = None
+        events: list[_Event] | None = None
         droppedEventsCount: _Int = None
         links: Any = None
         droppedLinksCount: _Int = None
-        status: Optional[_Status] = None
+        status: _Status | None = None
 
     class _Scope(msgspec.Struct, forbid_unknown_fields=True):
-        name: Optional[str] = None
-        version: Optional[str] = None
+        name: str | None = None
+        version: str | None = None
         attributes: Any = None
         droppedAttributesCount: _Int = None
 
     class _ScopeSpans(msgspec.Struct, forbid_unknown_fields=True):
-        scope: Optional[_Scope] = None
-        spans: Optional[list[_Span]] = None
-        schemaUrl: Optional[str] = None
+        scope: _Scope | None = None
+        spans: list[_Span] | None = None
+        schemaUrl: str | None = None
 
     class _Resource(msgspec.Struct, forbid_unknown_fields=True):
-        attributes: Optional[list[_KeyValue]] = None
+        attributes: list[_KeyValue] | None = None
         droppedAttributesCount: _Int = None
 
     class _ResourceSpans(msgspec.Struct, forbid_unknown_fields=True):
-        resource: Optional[_Resource] = None
-        scopeSpans: Optional[list[_ScopeSpans]] = None
-        schemaUrl: Optional[str] = None
+        resource: _Resource | None = None
+        scopeSpans: list[_ScopeSpans] | None = None
+        schemaUrl: str | None = None
 
     class _Document(msgspec.Struct, forbid_unknown_fields=True):
         resourceSpans: list[_ResourceSpans]
@@ -158,7 +158,7 @@ def decode_line(data: bytes, trace_id: str | None = None) -> list[Span] | None:
                         trace_state=raw.traceState or None,
                         resource=resource,
                         scope_name=scope_name,
-                        status_code=_STATUS_CODES.get(code, str(code) if code is not None else None),
+                        status_code=STATUS_CODES.get(code, str(code) if code is not None else None),
                         status_message=(status.message or None) if status is not None else None,
                     )
                     if trace_id is None or span.trace_id == trace_id:  # after decoding, as the general decoder does

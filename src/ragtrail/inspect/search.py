@@ -93,9 +93,7 @@ class Filter:
             return False
         if self.service_version is not None and r.service_version != self.service_version:
             return False
-        if self.tag is not None and str(r.resource.get(self.tag[0])) != self.tag[1]:
-            return False
-        return True
+        return self.tag is None or str(r.resource.get(self.tag[0])) == self.tag[1]
 
     # --- push-down ---------------------------------------------------------------------------------
     def _span_filters(self) -> list[tuple[str, str]]:

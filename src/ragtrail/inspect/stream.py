@@ -13,12 +13,13 @@ Servers (Jaeger, Tempo) are read as their search answers, one trace fetched at a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from ._gc import gc_paused
 from .errors import InspectError, TruncatedInput
+from .gc_pause import gc_paused
 from .model import Span, Trace
 from .otlp_fast import decode_line
 from .sources import FileSource, Progress, group_traces, loads, open_source, spans_from_document
@@ -84,9 +85,8 @@ class TraceStream:
             for path in files:
                 if path.stat().st_size == 0:
                     continue
-                if source._is_single_document(path):  # a pretty-printed export: one document
-                    for trace in self._whole_file(path):
-                        yield trace
+                if source.is_single_document(path):  # a pretty-printed export: one document
+                    yield from self._whole_file(path)
                     continue
                 with path.open("rb") as fh:
                     for number, data in enumerate(fh, 1):

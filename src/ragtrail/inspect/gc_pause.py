@@ -11,8 +11,8 @@ everything as usual; only the cycle search waits until the pause ends.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

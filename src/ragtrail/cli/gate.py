@@ -1,6 +1,6 @@
 """``ragtrail gate run`` and ``ragtrail gate baseline``: the retrieval regression gate for CI.
 
-Registered on :data:`ragtrail.cli.cli`. The decision is :mod:`ragtrail.gate.evaluate`'s; this module
+Added to the ``ragtrail`` group in :mod:`ragtrail.cli.app`. The decision is :mod:`ragtrail.gate.evaluate`'s; this module
 only gets the traces (in-process or ``--traces``), hands the report to the CI renderers and exits
 with the verdict's code (PASS 0, REGRESSION 1, INCONCLUSIVE 3; usage errors 2). The gate's modules
 are imported inside the commands, so the rest of the CLI does not pay for them at start-up.
@@ -11,19 +11,21 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
-from ragtrail.cli import _json_out, cli
-from ragtrail.cli_many import _progress
+from ragtrail.cli.console import json_out, progress_bar
 from ragtrail.inspect import errors
 from ragtrail.inspect.safe import plain
 
+__all__ = ["gate"]
 
-@cli.group()
+
+@click.group()
 def gate() -> None:
     """Retrieval regression gate for CI: recall and survival of labelled relevant ids at every stage,
     against a committed baseline. Exit codes: 0 PASS, 1 REGRESSION, 3 INCONCLUSIVE (evidence the gate
@@ -63,7 +65,7 @@ def _collect(pipeline: str | None, traces: str | None, evalset: Any, key: bytes 
     if (pipeline is None) == (traces is None):
         raise errors.UsageError("pass exactly one of --pipeline and --traces",
                                 "--pipeline my_app.rag:answer runs it; --traces .ragtrail reads recorded traces")
-    with _progress(label) as progress:
+    with progress_bar(label, unit="percent", after=1.0) as progress:
         if pipeline is not None:
             # the gate's stdout is its report (--json, annotations): what the pipeline prints goes to stderr
             with contextlib.redirect_stdout(sys.stderr):
@@ -118,7 +120,7 @@ def gate_run(pipeline: str | None, set_path: str, traces: str | None, key_file: 
         if text:
             click.echo(text.rstrip("\n"))
     if as_json:
-        _json_out(report.to_dict())
+        json_out(report.to_dict())
     else:
         terminal.render(report, Console(highlight=False, emoji=False))
     return report.exit_code
@@ -145,7 +147,7 @@ def gate_baseline(pipeline: str | None, set_path: str, traces: str | None, key_f
         from ragtrail.gate import runner
 
         # N runs recorded elsewhere: each query's N most recent traces
-        with _progress("baseline from traces") as progress:
+        with progress_bar("baseline from traces", unit="percent", after=1.0) as progress:
             collected = runner.from_traces_runs(traces, evalset.cases, runs=runs, key=key, progress=progress,
                                                 lookback=lookback, timeout=timeout)
     else:
@@ -162,7 +164,7 @@ def gate_baseline(pipeline: str | None, set_path: str, traces: str | None, key_f
         return EXIT_CODES[INCONCLUSIVE]
     baseline_mod.write(document, output)
     if as_json:
-        _json_out(document)
+        json_out(document)
         return 0
     click.echo(f"ragtrail gate baseline: wrote {plain(output)} ({len(evalset.cases)} cases, {runs} run"
                f"{'s' if runs != 1 else ''}, set digest {evalset.digest[:12]}…)")

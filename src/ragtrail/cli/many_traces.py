@@ -1,6 +1,6 @@
 """``ragtrail ls``, ``stats`` and ``compare``: commands over many traces, read one at a time.
 
-Registered on :data:`ragtrail.cli.cli`. Every trace is read through
+Added to the ``ragtrail`` group in :mod:`ragtrail.cli.app`. Every trace is read through
 :class:`ragtrail.inspect.stream.TraceStream` (bounded memory) and reduced to a
 :class:`ragtrail.inspect.records.TraceRecord`; every piece of trace data printed goes through
 :mod:`ragtrail.inspect.safe`.
@@ -10,46 +10,18 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections import deque
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import click
 
-from ragtrail.cli import _json_out, _source_option, _stderr, cli
+from ragtrail.cli.console import json_out, progress_bar, source_option, stderr, wide_stdout
 from ragtrail.inspect import errors
-from ragtrail.inspect._gc import gc_paused
+from ragtrail.inspect.gc_pause import gc_paused
 from ragtrail.inspect.safe import plain, text
 
-
-@contextmanager
-def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
-    """A rich bar on stderr, shown only when stderr is a terminal and the work has taken over a second."""
-    console = _stderr()
-    if not console.is_terminal:
-        yield lambda done, total: None
-        return
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
-
-    started = time.monotonic()
-    state: dict[str, Any] = {}
-
-    def update(done: int, total: int) -> None:
-        if "bar" not in state:
-            if time.monotonic() - started < 1.0:
-                return
-            bar = state["bar"] = Progress(TextColumn(label), BarColumn(), TaskProgressColumn(), TimeRemainingColumn(),
-                                          console=console, transient=True)
-            bar.start()
-            state["task"] = bar.add_task(label, total=total)
-        state["bar"].update(state["task"], completed=done, total=total)
-
-    try:
-        yield update
-    finally:
-        if "bar" in state:
-            state["bar"].stop()
+__all__ = ["compare_cmd", "ls_cmd", "stats_cmd"]
 
 
 def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -113,11 +85,11 @@ def _is_server(source: str | None) -> bool:
 def _records(source: str | None, flt: Any, settings: Any, *, timeout: float, lookback: str, limit: int | None,
              label: str) -> Iterator[Any]:
     """Matching records of one source, streamed; the filter is pushed down to a server and checked here."""
+    import os
+
     from ragtrail.inspect.errors import NoRagtrailSpans
     from ragtrail.inspect.records import from_trace
     from ragtrail.inspect.stream import TraceStream
-
-    import os
 
     source = source or os.environ.get("RAGTRAIL_SOURCE") or None
     server_query = None
@@ -127,7 +99,7 @@ def _records(source: str | None, flt: Any, settings: Any, *, timeout: float, loo
         server_query = flt.jaeger_tags()
     stream = TraceStream(source, server_query=server_query, lookback=lookback,
                          limit=limit or 100 if _is_server(source) else 10**9, timeout=timeout)
-    with _progress(label) as progress:
+    with progress_bar(label, unit="percent", after=1.0) as progress:
         stream.progress = progress
         for trace in stream:
             try:
@@ -137,11 +109,11 @@ def _records(source: str | None, flt: Any, settings: Any, *, timeout: float, loo
             if flt.matches(record):
                 yield record
     for note in stream.notes():
-        _stderr().print(f"ragtrail: note: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
+        stderr().print(f"ragtrail: note: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
 
 
-@cli.command("ls")
-@_source_option
+@click.command("ls")
+@source_option
 @_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per trace.")
 @gc_paused()
@@ -183,8 +155,8 @@ def _emit(records: Iterator[Any], as_json: bool) -> int:
     return n
 
 
-@cli.command("stats")
-@_source_option
+@click.command("stats")
+@source_option
 @_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print the aggregates as JSON.")
 @gc_paused()
@@ -207,17 +179,10 @@ def stats_cmd(source: str | None, timeout: float, since: str | None, until: str 
         raise errors.TraceNotFound("no trace matches", "loosen the filters or check --source")
     result = stats.as_dict()
     if as_json:
-        _json_out(result)
+        json_out(result)
     else:
         _render_stats(result)
     return errors.EXIT_OK
-
-
-def _wide() -> Any:
-    """stdout for tables with many columns: a pipe gets 180 columns, not 120."""
-    from rich.console import Console
-
-    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 180, highlight=False)
 
 
 def _dist(d: dict[str, Any]) -> str:
@@ -234,7 +199,7 @@ def _render_stats(result: dict[str, Any]) -> None:
     from rich import box
     from rich.table import Table
 
-    out = _wide()
+    out = wide_stdout()
     out.print(text(result["sampling"]))
     out.print(text("runs: " + (_counts(result["run_statuses"], 5) or "-")
                    + (f" · refusal rate {result['refusal_rate']:.1%} of {result['refusal_known']:g}"
@@ -281,10 +246,10 @@ def _side(arg: str, source: str | None) -> tuple[str | None, dict[str, Any], str
     return source, {"since": since or None, "until": until or None}, arg
 
 
-@cli.command("compare")
+@click.command("compare")
 @click.argument("side_a")
 @click.argument("side_b")
-@_source_option
+@source_option
 @click.option("--lookback", default="1h", show_default=True, help="How far back a server search looks.")
 @click.option("--limit", type=int, default=None, help="Server sources: at most this many traces per side (default 100).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
@@ -319,7 +284,7 @@ def compare_cmd(side_a: str, side_b: str, source: str | None, timeout: float, lo
         sides.append(summary)
     result = compare(*sides)
     if as_json:
-        _json_out(result)
+        json_out(result)
     elif as_markdown:
         sys.stdout.write(markdown(result, limit=show_n))
     else:
@@ -335,7 +300,7 @@ def _render_compare(result: dict[str, Any], show_n: int) -> None:
     from rich import box
     from rich.table import Table
 
-    out = _wide()
+    out = wide_stdout()
     a, b = result["a"], result["b"]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("")

@@ -1,105 +1,41 @@
-"""``ragtrail``: read retrieval manifests back from traces (show, verify, diff, report) and run the demo.
+"""The commands over one trace: ``show``, ``verify``, ``diff`` and ``report``, and ``demo`` (which records one).
 
-Every failure a user can cause prints one line saying what to do and exits with its own code
-(see ``ragtrail --help``); a traceback means a bug in ragtrail (set ``RAGTRAIL_DEBUG=1`` to see it).
+Added to the ``ragtrail`` group in :mod:`ragtrail.cli.app`.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import click
-from rich.console import Console
 from rich.text import Text
 
+from ragtrail.cli.console import json_out, progress_bar, source_option, stdout
 from ragtrail.inspect import errors, render
-from ragtrail.inspect._gc import gc_paused
-from ragtrail.inspect.errors import EXIT_CODES, InspectError
-from ragtrail.inspect.safe import json_text, plain
+from ragtrail.inspect.gc_pause import gc_paused
+from ragtrail.inspect.safe import plain
 
-_EXIT_TABLE = "\n".join(f"  {code:<3} {text}" for code, text in EXIT_CODES)
-_EPILOG = f"""\b
-Sources (--source, or RAGTRAIL_SOURCE; default ./.ragtrail, the local store):
-  PATH                          OTLP JSON lines (local store, Collector file exporter), OTLP/Jaeger/Tempo JSON
-  jaeger+http://HOST:16686      Jaeger (API v3, falling back to v1)
-  tempo+http://HOST:3200        Grafana Tempo (API v2, falling back to v1)
-  phoenix+http://HOST:6006      Arize Phoenix (REST API v1; /projects/NAME for one project)
-TRACE is a hex trace id, `last` (the most recent trace), or a file holding one trace.
-
-\b
-Exit codes:
-{_EXIT_TABLE}
-"""
-
-
-def _stdout() -> Console:
-    """Trace data is printed as ``Text`` (never markup); emoji codes such as ``:x:`` in it stay literal too."""
-    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 120, highlight=False, emoji=False)
-
-
-def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, emoji=False)
-
-
-@contextmanager
-def _progress(label: str, unit: str = "bytes") -> Iterator[Callable[[int, int], None]]:
-    """A progress callback shown on stderr only when it is a terminal and the work is large."""
-    console = _stderr()
-    if not console.is_terminal:
-        yield lambda done, total: None
-        return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = [TextColumn(label), BarColumn(), DownloadColumn() if unit == "bytes" else TextColumn("{task.completed}/{task.total}"),
-               TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(label, total=None)
-
-        def update(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
-
-        yield update
-
-
-def _source_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option("--timeout", type=float, default=10.0, show_default=True,
-                      help="Seconds to wait for a server.")(fn)
-    return click.option("--source", "-s", envvar="RAGTRAIL_SOURCE", default=None, metavar="SOURCE",
-                        help="Where traces live (see below). Default: ./.ragtrail")(fn)
+__all__ = ["demo", "diff_cmd", "report", "show", "verify"]
 
 
 def _load(ref: str, source: str | None, timeout: float) -> dict[str, Any]:
     from ragtrail.inspect.manifest import build
     from ragtrail.inspect.sources import resolve
 
-    with _progress("reading traces") as progress:
+    with progress_bar("reading traces") as progress:
         trace = resolve(ref, source, timeout=timeout, progress=progress)
     return build(trace)
 
 
-def _json_out(data: Any) -> None:
-    click.echo(json_text(data, indent=2, default=str))
-
-
-@click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(package_name="ragtrail", prog_name="ragtrail")
-def cli() -> None:
-    """Read the retrieval manifest back from a RAG trace: what was retrieved, what was excluded and why,
-    what was cited, and whether the trail arrived as it was stamped."""
-
-
-@cli.command()
+@click.command()
 @click.argument("trace")
-@_source_option
+@source_option
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @click.option("--limit", type=int, default=10, show_default=True, help="Candidates shown per stage.")
 @click.option("--all", "show_all", is_flag=True, help="Show every candidate and exclusion.")
 @click.option("--doc", "doc", default=None, metavar="ID",
               help="One document's fate, stage by stage (rank, score, kept or excluded and why, content changes, cited).")
-@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: int, show_all: bool,
          doc: str | None) -> int:
     """Show the manifest of TRACE: query hops, stages, candidates, exclusions, citations, coverage, fidelity."""
@@ -109,20 +45,20 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
 
         chain = doc_fate.fate(manifest, doc)
         if as_json:
-            _json_out(chain)
+            json_out(chain)
         else:
-            doc_fate.render(_stdout(), chain)
+            doc_fate.render(stdout(), chain)
         return errors.EXIT_OK
     if as_json:
-        _json_out(manifest)
+        json_out(manifest)
     else:
-        render.show(_stdout(), manifest, limit=10**9 if show_all else limit, max_stages=10**9 if show_all else 20)
+        render.show(stdout(), manifest, limit=10**9 if show_all else limit, max_stages=10**9 if show_all else 20)
     return errors.EXIT_OK
 
 
-@cli.command()
+@click.command()
 @click.argument("traces", nargs=-1)
-@_source_option
+@source_option
 @click.option("--search", is_flag=True, help="Verify recent ragtrail traces found in the source.")
 @click.option("--limit", type=int, default=20, show_default=True, help="How many traces --search checks.")
 @click.option("--query", "-q", default=None,
@@ -133,7 +69,7 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
 @click.option("--strict", is_flag=True, help="Also fail on findings (degraded stages, unexplained exclusions).")
 @click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The receipt key (RAGTRAIL_RECEIPT_KEY of the producer) to check keyed (hmac-sha256) receipts.")
-@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: bool, limit: int,
            query: str | None, lookback: str | None, as_json: bool, strict: bool, key_file: str | None) -> int:
     """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm."""
@@ -149,14 +85,14 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
     src = None
     if search:
         src = open_source(source, timeout=timeout)
-        with _progress("searching"):
+        with progress_bar("searching"):
             refs.extend(src.search(limit, query, lookback))
         if not refs:
             raise errors.TraceNotFound(f"no ragtrail traces found in {src.description}",
                                        "widen --lookback or check the source")
     results = []
-    out = _stdout()
-    with _progress(f"verifying {len(refs)} traces", unit="count") as progress:
+    out = stdout()
+    with progress_bar(f"verifying {len(refs)} traces", unit="count") as progress:
         for i, ref in enumerate(refs):
             trace = src.get(ref) if src is not None and ref not in traces else resolve(ref, source, timeout=timeout)
             results.append(build(trace, key) if strict else fidelity_only(trace, key))
@@ -178,22 +114,22 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
         for finding in findings:
             out.print(Text(f"FINDING trace={plain(m['trace_id'])}: {plain(finding)}"))
     if as_json:
-        _json_out([{"trace_id": m["trace_id"], "fidelity": m["fidelity"], "findings": m.get("findings", [])}
+        json_out([{"trace_id": m["trace_id"], "fidelity": m["fidelity"], "findings": m.get("findings", [])}
                    for m in results])
     if src is not None and hasattr(src, "close"):
         src.close()
     return errors.EXIT_ALARMS if failed else errors.EXIT_OK
 
 
-@cli.command("diff")
+@click.command("diff")
 @click.argument("trace_a")
 @click.argument("trace_b")
-@_source_option
+@source_option
 @click.option("--source-b", default=None, metavar="SOURCE", help="Source of TRACE_B when it differs from --source.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
 @click.option("--exit-code", is_flag=True, help="Exit 1 when the evidence differs.")
 @click.option("--limit", type=int, default=10, show_default=True, help="Differences shown per stage.")
-@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def diff_cmd(trace_a: str, trace_b: str, source: str | None, timeout: float, source_b: str | None,
              as_json: bool, exit_code: bool, limit: int) -> int:
     """Compare the evidence of two traces stage by stage, and say where it first differs."""
@@ -203,18 +139,18 @@ def diff_cmd(trace_a: str, trace_b: str, source: str | None, timeout: float, sou
     b = _load(trace_b, source_b or source, timeout)
     result = diff(a, b)
     if as_json:
-        _json_out(result)
+        json_out(result)
     else:
-        render.diff(_stdout(), result, limit=limit)
+        render.diff(stdout(), result, limit=limit)
     return errors.EXIT_ALARMS if (exit_code and not result["same_evidence"]) else errors.EXIT_OK
 
 
-@cli.command()
+@click.command()
 @click.argument("trace")
-@_source_option
+@source_option
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, writable=True),
               help="The HTML file to write.")
-@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect._gc
+@gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def report(trace: str, source: str | None, timeout: float, output: str) -> int:
     """Write TRACE's manifest as one self-contained HTML file (funnel, hops, tables, fidelity)."""
     from ragtrail.inspect import report as html
@@ -225,7 +161,7 @@ def report(trace: str, source: str | None, timeout: float, output: str) -> int:
     return errors.EXIT_OK
 
 
-@cli.command()
+@click.command()
 @click.option("--store", default=".ragtrail", show_default=True, type=click.Path(file_okay=False),
               help="The local store directory the demo writes its traces to.")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
@@ -239,9 +175,9 @@ def demo(store: str, report_path: str | None, budget: int, as_json: bool) -> int
 
     result = run_demo(store=store, report_path=report_path, budget_words=budget)
     if as_json:
-        _json_out(result.manifest)
+        json_out(result.manifest)
     else:
-        out = _stdout()
+        out = stdout()
         out.print(Text.assemble(("answer", "bold"), ": ", plain(result.answer)))
         out.print("")
         render.show(out, result.manifest)
@@ -256,39 +192,3 @@ def demo(store: str, report_path: str | None, budget: int, as_json: bool) -> int
         out.print(Text(f"next: ragtrail show {plain(result.manifest['trace_id'])} --source {plain(store)}   ·   "
                        f"ragtrail verify last --source {plain(store)}"))
     return errors.EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Console script entry point: one line and a distinct exit code per failure, never a traceback."""
-    debug = os.environ.get("RAGTRAIL_DEBUG", "") not in ("", "0")
-    try:
-        code = cli.main(args=argv, prog_name="ragtrail", standalone_mode=False)
-    except InspectError as exc:
-        _stderr().print(Text(f"ragtrail: error: {plain(exc.one_line())}"), soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        _stderr().print("ragtrail: interrupted", markup=False)
-        sys.exit(130)
-    except click.ClickException as exc:
-        hint = "run `ragtrail --help`" if not isinstance(exc, click.UsageError) or exc.ctx is None \
-            else f"run `{exc.ctx.command_path} --help`"
-        _stderr().print(Text(f"ragtrail: error: {plain(exc.format_message())}: {hint}"), soft_wrap=True)
-        sys.exit(errors.EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
-    except Exception as exc:  # a bug in ragtrail: still one line unless asked for the traceback
-        if debug:
-            raise
-        _stderr().print(Text(f"ragtrail: internal error: {type(exc).__name__}: {plain(exc)}: please report it "
-                             "(RAGTRAIL_DEBUG=1 shows the traceback)"), soft_wrap=True)
-        sys.exit(errors.EXIT_INTERNAL)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-from ragtrail import cli_many as _many  # noqa: E402,F401  (registers ls, stats, compare on `cli`)
-from ragtrail import cli_gate as _gate  # noqa: E402,F401  (registers gate run, gate baseline on `cli`)
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -11,15 +11,17 @@ state, and its timestamps are microseconds.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from ragtrail.contract import semconv as sc
 
-from .errors import MalformedInput, TraceNotFound, UsageError
-from .model import Event, Span, Trace, normalize_trace_id
-from .sources import _HttpSource, _lookback_seconds
+from ..errors import MalformedInput, TraceNotFound, UsageError
+from ..model import Event, Span, Trace, normalize_trace_id
+from .base import lookback_seconds
+from .http import HttpSource
 
 PAGE = 1000  # Phoenix's largest page
 NOTE_NO_DROPPED_COUNTS = ("Phoenix keeps no dropped attribute or event counts: SDK evictions cannot be seen "
@@ -76,7 +78,7 @@ def decode_span(raw: dict[str, Any], where: str) -> Span:
                              "expected the body of Phoenix's GET /v1/projects/{project}/spans") from None
 
 
-class PhoenixSource(_HttpSource):
+class PhoenixSource(HttpSource):
     """Arize Phoenix (REST API v1)."""
 
     name = "Phoenix"
@@ -91,10 +93,10 @@ class PhoenixSource(_HttpSource):
         cursor = None
         while True:
             query = dict(params, **({"cursor": cursor} if cursor else {}))
-            response = self._get(path, params=query, allow_404=True)
+            response = self.fetch(path, params=query, allow_404=True)
             if response is None:
                 return
-            body = self._json(response, self.description)
+            body = self.json_body(response, self.description)
             if not isinstance(body, dict) or not isinstance(body.get("data"), list):
                 raise MalformedInput(f"{self.description} answered {path} with no data list",
                                      "check that --source points at Phoenix")
@@ -142,13 +144,13 @@ class PhoenixSource(_HttpSource):
                                  "e.g. --query ragtrail.stage.status=degraded")
             key, value = key.strip(), value.strip()
         params: dict[str, Any] = {"limit": PAGE, "sort": "start_time", "order": "desc"}
-        seconds = _lookback_seconds(lookback)
+        seconds = lookback_seconds(lookback)
         if seconds:
             params["start_time"] = datetime.fromtimestamp(time.time() - seconds, timezone.utc).isoformat()
         found: dict[str, int] = {}
         for project in self.projects():
-            response = self._get(self._spans_path(project), params=params, allow_404=True)
-            body = self._json(response, self.description) if response is not None else {}
+            response = self.fetch(self._spans_path(project), params=params, allow_404=True)
+            body = self.json_body(response, self.description) if response is not None else {}
             for raw in body.get("data") or () if isinstance(body, dict) else ():
                 attributes = raw.get("attributes") or {}
                 if key not in attributes or (value is not None and str(attributes[key]) != value):
