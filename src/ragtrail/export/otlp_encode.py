@@ -182,37 +182,72 @@ def _key_value(key: Any, value: Any) -> bytes:
     return _KEYS.get(key).field + _field(b"\x12", _any_value(value))
 
 
-def _array_item(kind: type, item: Any) -> bytes:
-    """One ``ArrayValue.values`` entry of a scalar of exactly ``kind``."""
-    if kind is str:
-        encoded: bytes = item.encode("utf-8")
+def _str_item_header(size: int) -> bytes:
+    """The header of an ``ArrayValue.values`` entry holding a string of ``size`` UTF-8 bytes."""
+    return b"\x0a" + _varint(size + 1 + len(_varint(size))) + b"\x0a" + _varint(size)
+
+
+def _int_item(value: int) -> bytes:
+    return _field(b"\x0a", _int_value(value))
+
+
+_STR_ITEM_HEADERS = tuple(_str_item_header(size) for size in range(2048))
+_INT_ITEMS = tuple(_int_item(value) for value in range(2048))
+_FLOAT_ITEM = b"\x0a\x09\x21"
+_BOOL_ITEMS = {True: b"\x0a\x02\x10\x01", False: b"\x0a\x02\x10\x00"}
+
+
+def _str_items(value: tuple[Any, ...], parts: list[bytes]) -> bool:
+    append = parts.append
+    headers = _STR_ITEM_HEADERS
+    for item in value:
+        if type(item) is not str:
+            return False
+        encoded = item.encode("utf-8")
         size = len(encoded)
-        if size < 16000:
-            return b"\x0a" + _SMALL[size + 1 + len(_SMALL[size])] + b"\x0a" + _SMALL[size] + encoded
-        return _field(b"\x0a", _field(b"\x0a", encoded))
-    if kind is int:
-        return _field(b"\x0a", _int_value(item))
-    if kind is float:
-        return b"\x0a\x09\x21" + _pack_double(item)
-    return b"\x0a\x02\x10\x01" if item else b"\x0a\x02\x10\x00"  # bool
+        append(headers[size] if size < 2048 else _str_item_header(size))
+        append(encoded)
+    return True
 
 
-_ARRAY_KINDS = frozenset((str, int, float, bool))
+def _int_items(value: tuple[Any, ...], parts: list[bytes]) -> bool:
+    append = parts.append
+    small = _INT_ITEMS
+    for item in value:
+        if type(item) is not int:
+            return False
+        append(small[item] if 0 <= item < 2048 else _int_item(item))
+    return True
+
+
+def _float_items(value: tuple[Any, ...], parts: list[bytes]) -> bool:
+    append = parts.append
+    for item in value:
+        if type(item) is not float:
+            return False
+        append(_FLOAT_ITEM + _pack_double(item))
+    return True
+
+
+def _bool_items(value: tuple[Any, ...], parts: list[bytes]) -> bool:
+    if any(type(item) is not bool for item in value):
+        return False
+    parts.extend([_BOOL_ITEMS[item] for item in value])
+    return True
+
+
+_ITEMS = {str: _str_items, int: _int_items, float: _float_items, bool: _bool_items}
 
 
 def _tuple_value(value: tuple[Any, ...]) -> bytes:
     """An AnyValue array of a homogeneous tuple of str, int, float or bool (what the SDK makes of a
-    list attribute); any other tuple through :func:`_any_value`."""
+    list attribute), one tight loop per type; any other tuple through :func:`_any_value`."""
     if not value:
         return b"\x2a\x00"
-    kind = type(value[0])
-    if kind not in _ARRAY_KINDS:
-        return _any_value(value)
+    items = _ITEMS.get(type(value[0]))
     parts: list[bytes] = []
-    for item in value:
-        if type(item) is not kind:
-            return _any_value(value)
-        parts.append(_array_item(kind, item))
+    if items is None or not items(value, parts):
+        return _any_value(value)
     return _field(b"\x2a", b"".join(parts))
 
 
