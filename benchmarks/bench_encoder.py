@@ -16,7 +16,14 @@ Every batch is checked byte-identical to the stock first. Figures: µs per span 
 attribute value of spans and events, an array's elements one each), min / median / max over rounds
 (process CPU time), and the speed-up (stock / ragtrail) per round, min / median / max.
 
+With ``--host``: the host's latency while an exporter thread encodes. The main thread runs the
+(uninstrumented) LangChain pipeline query after query; a second thread encodes the captured spans in
+``--batch``-span batches back to back (the worst case: an exporter that never idles), with the stock
+encoder, ragtrail's in one hold, or ragtrail's in 32-span chunks (``time.sleep(0)`` between). Figures:
+the host's p50 / p95 per query (ms) and its p95 against no exporter, per mode, interleaved rounds.
+
     .venv/bin/python benchmarks/bench_encoder.py --queries 20 --rounds 7
+    .venv/bin/python benchmarks/bench_encoder.py --host --rounds 3 --host-queries 200
     .venv/bin/python benchmarks/bench_encoder.py --smoke
 """
 
@@ -56,8 +63,20 @@ def capture(framework: str, mode: str, queries: int, chunks: int) -> list[Any]:
     for query in pool[:queries]:
         run(query)
     spans = list(exporter.get_finished_spans())
+    _uninstrument(framework, mode)
     provider.shutdown()
     return spans
+
+
+def _uninstrument(framework: str, mode: str) -> None:
+    """Instrumentors are singletons: a new one uninstruments the one ``users.instrument`` set up."""
+    if mode == "ragtrail":
+        from ragtrail.instrumentation.langchain import LangChainInstrumentor
+        from ragtrail.instrumentation.llama_index import LlamaIndexInstrumentor
+    else:
+        from openinference.instrumentation.langchain import LangChainInstrumentor  # type: ignore[no-redef]
+        from openinference.instrumentation.llama_index import LlamaIndexInstrumentor  # type: ignore[no-redef]
+    (LangChainInstrumentor() if framework == "langchain" else LlamaIndexInstrumentor()).uninstrument()
 
 
 def count_values(spans: Sequence[Any]) -> int:
@@ -133,6 +152,55 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+HOST_MODES = ("none", "stock", "ragtrail", "ragtrail-32")
+
+
+def host_round(run: Callable[[str], Any], pool: list[str], batches: list[list[Any]], mode: str) -> list[float]:
+    """The host's per-query seconds while an exporter thread encodes ``batches`` over and over."""
+    import threading
+
+    encode = encoders()[mode] if mode != "none" else None
+    stop = threading.Event()
+
+    def exporter() -> None:
+        while encode is not None and not stop.is_set():
+            for batch in batches:
+                encode(batch)
+                if stop.is_set():
+                    return
+
+    thread = threading.Thread(target=exporter, daemon=True)
+    thread.start()
+    timings = []
+    for query in pool:
+        started = time.perf_counter()
+        run(query)
+        timings.append(time.perf_counter() - started)
+    stop.set()
+    thread.join()
+    return timings
+
+
+def host_benchmark(spans: list[Any], batch_size: int, rounds: int, queries: int, chunks: int) -> str:
+    texts, pool = users.corpus(chunks)
+    run = users.build_langchain(texts)
+    for query in pool[:20]:
+        run(query)
+    batches = [spans[i:i + batch_size] for i in range(0, len(spans), batch_size)]
+    per_mode: dict[str, dict[str, list[float]]] = {mode: {"p50": [], "p95": []} for mode in HOST_MODES}
+    for _ in range(rounds):
+        for mode in HOST_MODES:
+            timings = sorted(host_round(run, pool[20:20 + queries], batches, mode))
+            per_mode[mode]["p50"].append(statistics.median(timings) * 1e3)
+            per_mode[mode]["p95"].append(users.percentile(timings, 0.95) * 1e3)
+    base = statistics.median(per_mode["none"]["p95"])
+    lines = ["| exporter thread | host p50 ms (median of rounds) | host p95 ms (median) | p95 × no exporter |", "|---|---:|---:|---:|"]
+    for mode, figures in per_mode.items():
+        p95 = statistics.median(figures["p95"])
+        lines.append(f"| {mode} | {statistics.median(figures['p50']):.2f} | {p95:.2f} | {p95 / base:.2f} |")
+    return "\n".join(lines)
+
+
 def openinference_available() -> bool:
     try:
         importlib.import_module("openinference.instrumentation.langchain")
@@ -151,6 +219,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="2 queries, 2 rounds, 300 chunks")
     parser.add_argument("--mode", choices=("ragtrail", "openinference"), default="ragtrail", help="whose instrumentation records the spans")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--host", action="store_true", help="the host's latency while an exporter thread encodes")
+    parser.add_argument("--host-queries", type=int, default=200)
     opts = parser.parse_args()
     if opts.smoke:
         opts.queries, opts.rounds, opts.chunks = 2, 2, 300
@@ -158,6 +228,11 @@ def main() -> None:
         raise SystemExit("OpenInference's instrumentation is not importable by this interpreter (see benchmarks/README.md)")
     if opts.mode == "ragtrail" and not openinference_available():
         print("note: OpenInference's instrumentation is not importable here; its spans cannot be measured", file=sys.stderr)
+    if opts.host:
+        spans = capture("langchain", opts.mode, opts.queries, opts.chunks)
+        spans = (spans * (1 + opts.batch // max(1, len(spans))))[:max(opts.batch, len(spans))]  # at least one full batch
+        print(host_benchmark(spans, opts.batch, opts.rounds, opts.host_queries, opts.chunks))
+        return
     results = []
     for framework in users.FRAMEWORKS:
         spans = capture(framework, opts.mode, opts.queries, opts.chunks)

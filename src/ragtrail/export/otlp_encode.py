@@ -61,7 +61,7 @@ _FLAGS_LOCAL = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _FLAGS_REMOTE = 0x300  # ... | SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 _SPAN_FLAGS = {False: b"\x85\x01" + _pack_fixed32(_FLAGS_LOCAL), True: b"\x85\x01" + _pack_fixed32(_FLAGS_REMOTE)}
 _LINK_FLAGS = {False: b"\x35" + _pack_fixed32(_FLAGS_LOCAL), True: b"\x35" + _pack_fixed32(_FLAGS_REMOTE)}
-_CACHE_LIMIT = 4096  # distinct attribute keys (and resources, scopes) remembered before starting over
+_CACHE_LIMIT = 1024  # distinct attribute keys (and resources, scopes) remembered before starting over
 
 
 def _varint_slow(value: int) -> bytes:
@@ -122,8 +122,8 @@ def _any_value(value: Any) -> bytes:
     raise Exception(f"Invalid type {type(value)} of value {value}")  # the stock's exception, word for word
 
 
-_SHORT = 128  # a string value up to this long is remembered with its encoding (ids, names, kinds recur)
-_VALUES_PER_KEY = 256  # remembered values of one key before its memory starts over
+_SHORT = 64  # a string value up to this long is remembered with its encoding (ids, names, kinds recur)
+_VALUES_PER_KEY = 64  # remembered values of one key before its memory starts over (at most 1024 keys x 64)
 
 
 class _Key:
