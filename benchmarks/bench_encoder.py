@@ -18,7 +18,8 @@ attribute value of spans and events, an array's elements one each), min / median
 
 With ``--host``: the host's latency while an exporter thread encodes. The main thread runs the
 (uninstrumented) LangChain pipeline query after query; a second thread encodes the captured spans in
-``--batch``-span batches back to back (the worst case: an exporter that never idles), with the stock
+``--batch``-span batches back to back (the worst case: an exporter that never idles; ``--idle-ms``
+makes it rest between batches), with the stock
 encoder, ragtrail's in one hold, or ragtrail's in 32-span chunks (``time.sleep(0)`` between). Figures:
 the host's p50 / p95 per query (ms) and its p95 against no exporter, per mode, interleaved rounds.
 
@@ -155,7 +156,7 @@ def table(results: list[dict[str, Any]]) -> str:
 HOST_MODES = ("none", "stock", "ragtrail", "ragtrail-32")
 
 
-def host_round(run: Callable[[str], Any], pool: list[str], batches: list[list[Any]], mode: str) -> list[float]:
+def host_round(run: Callable[[str], Any], pool: list[str], batches: list[list[Any]], mode: str, idle: float) -> list[float]:
     """The host's per-query seconds while an exporter thread encodes ``batches`` over and over."""
     import threading
 
@@ -166,7 +167,7 @@ def host_round(run: Callable[[str], Any], pool: list[str], batches: list[list[An
         while encode is not None and not stop.is_set():
             for batch in batches:
                 encode(batch)
-                if stop.is_set():
+                if stop.wait(idle) if idle else stop.is_set():
                     return
 
     thread = threading.Thread(target=exporter, daemon=True)
@@ -181,7 +182,7 @@ def host_round(run: Callable[[str], Any], pool: list[str], batches: list[list[An
     return timings
 
 
-def host_benchmark(spans: list[Any], batch_size: int, rounds: int, queries: int, chunks: int) -> str:
+def host_benchmark(spans: list[Any], batch_size: int, rounds: int, queries: int, chunks: int, idle: float) -> str:
     texts, pool = users.corpus(chunks)
     run = users.build_langchain(texts)
     for query in pool[:20]:
@@ -190,7 +191,7 @@ def host_benchmark(spans: list[Any], batch_size: int, rounds: int, queries: int,
     per_mode: dict[str, dict[str, list[float]]] = {mode: {"p50": [], "p95": []} for mode in HOST_MODES}
     for _ in range(rounds):
         for mode in HOST_MODES:
-            timings = sorted(host_round(run, pool[20:20 + queries], batches, mode))
+            timings = sorted(host_round(run, pool[20:20 + queries], batches, mode, idle))
             per_mode[mode]["p50"].append(statistics.median(timings) * 1e3)
             per_mode[mode]["p95"].append(users.percentile(timings, 0.95) * 1e3)
     base = statistics.median(per_mode["none"]["p95"])
@@ -221,6 +222,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--host", action="store_true", help="the host's latency while an exporter thread encodes")
     parser.add_argument("--host-queries", type=int, default=200)
+    parser.add_argument("--idle-ms", type=float, default=0.0, help="--host: the exporter thread rests this long between batches")
     opts = parser.parse_args()
     if opts.smoke:
         opts.queries, opts.rounds, opts.chunks = 2, 2, 300
@@ -231,7 +233,7 @@ def main() -> None:
     if opts.host:
         spans = capture("langchain", opts.mode, opts.queries, opts.chunks)
         spans = (spans * (1 + opts.batch // max(1, len(spans))))[:max(opts.batch, len(spans))]  # at least one full batch
-        print(host_benchmark(spans, opts.batch, opts.rounds, opts.host_queries, opts.chunks))
+        print(host_benchmark(spans, opts.batch, opts.rounds, opts.host_queries, opts.chunks, opts.idle_ms / 1e3))
         return
     results = []
     for framework in users.FRAMEWORKS:
