@@ -101,7 +101,8 @@ def attributes(draw: st.DrawFn) -> Any:
     """A plain dict (anything, as ``ReadableSpan(...)`` takes it) or the SDK's ``BoundedAttributes``
     (cleaned values, possibly over its limit: dropped counts)."""
     if draw(st.booleans()):
-        return draw(st.one_of(st.none(), st.dictionaries(attribute_keys, any_values, max_size=6)))
+        odd_keys = st.one_of(attribute_keys, st.none(), st.integers(-3, 3), st.binary(max_size=3))  # not str: what does the stock do?
+        return draw(st.one_of(st.none(), st.dictionaries(odd_keys, any_values, max_size=6)))
     maxlen = draw(st.one_of(st.none(), st.integers(min_value=0, max_value=4)))
     return BoundedAttributes(maxlen=maxlen, attributes=draw(st.dictionaries(st.text(max_size=10), sdk_values, max_size=7)), immutable=True)
 
