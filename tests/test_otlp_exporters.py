@@ -164,3 +164,14 @@ def test_a_stock_grpc_exporter_is_upgraded_in_place(grpc_receiver: GrpcReceiver)
     finally:
         stock.shutdown()
     assert grpc_receiver.requests == [stock_encode_spans(spans).SerializeToString()]
+
+
+def test_grpc_compression_is_the_channels(grpc_receiver: GrpcReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip")  # read by the stock exporter, as always
+    spans = some_spans(40)
+    exporter = RagtrailGrpcSpanExporter(endpoint=f"http://127.0.0.1:{grpc_receiver.port}", insecure=True)
+    try:
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert grpc_receiver.requests == [stock_encode_spans(spans).SerializeToString()]
