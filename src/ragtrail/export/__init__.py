@@ -18,6 +18,7 @@ _EXPORTS = {
     "RagtrailConfigurator": "ragtrail.export.configurator",
     "configure": "ragtrail.export.configurator",
     "spans_to_json_line": "ragtrail.export.otlp_json",
+    "encode_spans": "ragtrail.export.otlp_encode",
     "parse_request": "ragtrail.export.otlp_json",
 }
 

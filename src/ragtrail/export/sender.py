@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from ragtrail.export.otlp_exporters import with_ragtrail_encoder
 from ragtrail.export.sizing import estimate_span_bytes
 from ragtrail.export.stamping import root_first
 
@@ -35,7 +36,7 @@ class Sender:
 
     def __init__(self, exporter: SpanExporter, *, max_request_bytes: int, max_export_batch_size: int,
                  retry_timeout: float) -> None:
-        self.exporter = exporter
+        self.exporter = with_ragtrail_encoder(exporter)  # a stock OTLP exporter encodes with ragtrail's encoder
         self.max_request_bytes = max(MIN_REQUEST_BYTES, max_request_bytes)
         self.max_export_batch_size = max_export_batch_size
         self.retry_timeout = retry_timeout

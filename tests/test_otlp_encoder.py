@@ -1,0 +1,255 @@
+"""ragtrail's OTLP encoder writes exactly the stock encoder's bytes (``encode_spans(spans).SerializeToString()``)
+for every span the SDK can produce, and fails where the stock fails.
+
+The contract, checked on hypothesis-drawn ``ReadableSpan``s built with the real SDK: same bytes, or, when
+the stock raises, the same exception type. An attribute the stock cannot encode (an int outside int64, a
+lone surrogate, an unknown type, anywhere inside an array or mapping) is dropped by both (and logged);
+a span field it cannot encode (a lone surrogate in a name, a time or count out of range, an id past its
+width) makes both raise. Then the real thing: the wire snapshot pipelines' spans, encoded both ways.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import struct
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as stock_encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.status import Status, StatusCode
+
+from ragtrail.export import encode_spans
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _outcome(encode: Callable[[], bytes]) -> tuple[str, Any]:
+    try:
+        return "bytes", encode()
+    except Exception as error:  # noqa: BLE001 - the exception type is what is compared
+        return "raises", type(error)
+
+
+def assert_same_as_stock(spans: list[ReadableSpan]) -> None:
+    ours = _outcome(lambda: encode_spans(spans))
+    theirs = _outcome(lambda: stock_encode_spans(spans).SerializeToString())
+    assert ours == theirs
+    chunked = _outcome(lambda: encode_spans(spans, chunk=2))
+    assert chunked == theirs
+
+
+# --- values ------------------------------------------------------------------------------------------
+def _nan(payload: int, sign: int = 0) -> float:
+    value: float = struct.unpack("<d", struct.pack("<Q", (sign << 63) | 0x7FF8000000000000 | payload))[0]
+    return value
+
+
+SPECIAL_FLOATS = [math.nan, -math.nan, _nan(0x123), _nan(1, sign=1), math.inf, -math.inf, -0.0, 0.0, 5e-324, 1.7976931348623157e308]
+EDGE_INTS = [0, 1, -1, 127, 128, 16383, 16384, 2**31, -(2**31), 2**32, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 2**64, 2**64 - 1, -(2**64), 10**30]
+surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+texts = st.one_of(
+    st.text(max_size=20),
+    st.text(st.one_of(st.characters(), surrogates), max_size=6),  # lone surrogates: the stock drops or raises
+    st.text(min_size=127, max_size=200),  # varint lengths past one byte
+    st.sampled_from(["", "é", "日本", "\U0001f600", "\x00"]),
+)
+ints = st.one_of(st.integers(min_value=-(2**64), max_value=2**64), st.sampled_from(EDGE_INTS), st.integers(min_value=-(2**80), max_value=2**80))
+floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(SPECIAL_FLOATS))
+scalars = st.one_of(st.none(), st.booleans(), ints, floats, texts, st.binary(max_size=20))
+
+
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    keys = st.one_of(texts, st.integers(min_value=-5, max_value=5), st.none(), st.booleans())
+    return st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=4).map(tuple),
+        st.dictionaries(keys, children, max_size=3),
+        st.binary(max_size=4).map(bytearray),  # a Sequence of ints to the stock encoder
+        st.integers(min_value=0, max_value=3).map(range),
+        st.sets(st.integers(), max_size=2),  # not a Sequence nor a Mapping: the stock drops it
+    )
+
+
+any_values = st.recursive(scalars, _containers, max_leaves=8)
+# what the SDK's own attribute cleaning keeps: scalars and homogeneous tuples of them
+sdk_scalars = st.one_of(st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1), floats, st.text(max_size=30))
+sdk_values = st.one_of(
+    sdk_scalars,
+    st.lists(st.text(max_size=8), max_size=5).map(tuple),
+    st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=5).map(tuple),
+    st.lists(floats, max_size=4).map(tuple),
+    st.lists(st.booleans(), max_size=4).map(tuple),
+)
+attribute_keys = st.one_of(
+    st.text(max_size=12), st.sampled_from(["ragtrail.stage", "k", ""]), st.text(st.one_of(st.characters(), surrogates), max_size=3),
+)
+
+
+@st.composite
+def attributes(draw: st.DrawFn) -> Any:
+    """A plain dict (anything, as ``ReadableSpan(...)`` takes it) or the SDK's ``BoundedAttributes``
+    (cleaned values, possibly over its limit: dropped counts)."""
+    if draw(st.booleans()):
+        odd_keys = st.one_of(attribute_keys, st.none(), st.integers(-3, 3), st.binary(max_size=3))  # not str: what does the stock do?
+        return draw(st.one_of(st.none(), st.dictionaries(odd_keys, any_values, max_size=6)))
+    maxlen = draw(st.one_of(st.none(), st.integers(min_value=0, max_value=4)))
+    return BoundedAttributes(maxlen=maxlen, attributes=draw(st.dictionaries(st.text(max_size=10), sdk_values, max_size=7)), immutable=True)
+
+
+# --- spans -------------------------------------------------------------------------------------------
+trace_ids = st.one_of(st.integers(min_value=1, max_value=2**128 - 1), st.sampled_from([0, 2**128 - 1, 2**128]))
+span_ids = st.one_of(st.integers(min_value=1, max_value=2**64 - 1), st.sampled_from([0, 2**64 - 1, 2**64]))
+trace_states = st.one_of(st.none(), st.sampled_from([TraceState(), TraceState([("vendor", "value")]), TraceState([("a", "1"), ("b@t", "2=x")])]))
+times = st.one_of(st.none(), st.integers(min_value=0, max_value=2**64 - 1), st.sampled_from([0, 1, 2**64 - 1, 2**64, -1]))
+counts_limits = st.one_of(st.none(), st.integers(min_value=0, max_value=3))
+
+
+@st.composite
+def span_contexts(draw: st.DrawFn) -> SpanContext:
+    return SpanContext(draw(trace_ids), draw(span_ids), is_remote=draw(st.booleans()),
+                       trace_flags=TraceFlags(draw(st.sampled_from([0, 1]))), trace_state=draw(trace_states))
+
+
+@st.composite
+def events(draw: st.DrawFn) -> Any:
+    timestamps = st.one_of(st.integers(min_value=0, max_value=2**64 - 1), st.sampled_from([0, 2**64, -1]))
+    items = [Event(draw(texts), draw(attributes()), timestamp=draw(timestamps)) for _ in range(draw(st.integers(min_value=0, max_value=3)))]
+    if draw(st.booleans()):
+        return BoundedList.from_seq(draw(counts_limits), items)  # over its limit: dropped_events
+    return items
+
+
+@st.composite
+def links(draw: st.DrawFn) -> Any:
+    items = [Link(draw(span_contexts()), draw(attributes())) for _ in range(draw(st.integers(min_value=0, max_value=2)))]
+    if draw(st.booleans()):
+        return BoundedList.from_seq(draw(counts_limits), items)
+    return items
+
+
+RESOURCES = [
+    Resource({"service.name": "rag"}),
+    Resource({"service.name": "rag"}),  # equal to the first, another object: one ResourceSpans
+    Resource({"service.name": "rag"}, schema_url="https://opentelemetry.io/schemas/1.21.0"),
+    Resource({}),
+    Resource({"n": 1, "f": -0.0, "t": ("a", "b"), "bad": 2**70}),  # "bad" is dropped by both
+    Resource({"n": True, "f": 0.0, "t": ("a", "b"), "bad": 2**70}),  # equal to the previous by dict equality
+]
+SCOPES = [
+    None,
+    InstrumentationScope("ragtrail", "0.1"),
+    InstrumentationScope("ragtrail", "0.1"),  # equal: one ScopeSpans
+    InstrumentationScope("ragtrail", "0.1", schema_url="https://example.com/s", attributes={"a": 1}),
+    InstrumentationScope("ragtrail", "0.1", schema_url="https://example.com/s", attributes={"a": True}),  # equal by dict equality
+    InstrumentationScope("", None),
+    InstrumentationScope("other", "", attributes={"x": ("1", "2")}),
+]
+statuses = st.one_of(
+    st.none(),
+    st.just(Status(StatusCode.UNSET)),
+    st.just(Status(StatusCode.OK)),
+    texts.map(lambda text: Status(StatusCode.ERROR, text)),
+)
+
+
+@st.composite
+def readable_spans(draw: st.DrawFn) -> ReadableSpan:
+    return ReadableSpan(
+        name=draw(texts),
+        context=draw(span_contexts()),
+        parent=draw(st.one_of(st.none(), span_contexts())),
+        resource=draw(st.sampled_from(RESOURCES)),
+        attributes=draw(attributes()),
+        events=draw(events()),
+        links=draw(links()),
+        kind=draw(st.sampled_from(list(SpanKind))),
+        status=draw(statuses),
+        start_time=draw(times),
+        end_time=draw(times),
+        instrumentation_scope=draw(st.sampled_from(SCOPES)),
+    )
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
+@given(st.lists(readable_spans(), max_size=5))
+def test_the_bytes_of_the_stock_encoder_for_any_span(spans: list[ReadableSpan]) -> None:
+    assert_same_as_stock(spans)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(attribute_keys, any_values, max_size=4))
+def test_every_attribute_value_as_the_stock_encodes_or_drops_it(values: dict[Any, Any]) -> None:
+    span = ReadableSpan("s", context=SpanContext(1, 2, False), attributes=values, start_time=1, end_time=2)
+    assert_same_as_stock([span])
+
+
+@pytest.mark.parametrize("value", [*SPECIAL_FLOATS, *EDGE_INTS, "\ud800", "a\udfffb", b"", b"\x00\xff", [], (), {}, [1, "a", 2.5, None, True],
+                                   [[], {}], {"k": {"n": [None]}}, {1: "one", None: 2}, bytearray(b"ab"), range(3), None, {1, 2}, object()])
+def test_each_listed_value(value: Any) -> None:
+    span = ReadableSpan("s", context=SpanContext(1, 2, False), attributes={"v": value, "after": "kept"}, start_time=1, end_time=2)
+    assert_same_as_stock([span])
+
+
+@pytest.mark.parametrize("fault", ["name", "start", "end", "trace_id", "event_name", "event_time", "status", "link_span_id"])
+def test_a_span_field_the_stock_refuses_raises_the_same(fault: str) -> None:
+    context = SpanContext(2**128 if fault == "trace_id" else 1, 2, False)
+    span = ReadableSpan(
+        "\ud800" if fault == "name" else "s", context=context,
+        start_time=-1 if fault == "start" else 1, end_time=2**64 if fault == "end" else 2,
+        events=[Event("\udc00" if fault == "event_name" else "e", timestamp=-5 if fault == "event_time" else 3)],
+        links=[Link(SpanContext(1, 2**64 if fault == "link_span_id" else 3, True))],
+        status=Status(StatusCode.ERROR, "\ud800" if fault == "status" else "boom"),
+    )
+    assert _outcome(lambda: stock_encode_spans([span]).SerializeToString())[0] == "raises"
+    assert_same_as_stock([span])
+
+
+# --- the real thing: ragtrail's own spans ------------------------------------------------------------
+def _wire_snapshot_module() -> Any:
+    spec = importlib.util.spec_from_file_location("wire_snapshot_for_encoder", ROOT / "scripts" / "wire_snapshot.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def captured_sections(names: list[str]) -> Iterator[tuple[str, list[ReadableSpan]]]:
+    """The spans each wire snapshot section records (the script's real SDK pipelines), captured where
+    the script normalises them."""
+    module = _wire_snapshot_module()
+    normalise = module.normalise
+    for name in names:
+        captured: list[ReadableSpan] = []
+
+        def keep(spans: Any, captured: list[ReadableSpan] = captured) -> Any:
+            captured.extend(spans)
+            return normalise(spans)
+
+        module.normalise = keep
+        module.SECTIONS[name]()
+        yield name, captured
+    module.normalise = normalise
+
+
+def test_ragtrail_spans_byte_identical() -> None:
+    sections = ["demo", "decorators", "langchain", "llama_index"]
+    total = 0
+    for name, spans in captured_sections(sections):
+        assert spans, name
+        expected = stock_encode_spans(spans).SerializeToString()
+        assert encode_spans(spans) == expected, name
+        assert encode_spans(spans, chunk=3) == expected, name
+        assert encode_spans(spans) == expected, name  # warm caches: still the same
+        total += len(spans)
+    assert total > 50
