@@ -24,8 +24,8 @@ import sys
 import threading
 import time
 import tracemalloc
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -64,11 +64,11 @@ class GatedExporter(CountingExporter):
 
 def start_receiver() -> tuple[subprocess.Popen, str]:
     code = (
-        "import sys, time; sys.path.insert(0, %r)\n"
+        f"import sys, time; sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
         "from otlp_server import OTLPServer\n"
         "s = OTLPServer().start(); print(s.traces_url, flush=True)\n"
         "sys.stdin.read()\n"
-    ) % str(ROOT / "tests")
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
@@ -78,7 +78,7 @@ def workload(provider: TracerProvider, traces: int, spans_per_trace: int) -> Non
     tracer = provider.get_tracer("bench")
     for t in range(traces):
         with tracer.start_as_current_span("root", attributes={"app.request": t, "app.route": "/search"}):
-            for s in range(spans_per_trace - 1):
+            for _ in range(spans_per_trace - 1):
                 with tracer.start_as_current_span("stage") as span:
                     span.set_attribute("ragtrail.stage.kind", "retrieve")
                     span.set_attribute("ragtrail.candidates.out", 10)
@@ -162,7 +162,7 @@ def run_memory(traces: int, spans_per_trace: int, max_bytes: int) -> None:
         tracer = provider.get_tracer("bench")
         for t in range(traces):
             with tracer.start_as_current_span("root", attributes={"app.request": t}):
-                for s in range(spans_per_trace - 1):
+                for _ in range(spans_per_trace - 1):
                     with tracer.start_as_current_span("stage", attributes={"ragtrail.events.digest": "0" * 64}):
                         pass
             if isinstance(processor, WholeTraceSpanProcessor) and t % 50 == 0:

@@ -45,7 +45,7 @@ DIM = 256
 VOCABULARY = [f"w{i}" for i in range(600)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bucket(word: str) -> int:
     return int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % DIM
 

@@ -23,6 +23,7 @@ Run (the anchors live only in .venv-bench):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import hashlib
 import json
@@ -59,7 +60,7 @@ def build_app(mode: str):
     from langchain_core.embeddings import Embeddings
     from langchain_core.vectorstores import InMemoryVectorStore
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def bucket(word: str) -> int:
         return int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % DIM
 
@@ -146,10 +147,8 @@ def count(spans: list[Any]) -> dict[str, int]:
         stats["lost"] += span.dropped_attributes + span.dropped_events
         output = attributes.get("traceloop.entity.output")  # OpenLLMetry: documents as one JSON string
         if isinstance(output, str) and output.startswith('{"documents"'):
-            try:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
                 stats["candidates"] += len(json.loads(output)["documents"])
-            except (ValueError, KeyError, TypeError):
-                pass
     return stats
 
 

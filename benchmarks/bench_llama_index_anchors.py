@@ -69,7 +69,7 @@ def build_app():
     from llama_index.core.postprocessor import LLMRerank, SimilarityPostprocessor
     from llama_index.core.schema import TextNode
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def bucket(word: str) -> int:
         return int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % DIM
 

@@ -40,7 +40,8 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 FRAMEWORKS = ("langchain", "llama_index")
 MODES = ("none", "ragtrail", "openinference")

@@ -13,7 +13,8 @@ import argparse
 import hashlib
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from opentelemetry import trace
@@ -24,7 +25,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
 
 class Discard(SpanExporter):
-    def export(self, spans: "list[ReadableSpan]") -> SpanExportResult:
+    def export(self, spans: list[ReadableSpan]) -> SpanExportResult:
         return SpanExportResult.SUCCESS
 
 
@@ -74,7 +75,7 @@ def cases() -> list[tuple[str, Callable[[], Any]]]:
             return {}
 
         @staticmethod
-        def build_from_config(config: dict) -> "Hash":
+        def build_from_config(config: dict) -> Hash:
             return Hash()
 
     chroma = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
@@ -115,11 +116,11 @@ def main() -> None:
 
     print(f"{'case':52s} {'bare':>9s} {'recorded':>9s} {'added':>9s} {'sampled-out':>12s}")
     for name, fn in cases():
-        def bare() -> Any:
+        def bare(fn: Callable[[], Any] = fn) -> Any:
             with suppress_instrumentation():
                 return fn()
 
-        def sampled_out() -> Any:
+        def sampled_out(fn: Callable[[], Any] = fn) -> Any:
             from opentelemetry import context
 
             token = context.attach(sampled_out_ctx)

@@ -38,8 +38,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -133,7 +134,7 @@ def app_main(endpoint: str, seconds: float, ids_path: str) -> None:
 
 
 # --- the receiver's behaviour per mode (this process) ---------------------------------------------
-def _timeline(mode: str, server: Any, seconds: float) -> tuple[Callable[[], None], Optional[Callable[[threading.Event], None]]]:
+def _timeline(mode: str, server: Any, seconds: float) -> tuple[Callable[[], None], Callable[[threading.Event], None] | None]:
     """(what to set before the app starts, what to run while it produces)."""
     half = seconds / 2
 
@@ -219,25 +220,24 @@ def run_mode(mode: str, seconds: float) -> dict[str, Any]:
         ids_path = Path(tmp) / "ids.txt"
         env = {**os.environ, "RAGTRAIL_LOCAL_STORE_DIR": str(store), "PYTHONPATH": str(ROOT / "src")}
         setup()
-        log = open(Path(tmp) / "app.log", "w")  # the SDK exporter's own complaints, one per failure
-        child = subprocess.Popen([sys.executable, __file__, "--app", server.url, str(seconds), str(ids_path)],
-                                 stdout=subprocess.PIPE, stderr=log, text=True, env=env)
-        assert child.stdout is not None
-        child.stdout.readline()  # "ready"
-        stop = threading.Event()
-        driver = threading.Thread(target=during, args=(stop,)) if during else None
-        if driver:
-            driver.start()
-        try:
-            out, _ = child.communicate(timeout=seconds + 300)
-        finally:
-            stop.set()
+        with open(Path(tmp) / "app.log", "w") as log:  # the SDK exporter's own complaints, one per failure
+            child = subprocess.Popen([sys.executable, __file__, "--app", server.url, str(seconds), str(ids_path)],
+                                     stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+            assert child.stdout is not None
+            child.stdout.readline()  # "ready"
+            stop = threading.Event()
+            driver = threading.Thread(target=during, args=(stop,)) if during else None
             if driver:
-                driver.join()
-            if child.poll() is None:
-                child.kill()
-        server.stop()  # releases hanging handlers: a request that hung is not kept
-        log.close()
+                driver.start()
+            try:
+                out, _ = child.communicate(timeout=seconds + 300)
+            finally:
+                stop.set()
+                if driver:
+                    driver.join()
+                if child.poll() is None:
+                    child.kill()
+            server.stop()  # releases hanging handlers: a request that hung is not kept
         if child.returncode != 0:
             print((Path(tmp) / "app.log").read_text()[-3000:], file=sys.stderr)
         result = json.loads(out.strip().splitlines()[-1])

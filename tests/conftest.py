@@ -8,6 +8,7 @@ test gets a cleared InMemorySpanExporter. Tests that need other providers build 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
@@ -35,7 +36,7 @@ def tracer_provider() -> TracerProvider:
 
 
 @pytest.fixture
-def span_exporter() -> InMemorySpanExporter:
+def span_exporter() -> Iterator[InMemorySpanExporter]:
     """The session exporter, cleared before and after the test."""
     _EXPORTER.clear()
     yield _EXPORTER
@@ -43,7 +44,7 @@ def span_exporter() -> InMemorySpanExporter:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_ragtrail_config(monkeypatch):
+def _fresh_ragtrail_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts from the environment defaults of ragtrail's capture config."""
     for name in ("RAGTRAIL_CAPTURE_QUERY", "RAGTRAIL_CAPTURE_CONTENT", "RAGTRAIL_CAPTURE_METADATA",
                  "RAGTRAIL_MIRROR_GENAI", "RAGTRAIL_MIRROR_OPENINFERENCE", "RAGTRAIL_MIRROR_DOCUMENTS",

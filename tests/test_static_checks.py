@@ -1,4 +1,5 @@
-"""The static checks (ruff, mypy, import-linter) run by the test command itself.
+"""The static checks (ruff's lint rules and formatter, mypy strict, import-linter) run by the test
+command itself, with the settings of pyproject.toml.
 
 The tools are looked up next to the suite's own interpreter (the venv's bin/, where the ``test``
 extra installs them). Outside CI a missing tool skips loudly; in CI (``CI=1``) it fails.
@@ -38,11 +39,20 @@ def _assert_ok(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
 
 
+PYTHON_TREES = ["src", "tests", "benchmarks", "scripts", "examples"]
+
+
 def test_ruff() -> None:
-    _assert_ok(_run([str(_tool("ruff")), "check", "src", "tests", "benchmarks", "scripts", "examples"]))
+    _assert_ok(_run([str(_tool("ruff")), "check", *PYTHON_TREES]))
+
+
+def test_ruff_format() -> None:
+    """One formatter, so a diff shows what changed rather than who edited it."""
+    _assert_ok(_run([str(_tool("ruff")), "format", "--check", *PYTHON_TREES]))
 
 
 def test_mypy() -> None:
+    """Strict mode over src/ragtrail (``strict = true`` in pyproject.toml)."""
     _assert_ok(_run([str(_tool("mypy")), "--python-executable", sys.executable]))
 
 

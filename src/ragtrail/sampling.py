@@ -21,7 +21,7 @@ Use in code: ``TracerProvider(sampler=RagtrailSampler(0.1))``; from the environm
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
@@ -60,7 +60,7 @@ def encode_threshold(threshold: int) -> str:
     return text or "0"
 
 
-def decode_threshold(text: str) -> Optional[int]:
+def decode_threshold(text: str) -> int | None:
     """Parse a ``th`` value (1-14 hex digits, right-padded with zeros); ``None`` if malformed."""
     if not 1 <= len(text) <= 14 or any(c not in "0123456789abcdef" for c in text):
         return None
@@ -83,7 +83,7 @@ def format_ot_value(pairs: Sequence[tuple[str, str]]) -> str:
     return ";".join(f"{k}:{v}" for k, v in pairs)
 
 
-def randomness(trace_id: int, trace_state: Optional[TraceState]) -> int:
+def randomness(trace_id: int, trace_state: TraceState | None) -> int:
     """Explicit ``ot=rv:`` randomness when present and well formed, else the trace id's low 56 bits."""
     if trace_state is not None and _OT_KEY in trace_state:
         for key, value in parse_ot_value(trace_state[_OT_KEY]):
@@ -133,13 +133,13 @@ class RagtrailSampler(Sampler):
 
     def should_sample(
         self,
-        parent_context: Optional[Context],
+        parent_context: Context | None,
         trace_id: int,
         name: str,
-        kind: Optional[SpanKind] = None,
+        kind: SpanKind | None = None,
         attributes: Attributes = None,
-        links: Optional[Sequence[Link]] = None,
-        trace_state: Optional[TraceState] = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
     ) -> SamplingResult:
         parent = get_current_span(parent_context).get_span_context()
         parent_state = parent.trace_state if parent is not None else None
@@ -162,7 +162,7 @@ class RagtrailSampler(Sampler):
         return f"RagtrailSampler{{p={self._probability}}}"
 
 
-def sampler_factory(arg: Optional[str | float] = None) -> RagtrailSampler:
+def sampler_factory(arg: str | float | None = None) -> RagtrailSampler:
     """Entry point for ``OTEL_TRACES_SAMPLER=ragtrail``: the SDK passes ``OTEL_TRACES_SAMPLER_ARG``
     as a string (or ``None`` when unset, which means keep everything)."""
     if arg is None or (isinstance(arg, str) and not arg.strip()):

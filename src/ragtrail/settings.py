@@ -23,7 +23,6 @@ import re
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
 
 from ragtrail.contract import semconv
 
@@ -111,7 +110,7 @@ class CaptureSettings:
             return canonical_json(_redact_leaf(canonical, keep_values))
         return canonical_json(_redact(parsed, keep_values))
 
-    def content_for(self, text: str) -> Optional[str]:
+    def content_for(self, text: str) -> str | None:
         """The part of ``text`` that may be exported as content: ``None`` (receipts only), the
         preview (rule ``preview@1``) or all of it."""
         if self.content == "preview":
@@ -181,7 +180,7 @@ def _choice(name: str, allowed: tuple[str, ...], default: str, invalid: list[str
     return unsafe
 
 
-def _positive_int(name: str, default: Optional[int], invalid: list[str], *, floor: int = 1) -> Optional[int]:
+def _positive_int(name: str, default: int | None, invalid: list[str], *, floor: int = 1) -> int | None:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -196,7 +195,7 @@ def _positive_int(name: str, default: Optional[int], invalid: list[str], *, floo
     return value
 
 
-def _count_or_all(name: str, invalid: list[str]) -> Optional[int]:
+def _count_or_all(name: str, invalid: list[str]) -> int | None:
     """An integer >= 0, or ``None`` for unset or ``all``; an invalid value is reported and means ``None``
     (today's behaviour: the mirrors are cut only by the span's room)."""
     if os.environ.get(name, "").strip().lower() == _ALL:
@@ -257,10 +256,10 @@ def set_capture(
     *,
     query: str | None = None,
     content: str | None = None,
-    metadata: "list[str] | tuple[str, ...] | None" = None,
+    metadata: list[str] | tuple[str, ...] | None = None,
     mirror_genai: bool | None = None,
     mirror_openinference: bool | None = None,
-    mirror_documents: "int | str | None" = None,
+    mirror_documents: int | str | None = None,
     events_per_span: int | None = None,
     vectorstore_max_queries: int | None = None,
 ) -> CaptureSettings:
@@ -316,7 +315,7 @@ def _env_number(name: str, default: int) -> int:
     return value
 
 
-def export_limit(env: str, value: Optional[float] = None) -> int:
+def export_limit(env: str, value: float | None = None) -> int:
     """One ``RAGTRAIL_EXPORT_*`` bound: the keyword argument when given (it must be > 0: a bad
     argument in code raises), else the environment, else the declared default."""
     if value is not None:
@@ -326,7 +325,7 @@ def export_limit(env: str, value: Optional[float] = None) -> int:
     return _env_number(env, EXPORT_DEFAULTS[env])
 
 
-def local_store_bytes(env: str, value: Optional[int] = None) -> int:
+def local_store_bytes(env: str, value: int | None = None) -> int:
     """One ``RAGTRAIL_LOCAL_STORE_*_BYTES`` size: the argument when truthy, else the environment,
     else the declared default."""
     return value or _env_number(env, LOCAL_STORE_DEFAULTS[env])
@@ -338,10 +337,10 @@ def local_store_directory() -> Path:
 
 
 # --- keyed receipts (docs/semconv.md "v2 changes") -------------------------------------------------
-DEFAULT_RECEIPT_KEY: Optional[str] = None  # unkeyed sha256 stage receipts
+DEFAULT_RECEIPT_KEY: str | None = None  # unkeyed sha256 stage receipts
 
 
-def receipt_key() -> Optional[bytes]:
+def receipt_key() -> bytes | None:
     """The key that makes stage receipts HMAC-SHA256 (``RAGTRAIL_RECEIPT_KEY``, its UTF-8 bytes), or
     ``None`` for unkeyed sha256. Read at each stage end, so a process can switch it; the key itself
     is never written to the wire. An empty value means no key."""
@@ -349,7 +348,7 @@ def receipt_key() -> Optional[bytes]:
     return value.encode("utf-8") if value else None
 
 
-def read_key_file(path: "str | Path") -> bytes:
+def read_key_file(path: str | Path) -> bytes:
     """A key file as ``ragtrail verify --key-file`` reads it: its bytes, one trailing newline cut
     (so ``echo secret > key`` and ``RAGTRAIL_RECEIPT_KEY=secret`` are the same key)."""
     data = Path(path).read_bytes()

@@ -16,26 +16,29 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
 
 from opentelemetry import trace
 
 import ragtrail
 from ragtrail.contract import semconv
-from ragtrail.recorder.candidates import Candidate
 from ragtrail.contract.receipts import receipt
+from ragtrail.recorder.candidates import Candidate
 
 QUESTION = "What is our refund window for enterprise customers?"
-_STOP = frozenset("a an and are as at be by can do for from how in is it of on or our the to what when which who "
-                  "with within you your customers customer".split())
+_STOP_WORDS = ("a an and are as at be by can do for from how in is it of on or our the to what when which who "
+               "with within you your customers customer")
+_STOP = frozenset(_STOP_WORDS.split())
 _WORD = re.compile(r"[a-z0-9]+")
 
 
 def load_corpus() -> list[dict[str, Any]]:
     """The bundled policy corpus (src/ragtrail/demo/data/policies.json)."""
     text = resources.files("ragtrail.demo").joinpath("data/policies.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    corpus: list[dict[str, Any]] = json.loads(text)
+    return corpus
 
 
 def tokens(text: str) -> list[str]:

@@ -37,12 +37,14 @@ is opened, the oldest closed files are deleted, with a warning naming them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Optional, Sequence
+from typing import IO
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -66,23 +68,23 @@ class LocalStoreSpanExporter(SpanExporter):
 
     def __init__(
         self,
-        directory: Optional[str | os.PathLike[str]] = None,
+        directory: str | os.PathLike[str] | None = None,
         *,
-        max_file_bytes: Optional[int] = None,
-        max_total_bytes: Optional[int] = None,
+        max_file_bytes: int | None = None,
+        max_total_bytes: int | None = None,
     ) -> None:
         self.directory = Path(directory) if directory is not None else default_directory()
         self.max_file_bytes = settings.local_store_bytes(semconv.ENV_LOCAL_STORE_MAX_FILE_BYTES, max_file_bytes)
         self.max_total_bytes = settings.local_store_bytes(semconv.ENV_LOCAL_STORE_MAX_TOTAL_BYTES, max_total_bytes)
         self._lock = threading.Lock()
-        self._file: Optional[IO[bytes]] = None
-        self._path: Optional[Path] = None
+        self._file: IO[bytes] | None = None
+        self._path: Path | None = None
         self._size = 0
         self._shutdown = False
         self._pid = os.getpid()
 
     @property
-    def current_path(self) -> Optional[Path]:
+    def current_path(self) -> Path | None:
         """The file being written, if any."""
         return self._path
 
@@ -126,17 +128,15 @@ class LocalStoreSpanExporter(SpanExporter):
         while path.exists():  # two rotations within one microsecond
             path = self.directory / f"traces-{stamp}-{os.getpid()}-{suffix}.jsonl"
             suffix += 1
-        self._file = open(path, "ab")
+        self._file = open(path, "ab")  # noqa: SIM115 - held open across exports, closed on rotation and shutdown
         self._path = path
         self._size = 0
         self._enforce_cap_locked()
 
     def _close_locked(self) -> None:
         if self._file is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._file.close()
-            except OSError:  # pragma: no cover
-                pass
         self._file = None
 
     def _enforce_cap_locked(self) -> None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from opentelemetry import metrics
 from opentelemetry.sdk.resources import Resource
@@ -61,14 +61,14 @@ class LossWindow:
 class LossLedger:
     """Thread-safe counters of lost traces and spans, with cumulative totals and a reporting window."""
 
-    def __init__(self, meter_provider: Optional[metrics.MeterProvider] = None, meter_name: str = "ragtrail.export") -> None:
+    def __init__(self, meter_provider: metrics.MeterProvider | None = None, meter_name: str = "ragtrail.export") -> None:
         self._lock = threading.Lock()
         self._window = LossWindow(start_ns=time.time_ns())
         self.total_traces_dropped = 0
         self.total_spans_dropped = 0
         self.total_traces_export_failed = 0
         self.total_spans_export_failed = 0
-        self._after_close: Optional[Callable[[LossWindow], None]] = None
+        self._after_close: Callable[[LossWindow], None] | None = None
         meter = metrics.get_meter(meter_name, meter_provider=meter_provider)
         self._trace_counter = meter.create_counter(
             semconv.METRIC_LOSS_TRACES, unit="{trace}", description="Whole traces ragtrail's exporter gave up"
@@ -161,7 +161,7 @@ class LossLedger:
             w.start_ns = end_ns
 
 
-def loss_record(window: LossWindow, resource: Optional[Resource], end_ns: Optional[int] = None) -> ReadableSpan:
+def loss_record(window: LossWindow, resource: Resource | None, end_ns: int | None = None) -> ReadableSpan:
     """A finished one-span trace named ``ragtrail.loss`` carrying the window's counts."""
     end_ns = end_ns if end_ns is not None else time.time_ns()
     trace_id = random.getrandbits(128) or 1

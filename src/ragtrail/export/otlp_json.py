@@ -16,7 +16,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -59,7 +60,7 @@ def _to_b64(value: str, expected_bytes: int | None) -> str:
 
 def request_to_dict(request: ExportTraceServiceRequest) -> dict[str, Any]:
     """OTLP JSON object (a dict ready for ``json.dumps``) of a protobuf request, with hex ids."""
-    document = json_format.MessageToDict(request, use_integers_for_enums=True)
+    document: dict[str, Any] = json_format.MessageToDict(request, use_integers_for_enums=True)
     for holder in _iter_id_holders(document):
         for field in _SPAN_ID_FIELDS:
             if field in holder:

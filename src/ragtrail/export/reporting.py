@@ -17,7 +17,6 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 from opentelemetry.sdk.resources import Resource
 
@@ -33,11 +32,11 @@ class LossReporter:
     """Sends the ledger's windows as ``ragtrail.loss`` records (see the module docstring)."""
 
     def __init__(self, ledger: LossLedger, sender: Sender, interval: float,
-                 store_dir: Optional[str | os.PathLike[str]] = None) -> None:
+                 store_dir: str | os.PathLike[str] | None = None) -> None:
         self.ledger = ledger
         self.sender = sender
         self.interval = interval
-        self.resource: Optional[Resource] = None
+        self.resource: Resource | None = None
         self.next_due = time.monotonic() + interval
         self._store_dir = store_dir
         self._store_lock = threading.Lock()

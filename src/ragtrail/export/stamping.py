@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import ReadableSpan
@@ -63,7 +64,7 @@ def stamp_segment(
     segment = {**marks, semconv.TRACE_SEGMENT_ROOT: semconv.span_id_hex(root_span_id),
                semconv.TRACE_SEGMENT_SPAN_COUNT: span_count}
     out: list[ReadableSpan] = []
-    root: Optional[ReadableSpan] = None
+    root: ReadableSpan | None = None
     for span in spans:
         if span.context.span_id == root_span_id:
             root = with_attributes(span, {**marks, semconv.TRACE_SPAN_COUNT: span_count})

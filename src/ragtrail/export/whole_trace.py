@@ -37,7 +37,8 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Optional, TypedDict
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
@@ -64,7 +65,7 @@ class _SenderOptions(TypedDict):
     retry_timeout: float
 
 
-def _seconds(env: str, millis: Optional[float]) -> float:
+def _seconds(env: str, millis: float | None) -> float:
     return settings.export_limit(env, millis) / 1000.0
 
 
@@ -79,19 +80,19 @@ class WholeTraceSpanProcessor(SpanProcessor):
         self,
         span_exporter: SpanExporter,
         *,
-        max_traces: Optional[int] = None,
-        max_spans_per_trace: Optional[int] = None,
-        max_bytes: Optional[int] = None,
-        grace_millis: Optional[float] = None,
-        schedule_delay_millis: Optional[float] = None,
-        max_export_batch_size: Optional[int] = None,
-        max_request_bytes: Optional[int] = None,
-        retry_timeout_millis: Optional[float] = None,
-        max_trace_age_millis: Optional[float] = None,
-        loss_report_interval_millis: Optional[float] = None,
-        loss_ledger: Optional[LossLedger] = None,
-        meter_provider: Optional[MeterProvider] = None,
-        loss_store_dir: Optional[str | os.PathLike[str]] = None,
+        max_traces: int | None = None,
+        max_spans_per_trace: int | None = None,
+        max_bytes: int | None = None,
+        grace_millis: float | None = None,
+        schedule_delay_millis: float | None = None,
+        max_export_batch_size: int | None = None,
+        max_request_bytes: int | None = None,
+        retry_timeout_millis: float | None = None,
+        max_trace_age_millis: float | None = None,
+        loss_report_interval_millis: float | None = None,
+        loss_ledger: LossLedger | None = None,
+        meter_provider: MeterProvider | None = None,
+        loss_store_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self._exporter = span_exporter
         batch = settings.export_limit(semconv.ENV_EXPORT_MAX_BATCH_SPANS, max_export_batch_size)
@@ -177,7 +178,7 @@ class WholeTraceSpanProcessor(SpanProcessor):
         return self._reporter.store_directory
 
     # --- application thread -------------------------------------------------------------------------
-    def on_start(self, span: Span, parent_context: Optional[Context] = None) -> None:
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         context = span.context
         if context is None or not context.trace_flags.sampled or self._shutdown_requested:
             return
