@@ -4,7 +4,8 @@ recorder writes (``encode_*``) beside what the inspector reads back from it (``d
 A stage span carries its outputs as columns, one homogeneous array per field in output order (a
 row's rank is its position); an exclusion event carries one reason's candidates the same way, with
 their input ranks and details. The recorder hands each ``encode_*`` rule the rows' wire values and
-the rule writes its column (or its single value) into the attributes being built; the inspector
+the rule writes its column (or its single value) into the attributes being built (by the current
+schema's rules, or an older accepted one's: what that schema's writer wrote); the inspector
 hands :func:`decode` a span's or an event's attributes and gets one :class:`Row` per candidate.
 
 Three habits run through the rules. A value a rule gives for every row is said once (score kind and
@@ -132,10 +133,11 @@ def decode_ids(attributes: Mapping[str, Any]) -> list[str]:
 
 
 # --- ranks: a stage span's row is ranked by its position; an exclusion event states input ranks ----
-def encode_ranks(out: dict[str, Any], ranks: list[int]) -> None:
+def encode_ranks(out: dict[str, Any], ranks: list[int], schema: int = sc.SCHEMA_VERSION) -> None:
     """An exclusion event's input ranks (``-1``: none); schema 5: consecutive ranks said by the first."""
     first = ranks[0]
-    if first >= 0 and ranks[-1] - first == len(ranks) - 1 and ranks == list(range(first, first + len(ranks))):
+    if (schema >= sc.SCHEMA_SAID_ONCE and first >= 0 and ranks[-1] - first == len(ranks) - 1
+            and ranks == list(range(first, first + len(ranks)))):
         out[sc.COLUMN_RANK_FIRST] = first
     else:
         out[sc.COLUMN_RANKS] = ranks
@@ -216,10 +218,15 @@ def decode_hops(attributes: Mapping[str, Any], count: int) -> list[Any]:
 
 
 # --- exclusion details: schema 5 says one detail for every row once -----------------------------------
-def encode_details(out: dict[str, Any], details: list[str]) -> None:
-    """An exclusion event's details (``""``: none); nothing when no row has one."""
-    if any(details):
+def encode_details(out: dict[str, Any], details: list[str], schema: int = sc.SCHEMA_VERSION) -> None:
+    """An exclusion event's details (``""``: none); nothing when no row has one; schema 5: one detail
+    for every row said once."""
+    if not any(details):
+        return
+    if schema >= sc.SCHEMA_SAID_ONCE:
         encode_once(out, details, sc.EXCLUSION_DETAIL, sc.COLUMN_EXCLUSION_DETAILS)
+    else:
+        out[sc.COLUMN_EXCLUSION_DETAILS] = details
 
 
 def decode_details(attributes: Mapping[str, Any], count: int, exclusion: bool, schema: int) -> list[Any]:
@@ -231,12 +238,12 @@ def decode_details(attributes: Mapping[str, Any], count: int, exclusion: bool, s
 
 
 # --- content receipts: stated per row, or (schema 4) pointed to on an upstream stage --------------------
-def encode_receipts(out: dict[str, Any], receipts: list[Receipt | None]) -> None:
+def encode_receipts(out: dict[str, Any], receipts: list[Receipt | None], schema: int = sc.SCHEMA_VERSION) -> None:
     """chars, bytes (schema 5: ``encoding = ascii`` instead when every row's bytes are its chars) and
     sha256 of each row's content (``-1`` / ``""``: the stage never saw that row's content)."""
     chars = out[sc.COLUMN_CONTENT_CHARS] = [-1 if r is None else r.chars for r in receipts]
     content_bytes = [-1 if r is None else r.bytes for r in receipts]
-    if content_bytes == chars:
+    if schema >= sc.SCHEMA_SAID_ONCE and content_bytes == chars:
         out[sc.COLUMN_CONTENT_ENCODING] = sc.CONTENT_ASCII
     else:
         out[sc.COLUMN_CONTENT_BYTES] = content_bytes
