@@ -10,6 +10,10 @@ into what the recorder wrote, so the stage receipt is checked over the same valu
 per-event names (``ragtrail.candidate.*``), so the manifest, verify, diff and stats read every schema
 the same way. A column shorter than ``ids`` leaves its field out of the rows it does not reach (the
 stage receipt and the record count say the trail was cut); what is not there is never guessed.
+
+The column rules themselves (each schema's, said once beside the recorder's encoding) are
+:mod:`ragtrail.contract.columns`; this module adapts its typed rows (:class:`~ragtrail.contract.columns.Row`)
+to the reader's records.
 """
 
 from __future__ import annotations
@@ -29,8 +33,7 @@ _RECORD_NAME = {"id": sc.CANDIDATE_ID, "rank": sc.CANDIDATE_RANK, "score": sc.CA
                 "derived_from": sc.CANDIDATE_TRANSFORM_DERIVED_FROM, "detail": sc.EXCLUSION_DETAIL,
                 "content_preview": sc.CANDIDATE_CONTENT_PREVIEW, "content_text": sc.CANDIDATE_CONTENT_TEXT}
 # each column's per-candidate name (what an alarm about a decoded record names)
-RECORD_NAMES = {column: _RECORD_NAME[field] for column, field in codec.FIELD_OF_COLUMN.items() if field != "id"}
-RECORD_NAMES[sc.COLUMN_IDS] = sc.CANDIDATE_ID
+RECORD_NAMES = {column: _RECORD_NAME[field] for column, field in codec.FIELD_OF_COLUMN.items()}
 W = TypeVar("W")
 
 
