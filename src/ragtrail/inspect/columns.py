@@ -54,7 +54,11 @@ def normalize(attributes: dict[str, Any]) -> None:
 def record(row: codec.Row) -> dict[str, Any]:
     """A decoded row as the per-candidate attribute dict schema 2's events held (a field the row has
     not is left out)."""
-    out = {_RECORD_NAME[field]: value for field, value in row._asdict().items() if value is not None and field in _RECORD_NAME}
+    out: dict[str, Any] = {}
+    for field, name in _RECORD_NAME.items():
+        value = getattr(row, field)
+        if value is not None:
+            out[name] = value
     for key, value in row.meta.items():
         out[sc.CANDIDATE_META_PREFIX + key] = value
     if row.content_from is not None:
