@@ -1,4 +1,5 @@
-"""The inspector knows only the wire contract: it imports ragtrail.contract.semconv and ragtrail.contract.receipts, never the recorder."""
+"""The inspector knows only the wire contract: it imports ragtrail.contract.semconv, ragtrail.contract.receipts and
+ragtrail.contract.columns (the column codec the recorder encodes through), never the recorder."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import ragtrail.inspect
 
-ALLOWED = {"ragtrail.contract.semconv", "ragtrail.contract.receipts", "ragtrail"}
+ALLOWED = {"ragtrail.contract.semconv", "ragtrail.contract.receipts", "ragtrail.contract.columns", "ragtrail"}
 
 
 def test_inspector_imports_only_contract_modules():
@@ -22,4 +23,4 @@ def test_inspector_imports_only_contract_modules():
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     assert not alias.name.startswith("ragtrail") or alias.name in ALLOWED, (path.name, alias.name)
-    assert seen == {"ragtrail.contract.semconv", "ragtrail.contract.receipts"}
+    assert seen == {"ragtrail.contract.semconv", "ragtrail.contract.receipts", "ragtrail.contract.columns"}

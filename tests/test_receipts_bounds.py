@@ -65,7 +65,7 @@ def test_items_and_size_are_bounded():
 
 def test_ordinary_values_are_unchanged_and_report_nothing():
     seen = []
-    recorder_observer = receipts._cut_observer
+    recorder_observer = receipts.cut_observer()
     receipts.set_cut_observer(seen.append)
     try:
         assert canonical_json({"b": [1, 2.5, None], "a": "é", 3: None} | {}) == '{"3":null,"a":"é","b":[1,2.5,null]}'

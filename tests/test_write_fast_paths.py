@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from ragtrail.contract import receipts
+from ragtrail.contract.receipts import digests
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import _kept_positions
 from ragtrail.recorder.rescoring import unproduced_scores
@@ -30,7 +31,7 @@ class Level(enum.IntEnum):
 
 def general(value: object) -> str:
     """A field's text by the general rule: the value as a digest sees it, as JSON."""
-    return receipts._json_leaf(receipts._field_value(value))
+    return digests.json_leaf(digests.field_value(value))
 
 
 TRICKY_TEXT = ["", "a", '"', "\\", 'a","b', "\n", "\x00", "\x1f", "\x7f", "é", "\u2028", "\ud800", "~ ", "0" * 64]
@@ -45,13 +46,13 @@ def test_field_text_of_tricky_values_is_the_general_rule() -> None:
         ("a", 1), (Level.LOW, Level.LOW), [Level.LOW], ("x" * 10, None),
     ]
     for value in values:
-        assert receipts._field_json(value) == general(value), repr(value)
+        assert digests.field_json(value) == general(value), repr(value)
 
 
 def test_a_score_text_read_back_from_the_memo_is_its_own() -> None:
     # 0.0 and -0.0 are equal dict keys with different texts; NaN is never equal to itself
-    first = receipts._field_json([0.0, 1.25, -0.0, float("nan"), 1.25])
-    again = receipts._field_json([-0.0, 1.25, 0.0, float("nan")])
+    first = digests.field_json([0.0, 1.25, -0.0, float("nan"), 1.25])
+    again = digests.field_json([-0.0, 1.25, 0.0, float("nan")])
     assert first == general([0.0, 1.25, -0.0, float("nan"), 1.25]) == '"[0.0,1.25,-0.0,NaN,1.25]"'
     assert again == general([-0.0, 1.25, 0.0, float("nan")]) == '"[-0.0,1.25,0.0,NaN]"'
 
@@ -66,8 +67,8 @@ def test_a_score_text_read_back_from_the_memo_is_its_own() -> None:
     st.text(max_size=8), st.integers(), st.floats(), st.booleans(), st.none(),
 ))
 def test_field_text_is_the_general_rule(value: object) -> None:
-    assert receipts._field_json(value) == general(value)
-    assert receipts._field_json(tuple(value) if isinstance(value, list) else value) == general(value)
+    assert digests.field_json(value) == general(value)
+    assert digests.field_json(tuple(value) if isinstance(value, list) else value) == general(value)
 
 
 @settings(max_examples=200, deadline=None)

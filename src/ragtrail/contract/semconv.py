@@ -376,7 +376,7 @@ ENV_RECEIPT_KEY = "RAGTRAIL_RECEIPT_KEY"
 CAPTURE_QUERY_MODES = ("text", "hash", "off")
 CAPTURE_CONTENT_MODES = ("off", "preview", "full")
 
-# transform rules (receipts.py defines their semantics)
+# transform rules (receipts/rules.py defines their semantics)
 RULE_PREVIEW = "preview@1"
 RULE_BUDGET_TRIM = "budget_trim@1"
 RULE_TRUNCATE_PREFIX = "truncate@1:"

@@ -10,53 +10,31 @@ into what the recorder wrote, so the stage receipt is checked over the same valu
 per-event names (``ragtrail.candidate.*``), so the manifest, verify, diff and stats read every schema
 the same way. A column shorter than ``ids`` leaves its field out of the rows it does not reach (the
 stage receipt and the record count say the trail was cut); what is not there is never guessed.
+
+The column rules themselves (each schema's, said once beside the recorder's encoding) are
+:mod:`ragtrail.contract.columns`; this module adapts its typed rows (:class:`~ragtrail.contract.columns.Row`)
+to the reader's records.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
+from ragtrail.contract import columns as codec
 from ragtrail.contract import semconv as sc
 
-# string columns whose blank ("") means "this row has none" and the per-candidate name they stand for
-_TEXT = ((sc.COLUMN_CONTENT_SHA256, sc.CANDIDATE_CONTENT_SHA256),
-         (sc.COLUMN_TRANSFORM_RULE, sc.CANDIDATE_TRANSFORM_RULE),
-         (sc.COLUMN_TRANSFORM_DERIVED_FROM, sc.CANDIDATE_TRANSFORM_DERIVED_FROM),
-         (sc.COLUMN_EXCLUSION_DETAILS, sc.EXCLUSION_DETAIL))
-_COUNTS = ((sc.COLUMN_CONTENT_CHARS, sc.CANDIDATE_CONTENT_CHARS), (sc.COLUMN_CONTENT_BYTES, sc.CANDIDATE_CONTENT_BYTES))
-_PAYLOADS = ((sc.COLUMN_CONTENT_PREVIEW, sc.CANDIDATE_CONTENT_PREVIEW), (sc.COLUMN_CONTENT_TEXT, sc.CANDIDATE_CONTENT_TEXT))
-_META_LEN = len(sc.COLUMN_META_PREFIX)
+# each Row field's per-candidate (schema 2) name; a record lists them in the Row's order, then the
+# metadata, the content pointer and the reason
+_RECORD_NAME = {"id": sc.CANDIDATE_ID, "rank": sc.CANDIDATE_RANK, "score": sc.CANDIDATE_SCORE,
+                "score_raw": sc.CANDIDATE_SCORE_RAW, "score_kind": sc.CANDIDATE_SCORE_KIND, "hop": sc.CANDIDATE_HOP,
+                "content_chars": sc.CANDIDATE_CONTENT_CHARS, "content_bytes": sc.CANDIDATE_CONTENT_BYTES,
+                "content_sha256": sc.CANDIDATE_CONTENT_SHA256, "transform_rule": sc.CANDIDATE_TRANSFORM_RULE,
+                "derived_from": sc.CANDIDATE_TRANSFORM_DERIVED_FROM, "detail": sc.EXCLUSION_DETAIL,
+                "content_preview": sc.CANDIDATE_CONTENT_PREVIEW, "content_text": sc.CANDIDATE_CONTENT_TEXT}
 # each column's per-candidate name (what an alarm about a decoded record names)
-RECORD_NAMES = {column: name for column, name in (*_TEXT, *_COUNTS, *_PAYLOADS)}
-RECORD_NAMES.update({sc.COLUMN_IDS: sc.CANDIDATE_ID, sc.COLUMN_RANKS: sc.CANDIDATE_RANK,
-                     sc.COLUMN_RANK_FIRST: sc.CANDIDATE_RANK, sc.COLUMN_CONTENT_ENCODING: sc.CANDIDATE_CONTENT_BYTES,
-                     sc.COLUMN_SCORES: sc.CANDIDATE_SCORE,
-                     sc.COLUMN_SCORE_RAW: sc.CANDIDATE_SCORE_RAW, sc.COLUMN_SCORE_KIND: sc.CANDIDATE_SCORE_KIND,
-                     sc.COLUMN_SCORE_KINDS: sc.CANDIDATE_SCORE_KIND, sc.COLUMN_HOP: sc.CANDIDATE_HOP,
-                     sc.COLUMN_HOPS: sc.CANDIDATE_HOP})
+RECORD_NAMES = {column: _RECORD_NAME[field] for column, field in codec.FIELD_OF_COLUMN.items()}
 W = TypeVar("W")
-
-
-def _list(value: Any) -> list[Any]:
-    """A column as a list: an array as decoded, JSON text of one (Jaeger v1), else nothing."""
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    if isinstance(value, str) and value[:1] == "[":
-        try:
-            parsed = json.loads(value)
-        except (ValueError, RecursionError):
-            return []
-        return parsed if isinstance(parsed, list) else []
-    return []
-
-
-def _float(value: Any) -> Any:
-    """A score as the recorder wrote it (a float): Jaeger v1's JSON text writes ``1.0`` as ``1``."""
-    if type(value) is int:
-        return float(value)
-    return value
 
 
 def normalize(attributes: dict[str, Any]) -> None:
@@ -66,110 +44,39 @@ def normalize(attributes: dict[str, Any]) -> None:
         if not key.startswith(sc.COLUMNS_PREFIX) and key != sc.COLUMN_EXCLUSION_DETAILS:
             continue
         if isinstance(value, str) and value[:1] == "[":
-            parsed = _list(value)
+            parsed = codec.as_list(value)
             if parsed or value.strip() == "[]":
                 attributes[key] = value = parsed
         if key == sc.COLUMN_SCORES and isinstance(value, list):
-            attributes[key] = [_float(v) for v in value]
+            attributes[key] = [codec.as_float(v) for v in value]
 
 
-def _cell(column: list[Any], i: int) -> Any:
-    return column[i] if i < len(column) else None
-
-
-def _int(value: Any) -> int | None:
-    return value if type(value) is int else None
+def record(row: codec.Row) -> dict[str, Any]:
+    """A decoded row as the per-candidate attribute dict schema 2's events held (a field the row has
+    not is left out)."""
+    out: dict[str, Any] = {}
+    for field, name in _RECORD_NAME.items():
+        value = getattr(row, field)
+        if value is not None:
+            out[name] = value
+    for key, value in row.meta.items():
+        out[sc.CANDIDATE_META_PREFIX + key] = value
+    if row.content_from is not None:
+        out[sc.CANDIDATE_CONTENT_FROM] = row.content_from
+    if row.reason is not None:
+        out[sc.EXCLUSION_REASON] = row.reason
+    return out
 
 
 def records(attributes: Mapping[str, Any], reason: Any = None, schema: int = sc.SCHEMA_VERSION) -> list[dict[str, Any]]:
-    """The rows of the columns in ``attributes`` as per-candidate attribute dicts (schema 2 names):
-    a stage span's outputs (rank = position), or, with ``reason``, an exclusion event's candidates
-    (rank = the input rank, absent when -1; schema 5 may say consecutive ranks by the first, one
-    shared detail once, and ASCII content's bytes as its chars). Schema 4 on: a row of columns that point
-    to an upstream stage's content receipts carries that span id (``ragtrail.candidate.content.from``),
-    for :func:`resolve_content` to fill in. ``schema``: the stage span's; each is read by its own rules."""
-    ids = _list(attributes.get(sc.COLUMN_IDS))
-    if not ids:
-        return []
-    get = attributes.get
-    source = get(sc.COLUMN_CONTENT_FROM) if schema >= sc.SCHEMA_CONTENT_FROM else None
-    once = schema >= sc.SCHEMA_SAID_ONCE
-    ranks: list[Any] | None = _list(get(sc.COLUMN_RANKS)) if sc.COLUMN_RANKS in attributes else None
-    if ranks is None and reason is not None:
-        # schema 5: consecutive input ranks said by the first; an exclusion event with neither (the
-        # writer always states one: it was evicted or cut) gives no rank, its position in the event is not one
-        first = _int(get(sc.COLUMN_RANK_FIRST)) if once else None
-        ranks = list(range(first, first + len(ids))) if first is not None and first >= 0 else []
-    scores = _list(get(sc.COLUMN_SCORES))
-    raw = _list(get(sc.COLUMN_SCORE_RAW))
-    has_raw = sc.COLUMN_SCORE_RAW in attributes
-    kinds = _list(get(sc.COLUMN_SCORE_KINDS))
-    kind = get(sc.COLUMN_SCORE_KIND)
-    hops = _list(get(sc.COLUMN_HOPS))
-    hop = get(sc.COLUMN_HOP)
-    text = [(_list(get(key)), name) for key, name in _TEXT if key in attributes]
-    if once and reason is not None and sc.COLUMN_EXCLUSION_DETAILS not in attributes and sc.EXCLUSION_DETAIL in attributes:
-        detail = get(sc.EXCLUSION_DETAIL)  # schema 5: one detail for every row, said once
-        text.append(([detail] * len(ids), sc.EXCLUSION_DETAIL))
-    counts = [(_list(get(key)), name) for key, name in _COUNTS if key in attributes]
-    if (once and sc.COLUMN_CONTENT_BYTES not in attributes and sc.COLUMN_CONTENT_CHARS in attributes
-            and get(sc.COLUMN_CONTENT_ENCODING) == sc.CONTENT_ASCII):
-        counts.append((counts[0][0], sc.CANDIDATE_CONTENT_BYTES))  # schema 5: ASCII, each row's bytes its chars
-    payloads = [(_list(get(key)), name) for key, name in _PAYLOADS if key in attributes]
-    shas = _list(get(sc.COLUMN_CONTENT_SHA256))
-    meta = [(_list(value), sc.CANDIDATE_META_PREFIX + key[_META_LEN:]) for key, value in attributes.items()
-            if key.startswith(sc.COLUMN_META_PREFIX)]
-    rows: list[dict[str, Any]] = []
-    for i, ident in enumerate(ids):
-        row: dict[str, Any] = {sc.CANDIDATE_ID: ident if isinstance(ident, str) else str(ident)}
-        if ranks is None:
-            row[sc.CANDIDATE_RANK] = i
-        else:
-            rank = _cell(ranks, i)
-            if _int(rank) is not None and rank >= 0:
-                row[sc.CANDIDATE_RANK] = rank
-        flag = _cell(raw, i) if has_raw else ""
-        score = _cell(scores, i)
-        if flag == "":
-            if score is not None:
-                row[sc.CANDIDATE_SCORE] = _float(score)
-        elif flag is not None and flag != sc.NO_SCORE:
-            row[sc.CANDIDATE_SCORE_RAW] = flag
-        cell_kind = _cell(kinds, i) if kinds else kind
-        if cell_kind is not None:
-            row[sc.CANDIDATE_SCORE_KIND] = cell_kind
-        cell_hop = _cell(hops, i) if hops else hop
-        if cell_hop is not None and cell_hop != -1:
-            row[sc.CANDIDATE_HOP] = cell_hop
-        for column, name in counts:
-            value = _cell(column, i)
-            if value is not None and value != -1:
-                row[name] = value
-        for column, name in text:
-            value = _cell(column, i)
-            if value is not None and value != "":
-                row[name] = value
-        received_sha = _cell(shas, i)
-        for column, name in payloads:
-            value = _cell(column, i)
-            if value is not None and (value != "" or (received_sha is not None and received_sha != "")):
-                row[name] = value
-        for column, name in meta:
-            value = _cell(column, i)
-            if isinstance(value, str) and value != "":
-                try:
-                    row[name] = json.loads(value)
-                except (ValueError, RecursionError):  # not what the recorder wrote: shown as it came
-                    row[name] = value
-                else:
-                    if isinstance(row[name], list):
-                        row[name] = tuple(row[name])
-        if source is not None:
-            row[sc.CANDIDATE_CONTENT_FROM] = source if isinstance(source, str) else str(source)
-        if reason is not None:
-            row[sc.EXCLUSION_REASON] = reason
-        rows.append(row)
-    return rows
+    """The rows of the columns in ``attributes`` (:func:`ragtrail.contract.columns.decode`) as
+    per-candidate attribute dicts (schema 2 names): a stage span's outputs (rank = position), or,
+    with ``reason``, an exclusion event's candidates (rank = the input rank, absent when -1; schema 5
+    may say consecutive ranks by the first, one shared detail once, and ASCII content's bytes as its
+    chars). Schema 4 on: a row of columns that point to an upstream stage's content receipts carries
+    that span id (``ragtrail.candidate.content.from``), for :func:`resolve_content` to fill in.
+    ``schema``: the stage span's; each is read by its own rules."""
+    return [record(row) for row in codec.decode(attributes, reason, schema)]
 
 
 _RECEIPT_NAMES = (sc.CANDIDATE_CONTENT_CHARS, sc.CANDIDATE_CONTENT_BYTES, sc.CANDIDATE_CONTENT_SHA256)

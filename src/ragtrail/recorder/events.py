@@ -13,21 +13,20 @@ that every one arrived.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from ragtrail.contract import columns as codec
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import (StageReceipt, digest_item, finite_or_none, sorted_events_digest, stage_fields,
-                                        stage_receipt)
+from ragtrail.contract.receipts import StageReceipt, digest_item, sorted_events_digest, stage_fields, stage_receipt
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import Exclusion
 from ragtrail.recorder.pipeline import PipelineState, QueryRecord
 from ragtrail.recorder.sdk_events import Event, add_events
-from ragtrail.recorder.values import attribute_value, score_text, wire_str, wire_text
+from ragtrail.recorder.values import attribute_value, wire_str, wire_text
 from ragtrail.settings import CaptureSettings
 
 _EVENT_ROOM = 2  # SDK event slots left free on a stage span: an exception event and one other
@@ -56,15 +55,16 @@ class Columns(NamedTuple):
     items: list[tuple[str, str, str]]
 
 
-_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode
-
-
 class EventBuilder:
     """Builds one stage's columns and events under the capture settings in force."""
 
     def __init__(self, config: CaptureSettings, default_score_kind: str | None,
-                 state: PipelineState | None = None, span_id: str | None = None) -> None:
+                 state: PipelineState | None = None, span_id: str | None = None, *,
+                 schema: int = sc.SCHEMA_VERSION) -> None:
         self.config = config
+        # the wire schema whose column rules are written: the current one (an older accepted one only
+        # in tests, to check that the reader reads what that schema's writer wrote)
+        self.schema = schema
         self.default_score_kind = default_score_kind
         # schema 4: rows whose content an earlier stage of ``state`` already wrote point to it
         # (``content.from``) instead of restating chars, bytes and sha256; ``span_id`` is this stage's
@@ -99,8 +99,7 @@ class EventBuilder:
         for reason, group in groups.items():
             attributes = self.columns([e[1] for e in group], None, [e[0] if e[0] >= 0 else -1 for e in group])
             details = [wire_str(e[3]) if e[3] is not None else "" for e in group]
-            if any(details):  # schema 5: one detail for every row said once
-                _once(attributes, details, sc.EXCLUSION_DETAIL, sc.COLUMN_EXCLUSION_DETAILS)
+            codec.encode_details(attributes, details, self.schema)
             # the reason last: under a tight event attribute limit the SDK evicts the oldest first,
             # and the reason is what TraceQL searches ({ event.ragtrail.exclusion.reason = "..." })
             attributes[sc.EXCLUSION_REASON] = reason
@@ -112,71 +111,36 @@ class EventBuilder:
 
     def columns(self, candidates: Sequence[Candidate], default_kind: str | None,
                 ranks: list[int] | None) -> dict[str, Any]:
-        """The columns of ``candidates`` (docs/semconv.md §3): one homogeneous array per field, in
-        the candidates' order; a field the same for every row said once; a field no row has left out."""
+        """The columns of ``candidates`` in their order, each written by its rule in
+        ``ragtrail.contract.columns`` (docs/semconv.md §3): here the rows become wire values."""
         if not candidates:
             return {}
-        out: dict[str, Any] = {sc.COLUMN_IDS: [wire_str(c.id) for c in candidates]}
+        out: dict[str, Any] = {}
+        codec.encode_ids(out, [wire_str(c.id) for c in candidates])
         if ranks is not None:
-            first = ranks[0]
-            if first >= 0 and ranks[-1] - first == len(ranks) - 1 and ranks == list(range(first, first + len(ranks))):
-                out[sc.COLUMN_RANK_FIRST] = first  # schema 5: consecutive input ranks, said by the first
-            else:
-                out[sc.COLUMN_RANKS] = ranks
-        scores: list[float] = []
-        raw: list[str] = []
-        finite = odd = 0
-        for c in candidates:
-            value = c.score
-            number = None if value is None else finite_or_none(value)
-            if number is not None:
-                scores.append(number)
-                raw.append("")
-                finite += 1
-            else:
-                scores.append(0.0)
-                raw.append(sc.NO_SCORE if value is None else score_text(value))
-                if value is not None:
-                    odd += 1
-        if finite:
-            out[sc.COLUMN_SCORES] = scores
-        if odd or (finite and finite < len(candidates)):
-            out[sc.COLUMN_SCORE_RAW] = raw
+            codec.encode_ranks(out, ranks, self.schema)
+        codec.encode_scores(out, [c.score for c in candidates])
         fallback = default_kind or sc.SCORE_NONE
-        kinds = [c.score_kind or fallback for c in candidates]
-        _once(out, kinds, sc.COLUMN_SCORE_KIND, sc.COLUMN_SCORE_KINDS)
-        hops = [-1 if c.hop is None else c.hop for c in candidates]
-        if any(h != -1 for h in hops):
-            _once(out, hops, sc.COLUMN_HOP, sc.COLUMN_HOPS)
+        codec.encode_kinds(out, [c.score_kind or fallback for c in candidates])
+        codec.encode_hops(out, [-1 if c.hop is None else c.hop for c in candidates])
         receipts = [c.receipt for c in candidates]
         source = self._content_source(candidates, receipts)
         if source is not None:
-            out[sc.COLUMN_CONTENT_FROM] = source
+            codec.encode_content_from(out, source)
         elif any(r is not None for r in receipts):
-            chars = out[sc.COLUMN_CONTENT_CHARS] = [-1 if r is None else r.chars for r in receipts]
-            content_bytes = [-1 if r is None else r.bytes for r in receipts]
-            if content_bytes == chars:  # schema 5: ASCII content, each row's bytes are its chars
-                out[sc.COLUMN_CONTENT_ENCODING] = sc.CONTENT_ASCII
-            else:
-                out[sc.COLUMN_CONTENT_BYTES] = content_bytes
-            out[sc.COLUMN_CONTENT_SHA256] = [r.sha256 if r is not None else "" for r in receipts]
+            codec.encode_receipts(out, receipts, self.schema)
             if self.content_key is not None:
                 content_for = self.config.content_for
-                out[self.content_key] = [(content_for(wire_text(c.content)) or "") if r is not None else ""
-                                         for c, r in zip(candidates, receipts)]
-        rules = [c.transform_rule or "" for c in candidates]
-        if any(rules):
-            out[sc.COLUMN_TRANSFORM_RULE] = rules
-        derived = [c.derived_from or "" for c in candidates]
-        if any(derived):
-            out[sc.COLUMN_TRANSFORM_DERIVED_FROM] = derived
+                codec.encode_payload(out, self.content_key, [(content_for(wire_text(c.content)) or "") if r is not None else ""
+                                                             for c, r in zip(candidates, receipts, strict=True)])
+        codec.encode_text(out, sc.COLUMN_TRANSFORM_RULE, [c.transform_rule or "" for c in candidates])
+        codec.encode_text(out, sc.COLUMN_TRANSFORM_DERIVED_FROM, [c.derived_from or "" for c in candidates])
         keys = self.config.metadata
         if keys:
+            metas = [c.metadata for c in candidates]
+            cell = codec.meta_cell
             for key in keys:
-                cells = [_JSON(attribute_value(m[key])) if m and key in m else ""
-                         for m in (c.metadata for c in candidates)]
-                if any(cells):
-                    out[sc.COLUMN_META_PREFIX + key] = cells
+                codec.encode_meta(out, key, [cell(attribute_value(m[key])) if m and key in m else "" for m in metas])
         return out
 
     def _content_source(self, candidates: Sequence[Candidate], receipts: list[Any]) -> str | None:
@@ -185,11 +149,11 @@ class EventBuilder:
         row's receipt), every row has a receipt, and one earlier stage wrote exactly that receipt
         for every row's id on its outputs; else ``None`` (the rows state their receipts)."""
         state = self.state
-        if state is None or self.content_key is not None or not candidates:
+        if state is None or self.content_key is not None or not candidates or self.schema < sc.SCHEMA_CONTENT_FROM:
             return None
         source: str | None = None
         lookup = state.content_source
-        for c, r in zip(candidates, receipts):
+        for c, r in zip(candidates, receipts, strict=True):
             if r is None:
                 return None
             known = lookup(c.id)
@@ -197,15 +161,6 @@ class EventBuilder:
                 return None
             source = known[1]
         return source if source != self.span_id else None
-
-
-def _once(out: dict[str, Any], values: list[Any], single: str, column: str) -> None:
-    """A field the same for every row said once (``single``), else its column."""
-    first = values[0]
-    if all(v == first and type(v) is type(first) for v in values):
-        out[single] = first
-    else:
-        out[column] = values
 
 
 def digest(items: Sequence[tuple[str, str, str]]) -> str:
@@ -223,7 +178,7 @@ def receipt(span_attributes: Any, events: Sequence[Event], key: bytes | None) ->
 def capacity(configured: int | None, limits: Any) -> int | None:
     """How many ragtrail events one span may carry: the configured cap, never more than the SDK's
     event limit less the room kept free (``None``: unbounded)."""
-    sdk_limit = getattr(limits, "max_events", None)
+    sdk_limit: int | None = getattr(limits, "max_events", None)
     if sdk_limit is None:
         return configured
     sdk_capacity = max(1, sdk_limit - _EVENT_ROOM)

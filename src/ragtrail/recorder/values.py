@@ -32,14 +32,6 @@ def wire_text(value: Any) -> str:
     return canonical_json(value)
 
 
-def score_text(value: Any) -> str:
-    """A score that is not a finite number, said as text (``nan``, ``inf``, or its type)."""
-    try:
-        return repr(float(value))
-    except (TypeError, ValueError):
-        return type(value).__name__
-
-
 def attribute_value(value: Any) -> Any:
     """OTel attributes take str/bool/int/float and homogeneous lists of them; anything else becomes
     canonical JSON (deterministic), so nested metadata is kept rather than dropped."""

@@ -1,0 +1,314 @@
+"""The events digest (``ragtrail.events.digest``) and the stage receipt (``ragtrail.stage.receipt``
+and ``.fields``): what covers a stage's records and every semantic field of it (docs/semconv.md §3, §8).
+
+The recorder stamps them on the host's thread (the fast paths below: pinned to the general rule by
+tests/test_write_fast_paths.py) and ``verify`` recomputes them over what arrived, by the same functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from ragtrail.contract import semconv
+from ragtrail.contract.receipts.canonical import LEAF_TYPES, MAX_CHARS, MAX_ITEMS, canonical_json, dumps
+from ragtrail.contract.receipts.stamp import is_sha256_hex, sha256_hex
+
+__all__ = ["ALG_HMAC_SHA256", "ALG_SHA256", "FIELD_DIGEST_HEX", "StageReceipt", "changed_fields", "digest_item", "events_digest",
+           "field_json", "field_value", "json_leaf", "parse_field_digests", "receipt_algorithm", "sorted_events_digest", "stage_fields",
+           "stage_receipt"]
+
+def _digest_part(value: Any) -> str:
+    """A digest item's sha256 part as the recorder wrote it (a string, or ``""`` when missing). Any
+    other type arrived changed: it is marked so that it can never hash like what the recorder wrote
+    (a sha256 in hex, or empty: never a NUL)."""
+    return value if isinstance(value, str) else f"\x00{type(value).__name__}:{value!r:.200}"
+
+
+def digest_item(name: str, attributes: Mapping[str, Any]) -> tuple[str, str, str]:
+    """One event's entry in ``ragtrail.events.digest`` (docs/semconv.md §3): ``(event name,
+    candidate id, content sha256)``; a query event is identified as ``hop:<n>`` with the query's
+    sha256. A missing part is ``""`` (the reader digests what arrived), and so is the content of a
+    row that points to an upstream stage's receipt (schema 4's ``content.from``: the stage did not
+    state it; what it points to is covered by its stage receipt)."""
+    if name == semconv.EVENT_QUERY:
+        return name, f"hop:{attributes.get(semconv.QUERY_HOP)}", _digest_part(attributes.get(semconv.QUERY_SHA256, ""))
+    if semconv.CANDIDATE_CONTENT_FROM in attributes:
+        return name, str(attributes.get(semconv.CANDIDATE_ID, "")), ""
+    return (name, str(attributes.get(semconv.CANDIDATE_ID, "")),
+            _digest_part(attributes.get(semconv.CANDIDATE_CONTENT_SHA256, "")))
+
+
+def events_digest(items: Iterable[tuple[str, str, str]]) -> str:
+    """sha256 of the compact JSON array ``[[event name, candidate id, content sha256], ...]``
+    (docs/semconv.md §3), the items made by :func:`digest_item`."""
+    return _items_digest(items if type(items) is list else list(items))
+
+
+def _items_digest(items: list[Any]) -> str:
+    """The digest of a list of items: a tuple is encoded as the JSON array its list would be, so the
+    items are encoded as they are (no list made of each); keys are never sorted (items are arrays)."""
+    if not set(map(type, items)) <= _ARRAYS:
+        items = [list(i) for i in items]
+    return sha256_hex(_ITEMS_ENCODER(items).encode("utf-8", "backslashreplace"))
+
+
+_ARRAYS = frozenset({tuple, list})
+_ITEMS_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+# --- v2: order-free events digest and the stage receipt (docs/semconv.md "v2 changes") ---------
+# Backends reorder events (Jaeger v2 sorts a span's events by name), so schema 2 digests are taken
+# over a canonical order: the items sorted, never the order they arrived in.
+ALG_SHA256 = "sha256"
+ALG_HMAC_SHA256 = "hmac-sha256"
+FIELD_DIGEST_HEX = 8  # the per-field digests only locate a change: the stage receipt is the full digest
+
+# span attributes a stage receipt does not cover: itself, and what is stamped after the producer
+# (the export side's segment stamps, the sampler's marks set when the span starts)
+_UNCOVERED = frozenset({semconv.STAGE_RECEIPT, semconv.STAGE_RECEIPT_FIELDS, semconv.TRACE_SPAN_COUNT,
+                        semconv.TRACE_SEGMENT_ROOT, semconv.TRACE_SEGMENT_SPAN_COUNT, semconv.TRACE_LATE,
+                        semconv.TRACE_INCOMPLETE, semconv.SAMPLING_PROBABILITY, semconv.SAMPLING_ADJUSTED_COUNT})
+_PREFIX = "ragtrail."
+_is_ragtrail = operator.methodcaller("startswith", _PREFIX)
+
+
+def sorted_events_digest(items: Iterable[tuple[str, str, str]]) -> str:
+    """Schema 2 ``ragtrail.events.digest``: :func:`events_digest` over the items in sorted order, so
+    it does not depend on the order a backend returns events in."""
+    return _items_digest(sorted(items))
+
+
+def field_value(value: Any) -> Any:
+    """A value as a digest sees it: a list (or tuple) as its canonical JSON text, because Jaeger's v1
+    API carries array attributes as that text and readers cannot always tell the two apart; a value
+    JSON cannot carry (bytes, a decoded kvlist's odd value) as its canonical JSON."""
+    if type(value) in LEAF_TYPES:
+        return value
+    if isinstance(value, (list, tuple)):
+        # the usual array (a schema 3 column, findings, cited ids): one primitive type, within the
+        # bounds; its canonical JSON is json.dumps of it (what canonical_json finds, without the walk)
+        types = set(map(type, value))
+        if len(types) == 1 and len(value) <= MAX_ITEMS:
+            (kind,) = types
+            if kind in _FLAT_KINDS or (kind is str and sum(map(len, value)) <= MAX_CHARS):
+                return dumps(value)
+        return canonical_json(list(value))
+    return canonical_json(value)
+
+
+_FLAT_KINDS = frozenset({int, float, bool})
+_json_str = json.encoder.encode_basestring  # what a JSONEncoder with ensure_ascii=False writes for a str
+
+
+def json_leaf(value: Any) -> str:
+    """``dumps(value)`` for the values a cell holds, the common types without the call."""
+    t = type(value)
+    if t is str:
+        return _json_str(value)
+    if t is int:
+        return int.__repr__(value)
+    if t is float and math.isfinite(value):
+        return float.__repr__(value)
+    return dumps(value)
+
+
+def field_json(value: Any) -> str:
+    """``json_leaf(field_value(value))``: a value's canonical text as a stage field or cell holds it,
+    the usual values (text, ints, the schema 3 columns) without the general walk."""
+    t = type(value)
+    if t is str:
+        return _json_str(value)
+    if t is int:
+        return int.__repr__(value)
+    if t is tuple or t is list:
+        text = _quoted_array(value)
+        if text is not None:
+            return text
+    return json_leaf(field_value(value))
+
+
+def _quoted_array(value: Sequence[Any]) -> str | None:
+    """``_json_str(dumps(value))`` for an array of one type (a column) whose JSON needs no escape but
+    its own quotes (numbers; ASCII text without backslashes or control characters); ``None`` otherwise
+    (the general path then decides, with the same result)."""
+    if not value or len(value) > MAX_ITEMS:
+        return None
+    types = set(map(type, value))
+    if len(types) != 1:
+        return None
+    (kind,) = types
+    if kind is str:
+        joined = '","'.join(value)
+        if (len(joined) <= MAX_CHARS and joined.isascii() and joined.isprintable() and "\\" not in joined
+                and joined.count('"') == 2 * len(value) - 2):
+            # the array is '["' + joined + '"]'; as a JSON string only its quotes are escaped
+            return '"[\\"' + joined.replace('"', '\\"') + '\\"]"'
+        return None
+    if kind is float:
+        return '"' + _floats_json(value) + '"'
+    if kind is int or kind is bool:
+        return '"' + dumps(value) + '"'
+    return None
+
+
+# the JSON text of recent scores: a score is written on the stage that made it and again on each
+# later stage that hands it on or excludes it, and a float's shortest repr is the slowest part of
+# a column. Finite, non-zero floats only (0.0 and -0.0 are equal keys with different texts; NaN
+# is never equal to itself); started over when full.
+_FLOAT_TEXTS: dict[float, str] = {}
+_FLOAT_TEXTS_MAX = 1 << 16
+
+
+def _floats_json(values: Sequence[float]) -> str:
+    """``dumps(values)`` for an array of floats."""
+    cache = _FLOAT_TEXTS
+    texts = list(map(cache.get, values))
+    if None in texts:
+        if len(cache) > _FLOAT_TEXTS_MAX:
+            cache.clear()
+        for index, text in enumerate(texts):
+            if text is None:
+                number = values[index]
+                if number - number == 0.0:  # finite
+                    text = float.__repr__(number)
+                    if number:
+                        cache[number] = text
+                else:
+                    text = dumps(number)  # NaN, Infinity, -Infinity, as the encoder writes them
+                texts[index] = text
+    return "[" + ",".join(texts) + "]"  # type: ignore[arg-type]
+
+
+def _event_ident(name: str, attributes: Mapping[str, Any]) -> str:
+    """What names an event in the stage receipt's cells: its hop, its candidate, or (schema 3: one
+    exclusion event per reason, its candidates as columns) its reason, so that moving ids, details or
+    any other column from one reason's event to another's changes the receipt."""
+    if name == semconv.EVENT_QUERY:
+        return f"hop:{attributes.get(semconv.QUERY_HOP)}"
+    ident = attributes.get(semconv.CANDIDATE_ID)
+    if ident is None and name == semconv.EVENT_EXCLUSION and semconv.EXCLUSION_REASON in attributes:
+        return f"reason:{attributes.get(semconv.EXCLUSION_REASON)}"
+    return "" if ident is None else str(ident)
+
+
+def stage_fields(span_attributes: Mapping[str, Any],
+                 events: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+    """Every semantic field of a stage as canonical text, by field name (``ragtrail.`` cut).
+
+    The span's own ``ragtrail.*`` attributes are one field each. Each event attribute is a column:
+    the sorted ``[event name, id (or hop:<n>), value]`` triples of the events that carry it (so the
+    column does not depend on event order, and moving a score to another candidate changes it);
+    the ``candidate.meta.*`` keys share one column. Stamps made after the producer are left out."""
+    # attribute values are OTel primitives (or arrays of them): plain JSON, so json.dumps directly
+    fields: dict[str, str] = {}
+    uncovered = _UNCOVERED
+    start = len(_PREFIX)
+    for key in filter(_is_ragtrail, span_attributes):
+        if key not in uncovered:
+            fields[key[start:]] = field_json(span_attributes[key])
+    # each cell is the JSON text of [name, id, value] (or [name, id, value, key]), written piecewise:
+    # the same text as encoding the list, without building one per cell (this runs on the host's thread)
+    encode = dumps
+    columns: dict[str, list[str]] = {}
+    meta_prefix = semconv.CANDIDATE_META_PREFIX
+    for name, attributes in events:
+        head = encode([name, _event_ident(name, attributes)])[:-1] + ","
+        for key, value in attributes.items():
+            if not key.startswith(_PREFIX):
+                continue
+            if key.startswith(meta_prefix):
+                column, cell = "candidate.meta", f"{head}{field_json(value)},{_json_str(key)}]"
+            else:
+                column, cell = "event." + key[9:], f"{head}{field_json(value)}]"
+            cells = columns.get(column)
+            if cells is None:
+                cells = columns[column] = []
+            cells.append(cell)
+    for column, cells in columns.items():
+        cells.sort()
+        fields[column] = "[" + ",".join(cells) + "]"
+    return fields
+
+
+def _mac(text: str, key: bytes | None) -> str:
+    data = text.encode("utf-8", "backslashreplace")
+    if key is None:
+        return sha256_hex(data)
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+class StageReceipt(NamedTuple):
+    """A stage receipt as written on the wire: ``receipt`` (64 hex, or ``hmac-sha256:<64 hex>``) and ``fields``
+    (``<field>=<8 hex>;...`` sorted by field)."""
+
+    receipt: str
+    fields: str
+
+
+def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageReceipt:
+    """The stage receipt over :func:`stage_fields`: sha256, or HMAC-SHA256 when a key is given."""
+    ordered = sorted(fields.items())
+    # fields are text: their canonical JSON is json.dumps of the [name, text] pairs (a tuple is encoded
+    # as the array its list would be) unless the bound would cut it
+    plain = 3 * len(ordered) <= MAX_ITEMS and sum(len(k) + len(v) for k, v in ordered) <= MAX_CHARS
+    whole = _mac(dumps(ordered) if plain else canonical_json([[k, v] for k, v in ordered]), key)
+    if key is None:  # _mac(v, None) inline: a stage has thirty fields, the call was a third of their cost
+        sha256 = hashlib.sha256
+        short = ";".join([f"{k}={sha256(v.encode('utf-8', 'backslashreplace')).hexdigest()[:FIELD_DIGEST_HEX]}"
+                          for k, v in ordered])
+    else:
+        short = ";".join([f"{k}={_mac(v, key)[:FIELD_DIGEST_HEX]}" for k, v in ordered])
+    # unkeyed: the bare 64 hex digits (so it fits the 64-character value limit the other receipts
+    # need); keyed: the algorithm named in front
+    return StageReceipt(whole if key is None else f"{ALG_HMAC_SHA256}:{whole}", short)
+
+
+def receipt_algorithm(value: Any) -> str | None:
+    """The algorithm of a stage receipt: ``sha256`` (64 hex digits) or ``hmac-sha256``
+    (``hmac-sha256:<64 hex>``); ``None`` when malformed (cut, or an algorithm this reader does not know)."""
+    if is_sha256_hex(value):
+        return ALG_SHA256
+    if not isinstance(value, str):
+        return None
+    alg, _, digest = value.partition(":")
+    return ALG_HMAC_SHA256 if alg == ALG_HMAC_SHA256 and is_sha256_hex(digest) else None
+
+
+def parse_field_digests(value: Any) -> dict[str, str]:
+    """``ragtrail.stage.receipt.fields`` back into ``{field: 8 hex}`` (what does not parse is left out)."""
+    out: dict[str, str] = {}
+    if isinstance(value, str):
+        for part in value.split(";"):
+            name, sep, digest = part.rpartition("=")
+            if sep and name:
+                out[name] = digest
+            elif part:  # a fragment: the list was cut here (kept, in order, so the reader sees the cut)
+                out[part] = ""
+    return out
+
+
+def changed_fields(received: Mapping[str, str], stamped: Mapping[str, str], key: bytes | None = None) -> list[str]:
+    """The fields whose received value does not hash to the stamped field digest, plus the fields
+    present on one side only, sorted (the reader's answer to "which field changed").
+
+    The field digests are sorted by name, so a list cut by a value-length limit (a collector's
+    ``truncate_all``) covers a prefix of the names: a cut last entry is left out, and a received
+    field sorting after the last stamped one is not called added (the cut hid its digest)."""
+    stamped = dict(stamped)  # in the order written: sorted by name, a cut leaves a fragment last
+    cut = False
+    if stamped:
+        last = next(reversed(stamped))
+        if len(stamped[last]) != FIELD_DIGEST_HEX:
+            del stamped[last]
+            cut = True
+    bound = next(reversed(stamped)) if (cut and stamped) else None
+    names = set(received) | set(stamped)
+    return sorted(n for n in names
+                  if (n not in stamped and not (cut and (bound is None or n > bound)))
+                  or n not in received
+                  or (n in stamped and _mac(received[n], key)[:FIELD_DIGEST_HEX] != stamped[n]))
