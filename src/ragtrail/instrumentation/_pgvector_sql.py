@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 

@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import canonical_json
@@ -73,14 +74,14 @@ class PsycopgInstrumentor(RagtrailInstrumentor):
         self.wrap("psycopg.cursor", "Cursor.execute", self._execute)
         self.wrap("psycopg.cursor_async", "AsyncCursor.execute", self._aexecute)
 
-    def _execute(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _execute(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         search = _search(instance, args, kwargs)
         if search is None:
             return wrapped(*args, **kwargs)
         return call_through(_KEY, lambda: _start(self.tracer, search, instance, args, kwargs), wrapped, args, kwargs,
                             lambda stages, result: stages.complete(lambda: _outcome(stages, instance, self.id_column)))
 
-    async def _aexecute(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    async def _aexecute(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         search = _search(instance, args, kwargs)
         if search is None:
             return await wrapped(*args, **kwargs)
@@ -89,15 +90,15 @@ class PsycopgInstrumentor(RagtrailInstrumentor):
             lambda stages, result: stages.complete(lambda: _outcome(stages, instance, self.id_column)))
 
 
-def _query_arg(args: tuple, kwargs: Mapping[str, Any]) -> Any:
+def _query_arg(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     return args[0] if args else kwargs.get("query")
 
 
-def _params_arg(args: tuple, kwargs: Mapping[str, Any]) -> Any:
+def _params_arg(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     return args[1] if len(args) > 1 else kwargs.get("params")
 
 
-def _search(cursor: Any, args: tuple, kwargs: Mapping[str, Any]) -> Search | None:
+def _search(cursor: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Search | None:
     """The search this statement is, or ``None`` (the cheap test first; never raises)."""
     query = _query_arg(args, kwargs)
     if isinstance(query, str):
@@ -144,7 +145,7 @@ def _plain_param(value: Any) -> Any:
     return str(value)
 
 
-def _start(tracer: Any, search: Search, cursor: Any, args: tuple, kwargs: Mapping[str, Any]) -> _PgStages:
+def _start(tracer: Any, search: Search, cursor: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _PgStages:
     params = _params_arg(args, kwargs)
     stages = _PgStages(tracer, f"psycopg.{type(cursor).__qualname__}", collection=search.table)
     stages.search = search
@@ -190,8 +191,8 @@ def _loader(cursor: Any, result: Any, column: int) -> Callable[[Any], Any]:
     loader_cls = cursor.adapters.get_loader(oid, result.fformat(column))
     if loader_cls is None:
         return lambda data: bytes(data).decode("utf-8", "replace")
-    loader = loader_cls(oid, cursor)
-    return loader.load  # type: ignore[no-any-return]
+    load: Callable[[Any], Any] = loader_cls(oid, cursor).load
+    return load
 
 
 def _cells(cursor: Any, result: Any, column: int | None) -> list[Any] | None:
