@@ -289,3 +289,57 @@ def test_uninstrument_restores_execute(tracer_provider, span_exporter) -> None:
     assert vars(psycopg.Cursor)["execute"] is not originals[0]
     inst.uninstrument()
     assert (vars(psycopg.Cursor)["execute"], vars(psycopg.AsyncCursor)["execute"]) == originals
+
+
+def test_composed_raw_client_and_binary_cursors(conn, instrumentor, span_exporter) -> None:
+    from psycopg import sql
+
+    composed = sql.SQL("SELECT {id}, embedding <-> %s AS d FROM {table} ORDER BY d LIMIT %s").format(
+        id=sql.Identifier("id"), table=sql.Identifier("items"))
+    rows = [conn.execute(composed, (QUERY, 2)).fetchall()]
+    raw = psycopg.RawCursor(conn)
+    rows.append(raw.execute("SELECT id, embedding <-> $1 AS d FROM items WHERE category = $2 ORDER BY d LIMIT $3",
+                            (QUERY, "news", 1)).fetchall())
+    client = psycopg.ClientCursor(conn)
+    rows.append(client.execute("SELECT id, embedding <-> %s AS d FROM items ORDER BY d LIMIT 2", (QUERY,)).fetchall())
+    rows.append(conn.cursor(binary=True).execute("SELECT id, embedding <-> %s AS d FROM items ORDER BY d LIMIT 2",
+                                                 (QUERY,)).fetchall())
+    spans = retrieve_spans(span_exporter)
+    assert [s.attributes[sc.STAGE_COMPONENT] for s in spans] == [
+        "psycopg.Cursor", "psycopg.RawCursor", "psycopg.ClientCursor", "psycopg.Cursor"]
+    everything = span_exporter.get_finished_spans()
+    check_span(spans[0], everything, [r[0] for r in rows[0]], top_k=2, kind=sc.SCORE_DISTANCE, scores=[r[1] for r in rows[0]])
+    check_span(spans[1], everything, [r[0] for r in rows[1]], component="psycopg.RawCursor", top_k=1,
+               kind=sc.SCORE_DISTANCE, scores=[r[1] for r in rows[1]],
+               filter_json='{"params":["news"],"where":"category = $2"}')
+    for span, got in zip(spans[2:], rows[2:], strict=True):
+        check_span(span, everything, [r[0] for r in got], component=span.attributes[sc.STAGE_COMPONENT], top_k=2,
+                   kind=sc.SCORE_DISTANCE, scores=[r[1] for r in got])
+    assert rows[3] == rows[2] == rows[0]
+
+
+def test_server_side_cursor_is_not_recorded_and_unchanged(conn, instrumentor, span_exporter) -> None:
+    sql_text = "SELECT id, embedding <-> %s AS d FROM items ORDER BY d LIMIT 3"
+    with conn.transaction(), conn.cursor(name="named") as named:
+        named.execute(sql_text, (QUERY,))
+        got = named.fetchall()
+    assert got == bare(conn, sql_text, (QUERY,))
+    assert retrieve_spans(span_exporter) == []
+
+
+def test_unparsable_shapes_pass_through(conn, instrumentor, span_exporter) -> None:
+    """A distance operator outside the one shape read here: nothing recorded, nothing counted."""
+    import ragtrail
+
+    errors = ragtrail.internal_error_count()
+    statements = [
+        "SELECT id FROM items ORDER BY embedding <-> %s DESC LIMIT 2",
+        "SELECT id FROM (SELECT id, embedding FROM items ORDER BY embedding <-> %s LIMIT 3) t",
+        "SELECT id FROM items ORDER BY embedding <-> %s LIMIT 2 UNION SELECT 1 LIMIT 1",
+    ]
+    for text in statements[:2]:
+        assert conn.execute(text, (QUERY,)).fetchall() == bare(conn, text, (QUERY,))
+    with pytest.raises(psycopg.errors.SyntaxError):
+        conn.execute(statements[2], (QUERY,))
+    assert retrieve_spans(span_exporter) == []
+    assert ragtrail.internal_error_count() == errors

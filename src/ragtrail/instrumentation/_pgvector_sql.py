@@ -306,13 +306,16 @@ def _parse(text: str) -> Search | None:
 
 
 def _table(text: str, masked: str, clauses: Mapping[str, tuple[int, int]]) -> str | None:
-    """The first table of the FROM clause (schema-qualified as written), or ``None``."""
+    """The first table of the FROM clause (schema-qualified as written, quotes removed), or ``None``."""
     if "from" not in clauses:
         return None
     start, end = clauses["from"]
     body = text[start:end].strip()
     match = _IDENT.match(body)
-    return match.group(0) if match is not None else None
+    if match is None:
+        return None
+    # a quoted identifier's name is what is inside its quotes
+    return ".".join(part[1:-1] if part.startswith('"') else part for part in re.findall(r'"[^"]+"|[^.]+', match.group(0)))
 
 
 def _limit(text: str, at: tuple[int, int], params: dict[int, Param]) -> Param | int | None:
