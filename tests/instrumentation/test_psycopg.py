@@ -343,3 +343,24 @@ def test_unparsable_shapes_pass_through(conn, instrumentor, span_exporter) -> No
         conn.execute(statements[2], (QUERY,))
     assert retrieve_spans(span_exporter) == []
     assert ragtrail.internal_error_count() == errors
+
+
+def test_instrument_imports_no_psycopg_and_patches_on_import() -> None:
+    """``opentelemetry-instrument`` instruments every installed library at start-up: psycopg is
+    imported (and patched) only when the application imports it."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from ragtrail.instrumentation.psycopg import PsycopgInstrumentor\n"
+        "PsycopgInstrumentor().instrument()\n"
+        "assert not [m for m in sys.modules if m == 'psycopg' or m.startswith('psycopg.')], 'imported'\n"
+        "import psycopg\n"
+        "assert hasattr(psycopg.Cursor.execute, '__wrapped__') and hasattr(psycopg.AsyncCursor.execute, '__wrapped__')\n"
+        "print('OK')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
