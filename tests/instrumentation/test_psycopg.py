@@ -252,7 +252,8 @@ def test_without_an_id_column_the_ids_are_unknown(conn, instrumentor, span_expor
     [span] = retrieve_spans(span_exporter)
     a = dict(span.attributes)
     assert a[sc.CANDIDATES_OUT] == 0
-    assert a[sc.STAGE_FINDINGS] == ("ids unknown: the result has no column named 'id' (RAGTRAIL_PGVECTOR_ID_COLUMN names the id column)",)
+    assert a[sc.STAGE_FINDINGS] == ("2 rows returned, ids unknown: the result has no column named 'id' "
+                                    "(RAGTRAIL_PGVECTOR_ID_COLUMN names the id column); no candidate recorded",)
 
 
 def test_the_id_column_is_configurable(conn, tracer_provider, span_exporter, monkeypatch) -> None:

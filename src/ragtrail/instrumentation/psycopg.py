@@ -225,7 +225,8 @@ def _outcome(stages: _PgStages, cursor: Any, id_column: str) -> Outcome | None:
 
     def row(_index: int) -> Row:
         if ids is None:
-            base.findings.append(f"ids unknown: the result has no column named {id_column!r} ({ENV_ID_COLUMN} names the id column)")
+            base.findings.append(f"{result.ntuples} rows returned, ids unknown: the result has no column named {id_column!r} "
+                                 f"({ENV_ID_COLUMN} names the id column); no candidate recorded")
             return base
         kind = search.score_kind if scores is not None else sc.SCORE_NONE
         base.score_kind = kind
