@@ -365,3 +365,38 @@ def test_instrument_imports_no_psycopg_and_patches_on_import() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
+
+
+def test_sqlalchemy_orm_through_the_psycopg_driver(pg, instrumentor, span_exporter) -> None:
+    """SQLAlchemy's ORM on ``postgresql+psycopg://`` runs its statements on psycopg 3 cursors: the
+    pgvector comparators (``l2_distance``, ``cosine_distance``) are recorded like hand-written SQL."""
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    pgvector_sqlalchemy = pytest.importorskip("pgvector.sqlalchemy")
+    from sqlalchemy.orm import DeclarativeBase, Session, mapped_column
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Item(Base):
+        __tablename__ = "items"
+        id = mapped_column(sqlalchemy.BigInteger, primary_key=True)
+        content = mapped_column(sqlalchemy.Text)
+        category = mapped_column(sqlalchemy.Text)
+        embedding = mapped_column(pgvector_sqlalchemy.Vector(3))
+
+    engine = sqlalchemy.create_engine(pg.uri.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with Session(engine) as session:
+            nearest = session.scalars(sqlalchemy.select(Item).order_by(Item.embedding.l2_distance(QUERY)).limit(2)).all()
+            scored = session.execute(
+                sqlalchemy.select(Item.id, Item.embedding.cosine_distance(QUERY).label("distance"))
+                .where(Item.category == "news").order_by("distance").limit(2)).all()
+    finally:
+        engine.dispose()
+    assert [item.id for item in nearest] == [101, 202]
+    first, second = retrieve_spans(span_exporter)
+    everything = span_exporter.get_finished_spans()
+    check_span(first, everything, [101, 202], top_k=2, kind=sc.SCORE_NONE, scores=None,
+               contents=[item.content for item in nearest], filter_json=None)
+    check_span(second, everything, [r[0] for r in scored], top_k=2, kind=sc.SCORE_DISTANCE, scores=[r[1] for r in scored],
+               filter_json='{"params":["news"],"where":"items.category = %(category_1)s::VARCHAR"}')

@@ -8,7 +8,9 @@ product, ``<+>`` L1, and the bit operators ``<~>`` Hamming, ``<%>`` Jaccard); th
 name a selected alias or position that is such a distance. Every other statement runs untouched after
 one substring test (no operator in the text: nothing else is done); a statement with an operator is
 parsed once per text (cached). Server-side (named) cursors, ``executemany``, ``stream`` and
-pipeline mode are not recorded (their rows are not in hand when ``execute`` returns).
+pipeline mode are not recorded (their rows are not in hand when ``execute`` returns). SQLAlchemy
+on the psycopg 3 driver (``postgresql+psycopg://``) runs on these cursors, so its pgvector
+comparators are recorded the same way.
 
 What is recorded:
 
