@@ -9,7 +9,6 @@ gave) and :meth:`PipelineState.untracked_hop` (a query nobody explains), so read
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import threading
 from collections.abc import Collection, Iterable, Mapping
@@ -105,8 +104,10 @@ class PipelineState:
     def leave(self, token: contextvars.Token[PipelineState | None]) -> None:
         """Restore the run open before :meth:`enter`, if that happened in this context (a stage ended
         in another context, a callback or another task, leaves it as it is)."""
-        with contextlib.suppress(ValueError):
+        try:  # noqa: SIM105 - once per pipeline run on the host's thread: no suppress() object
             _current.reset(token)
+        except ValueError:
+            pass
 
     # --- lookups: never change anything -----------------------------------------------------------
     def lookup_hop(self, sha: str) -> Hop | None:
