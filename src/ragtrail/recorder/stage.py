@@ -189,6 +189,7 @@ class Stage:
         span (``ragtrail.instrumentation.errors``), so a reader knows the record may be incomplete."""
         self._errors += 1
         record_internal_error(site, exc)
+
     # --- what the caller tells us ------------------------------------------------------------------
     def query(self, text: Any, *, transform: str | None = None, parent_hop: int | None = None) -> int | None:
         """Record the query this stage ran with; returns its hop number (``None`` when not recording).
