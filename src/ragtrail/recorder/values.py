@@ -10,7 +10,7 @@ from typing import Any
 
 from ragtrail.contract.receipts import canonical_json
 
-__all__ = ["attribute_value", "score_text", "wire_str", "wire_text"]
+__all__ = ["attribute_value", "wire_str", "wire_text"]
 
 
 def wire_str(value: str) -> str:
