@@ -1,9 +1,9 @@
-"""The recorder's write path on the host thread (issue 11): time inside ``writer.write`` per query.
+"""The recorder's write path on the host thread (issue 11): time inside a stage's end (``conclude`` + ``writer.write``) per query.
 
 The users' pipeline of ``bench_users_pipeline.py`` (BM25 top 100 over 3,000 chunks, cutoff, rerank to
 10, word budget), ragtrail only, a SimpleSpanProcessor whose exporter keeps the spans (no exporter
 thread competing for the GIL). Per round: the host's wall ms/query, and the thread CPU ms/query spent
-inside ``writer.write`` (CPU time, so a busy machine inflates it less than wall time); the minimum over
+inside ``conclude`` and ``writer.write`` (CPU time, so a busy machine inflates it less than wall time); the minimum over
 rounds is printed, then the OTLP protobuf encode ms/query of the kept spans. Compare two trees by
 running it with each one's ``src`` first on ``PYTHONPATH``, interleaved, several times::
 
@@ -51,16 +51,20 @@ def main() -> None:
     from ragtrail.recorder import stage, writer
 
     spent = [0.0]
-    write = writer.write
 
-    def timed(*call: Any) -> None:
-        start = time.thread_time()
-        try:
-            write(*call)
-        finally:
-            spent[0] += time.thread_time() - start
+    def timed(step: Any) -> Any:
+        def run(*call: Any) -> Any:
+            start = time.thread_time()
+            try:
+                return step(*call)
+            finally:
+                spent[0] += time.thread_time() - start
+        return run
 
-    stage.write = timed  # type: ignore[assignment]
+    # a stage's end: conclude the record, then write it (a tree before the split: write alone did both)
+    stage.write = timed(writer.write)
+    if hasattr(stage, "conclude"):
+        stage.conclude = timed(stage.conclude)
     texts, pool = users.corpus(3000)
     run = users.build_langchain(texts) if args.framework == "langchain" else users.build_llama_index(texts)
     for query in pool[:30]:

@@ -22,9 +22,9 @@ from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.answer import answer_attributes
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.errors import guarded
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.stage import Stage
 
 REASON_NOT_IN_PROMPT = "custom:not_in_prompt"
@@ -97,12 +97,12 @@ def record_answer(text: str) -> None:
     """The model's answer as ``ragtrail.answer`` records it (receipt, text as captured) but without
     ``refused``: whether the reply is a refusal is the app's to say, not something a hook can know."""
     state = current_pipeline()
-    stage = state.pipeline_stage if state is not None else None
-    if stage is None or not stage.recording:
+    run = state.answer if state is not None else None
+    if run is None:
         return
-    attributes = answer_attributes(stage, text, None, False)
+    attributes = answer_attributes(run, text, None, False)
     attributes.pop(sc.ANSWER_REFUSED, None)
-    stage.record_answer(attributes)
+    run.take(attributes)
 
 
 def model_name(instance: Any) -> str | None:

@@ -1,22 +1,17 @@
 """The recorder: one span per pipeline stage, carrying its retrieval manifest (docs/semconv.md §1-4).
 
 It knows no library. Hooks (``ragtrail.instrumentation``, the decorators in ``ragtrail.api``) use
-only this public surface, never a private attribute:
+only its public modules, and in them only the names each exports in ``__all__`` (listed in
+docs/architecture.md, "Where a new library integration goes"; ``tests/test_exported_members.py``
+holds the list and the code equal): :mod:`ragtrail.recorder.stage`, :mod:`ragtrail.recorder.pipeline`,
+:mod:`ragtrail.recorder.candidates`, :mod:`ragtrail.recorder.errors`, :mod:`ragtrail.recorder.answer`.
 
-- :mod:`ragtrail.recorder.stage`: ``Stage`` (``query``, ``add_query_variant``, ``inputs``,
-  ``outputs``, ``exclude``, ``set_status``, ``set``, ``corpus_size``, ``set_attribute``,
-  ``finding``, ``cite``, ``adapt``, ``record_error``), ``stage()``, ``current_stage()``;
-- :mod:`ragtrail.recorder.pipeline`: ``PipelineState`` (side-effect-free ``lookup_hop``,
-  ``has_hops``, ``hop_count``, ``candidate_hop``, ``candidate_score_kind``; creating calls
-  ``new_hop``, ``given_hop`` and ``untracked_hop``), ``Hop``, ``current_pipeline()``;
-- :mod:`ragtrail.recorder.candidates`: ``Candidate`` (``copy``, ``with_receipt``), ``adapt``,
-  ``is_candidate_list``, ``normalize_id``, ``register_adapter``, ``unregister_adapter``,
-  ``lookup_adapter``, ``CONTENT_KEYS``;
-- :mod:`ragtrail.recorder.errors`: ``record_internal_error``, ``internal_error_count``, ``guarded``;
-- :mod:`ragtrail.recorder.answer`: ``answer()``.
-
-Inside, by job: ``writer`` (the end-of-stage write order), ``exclusions`` (pure derivation),
-``events`` (build, digest, spill), ``sdk_events`` (the SDK fast path and its probe), ``mirrors``
-(GenAI, OpenInference), ``values`` (Python values as OTel attribute values). See
-docs/architecture.md.
+Inside, by job: ``record`` (a stage's record and its conclusion), ``conclude`` (what a stage's end
+derives: exclusions, status, hops, counts, the pipeline's bookkeeping; pure of spans), ``writer``
+(the end-of-stage write order; it sees the record, never the stage), ``exclusions`` (pure
+derivation), ``rescoring``, ``events`` (build, digest, spill), ``sdk_events`` (the SDK fast path and
+its probe), ``mirrors`` (GenAI, OpenInference), ``values`` (Python values as OTel attribute values),
+``corpus`` (store sizes). See docs/architecture.md.
 """
+
+__all__: list[str] = []

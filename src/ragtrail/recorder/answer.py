@@ -8,7 +8,7 @@ without the text itself leaving the process unless content capture allows it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
@@ -17,8 +17,16 @@ from ragtrail.recorder.errors import guarded
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.values import wire_text
 
+__all__ = ["answer", "answer_attributes"]
+
 _log = logging.getLogger("ragtrail")
 _said_outside = False
+
+
+class _Finds(Protocol):
+    """Where a finding about the answer is said: the run's answer (``PipelineState.answer``) or a stage."""
+
+    def finding(self, text: str) -> None: ...
 
 
 @guarded("answer")
@@ -31,17 +39,17 @@ def answer(text: Any, *, claim: str | None = None, refused: bool = False) -> Non
     Never raises into the app (an internal error is counted). Outside a pipeline (or when it is
     sampled out) it does nothing."""
     state = current_pipeline()
-    stage = state.pipeline_stage if state is not None else None
-    if stage is None:
+    run = state.answer if state is not None else None
+    if run is None:
         _outside()
         return
-    if stage.recording:
-        stage.record_answer(answer_attributes(stage, text, claim, refused))
+    run.take(answer_attributes(run, text, claim, refused))
 
 
-def answer_attributes(stage: Any, text: Any, claim: str | None, refused: bool) -> dict[str, Any]:
+def answer_attributes(stage: _Finds, text: Any, claim: str | None, refused: bool) -> dict[str, Any]:
     """The answer's attributes under the capture settings in force; an invalid claim becomes a
-    finding on ``stage`` and is not written."""
+    finding of ``stage`` (the run's answer, ``PipelineState.answer``, says it on the pipeline
+    stage) and is not written."""
     config = settings.get()
     attributes: dict[str, Any] = {}
     if text is not None:

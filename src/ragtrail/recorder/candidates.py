@@ -10,11 +10,15 @@ attributes work out of the box. Identity is the item's id; an item with no id is
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ragtrail.contract.receipts import Receipt, canonical_json, content_id, receipt
+from ragtrail.recorder.pipeline import PipelineState
+
+__all__ = ["CONTENT_KEYS", "Adapter", "Candidate", "adapt", "adapt_all", "hand_over", "is_candidate_list",
+           "lookup_adapter", "normalize_id", "register_adapter", "unregister_adapter"]
 
 _MISSING = object()
 _ID_KEYS = ("id", "doc_id", "document_id", "chunk_id", "node_id", "_id", "uuid", "corpus_id")
@@ -52,13 +56,13 @@ class Candidate:
             self._receipt = receipt(self.content)
         return self._receipt
 
-    def with_receipt(self, stamped: Receipt | None) -> "Candidate":
+    def with_receipt(self, stamped: Receipt | None) -> Candidate:
         """This candidate carrying a receipt already stamped over exactly its content (a memo across
         stages), so the content is not hashed again. Returns the candidate itself."""
         self._receipt = stamped
         return self
 
-    def copy(self, **changes: Any) -> "Candidate":
+    def copy(self, **changes: Any) -> Candidate:
         """A copy with some public fields changed. The content receipt travels with the copy unless
         the content itself changes (the same evidence is never hashed twice)."""
         duplicate = Candidate.__new__(Candidate)
@@ -84,13 +88,44 @@ def hand_over(candidates: list[Candidate]) -> list[Candidate]:
     return candidates
 
 
-def take_over(item: Any) -> Candidate | None:
+def _take_over(item: Any) -> Candidate | None:
     """``item`` itself when it is a candidate handed over by :func:`hand_over` (taken once: a
     second use gets a copy, as any other Candidate does), else ``None``."""
     if type(item) is Candidate and item._handed:
         item._handed = False
         return item
     return None
+
+
+_NOT_MEMOISED: tuple[Any, Receipt | None] = (None, None)
+
+
+def adapt_all(items: Iterable[Any], score_kind: str | None, receipts: dict[int, tuple[Any, Receipt | None]],
+              inherited: PipelineState | None = None) -> list[Candidate]:
+    """Adapt every item for one stage (a handed-over candidate taken as it is): ``score_kind`` for
+    those that carry none; with ``inherited`` (a stage's inputs), the hop and score kind an earlier
+    stage of that pipeline gave each id. ``receipts`` is the stage's memo, ``id(content)`` ->
+    ``(content, receipt)``: the same content object seen as input and output is hashed once per stage."""
+    kind_of = inherited.candidate_score_kind if inherited is not None else None
+    hop_of = inherited.candidate_hop if inherited is not None else None
+    get = receipts.get
+    result: list[Candidate] = []
+    append = result.append
+    for item in list(items):  # once per candidate per stage: lookups bound above
+        candidate = _take_over(item) or adapt(item)
+        if candidate.score_kind is None:
+            candidate.score_kind = score_kind or (kind_of(candidate.id) if kind_of is not None else None)
+        if hop_of is not None and candidate.hop is None:
+            candidate.hop = hop_of(candidate.id)
+        content = candidate.content
+        if content is not None and candidate._receipt is None:
+            held, stamped = get(id(content), _NOT_MEMOISED)
+            if held is content:
+                candidate._receipt = stamped
+            else:
+                receipts[id(content)] = (content, candidate.receipt)
+        append(candidate)
+    return result
 
 
 _PUBLIC_FIELDS = frozenset(("id", "content", "score", "score_kind", "metadata", "hop", "transform_rule",

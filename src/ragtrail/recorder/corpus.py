@@ -15,8 +15,10 @@ import threading
 import weakref
 from typing import Any
 
+__all__ = ["clear", "set_corpus_size", "store_key", "user_corpus_size"]
+
 _lock = threading.Lock()
-_by_object: "weakref.WeakKeyDictionary[Any, tuple[int, bool]]" = weakref.WeakKeyDictionary()
+_by_object: weakref.WeakKeyDictionary[Any, tuple[int, bool]] = weakref.WeakKeyDictionary()
 _by_id: dict[int, tuple[Any, int, bool]] = {}  # objects that cannot be weakly referenced (kept alive)
 _by_name: dict[str, tuple[int, bool]] = {}
 
@@ -59,7 +61,10 @@ def user_corpus_size(store: Any) -> tuple[int, bool] | None:
         if found is not None:
             return found
         kept = _by_id.get(id(store))
-        return (kept[1], kept[2]) if kept is not None and kept[0] is store else None
+        if kept is None:
+            return None
+        held, size, approximate = kept
+        return (size, approximate) if held is store else None
 
 
 def clear() -> None:

@@ -7,12 +7,15 @@ counted here (``ragtrail.internal_error_count()``) and, for the stage it happene
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+__all__ = ["guarded", "internal_error_count", "record_internal_error"]
 
 _log = logging.getLogger("ragtrail")
 _lock = threading.Lock()
@@ -29,42 +32,9 @@ def record_internal_error(site: str, exc: BaseException) -> None:
         _counts[key] += 1
         first = _counts[key] == 1
     if first:
-        try:
+        # no room left to log (at the recursion limit), or a repr that raises: counted all the same
+        with contextlib.suppress(Exception):
             _log.warning("ragtrail: internal error in %s (counted, logged once): %r", site, exc, exc_info=True)
-        except Exception:  # no room left to log (at the recursion limit), or a repr that raises: counted
-            pass
-
-
-# raised to stop the work, not by it: a cancelled task, Ctrl-C, a closed generator
-CANCELLATIONS: tuple[type[BaseException], ...] = (KeyboardInterrupt, GeneratorExit)
-try:  # asyncio.CancelledError is a BaseException since 3.8
-    import asyncio as _asyncio
-
-    CANCELLATIONS = CANCELLATIONS + (_asyncio.CancelledError,)
-except ImportError:  # pragma: no cover
-    pass
-try:
-    import concurrent.futures as _futures
-
-    CANCELLATIONS = CANCELLATIONS + (_futures.CancelledError,)
-except ImportError:  # pragma: no cover
-    pass
-
-
-def is_cancellation(exc: BaseException | None) -> bool:
-    """The call was stopped from outside (``asyncio.CancelledError``, ``KeyboardInterrupt``,
-    ``GeneratorExit``): not a failure of the retrieval, so a stage says ``cancelled``, not ``failed``."""
-    return isinstance(exc, CANCELLATIONS)
-
-
-def exception_message(exc: BaseException) -> str | None:
-    """``str(exc)``, or ``None`` when the exception's ``__str__`` itself raises: a broken message must
-    not cost the stage its events, count and digest."""
-    try:
-        text = str(exc)
-    except Exception:
-        return None
-    return text if isinstance(text, str) else None
 
 
 def internal_error_count() -> int:

@@ -17,6 +17,9 @@ from ragtrail.contract.receipts import content_id, finite_or_none
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.rescoring import unproduced_scores
 
+__all__ = ["Exclusion", "Explicit", "KeptEvidence", "Knobs", "derive", "derive_reason", "kept_evidence", "on_knob_scale",
+           "resolve_string_ids"]
+
 
 class Explicit(NamedTuple):
     """A reason the caller gave with ``Stage.exclude`` (``candidate`` is ``None`` for a bare id)."""
@@ -84,7 +87,7 @@ def _kept_positions(inputs: Sequence[Candidate], outputs: Sequence[Candidate]) -
     the same object when there is one (libraries keep the best-scored copy, not always the first),
     else the one with the same score, else the first."""
     ids = [c.id for c in inputs]
-    first = dict(zip(ids, range(len(ids))))
+    first = dict(zip(ids, range(len(ids)), strict=True))
     if len(first) == len(ids):
         # every input id once (the usual case): an output takes its id's one position, a second
         # output of the same id finds it taken (what the multiset matching below does, in C)
@@ -119,7 +122,8 @@ def _dropped(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: se
         if rank in kept:
             continue
         if candidate.id in explicit and candidate.id not in explicit_used:
-            reason, detail, _ = explicit[candidate.id]
+            said = explicit[candidate.id]
+            reason, detail = said.reason, said.detail
             explicit_used.add(candidate.id)
         elif candidate.id in seen or candidate.id in output_ids:
             reason, detail = sc.REASON_DEDUPLICATED, f"duplicate id of {candidate.id}"

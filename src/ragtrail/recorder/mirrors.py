@@ -29,6 +29,9 @@ from ragtrail.recorder.exclusions import Exclusion
 from ragtrail.recorder.values import wire_str, wire_text
 from ragtrail.settings import CaptureSettings
 
+__all__ = ["GENAI_ATTRIBUTES", "NARROWING_KINDS", "STAGE_ATTRIBUTE_RESERVE", "MirrorInput", "answer_text", "continuation",
+           "genai", "openinference", "span_kind", "summary"]
+
 STAGE_ATTRIBUTE_RESERVE = 40  # span attributes kept free for ragtrail's own when mirroring documents
 _CAP_ATTRIBUTES = 4  # the mirrored/total pairs, kept free so a cut list can always say so
 GENAI_ATTRIBUTES = 5  # the most attributes the GenAI mirror writes besides the counts (retrieve)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from ragtrail.contract import semconv as sc
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ragtrail.recorder.stage import Stage
+__all__ = ["Hop", "PipelineState", "QueryRecord", "RunAnswer", "current_pipeline"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,13 @@ class Hop:
     number: int
     parent: int | None
     transform: str
+
+
+class StoreSize(NamedTuple):
+    """One store's size as a stage reported it, and whether it is an estimate."""
+
+    size: int
+    approximate: bool
 
 
 class QueryRecord(NamedTuple):
@@ -40,13 +47,34 @@ class QueryRecord(NamedTuple):
     receipt: Any
 
 
+@dataclass
+class RunAnswer:
+    """The run's answer (``ragtrail.answer()``, a generation hook's reply), taken for the pipeline
+    stage that opened a :class:`PipelineState` while that stage records: ``attributes`` are written
+    on its span when it ends and mirrored on the run's cite and generate stages; ``findings`` is
+    that stage's own findings list, so an invalid claim is said there, in the order it happened."""
+
+    findings: list[str]
+    attributes: dict[str, Any] | None = None
+    open: bool = True  # until the pipeline stage ends: an answer given later is not taken
+
+    def finding(self, text: str) -> None:
+        """Something about the answer a reader should know (an invalid claim), said by the pipeline stage."""
+        self.findings.append(text)
+
+    def take(self, attributes: Mapping[str, Any]) -> None:
+        """Keep ``attributes`` as the run's answer (the last one given wins) while the pipeline stage records."""
+        if self.open:
+            self.attributes = dict(attributes)
+
+
 _UNSEEN: Any = object()
 
 
 class PipelineState:
     """Shared by every stage of one pipeline run (also across threads that copy the context)."""
 
-    def __init__(self, outer: "PipelineState | None" = None) -> None:
+    def __init__(self, outer: PipelineState | None = None) -> None:
         # a pipeline opened inside another (a decorated pipeline called from one) rolls what it
         # read, kept and cited into the outer one as well: the outer coverage counts it
         self.outer = outer
@@ -62,9 +90,24 @@ class PipelineState:
         self.in_context: list[str] | None = None
         self.cited: dict[str, None] = {}
         self.corpus_size: int | None = None
-        self._store_sizes: dict[Any, tuple[int, bool]] = {}
+        self._store_sizes: dict[Any, StoreSize] = {}
         self.stage_statuses: list[str] = []
-        self.pipeline_stage: "Stage | None" = None
+        # the run's answer, when a recording pipeline stage opened this state (``None`` otherwise)
+        self.answer: RunAnswer | None = None
+
+    # --- the run open in this context --------------------------------------------------------------
+    def enter(self) -> contextvars.Token[PipelineState | None]:
+        """Make this the run :func:`current_pipeline` returns in this context (the stage that opened
+        it, at its start); :meth:`leave` with the token restores the one before."""
+        return _current.set(self)
+
+    def leave(self, token: contextvars.Token[PipelineState | None]) -> None:
+        """Restore the run open before :meth:`enter`, if that happened in this context (a stage ended
+        in another context, a callback or another task, leaves it as it is)."""
+        try:  # noqa: SIM105 - once per pipeline run on the host's thread: no suppress() object
+            _current.reset(token)
+        except ValueError:
+            pass
 
     # --- lookups: never change anything -----------------------------------------------------------
     def lookup_hop(self, sha: str) -> Hop | None:
@@ -118,7 +161,8 @@ class PipelineState:
         query of the pipeline, else a new hop marked ``untracked`` (the query changed between stages
         and nothing explains it). Its parent is not known (``None``): it is not "the previous hop",
         which may be an unrelated variant that merely came before it."""
-        return self.claim_untracked(sha)[0]
+        hop, _ = self.claim_untracked(sha)
+        return hop
 
     def claim_untracked(self, sha: str) -> tuple[Hop, bool]:
         """:meth:`untracked_hop`, also saying whether the hop was created by this call."""
@@ -151,8 +195,10 @@ class PipelineState:
             known = self._content_of.get(candidate_id, _UNSEEN)
             if known is _UNSEEN:
                 self._content_of[candidate_id] = (sha256, span_id)
-            elif known is not None and known[0] != sha256:
-                self._content_of[candidate_id] = None
+            elif known is not None:
+                known_sha, _ = known
+                if known_sha != sha256:
+                    self._content_of[candidate_id] = None
 
     def add_corpus_size(self, size: int, store: Any = None, approximate: bool = False) -> None:
         """One store's size. The corpus is the sum over the distinct stores behind the pipeline
@@ -160,17 +206,17 @@ class PipelineState:
         size reported for it wins)."""
         with self._lock:
             known = self._store_sizes.get(store)
-            if known is None or size > known[0]:
-                self._store_sizes[store] = (size, approximate)
-            self.corpus_size = sum(n for n, _ in self._store_sizes.values())
+            if known is None or size > known.size:
+                self._store_sizes[store] = StoreSize(size, approximate)
+            self.corpus_size = sum(known.size for known in self._store_sizes.values())
         if self.outer is not None:
             self.outer.add_corpus_size(size, store, approximate)
 
     def corpus_approximate(self) -> bool:
         with self._lock:
-            return any(a for _, a in self._store_sizes.values())
+            return any(known.approximate for known in self._store_sizes.values())
 
-    def add_cited(self, ids: Any) -> None:
+    def add_cited(self, ids: Iterable[Any]) -> None:
         ids = [str(ident) for ident in ids]
         with self._lock:
             for ident in ids:
@@ -193,7 +239,7 @@ class PipelineState:
         if self.outer is not None:
             self.outer.track(kind, ids)
 
-    def untrack(self, ids: Any) -> None:
+    def untrack(self, ids: Collection[str]) -> None:
         """Candidates a stage reported as retrieved that an enclosing retriever then trimmed: they
         were read from the store but never handed on, so they are not "retrieved"."""
         with self._lock:
@@ -222,7 +268,7 @@ class PipelineState:
                 attributes[sc.COVERAGE_CORPUS_SIZE] = self.corpus_size
                 if len(self._store_sizes) > 1:  # one store is the common case: no attribute for it
                     attributes[sc.COVERAGE_STORES] = len(self._store_sizes)
-                if any(a for _, a in self._store_sizes.values()):
+                if any(known.approximate for known in self._store_sizes.values()):
                     attributes[sc.COVERAGE_CORPUS_APPROXIMATE] = True
             if self.cited:
                 attributes[sc.CITED_IDS] = list(self.cited)
@@ -244,9 +290,9 @@ class PipelineState:
         return sc.RUN_AVAILABLE
 
 
-_pipeline_state: contextvars.ContextVar[PipelineState | None] = contextvars.ContextVar("ragtrail_pipeline", default=None)
+_current: contextvars.ContextVar[PipelineState | None] = contextvars.ContextVar("ragtrail_pipeline", default=None)
 
 
 def current_pipeline() -> PipelineState | None:
     """The state of the pipeline run open in this context (``None`` outside any recorded stage)."""
-    return _pipeline_state.get()
+    return _current.get()

@@ -17,6 +17,8 @@ from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import finite_or_none
 from ragtrail.recorder.candidates import Candidate
 
+__all__ = ["unproduced_scores"]
+
 
 def unproduced_scores(stage_score_kind: str | None, inputs: Sequence[Candidate] | None,
                       outputs: Sequence[Candidate]) -> list[str]:
@@ -29,7 +31,7 @@ def unproduced_scores(stage_score_kind: str | None, inputs: Sequence[Candidate] 
     if not inputs or not outputs:
         return []
     ids = [c.id for c in inputs]
-    unique = dict(zip(ids, range(len(ids))))
+    unique = dict(zip(ids, range(len(ids)), strict=True))
     positions: dict[str, list[int]] | None = None
     if len(unique) != len(ids):  # an id given more than once: its outputs take its positions in turn
         positions = {}

@@ -14,12 +14,22 @@ identical exported events.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+__all__ = ["Event", "add_events", "held_attributes", "set_attributes"]
 
 Event = tuple[str, dict[str, Any]]
 
 
-def _probe() -> tuple[Any, Any, Any] | None:
+class _SdkParts(NamedTuple):
+    """The SDK classes the fast path builds with and checks against."""
+
+    attributes: Any  # opentelemetry.attributes.BoundedAttributes
+    event: Any  # opentelemetry.sdk.trace.Event
+    span: Any  # opentelemetry.sdk.trace.Span
+
+
+def _probe() -> _SdkParts | None:
     """The SDK parts the fast path needs, or ``None`` when this SDK does not have them as expected."""
     try:
         from opentelemetry.attributes import BoundedAttributes
@@ -29,7 +39,7 @@ def _probe() -> tuple[Any, Any, Any] | None:
         probe = BoundedAttributes(1, None, immutable=False, max_value_len=None)
         if not isinstance(getattr(probe, "_dict", None), dict) or not hasattr(SdkSpan, "_add_event"):
             return None
-        return BoundedAttributes, SdkEvent, SdkSpan
+        return _SdkParts(BoundedAttributes, SdkEvent, SdkSpan)
     except Exception:  # pragma: no cover - another SDK: the public path is used
         return None
 
@@ -75,7 +85,7 @@ def set_attributes(span: Any, attributes: Mapping[str, Any]) -> None:
     count limit and the dropped count are the SDK's. Anything else takes the public path."""
     parts = _PARTS
     bounded = getattr(span, "_attributes", None)
-    if (parts is None or not isinstance(span, parts[2]) or not isinstance(bounded, parts[0])
+    if (parts is None or not isinstance(span, parts.span) or not isinstance(bounded, parts.attributes)
             or bounded.max_value_len is not None or bounded._immutable
             or not hasattr(bounded, "_setitem_locked") or not _all_plain(attributes.values())):
         span.set_attributes(attributes)
@@ -110,20 +120,22 @@ def held_attributes(span: Any) -> Mapping[str, Any] | None:
     it is a dict walk, where the public mapping proxy walks it in Python), ``None`` when it is not a span."""
     parts = _PARTS
     bounded = getattr(span, "_attributes", None)
-    if parts is not None and isinstance(bounded, parts[0]) and isinstance(getattr(bounded, "_dict", None), dict):
-        return bounded._dict
-    return getattr(span, "attributes", None)
+    if parts is not None and isinstance(bounded, parts.attributes) and isinstance(getattr(bounded, "_dict", None), dict):
+        held: Mapping[str, Any] = bounded._dict
+        return held
+    attributes: Mapping[str, Any] | None = getattr(span, "attributes", None)
+    return attributes
 
 
 def add_events(span: Any, events: Sequence[Event]) -> None:
     """Add ``events`` to ``span`` in order, each exactly as ``span.add_event`` would."""
     parts = _PARTS
     limits = getattr(span, "_limits", None)
-    if parts is None or limits is None or limits.max_attribute_length is not None or not isinstance(span, parts[2]):
+    if parts is None or limits is None or limits.max_attribute_length is not None or not isinstance(span, parts.span):
         for name, attributes in events:
             span.add_event(name, attributes)
         return
-    bounded_cls, event_cls, _ = parts
+    bounded_cls, event_cls = parts.attributes, parts.event
     max_attributes = limits.max_event_attributes
     for name, attributes in events:
         if max_attributes is not None and len(attributes) > max_attributes:

@@ -1,10 +1,11 @@
 """The stage recorder: one span per pipeline stage, carrying its retrieval manifest (docs/semconv.md §1-3).
 
 It knows no library. Callers (decorators, instrumentations) hand a :class:`Stage` the query, the
-candidates that entered and left, and any reasons they know; the stage keeps what it was told
-(:class:`ragtrail.recorder.writer.Seen`) and writes it all when it ends, when everything is known
-(:mod:`ragtrail.recorder.writer`: exclusions derived, mirrors first, events spilled, count and
-digest last).
+candidates that entered and left, and any reasons they know; the stage keeps what it was told in a
+:class:`ragtrail.recorder.record.StageRecord` and, when it ends, hands that record to
+:func:`ragtrail.recorder.conclude.conclude` (exclusions, status, hops, the pipeline's bookkeeping)
+and then to :func:`ragtrail.recorder.writer.write` (mirrors first, events spilled, count and digest
+last), when everything is known.
 
 Every method is safe to call in any state: errors inside ragtrail are caught, counted and logged
 once, never raised into the application. When the span is not recording (sampled out) nothing is
@@ -13,8 +14,10 @@ adapted, hashed or built.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections.abc import Iterable, Mapping
+from types import TracebackType
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
@@ -22,46 +25,50 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ragtrail import settings
-from ragtrail.contract import receipts as _receipts
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import receipt
-from ragtrail.recorder.candidates import Candidate, adapt, content_id, take_over
-from ragtrail.recorder.errors import record_internal_error
-from ragtrail.recorder.exclusions import Explicit
+from ragtrail.contract.receipts import canonical_json, receipt, set_cut_observer
+from ragtrail.recorder.candidates import Candidate, adapt, adapt_all
+from ragtrail.recorder.conclude import conclude, name_private_strings
 from ragtrail.recorder.corpus import store_key, user_corpus_size
-from ragtrail.recorder.pipeline import PipelineState, QueryRecord, _pipeline_state
-from ragtrail.recorder.writer import TRACER_NAME, Seen, span_name, write
+from ragtrail.recorder.errors import record_internal_error
+from ragtrail.recorder.exclusions import Explicit, Knobs
+from ragtrail.recorder.pipeline import PipelineState, QueryRecord, RunAnswer, current_pipeline
+from ragtrail.recorder.record import StageRecord
+from ragtrail.recorder.writer import TRACER_NAME, span_name, write
+
+__all__ = ["Stage", "current_stage", "stage"]
 
 _T = TypeVar("_T")
 
-_current_stage: contextvars.ContextVar["Stage | None"] = contextvars.ContextVar("ragtrail_stage", default=None)
+_current_stage: contextvars.ContextVar[Stage | None] = contextvars.ContextVar("ragtrail_stage", default=None)
 
 
 def _cut_finding(cuts: tuple[str, ...]) -> None:
     """A value too big, too deep or too odd to put in canonical form whole (see
     ``contract.receipts.canonical_json``) is a finding of the stage that met it, once per kind of cut."""
     s = _current_stage.get()
-    seen = s._recorded() if s is not None else None
-    if seen is not None:
+    record = s._recorded() if s is not None else None
+    if record is not None:
         text = f"canonical form cut ({'; '.join(cuts)}): the id or receipt covers only what was kept"
-        if text not in seen.findings:
-            seen.findings.append(text)
+        if text not in record.findings:
+            record.findings.append(text)
 
 
-_receipts.set_cut_observer(_cut_finding)
+set_cut_observer(_cut_finding)
 
 
 def _reset(var: contextvars.ContextVar[_T], token: contextvars.Token[_T] | None) -> None:
     """Restore ``var`` to what it was before ``token``'s ``set``, if that happened in this context."""
     if token is not None:
-        try:
+        # try/except, not contextlib.suppress: this runs twice per stage, sampled out too, and a
+        # suppress() object costs more than the reset itself
+        try:  # noqa: SIM105
             var.reset(token)
         except ValueError:
-            # finished in another context (a callback, another task): fall back to clearing
-            pass
+            pass  # finished in another context (a callback, another task): left as it is
 
 
-def current_stage() -> "Stage | None":
+def current_stage() -> Stage | None:
     """The innermost ragtrail stage open in this context (for ``exclude()`` calls inside a decorated function)."""
     return _current_stage.get()
 
@@ -89,84 +96,63 @@ class Stage:
         self._token: contextvars.Token[otel_context.Context] | None = None
         self._stage_token: contextvars.Token[Stage | None] | None = None
         self._pipeline_token: contextvars.Token[PipelineState | None] | None = None
-        self._state: PipelineState | None = None
-        self._owns_state = False
         self._closed = False
         self._errors = 0
-        self._seen: Seen | None = None
-        self._parent: "Stage | None" = None
+        self._record: StageRecord | None = None
 
     # --- lifecycle --------------------------------------------------------------------------------
-    def start(self) -> "Stage":
+    def start(self) -> Stage:
         """Open the span and make it current. Never raises."""
         try:
             tracer = self._tracer or trace.get_tracer(TRACER_NAME)
             self.span = tracer.start_span(span_name(self.kind, self.component), kind=self._span_kind)
             self._token = otel_context.attach(trace.set_span_in_context(self.span))
-            self._parent = _current_stage.get()
+            parent = _current_stage.get()
             self._stage_token = _current_stage.set(self)
             self.recording = self.span.is_recording()
             if self.recording:
-                self._seen = Seen(settings.get(), dict(self._attributes or {}))
-                self._state = self._join_pipeline()
+                outer = parent._recorded() if parent is not None else None
+                self._record, self._pipeline_token = _open_record(self.kind, self.component, self._attributes,
+                                                                  self._tracer, outer)
         except Exception as exc:  # pragma: no cover - defensive
             self.record_error("start", exc)
         return self
 
-    def _recorded(self) -> Seen | None:
+    def _recorded(self) -> StageRecord | None:
         """What this stage keeps while it records; ``None`` when it does not (sampled out, or its
         start failed before the record was made)."""
-        return self._seen if self.recording else None
+        return self._record if self.recording else None
 
-    def _recording_in(self) -> tuple[Seen, PipelineState] | None:
-        """The record and the pipeline it belongs to, both made at start; ``None`` when not recording."""
-        if self.recording and self._seen is not None and self._state is not None:
-            return self._seen, self._state
-        return None
-
-    def _join_pipeline(self) -> PipelineState:
-        """The pipeline this stage belongs to; a pipeline stage (or a stage outside any) opens one."""
-        state = _pipeline_state.get()
-        if state is None or self.kind == sc.KIND_PIPELINE:
-            state = PipelineState(outer=state)
-            self._pipeline_token = _pipeline_state.set(state)
-            self._owns_state = True
-            if self.kind == sc.KIND_PIPELINE:
-                state.pipeline_stage = self
-        return state
-
-    def __enter__(self) -> "Stage":
+    def __enter__(self) -> Stage:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.finish(exc)
 
-    async def __aenter__(self) -> "Stage":
+    async def __aenter__(self) -> Stage:
         return self.start()
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         self.finish(exc)
 
     def finish(self, exc: BaseException | None = None) -> None:
-        """Write everything and end the span (once). Never raises."""
+        """Conclude the record, write it and end the span (once). Never raises."""
         if self._closed:
             return
         self._closed = True
+        record = self._record if self.recording else None
         try:
-            if self.recording:
-                try:
-                    self._private_string_ids()
-                except Exception as error:  # pragma: no cover - defensive
-                    self.record_error("exclude", error)
-                write(self, exc)
+            if record is not None:
+                self._conclude(record, exc)
+                write(record, self.span)
             elif exc is not None and self.span.is_recording():  # pragma: no cover
                 self.span.set_status(Status(StatusCode.ERROR))
         except Exception as error:
             self.record_error("finish", error)
-            try:
+            with contextlib.suppress(Exception):
                 self.span.set_attribute(sc.STAGE_INSTRUMENTATION_ERRORS, self._errors)
-            except Exception:  # pragma: no cover
-                pass
         finally:
             try:
                 self.span.end()
@@ -174,30 +160,29 @@ class Stage:
                 self.record_error("end", error)
             self._detach()
 
+    def _conclude(self, record: StageRecord, exc: BaseException | None) -> None:
+        """Close the record (no answer is taken after this), hand it what only the stage holds (its
+        knobs as it ran, the errors counted) and conclude it."""
+        record.close()
+        try:
+            name_private_strings(record)
+        except Exception as error:  # pragma: no cover - defensive
+            self.record_error("exclude", error)
+        record.knobs = Knobs(self.top_k, self.threshold, self.budget_limit, self.budget_used, self.budget_unit,
+                             self.score_kind)
+        record.errors = self._errors
+        conclude(record, exc)
+
     def _detach(self) -> None:
-        _reset(_pipeline_state, self._pipeline_token)
+        if self._pipeline_token is not None and self._record is not None:
+            self._record.state.leave(self._pipeline_token)
         _reset(_current_stage, self._stage_token)
         if self._token is not None:
-            try:
+            try:  # noqa: SIM105 - every stage, sampled out too: no suppress() object (see _reset)
                 otel_context.detach(self._token)
             except Exception:  # pragma: no cover - the SDK logs a mismatched detach itself
                 pass
         self._token = self._stage_token = self._pipeline_token = None
-
-    def _private_string_ids(self) -> None:
-        """With content capture off, a string given to :meth:`exclude` that names no recorded
-        candidate (by id, or as a string candidate's content) may be a document's text: it is
-        named by its content id (the rule string candidates are identified by), never exported as
-        it is, neither as the candidate id nor in a finding."""
-        seen = self._seen
-        if seen is None or not seen.string_ids or seen.config.free_text_allowed():
-            return
-        known = {c.id for c in seen.inputs or ()} | {c.id for c in seen.outputs or ()}
-        for text in seen.string_ids:
-            if text in seen.explicit and text not in known:
-                alias = content_id(text)
-                if alias not in seen.explicit:
-                    seen.explicit[alias] = seen.explicit.pop(text)
 
     def record_error(self, site: str, exc: BaseException) -> None:
         """Count an error caught while recording this stage: in the process-wide count and on the
@@ -211,17 +196,16 @@ class Stage:
 
         A text already seen in this pipeline keeps its hop; the first query is hop 0; a text that
         appears with no instrumented transform behind it gets a new hop marked ``untracked``."""
-        live = self._recording_in()
-        if live is None or text is None:
+        record = self._recorded()
+        if record is None or text is None:
             return None
-        seen, state = live
         try:
             rec = receipt(text)
-            known, new = state.claim_untracked(rec.sha256)
+            known, new = record.state.claim_untracked(rec.sha256)
             parent = known.parent if parent_hop is None else parent_hop
             if new and known.transform == sc.TRANSFORM_UNTRACKED and transform is None:
-                seen.findings.append(f"query hop {known.number} was changed by no instrumented transform (untracked)")
-            seen.query = QueryRecord(known.number, parent, transform or known.transform, text, rec)
+                record.findings.append(f"query hop {known.number} was changed by no instrumented transform (untracked)")
+            record.query = QueryRecord(known.number, parent, transform or known.transform, text, rec)
             return known.number
         except Exception as exc:
             self.record_error("query", exc)
@@ -230,17 +214,16 @@ class Stage:
     def add_query_variant(self, text: Any, *, transform: str = sc.TRANSFORM_REWRITE, parent_hop: int | None = None) -> int | None:
         """Record a query this stage produced (a rewrite, an expansion, one of several multi-query
         variants, a HyDE document); returns the new hop. Its parent defaults to this stage's query."""
-        live = self._recording_in()
-        if live is None or text is None:
+        record = self._recorded()
+        if record is None or text is None:
             return None
-        seen, state = live
         try:
             rec = receipt(text)
-            if parent_hop is None and seen.query is not None:
-                parent_hop = seen.query.hop
-            hop, new = state.new_hop(rec.sha256, parent_hop, transform)
+            if parent_hop is None and record.query is not None:
+                parent_hop = record.query.hop
+            hop, new = record.state.new_hop(rec.sha256, parent_hop, transform)
             if new:
-                seen.variants.append(QueryRecord(hop.number, parent_hop, transform, text, rec))
+                record.variants.append(QueryRecord(hop.number, parent_hop, transform, text, rec))
             return hop.number
         except Exception as exc:
             self.record_error("add_query_variant", exc)
@@ -249,21 +232,21 @@ class Stage:
     def inputs(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None) -> None:
         """The candidates that entered the stage, in input order (snapshotted now: some libraries
         sort or rescore their input in place)."""
-        seen = self._recorded()
-        if seen is None:
+        record = self._recorded()
+        if record is None:
             return
         try:
-            seen.inputs = self._adapt_list(candidates, score_kind, "inputs", inherit=True)
+            record.inputs = _adapt_list(record, candidates, score_kind, "inputs", inherit=True)
         except Exception as exc:
             self.record_error("inputs", exc)
 
     def outputs(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None, hop: int | None = None) -> None:
         """The candidates the stage handed on, in output order."""
-        seen = self._recorded()
-        if seen is None:
+        record = self._recorded()
+        if record is None:
             return
         try:
-            outputs = seen.outputs = self._adapt_list(candidates, score_kind, "outputs")
+            outputs = record.outputs = _adapt_list(record, candidates, score_kind or self.score_kind, "outputs")
             if hop is not None:
                 for candidate in outputs:
                     if candidate.hop is None:
@@ -273,38 +256,38 @@ class Stage:
 
     def exclude(self, candidate: Any, reason: str, detail: Any = None) -> None:
         """Say why a candidate did not leave the stage. An explicit reason wins over a derived one."""
-        seen = self._recorded()
-        if seen is None:
+        record = self._recorded()
+        if record is None:
             return
         try:
             if not sc.is_valid_reason(reason):
-                seen.findings.append(f"invalid reason code {reason!r} replaced by custom:invalid")
+                record.findings.append(f"invalid reason code {reason!r} replaced by custom:invalid")
                 reason = sc.REASON_CUSTOM_PREFIX + "invalid"
             adapted: Candidate | None
             if isinstance(candidate, str):
                 # an id, or a string candidate itself (identified by its content): resolved at write
                 ident, adapted = candidate, None
-                seen.string_ids.add(candidate)
+                record.string_ids.add(candidate)
             else:
                 adapted = adapt(candidate)
                 ident = adapted.id
-            seen.explicit[ident] = Explicit(reason, None if detail is None else str(detail), adapted)
+            record.explicit[ident] = Explicit(reason, None if detail is None else str(detail), adapted)
         except Exception as exc:
             self.record_error("exclude", exc)
 
     def set_status(self, status: str, *, failure_class: str | None = None, fallback: str | None = None) -> None:
         """``ok``, ``empty``, ``degraded`` (a fallback ran) or ``failed``; the last two need a failure class."""
-        seen = self._recorded()
-        if seen is None:
+        record = self._recorded()
+        if record is None:
             return
         if status not in sc.STATUSES:
-            seen.findings.append(f"invalid status {status!r}")
+            record.findings.append(f"invalid status {status!r}")
             return
-        seen.status = status
+        record.status = status
         if failure_class is not None:
-            seen.failure_class = failure_class
+            record.failure_class = failure_class
         if fallback is not None:
-            seen.fallback = fallback
+            record.fallback = fallback
 
     def set(self, *, top_k: int | None = None, threshold: float | None = None, budget_limit: float | None = None,
             budget_used: float | None = None, budget_unit: str | None = None) -> None:
@@ -318,13 +301,12 @@ class Stage:
         """How many items the searched store holds (for the coverage statement). ``store`` is the
         store's identity (the client or index object, or a name): the pipeline's corpus is the sum
         over distinct stores, each counted once however many stages search it; without one, the
-        stage's component names the store (stages of one retriever search one store). ``approximate`` when the figure is an estimate (a store's
-        approximate count): an absence claim is then never supported. A size the user set with
-        :func:`ragtrail.corpus_size` for this store wins over ``size``."""
-        live = self._recording_in()
-        if live is None:
+        stage's component names the store (stages of one retriever search one store). ``approximate``
+        when the figure is an estimate (a store's approximate count): an absence claim is then never
+        supported. A size the user set with :func:`ragtrail.corpus_size` for this store wins over ``size``."""
+        record = self._recorded()
+        if record is None:
             return
-        seen, state = live
         try:
             if store is not None:
                 known = user_corpus_size(store)
@@ -333,11 +315,11 @@ class Stage:
             if size is None:
                 return
             size = int(size)
-            seen.extra[sc.COVERAGE_CORPUS_SIZE] = size
+            record.extra[sc.COVERAGE_CORPUS_SIZE] = size
             if approximate:
-                seen.extra[sc.COVERAGE_CORPUS_APPROXIMATE] = True
+                record.extra[sc.COVERAGE_CORPUS_APPROXIMATE] = True
             key = store_key(store) if store is not None else ("component", self.component)
-            state.add_corpus_size(size, key, bool(approximate))
+            record.state.add_corpus_size(size, key, bool(approximate))
         except Exception as exc:
             self.record_error("corpus_size", exc)
 
@@ -345,36 +327,29 @@ class Stage:
         """An extra attribute (e.g. the filter a vector store applied), written with the stage's own.
         A filter follows the query's capture mode (it is often built from the query):
         :meth:`ragtrail.settings.CaptureSettings.filter_for` decides what of it may leave."""
-        seen = self._recorded()
-        if seen is None:
+        record = self._recorded()
+        if record is None:
             return
         try:
             if key == sc.STAGE_FILTER:
-                value = seen.config.filter_for(value if isinstance(value, str) else _receipts.canonical_json(value))
-            seen.extra[key] = value
+                value = record.config.filter_for(value if isinstance(value, str) else canonical_json(value))
+            record.extra[key] = value
         except Exception as exc:
             self.record_error("set_attribute", exc)
 
     def finding(self, text: str) -> None:
         """Something the stage did that a reader should know about (bad input, an odd output)."""
-        seen = self._recorded()
-        if seen is not None:
-            seen.findings.append(text)
-
-    def record_answer(self, attributes: Mapping[str, Any]) -> None:
-        """The answer receipt (built by :func:`ragtrail.answer`), written with the pipeline's own
-        attributes at its end."""
-        seen = self._recorded()
-        if seen is not None and not self._closed:
-            seen.answer = dict(attributes)
+        record = self._recorded()
+        if record is not None:
+            record.findings.append(text)
 
     def cite(self, ids: Iterable[Any]) -> None:
         """Candidates the answer cited (counted in the pipeline's coverage)."""
-        live = self._recording_in()
-        if live is None:
+        record = self._recorded()
+        if record is None:
             return
         try:
-            live[1].add_cited(ids)
+            record.state.add_cited(ids)
         except Exception as exc:
             self.record_error("cite", exc)
 
@@ -384,46 +359,46 @@ class Stage:
         each keeps the hop and score kind an earlier stage of this pipeline gave it) or outputs.
         Content receipts are memoised per stage. ``[]`` when not recording (sampled out: nothing
         is adapted) or on an internal error (counted)."""
-        if not self.recording:
+        record = self._recorded()
+        if record is None:
             return []
         try:
-            return self._adapt_list(candidates, score_kind, "candidates", inherit)
+            kind = score_kind or (None if inherit else self.score_kind)
+            return _adapt_list(record, candidates, kind, "candidates", inherit)
         except Exception as exc:
             self.record_error("adapt", exc)
             return []
 
-    def _adapt_list(self, candidates: Iterable[Any] | None, score_kind: str | None, which: str,
-                    inherit: bool = False) -> list[Candidate]:
-        """Adapt every item. Inputs keep the score kind an earlier stage gave them (a reranker's
-        input scores are the retriever's similarities, not rerank scores)."""
-        live = self._recording_in()
-        if candidates is None or live is None:
-            return []
-        seen, state = live
-        if isinstance(candidates, (str, bytes, Mapping)):
-            seen.findings.append(f"{which} is a {type(candidates).__name__}, not a candidate list")
-            return []
-        kind = score_kind or (None if inherit else self.score_kind)
-        memo = seen.receipts
-        kind_of, hop_of = state.candidate_score_kind, state.candidate_hop
-        result: list[Candidate] = []
-        append = result.append
-        for item in list(candidates):  # once per candidate per stage: lookups bound above
-            candidate = take_over(item) or adapt(item)
-            if candidate.score_kind is None:
-                candidate.score_kind = kind or (kind_of(candidate.id) if inherit else None)
-            if inherit and candidate.hop is None:
-                candidate.hop = hop_of(candidate.id)
-            content = candidate.content
-            if content is not None and candidate._receipt is None:
-                # the same content object seen as input and output is hashed once per stage
-                cached = memo.get(id(content))
-                if cached is not None and cached[0] is content:
-                    candidate._receipt = cached[1]
-                else:
-                    memo[id(content)] = (content, candidate.receipt)
-            append(candidate)
-        return result
+
+def _open_record(kind: str, component: str, attributes: Mapping[str, Any] | None, tracer: trace.Tracer | None,
+                 parent: StageRecord | None) -> tuple[StageRecord, contextvars.Token[PipelineState | None] | None]:
+    """The record of a stage that records, in the pipeline it belongs to: a pipeline stage (or a
+    stage outside any) opens one (returned: the token to leave it with), and a pipeline stage takes
+    the run's answer."""
+    state = current_pipeline()
+    owns = state is None or kind == sc.KIND_PIPELINE
+    if state is None or owns:
+        state = PipelineState(outer=state)
+    record = StageRecord(kind, component, settings.get(), dict(attributes or {}), state, owns, parent, tracer)
+    if not owns:
+        return record, None
+    token = state.enter()
+    if kind == sc.KIND_PIPELINE:
+        state.answer = RunAnswer(record.findings)
+    return record, token
+
+
+def _adapt_list(record: StageRecord, candidates: Iterable[Any] | None, score_kind: str | None, which: str,
+                inherit: bool = False) -> list[Candidate]:
+    """Adapt every item for ``record`` (``which``: what the list is, for a finding when it is no list).
+    Inputs keep the score kind an earlier stage gave them (a reranker's input scores are the
+    retriever's similarities, not rerank scores)."""
+    if candidates is None:
+        return []
+    if isinstance(candidates, (str, bytes, Mapping)):
+        record.findings.append(f"{which} is a {type(candidates).__name__}, not a candidate list")
+        return []
+    return adapt_all(candidates, score_kind, record.receipts, record.state if inherit else None)
 
 
 def stage(kind: str, component: str | None = None, *, top_k: int | None = None, threshold: float | None = None,

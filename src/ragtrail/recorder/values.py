@@ -10,6 +10,8 @@ from typing import Any
 
 from ragtrail.contract.receipts import canonical_json
 
+__all__ = ["attribute_value", "wire_str", "wire_text"]
+
 
 def wire_str(value: str) -> str:
     """A string as OTLP can carry it: lone surrogates backslash-escaped, exactly as the receipt's

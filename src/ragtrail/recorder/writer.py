@@ -1,4 +1,7 @@
-"""The end of a stage: everything it was told, written on its span in an order chosen for loss.
+"""The end of a stage: its concluded record, written on its span in an order chosen for loss.
+
+The writer sees only the :class:`ragtrail.recorder.record.StageRecord` (what the stage was told and,
+in its ``conclusion``, what its end derived: :mod:`ragtrail.recorder.conclude`), never the stage.
 
 1. mirror attributes for other tools first (the SDK evicts the oldest attributes first, so they are
    the ones lost under a tight attribute limit),
@@ -15,73 +18,29 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder import events as event_rules
 from ragtrail.recorder import mirrors
 from ragtrail.recorder.candidates import Candidate
-from ragtrail.recorder.errors import exception_message, is_cancellation
-from ragtrail.recorder.exclusions import Exclusion, Explicit, Knobs, derive, resolve_string_ids
-from ragtrail.recorder.pipeline import PipelineState, QueryRecord
-from ragtrail.recorder.sdk_events import held_attributes, set_attributes as add_attributes
+from ragtrail.recorder.conclude import INPUTS_NOT_RECORDED, is_cancellation
+from ragtrail.recorder.record import Conclusion, StageRecord
+from ragtrail.recorder.sdk_events import Event, held_attributes
+from ragtrail.recorder.sdk_events import set_attributes as add_attributes
 from ragtrail.recorder.values import attribute_value, wire_text
-from ragtrail import settings
-from ragtrail.settings import CaptureSettings
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ragtrail.recorder.stage import Stage
+__all__ = ["TRACER_NAME", "short_component", "span_name", "write"]
 
 TRACER_NAME = "ragtrail"
 
 
-@dataclass
-class Seen:
-    """What a recording stage was told, kept until it ends."""
-
-    config: CaptureSettings
-    extra: dict[str, Any]
-    query: QueryRecord | None = None
-    variants: list[QueryRecord] = field(default_factory=list)
-    inputs: list[Candidate] | None = None
-    outputs: list[Candidate] | None = None
-    explicit: dict[str, Explicit] = field(default_factory=dict)
-    string_ids: set[str] = field(default_factory=set)
-    status: str | None = None
-    failure_class: str | None = None
-    fallback: str | None = None
-    findings: list[str] = field(default_factory=list)
-    answer: dict[str, Any] | None = None
-    receipts: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(content) -> (content, receipt)
-    # what retrieval stages nested inside this one handed up (a retriever over a store, a wrapper
-    # that trims its inner retriever's hits)
-    inner: list[Candidate] = field(default_factory=list)
-    # a nested stage of another kind (a compressor's filter, a splitter) ran inside this one: what it
-    # dropped is explained there, so the inner hits are not this stage's inputs
-    inner_other: bool = False
-
-
-def _seen_of(stage: "Stage") -> Seen:
-    """What a recording stage was told (every stage that writes is recording: it has one)."""
-    seen = stage._seen
-    if seen is None:  # pragma: no cover - write() runs only for a recording stage
-        raise RuntimeError("stage is not recording")
-    return seen
-
-
-def _state_of(stage: "Stage") -> "PipelineState":
-    """The pipeline state a recording stage joined (it always joins one)."""
-    state = stage._state
-    if state is None:  # pragma: no cover - write() runs only for a recording stage
-        raise RuntimeError("stage is not recording")
-    return state
-
-
 def short_component(component: str) -> str:
+    """The last dotted part of a component (``stage`` for none): what a span name shows."""
     return component.rsplit(".", 1)[-1] if component else "stage"
 
 
@@ -90,60 +49,36 @@ def span_name(kind: str, component: str) -> str:
     return f"{kind} {short_component(component)}"
 
 
-def knobs_of(stage: "Stage") -> Knobs:
-    return Knobs(stage.top_k, stage.threshold, stage.budget_limit, stage.budget_used, stage.budget_unit,
-                 stage.score_kind)
-
-
-def write(stage: "Stage", exc: BaseException | None) -> None:
-    """Write a recording stage's attributes and events on its span (not ending it)."""
-    seen = _seen_of(stage)
-    span = stage.span
+def write(record: StageRecord, span: Any) -> None:
+    """Write a concluded stage record's attributes and events on its span (not ending it)."""
+    concluded = record.conclusion
+    if concluded is None:  # pragma: no cover - the stage concludes its record before writing it
+        raise RuntimeError("the stage record was not concluded")
     limits = getattr(span, "_limits", None)
-    outputs = seen.outputs or []
-    inputs = seen.inputs = _inner_as_inputs(stage, seen)
-    if seen.outputs is None and inputs is not None and exc is None:
-        seen.findings.append("outputs not recorded: no exclusions derived")
-    resolve_string_ids(seen.explicit, seen.string_ids, inputs)
-    exclusions, findings = derive(inputs, outputs, seen.explicit, knobs_of(stage), failed=seen.outputs is None)
-    seen.findings.extend(findings)
-    _assign_hops(stage, outputs)
-    status, failure_class = final_status(stage.kind, seen, exc, outputs)
-    written_columns = event_rules.EventBuilder(seen.config, stage.score_kind, _state_of(stage),
-                                               _span_id(span)).build(seen.variants, outputs, exclusions)
+    outputs = record.outputs or []
+    exclusions = concluded.exclusions
+    written_columns = event_rules.EventBuilder(record.config, record.knobs.score_kind, record.state,
+                                               _span_id(span)).build(record.variants, outputs, exclusions)
     # the stage's own attributes are made before the mirrors (written after them), so the mirrors' cap
     # can leave room for exactly what ragtrail will write: nothing of ragtrail's is ever evicted by a mirror
-    own = _own_attributes(stage, seen, exc, status, failure_class, outputs, exclusions)
+    own = _own_attributes(record, concluded, outputs)
     own.update(written_columns.span_attributes)
     held = held_attributes(span)
     ragtrail_attributes = (len(held) if held is not None else 0) + len(own) + _WRITTEN_LAST
-    attributes = _mirrors(stage, seen, limits, inputs, outputs, exclusions,
+    attributes = _mirrors(record, concluded, limits, outputs,
                           max(0, ragtrail_attributes - mirrors.STAGE_ATTRIBUTE_RESERVE))  # 1.
     if attributes:
         add_attributes(span, attributes)
     add_attributes(span, own)  # 2.
-    findings_written = len(seen.findings)
-    if exc is not None:
-        _record_exception(span, seen, exc)
-    elif seen.config.mirror_openinference:
-        # OTel: instrumentation sets OK only when configured to; the OpenInference mirror is that
-        # configuration (Phoenix and OpenInference's instrumentors show OK for a stage that worked)
-        if status == sc.STATUS_FAILED:
-            span.set_status(Status(StatusCode.ERROR, failure_class or sc.STATUS_FAILED))
-        else:
-            span.set_status(Status(StatusCode.OK))
+    findings_written = len(record.findings)
+    _write_status(span, record, concluded)
     events = written_columns.events  # 3.
-    room = event_rules.capacity(seen.config.events_per_span, limits)
-    tracer = stage._tracer or trace.get_tracer(TRACER_NAME)
-    continuation = (functools.partial(mirrors.continuation, stage.kind) if seen.config.mirror_openinference
-                    else None)
-    spans = event_rules.emit(span, events, room, tracer, span_name(stage.kind, stage.component), stage.kind,
-                             stage.component, continuation)
+    spans = _emit(span, record, events, limits)
     final: dict[str, Any] = {}  # 4.
-    if len(seen.findings) > findings_written:  # found while building the events (a canonical form cut)
-        final[sc.STAGE_FINDINGS] = list(seen.findings)
-    if stage._errors:
-        final[sc.STAGE_INSTRUMENTATION_ERRORS] = stage._errors
+    if len(record.findings) > findings_written:  # found while building the events (a canonical form cut)
+        final[sc.STAGE_FINDINGS] = list(record.findings)
+    if record.errors:
+        final[sc.STAGE_INSTRUMENTATION_ERRORS] = record.errors
     if spans > 1:
         final[sc.EVENTS_SPANS] = spans
     final[sc.EVENTS_COUNT] = len(written_columns.items)
@@ -154,6 +89,29 @@ def write(stage: "Stage", exc: BaseException | None) -> None:
         written = {**own, **final}
     stamp = event_rules.receipt(written, events, settings.receipt_key())
     add_attributes(span, {sc.STAGE_RECEIPT: stamp.receipt, sc.STAGE_RECEIPT_FIELDS: stamp.fields})
+
+
+def _write_status(span: Any, record: StageRecord, concluded: Conclusion) -> None:
+    """The span's status: the exception when the stage raised; OK or ERROR under the OpenInference mirror."""
+    if concluded.raised is not None:
+        _record_exception(span, record, concluded.raised)
+    elif record.config.mirror_openinference:
+        # OTel: instrumentation sets OK only when configured to; the OpenInference mirror is that
+        # configuration (Phoenix and OpenInference's instrumentors show OK for a stage that worked)
+        if concluded.status == sc.STATUS_FAILED:
+            span.set_status(Status(StatusCode.ERROR, concluded.failure_class or sc.STATUS_FAILED))
+        else:
+            span.set_status(Status(StatusCode.OK))
+
+
+def _emit(span: Any, record: StageRecord, events: list[Event], limits: Any) -> int:
+    """Add the stage's events, spilling into continuation spans; returns how many spans carry them."""
+    room = event_rules.capacity(record.config.events_per_span, limits)
+    tracer = record.tracer or trace.get_tracer(TRACER_NAME)
+    continuation = (functools.partial(mirrors.continuation, record.kind) if record.config.mirror_openinference
+                    else None)
+    return event_rules.emit(span, events, room, tracer, span_name(record.kind, record.component), record.kind,
+                            record.component, continuation)
 
 
 def _span_id(span: Any) -> str | None:
@@ -167,25 +125,21 @@ def _span_id(span: Any) -> str | None:
 _WRITTEN_LAST = 9
 
 
-def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | None,
-             outputs: list[Candidate], exclusions: list[Exclusion], beyond_reserve: int) -> dict[str, Any]:
+def _mirrors(record: StageRecord, concluded: Conclusion, limits: Any, outputs: list[Candidate],
+             beyond_reserve: int) -> dict[str, Any]:
     """The mirror attributes; ``beyond_reserve``: how many of ragtrail's own attributes the stage
     will hold beyond the mirrors' reserve (``mirrors.STAGE_ATTRIBUTE_RESERVE``), so the cap leaves them room."""
-    config = seen.config
+    config = record.config
     if not (config.mirror_genai or config.mirror_openinference):
         return {}
     text_allowed = config.query_text_allowed()
-    answer = seen.answer
-    pipeline = stage._state.pipeline_stage if stage._state is not None else None
-    if answer is None and pipeline is not None and pipeline._seen is not None:
-        answer = pipeline._seen.answer  # a cite/generate stage after ragtrail.answer()
     m = mirrors.MirrorInput(
-        kind=stage.kind, component=stage.component, top_k=stage.top_k, config=config, limits=limits,
+        kind=record.kind, component=record.component, top_k=record.knobs.top_k, config=config, limits=limits,
         extra=beyond_reserve + (mirrors.GENAI_ATTRIBUTES if config.mirror_genai else 0),
-        query_text=wire_text(seen.query.text) if seen.query is not None and text_allowed else None,
-        produced_queries=[wire_text(v.text) for v in seen.variants] if text_allowed else [],
-        inputs=inputs, outputs=outputs, exclusions=exclusions, answer=answer,
-        model=seen.extra.get(sc.STAGE_MODEL))
+        query_text=wire_text(record.query.text) if record.query is not None and text_allowed else None,
+        produced_queries=[wire_text(v.text) for v in record.variants] if text_allowed else [],
+        inputs=record.inputs, outputs=outputs, exclusions=concluded.exclusions, answer=concluded.answer,
+        model=record.extra.get(sc.STAGE_MODEL))
     attributes: dict[str, Any] = {}
     oi = mirrors.openinference(m) if config.mirror_openinference else {}
     if config.mirror_genai:
@@ -195,142 +149,47 @@ def _mirrors(stage: "Stage", seen: Seen, limits: Any, inputs: list[Candidate] | 
     return attributes
 
 
-def _own_attributes(stage: "Stage", seen: Seen, exc: BaseException | None, status: str, failure_class: str | None,
-                    outputs: list[Candidate], exclusions: list[Exclusion]) -> dict[str, Any]:
-    own: dict[str, Any] = {sc.SCHEMA: sc.SCHEMA_VERSION, sc.STAGE_KIND: stage.kind,
-                           sc.STAGE_COMPONENT: stage.component, sc.STAGE_STATUS: status}
-    if failure_class:
-        own[sc.STAGE_FAILURE_CLASS] = failure_class
-    if seen.fallback:
-        own[sc.STAGE_FALLBACK] = seen.fallback
-    for key, value in ((sc.STAGE_TOP_K, stage.top_k), (sc.STAGE_THRESHOLD, stage.threshold),
-                       (sc.STAGE_BUDGET_LIMIT, stage.budget_limit), (sc.STAGE_BUDGET_USED, stage.budget_used),
-                       (sc.STAGE_BUDGET_UNIT, stage.budget_unit)):
+def _own_attributes(record: StageRecord, concluded: Conclusion, outputs: list[Candidate]) -> dict[str, Any]:
+    """ragtrail's own attributes of the stage: what it is, how it ended, its knobs, its query, what
+    the caller set, the run's attributes it says, its counts and findings."""
+    own: dict[str, Any] = {sc.SCHEMA: sc.SCHEMA_VERSION, sc.STAGE_KIND: record.kind,
+                           sc.STAGE_COMPONENT: record.component, sc.STAGE_STATUS: concluded.status}
+    if concluded.failure_class:
+        own[sc.STAGE_FAILURE_CLASS] = concluded.failure_class
+    if record.fallback:
+        own[sc.STAGE_FALLBACK] = record.fallback
+    knobs = record.knobs
+    for key, value in ((sc.STAGE_TOP_K, knobs.top_k), (sc.STAGE_THRESHOLD, knobs.threshold),
+                       (sc.STAGE_BUDGET_LIMIT, knobs.budget_limit), (sc.STAGE_BUDGET_USED, knobs.budget_used),
+                       (sc.STAGE_BUDGET_UNIT, knobs.budget_unit)):
         if value is not None:
             own[key] = value
-    if seen.query is not None:
-        own.update(event_rules.query_attributes(seen.query, seen.config))
-    for key, value in seen.extra.items():
+    if record.query is not None:
+        own.update(event_rules.query_attributes(record.query, record.config))
+    for key, value in record.extra.items():
         own[key] = attribute_value(value)
-    state = _state_of(stage)
-    if stage.kind == sc.KIND_PIPELINE and stage._owns_state:
-        own.update(state.coverage())
-        # a cancelled run said as such, not as failed (nor as empty: it did not finish)
-        own[sc.RUN_STATUS] = sc.RUN_CANCELLED if is_cancellation(exc) else state.run_status(exc is not None)
-        if seen.answer:
-            own.update(seen.answer)
-    elif stage.kind != sc.KIND_PIPELINE:
-        state.add_stage_status(status)
-    if seen.outputs is not None and stage.kind != sc.KIND_PIPELINE:
-        outer = _outer_retrieval(stage)
-        if outer is not None and stage.kind in _RETRIEVAL:
-            # nested: what it found is the outer stage's input, "retrieved" only once that stage
-            # hands it on (a trimmed hit is the outer stage's exclusion, never retrieved)
-            _seen_of(outer).inner.extend(outputs)
-        else:
-            if outer is not None:
-                _seen_of(outer).inner_other = True
-            ids = [c.id for c in outputs]
-            if stage.kind in _RETRIEVAL and seen.inner_other and seen.inner:
-                # a compression retriever: its base retriever read the store and compressors inside
-                # it narrowed what came back, so it retrieved what the inner stage found; what it
-                # hands on is the compressors' output, in the context (tracked by them)
-                ids = [c.id for c in seen.inner]
-            state.track(stage.kind, ids)
-    if stage.kind in _RETRIEVAL and stage._owns_state and seen.inner:
-        # a retrieval root over nested stores (fusion, a wrapper) with no pipeline around it: its
-        # span is the only place the run's coverage (the sum over its stores) can be said
-        own.update(state.coverage())
-    own[sc.CANDIDATES_IN] = _count_in(stage.kind, seen, outputs, exclusions)
+    own.update(concluded.run)
+    if concluded.inputs_unrecorded:
+        record.findings.append(INPUTS_NOT_RECORDED)
+    own[sc.CANDIDATES_IN] = concluded.count_in
     own[sc.CANDIDATES_OUT] = len(outputs)
-    own[sc.CANDIDATES_EXCLUDED] = len(exclusions)
-    if seen.findings:
-        own[sc.STAGE_FINDINGS] = list(seen.findings)
+    own[sc.CANDIDATES_EXCLUDED] = len(concluded.exclusions)
+    if record.findings:
+        own[sc.STAGE_FINDINGS] = list(record.findings)
     return own
 
 
-_RETRIEVAL = (sc.KIND_RETRIEVE, sc.KIND_FUSE)
-
-
-def _outer_retrieval(stage: "Stage") -> "Stage | None":
-    """The retrieval stage this one runs inside, in the same pipeline and still recording."""
-    parent = stage._parent
-    if parent is not None and parent.kind in _RETRIEVAL and parent.recording and not parent._closed \
-            and parent._state is stage._state and parent._seen is not None:
-        return parent
-    return None
-
-
-def _inner_as_inputs(stage: "Stage", seen: Seen) -> list[Candidate] | None:
-    """A retrieval stage that declared no inputs takes what its nested retrieval stages handed up
-    as its inputs (in the order they came, duplicates included), so what it did not hand on is an
-    exclusion of its own. Not when a nested stage of another kind (a compressor's filter) ran inside
-    it: those drops are explained there. Only when they share an id space (some inner id is among its outputs or exclusions: a
-    store that numbers rows differently from the framework above it says nothing about trimming),
-    or when it handed nothing on at all (then none of the inner hits reached anyone)."""
-    if seen.inputs is not None or not seen.inner or stage.kind not in _RETRIEVAL or seen.outputs is None \
-            or seen.inner_other:
-        return seen.inputs
-    mine = {c.id for c in seen.outputs} | set(seen.explicit)
-    if seen.outputs and not mine & {c.id for c in seen.inner}:
+def _exception_message(exc: BaseException) -> str | None:
+    """``str(exc)``, or ``None`` when the exception's ``__str__`` itself raises: a broken message must
+    not cost the stage its events, count and digest."""
+    try:
+        text = str(exc)
+    except Exception:
         return None
-    # duplicates kept: the same hit handed up twice (several inner searches) is a ``deduplicated``
-    return list(seen.inner)
+    return text if isinstance(text, str) else None
 
 
-def _count_in(kind: str, seen: Seen, outputs: list[Candidate], exclusions: list[Exclusion]) -> int:
-    if seen.inputs is not None:
-        return len(seen.inputs)
-    if kind in sc.PRODUCING_KINDS:
-        return 0
-    if seen.outputs is not None:
-        # a narrowing stage whose inputs were never handed over: say so rather than write in=0
-        seen.findings.append("inputs not recorded: candidates.in is out + excluded")
-    return len(outputs) + len(exclusions)
-
-
-def _assign_hops(stage: "Stage", outputs: list[Candidate]) -> None:
-    """Each output's hop and score kind: its own, else (a retrieval's hits were found by its own
-    query; later stages inherit the finder's hop) the pipeline's memory, else the stage's query."""
-    state = _state_of(stage)
-    query = _seen_of(stage).query
-    default = query.hop if query is not None else None
-    kind = stage.kind
-    for candidate in outputs:
-        if candidate.score_kind is None:
-            candidate.score_kind = stage.score_kind
-        if candidate.hop is None:
-            known = None if kind == sc.KIND_RETRIEVE else state.candidate_hop(candidate.id)
-            candidate.hop = known if known is not None else (default if kind in sc.PRODUCING_KINDS else None)
-        state.remember_candidate(candidate.id, candidate.hop, candidate.score_kind)
-
-
-def final_status(kind: str, seen: Seen, exc: BaseException | None, outputs: list[Candidate]) -> tuple[str, str | None]:
-    """The stage's status and failure class: ``failed`` when it raised; what the caller set; else
-    ``empty`` (no outputs, for a stage that recorded its outputs) or ``ok``."""
-    status = seen.status
-    failure_class = seen.failure_class
-    if is_cancellation(exc):
-        # stopped from outside (a cancelled task, Ctrl-C): not a failure of the retrieval
-        return sc.STATUS_CANCELLED, None
-    if exc is not None:
-        status = sc.STATUS_FAILED
-        if failure_class is None:
-            failure_class = failure_class_of(exc)
-    elif status is None:
-        status = sc.STATUS_EMPTY if (seen.outputs is not None and not outputs and kind != sc.KIND_PIPELINE) else sc.STATUS_OK
-    if status in (sc.STATUS_FAILED, sc.STATUS_DEGRADED) and not failure_class:
-        failure_class = "unspecified"
-    return status, failure_class
-
-
-def failure_class_of(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "timeout"
-    return f"exception:{type(exc).__name__}"
-
-
-def _record_exception(span: Any, seen: Seen, exc: BaseException) -> None:
+def _record_exception(span: Any, record: StageRecord, exc: BaseException) -> None:
     """The exception on the span. Its message may quote the query: only in ``text`` query mode
     does it leave the process; otherwise only the type. A message that cannot be read (its
     ``__str__`` raises) is said as such, and the stage's record stays whole. A cancellation is
@@ -338,15 +197,15 @@ def _record_exception(span: Any, seen: Seen, exc: BaseException) -> None:
     if is_cancellation(exc):
         return
     name = type(exc).__name__
-    if not seen.config.exception_message_allowed():
+    if not record.config.exception_message_allowed():
         span.set_status(Status(StatusCode.ERROR, name))
         return
-    message = exception_message(exc)
+    message = _exception_message(exc)
     if message is not None:
         span.record_exception(exc)
         span.set_status(Status(StatusCode.ERROR, f"{name}: {message}"))
         return
-    seen.findings.append(f"the {name} raised by the stage has a message that could not be read (its __str__ raised)")
+    record.findings.append(f"the {name} raised by the stage has a message that could not be read (its __str__ raised)")
     span.add_event("exception", {"exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}",
                                  "exception.message": "<unreadable: __str__ raised>"})
     span.set_status(Status(StatusCode.ERROR, name))
