@@ -29,6 +29,8 @@ from ragtrail.recorder.sdk_events import Event, add_events
 from ragtrail.recorder.values import attribute_value, wire_str, wire_text
 from ragtrail.settings import CaptureSettings
 
+__all__ = ["Columns", "EventBuilder", "capacity", "digest", "emit", "query_attributes", "receipt"]
+
 _EVENT_ROOM = 2  # SDK event slots left free on a stage span: an exception event and one other
 
 
@@ -92,13 +94,13 @@ class EventBuilder:
         items.extend(zip([sc.EVENT_CANDIDATE] * len(ids), ids, shas))
         groups: dict[str, list[Exclusion]] = {}
         for exclusion in exclusions:
-            group = groups.get(exclusion[2])
+            group = groups.get(exclusion.reason)
             if group is None:
-                group = groups[exclusion[2]] = []
+                group = groups[exclusion.reason] = []
             group.append(exclusion)
         for reason, group in groups.items():
-            attributes = self.columns([e[1] for e in group], None, [e[0] if e[0] >= 0 else -1 for e in group])
-            details = [wire_str(e[3]) if e[3] is not None else "" for e in group]
+            attributes = self.columns([e.candidate for e in group], None, [e.rank if e.rank >= 0 else -1 for e in group])
+            details = [wire_str(e.detail) if e.detail is not None else "" for e in group]
             codec.encode_details(attributes, details, self.schema)
             # the reason last: under a tight event attribute limit the SDK evicts the oldest first,
             # and the reason is what TraceQL searches ({ event.ragtrail.exclusion.reason = "..." })
