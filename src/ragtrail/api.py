@@ -1,5 +1,5 @@
 """Decorators for custom pipeline code: a thin layer over :mod:`ragtrail.stage`, run by the one
-hook skeleton every library instrumentation uses (:mod:`ragtrail.instrumentation._hook`).
+hook skeleton every library instrumentation uses (:mod:`ragtrail.hooks`).
 
 Each decorator opens a stage around the call, records the query and a snapshot of the input
 candidates *before* the call (libraries sort and rescore in place), and the output after it.
@@ -17,7 +17,8 @@ from opentelemetry import trace
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import is_candidate_list
-from ragtrail.instrumentation._hook import Call, component_name, decorated, decorated_async, record_internal_error
+from ragtrail.hooks import Call, component_name, decorated, decorated_async
+from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.stage import Stage, current_stage, stage
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -1,5 +1,5 @@
 """What every ragtrail library instrumentor shares: patching with wrapt and clean unpatching. How
-a patched call is recorded (suppression, guarding, sync and async) is :mod:`._hook`.
+a patched call is recorded (suppression, guarding, sync and async) is :mod:`ragtrail.hooks`.
 
 A library module subclasses :class:`RagtrailInstrumentor`, declares ``_instruments`` and implements
 ``_patch()`` with :meth:`RagtrailInstrumentor.wrap`; ``uninstrument()`` undoes every wrap it made and
@@ -27,7 +27,7 @@ from opentelemetry.instrumentation.utils import unwrap
 
 from ragtrail import __version__
 from ragtrail.recorder import candidates as _candidates
-from ragtrail.instrumentation._hook import guard
+from ragtrail.hooks import guard
 
 
 class RagtrailInstrumentor(BaseInstrumentor):

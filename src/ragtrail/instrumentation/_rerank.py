@@ -24,7 +24,7 @@ from ragtrail import settings
 from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import finite_or_none
-from ragtrail.instrumentation._hook import Call, argument, component_name
+from ragtrail.hooks import Call, argument, component_name
 from ragtrail.recorder.stage import Stage, current_stage
 
 

@@ -38,7 +38,8 @@ from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import CONTENT_KEYS, Candidate
 from ragtrail.contract.receipts import canonical_json, finite_or_none
-from ragtrail.instrumentation._hook import Call, record_internal_error, run, run_async
+from ragtrail.hooks import Call, run, run_async
+from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.stage import Stage, stage
 
 _log = logging.getLogger("ragtrail")
@@ -331,7 +332,7 @@ class VectorStoreCall(Call, Generic[_S]):
 
 def call_through(key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: tuple,
                  kwargs: dict, done: Callable[[_S, Any], None]) -> Any:
-    """Every vector-store wrapper: the client's call as :class:`VectorStoreCall` stages (see ``_hook``)."""
+    """Every vector-store wrapper: the client's call as :class:`VectorStoreCall` stages (see :mod:`ragtrail.hooks`)."""
     return run(VectorStoreCall(key, start, done, wrapped, args, kwargs))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import run, run_async
+from ragtrail.hooks import run, run_async
 from ragtrail.instrumentation._rerank import (
     RerankArgs,
     RerankCall,

@@ -33,7 +33,7 @@ from typing import Any, Callable, Collection, Mapping
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, normalize_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import bind, guard
+from ragtrail.hooks import bind, guard
 from ragtrail.instrumentation._vectorstore import (
     Outcome,
     Query,

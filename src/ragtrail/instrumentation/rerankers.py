@@ -32,7 +32,7 @@ import wrapt
 from ragtrail.recorder.candidates import Candidate, adapt, normalize_id
 from ragtrail.contract.receipts import content_id
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import argument, component_name, guard, run, run_async
+from ragtrail.hooks import argument, component_name, guard, run, run_async
 from ragtrail.instrumentation._rerank import RerankArgs, RerankCall, ranked
 from ragtrail.recorder.stage import Stage
 

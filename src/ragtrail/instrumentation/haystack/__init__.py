@@ -40,7 +40,7 @@ from typing import Any, Callable, Collection
 import wrapt
 
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import async_wrapper, sync_wrapper
+from ragtrail.hooks import async_wrapper, sync_wrapper
 
 from ._common import HaystackCall, document_adapter
 from ._fusion import Joiner, MultiQuery, executor_factory, per_query_async, per_query_sync

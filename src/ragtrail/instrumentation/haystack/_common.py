@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import finite_or_none
-from ragtrail.instrumentation._hook import Call
+from ragtrail.hooks import Call
 from ragtrail.recorder.candidates import Candidate, adapt
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ragtrail.contract import semconv as sc
-from ragtrail.instrumentation._hook import guard
+from ragtrail.hooks import guard
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
 

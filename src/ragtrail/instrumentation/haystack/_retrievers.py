@@ -8,7 +8,7 @@ from typing import Any
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import canonical_json
-from ragtrail.instrumentation._hook import guard
+from ragtrail.hooks import guard
 from ragtrail.instrumentation._vectorstore import vector_receipt
 from ragtrail.recorder.candidates import adapt
 from ragtrail.recorder.pipeline import current_pipeline

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Collection
 
 from ragtrail.recorder.candidates import register_adapter, unregister_adapter
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import record_internal_error
+from ragtrail.recorder.errors import record_internal_error
 
 if TYPE_CHECKING:  # imported lazily at run time, with the first patch
     from ragtrail.instrumentation.langchain._chains import ChainWrappers

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from ragtrail.contract import semconv as sc
 from ragtrail.instrumentation._generate import mapping_text, record_generation, set_model
-from ragtrail.instrumentation._hook import argument, component_name, enabled, guard
+from ragtrail.hooks import argument, component_name, enabled, guard
 from ragtrail.instrumentation.langchain._common import ChainRun, LangChainCall, chain_run, open_stage, run_async, run_sync
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import current_stage

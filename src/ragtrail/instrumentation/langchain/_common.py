@@ -22,8 +22,9 @@ from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
 from ragtrail.contract.receipts import receipt
-from ragtrail.instrumentation._hook import Call, record_internal_error, run
-from ragtrail.instrumentation._hook import run_async as run_async_call
+from ragtrail.hooks import Call, run
+from ragtrail.recorder.errors import record_internal_error
+from ragtrail.hooks import run_async as run_async_call
 from ragtrail.recorder.pipeline import PipelineState, current_pipeline
 from ragtrail.recorder.stage import Stage, current_stage
 

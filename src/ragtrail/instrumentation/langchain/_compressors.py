@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterator
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, hand_over
-from ragtrail.instrumentation._hook import argument, component_name, enabled, record_internal_error
+from ragtrail.hooks import argument, component_name, enabled
+from ragtrail.recorder.errors import record_internal_error
 from ragtrail.instrumentation.langchain._common import (
     LangChainCall,
     LazyPatcher,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ragtrail.contract import semconv as sc
-from ragtrail.instrumentation._hook import argument, component_name
+from ragtrail.hooks import argument, component_name
 from ragtrail.instrumentation.langchain._common import (
     LangChainCall,
     LazyPatcher,

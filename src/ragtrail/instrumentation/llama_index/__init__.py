@@ -27,7 +27,7 @@ from typing import Any, Callable, Collection
 
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 
-from ragtrail.instrumentation._hook import async_wrapper, sync_wrapper
+from ragtrail.hooks import async_wrapper, sync_wrapper
 
 __all__ = ["LlamaIndexInstrumentor"]
 

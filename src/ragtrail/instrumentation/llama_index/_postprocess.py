@@ -27,7 +27,7 @@ from typing import Any, Callable
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import adapt, hand_over, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, receipt
-from ragtrail.instrumentation._hook import active_call, argument
+from ragtrail.hooks import active_call, argument
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall

@@ -16,7 +16,7 @@ from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.instrumentation._vectorstore import filter_json
 from ragtrail.contract.receipts import receipt
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.instrumentation._hook import active_call, argument
+from ragtrail.hooks import active_call, argument
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall

@@ -24,7 +24,7 @@ from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, content_id, metadata_header_rule, receipt, truncate_rule
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.instrumentation._hook import active_call, argument
+from ragtrail.hooks import active_call, argument
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall

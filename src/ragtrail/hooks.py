@@ -1,5 +1,6 @@
-"""The one hook skeleton every ragtrail hook runs on: the library instrumentations and the
-decorators of :mod:`ragtrail.api`.
+"""The one hook skeleton every ragtrail hook runs on: the library instrumentations
+(:mod:`ragtrail.instrumentation`) and the decorators of :mod:`ragtrail.api`. Public: both depend on
+it, and a new integration is written against it (see docs/architecture.md).
 
 A hook is a :class:`Call` subclass, instantiated once per invocation of the wrapped function, that
 says what the invocation means as a stage:
@@ -398,7 +399,6 @@ def async_wrapper(call_cls: CallFactory, tracer_of: Callable[[], Any]) -> Callab
 
 
 __all__ = [
-    "Call", "active_call", "argument", "async_wrapper", "bind", "component_name", "decorated", "decorated_async",
-    "enabled", "guard", "is_active",
-    "record_internal_error", "run", "run_async", "sync_wrapper",
+    "Call", "CallFactory", "active_call", "argument", "async_wrapper", "bind", "component_name", "decorated",
+    "decorated_async", "enabled", "guard", "is_active", "run", "run_async", "sync_wrapper",
 ]
