@@ -26,11 +26,11 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.instrumentation.utils import unwrap
 
 from ragtrail import __version__
-from ragtrail.recorder import candidates as _candidates
 from ragtrail.hooks import guard
+from ragtrail.recorder import candidates as _candidates
 
 
-class RagtrailInstrumentor(BaseInstrumentor):
+class RagtrailInstrumentor(BaseInstrumentor):  # type: ignore[misc, unused-ignore]  # OTel's base is untyped (Any) for mypy
     """Base for ragtrail's per-library instrumentors."""
 
     _instruments: Collection[str] = ()

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
+from ragtrail.hooks import Args, Kwargs
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
@@ -120,11 +121,11 @@ class _ContextThreadPoolExecutor(ThreadPoolExecutor):
         return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
 
-def executor_factory(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def executor_factory(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     return _ContextThreadPoolExecutor(*args, **kwargs)
 
 
-def per_query_sync(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def per_query_sync(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """``_run_on_thread(query, ...)``: name the query for the inner stage, hand the result to the
     multi-query stage."""
     query = args[0] if args else kwargs.get("query")
@@ -138,7 +139,7 @@ def per_query_sync(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> An
     return result
 
 
-async def per_query_async(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+async def per_query_async(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     query = args[0] if args else kwargs.get("query")
     token = query_text.set(query) if isinstance(query, str) else None
     try:

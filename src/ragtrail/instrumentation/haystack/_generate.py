@@ -22,6 +22,7 @@ import threading
 from typing import Any, Callable
 
 from ragtrail.contract import semconv as sc
+from ragtrail.hooks import Args, Kwargs
 from ragtrail.instrumentation._generate import record_generation, set_model
 from ragtrail.recorder.stage import Stage
 
@@ -76,7 +77,7 @@ class Generate(HaystackCall):
         record_generation(s, self.memo["offered"], self.memo["prompt"], replies)
 
 
-def prompt_builder_run(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+def prompt_builder_run(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """A prompt builder's ``run``: its ``documents`` are what this run offers to the prompt."""
     state = run_state.get()
     docs = kwargs.get("documents")

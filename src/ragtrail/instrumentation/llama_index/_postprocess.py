@@ -27,7 +27,7 @@ from typing import Any, Callable
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import adapt, hand_over, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, receipt
-from ragtrail.hooks import active_call, argument
+from ragtrail.hooks import Args, Kwargs, active_call, argument
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall
@@ -247,7 +247,7 @@ class PostprocessCall(LlamaCall):
         return out
 
 
-def selection_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def selection_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """Around an LLM reranker's per-batch parse: remember which nodes the LLM chose at all, so a node
     cut by ``top_n`` is told apart from one the LLM never picked."""
     result = wrapped(*args, **kwargs)

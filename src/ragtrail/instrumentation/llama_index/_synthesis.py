@@ -24,7 +24,7 @@ from ragtrail.contract import semconv as sc
 from ragtrail.recorder.candidates import Candidate, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, content_id, metadata_header_rule, receipt, truncate_rule
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.hooks import active_call, argument
+from ragtrail.hooks import Args, Kwargs, active_call, argument
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall
@@ -320,7 +320,7 @@ class RepackCall(BudgetCall):
         return super().open()
 
 
-def available_context_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def available_context_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """Around ``PromptHelper._get_available_context_size``: the budget the current truncate/repack
     is fitting into."""
     result = wrapped(*args, **kwargs)
