@@ -31,7 +31,7 @@ _marker: contextvars.ContextVar[str | None] = contextvars.ContextVar("test_hook_
 class Store:
     """A component whose public methods call each other (the re-entrancy case)."""
 
-    def __init__(self, inner: "Store | None" = None) -> None:
+    def __init__(self, inner: Store | None = None) -> None:
         self.inner = inner
         self.seen_spans: list[Any] = []
         self.seen_marker: list[Any] = []

@@ -9,16 +9,16 @@ uninstrumented call does.
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
-
 import asyncio
 import inspect
 import json
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+
+from spanutil import rec_events
 
 pytest.importorskip("langchain_classic")
 pytest.importorskip("langchain_community")

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any, Callable, Collection
+from collections.abc import Callable, Collection
+from typing import Any
 
 import wrapt
 from opentelemetry import trace
+
 # the module starts with a file-level ``# type: ignore``, so mypy sees none of its names (a
 # release without that line needs no ignore: hence unused-ignore)
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined, unused-ignore]
@@ -92,9 +94,8 @@ class RagtrailInstrumentor(BaseInstrumentor):  # type: ignore[misc, unused-ignor
             parts = name.split(".")
             for part in parts[:-1]:
                 owner = getattr(owner, part)
-            if parts[-1] not in vars(owner) and isinstance(owner, type):
-                if optional:
-                    return False
+            if parts[-1] not in vars(owner) and isinstance(owner, type) and optional:
+                return False
             getattr(owner, parts[-1])
         except (ImportError, AttributeError):
             if optional:

@@ -22,9 +22,9 @@ from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.answer import answer_attributes
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.errors import guarded
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.stage import Stage
 
 REASON_NOT_IN_PROMPT = "custom:not_in_prompt"

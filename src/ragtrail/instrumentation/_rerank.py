@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from ragtrail import settings
-from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import finite_or_none
 from ragtrail.hooks import Args, Call, Kwargs, argument, component_name
+from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.recorder.stage import Stage, current_stage
 
 

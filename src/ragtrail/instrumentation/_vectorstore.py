@@ -29,16 +29,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from opentelemetry import trace
 
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import CONTENT_KEYS, Candidate
 from ragtrail.contract.receipts import canonical_json, finite_or_none
 from ragtrail.hooks import Args, Call, Kwargs, run, run_async
+from ragtrail.recorder.candidates import CONTENT_KEYS, Candidate
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.stage import Stage, stage
 

@@ -20,15 +20,15 @@ Usage: ``ChromaInstrumentor().instrument()`` or ``opentelemetry-instrument`` (en
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate, normalize_id
-from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.hooks import Args, Kwargs, bind, guard
-from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreStages, acall_through,
-                                                  call_through, filter_json, plain)
 from ragtrail.contract.receipts import content_id
+from ragtrail.hooks import Args, Kwargs, bind, guard
+from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, acall_through, call_through, filter_json, plain
+from ragtrail.recorder.candidates import Candidate, normalize_id
 
 _KEY = "ragtrail.chromadb"
 _COUNT_CACHE_MAX = 4096

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Callable, Collection, Iterator, Mapping, SupportsIndex
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any, SupportsIndex
 
 from ragtrail.contract import semconv as sc
 from ragtrail.hooks import Args, Kwargs
-from ragtrail.recorder.candidates import Candidate
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, call_through, filter_json
+from ragtrail.recorder.candidates import Candidate
 
 _KEY = "ragtrail.faiss"
 # (the faiss index object, row position -> document id) set by a framework hook around its search

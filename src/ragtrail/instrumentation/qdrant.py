@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Mapping
+from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate, normalize_id
-from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.contract.receipts import canonical_json, content_id
 from ragtrail.hooks import Args, Kwargs, bind, guard
+from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._vectorstore import (
     Outcome,
     Query,
@@ -45,7 +46,7 @@ from ragtrail.instrumentation._vectorstore import (
     plain,
     text_of,
 )
-from ragtrail.contract.receipts import canonical_json, content_id
+from ragtrail.recorder.candidates import Candidate, normalize_id
 
 _KEY = "ragtrail.qdrant"
 _METHODS = ("query_points", "query_batch_points", "query_points_groups")
@@ -62,7 +63,7 @@ class _Facts:
 
 
 # remote clients: collection name -> the facts the application's own calls revealed
-_remote_facts: "weakref.WeakKeyDictionary[Any, dict[str, _Facts]]" = weakref.WeakKeyDictionary()
+_remote_facts: weakref.WeakKeyDictionary[Any, dict[str, _Facts]] = weakref.WeakKeyDictionary()
 _remote_lock = threading.Lock()
 UNREAD = ("score kind unknown: the application has not read this collection's config "
           "(ragtrail adds no request to the database)")
@@ -106,8 +107,8 @@ class QdrantInstrumentor(RagtrailInstrumentor):
         return wrapper
 
 
-def _complete(stages: "_QdrantStages", result: Any, instance: Any,
-              facts_of: Callable[[Any, str | None], "_Facts | None"]) -> None:
+def _complete(stages: _QdrantStages, result: Any, instance: Any,
+              facts_of: Callable[[Any, str | None], _Facts | None]) -> None:
     """Read the collection's facts (local or cached: never a wait on the network) and record the
     result (the hook skeleton ends the stages whatever happens here)."""
     facts = guard("qdrant.facts", facts_of, instance, stages.collection) if stages.active else None

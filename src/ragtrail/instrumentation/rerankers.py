@@ -29,11 +29,11 @@ from typing import Any
 
 import wrapt
 
-from ragtrail.recorder.candidates import Candidate, adapt, normalize_id
 from ragtrail.contract.receipts import content_id
-from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.hooks import Args, Kwargs, argument, component_name, guard, run, run_async
+from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._rerank import RerankArgs, RerankCall, ranked
+from ragtrail.recorder.candidates import Candidate, adapt, normalize_id
 from ragtrail.recorder.stage import Stage
 
 _KEY = "rerankers.rank"

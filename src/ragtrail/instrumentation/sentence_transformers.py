@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.hooks import Args, Kwargs, run
+from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._rerank import (
     RerankArgs,
     RerankCall,

@@ -5,7 +5,8 @@ re-derivation helpers the rankers and joiners use to give every exclusion its re
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import finite_or_none

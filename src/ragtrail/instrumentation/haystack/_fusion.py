@@ -9,8 +9,9 @@ copy of the submitter's context."""
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
@@ -19,8 +20,7 @@ from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
 
-from ._common import (HaystackCall, collector, documents_of, exclude_missing, outputs_like_inputs, query_text,
-                      snapshot)
+from ._common import HaystackCall, collector, documents_of, exclude_missing, outputs_like_inputs, query_text, snapshot
 
 
 class Joiner(HaystackCall):

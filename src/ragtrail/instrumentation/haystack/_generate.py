@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.hooks import Args, Kwargs

@@ -4,7 +4,8 @@ pipeline run, unless an outer ragtrail stage already is the root)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.hooks import guard

@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
-from ragtrail.instrumentation._vectorstore import filter_json
 from ragtrail.contract.receipts import receipt
-from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.hooks import Args, Kwargs, active_call, argument
+from ragtrail.instrumentation._vectorstore import filter_json
+from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
+from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall
