@@ -120,14 +120,11 @@ def exclude_missing(s: Stage, inputs: list[Candidate], outputs: list[Candidate],
 
 class HaystackCall(Call):
     """How one component's ``run`` / ``run_async`` maps onto a stage, on the hook skeleton.
-    ``before`` fills ``memo`` for ``after``; the suppression key is per component instance."""
+    ``before`` keeps what ``after`` needs as attributes of the call; the suppression key is per
+    component instance."""
 
     site = "haystack"
     kind = sc.KIND_RETRIEVE
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.memo: dict[str, Any] = {}
 
     def skip(self) -> bool:
         return False
