@@ -77,7 +77,7 @@ def dump(framework: str) -> None:
 
 def measure(framework: str, queries: int, rounds: int) -> None:
     run, pool, _ = _build(framework, False, None)
-    from ragtrail.instrumentation import _hook
+    from ragtrail import hooks as skeleton
     from ragtrail.recorder import stage, writer
 
     spent: dict[str, float] = {}
@@ -92,8 +92,8 @@ def measure(framework: str, queries: int, rounds: int) -> None:
         return wrapper
 
     stage.write = timed("write", writer.write)  # type: ignore[attr-defined]
-    _hook._begin = timed("begin", _hook._begin)  # type: ignore[attr-defined]
-    _hook._end = timed("end", _hook._end)  # type: ignore[attr-defined]
+    skeleton._begin = timed("begin", skeleton._begin)  # type: ignore[attr-defined]
+    skeleton._end = timed("end", skeleton._end)  # type: ignore[attr-defined]
     for query in pool[:30]:
         run(query)
     best: tuple[float, float, float] | None = None

@@ -1,5 +1,5 @@
 """Decorators for custom pipeline code: a thin layer over :mod:`ragtrail.stage`, run by the one
-hook skeleton every library instrumentation uses (:mod:`ragtrail.instrumentation._hook`).
+hook skeleton every library instrumentation uses (:mod:`ragtrail.hooks`).
 
 Each decorator opens a stage around the call, records the query and a snapshot of the input
 candidates *before* the call (libraries sort and rescore in place), and the output after it.
@@ -11,13 +11,15 @@ something that is not a list is left unconsumed and recorded as a finding.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from opentelemetry import trace
 
 from ragtrail.contract import semconv as sc
+from ragtrail.hooks import Args, Call, Kwargs, component_name, decorated, decorated_async
 from ragtrail.recorder.candidates import is_candidate_list
-from ragtrail.instrumentation._hook import Call, component_name, decorated, decorated_async, record_internal_error
+from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.stage import Stage, current_stage, stage
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,7 +34,7 @@ class _Decorated(Call):
 
     site = "decorator"
 
-    def __init__(self, spec: "_Spec", args: tuple, kwargs: dict) -> None:
+    def __init__(self, spec: _Spec, args: Args, kwargs: Kwargs) -> None:
         super().__init__(spec.tracer, spec.fn, None, args, kwargs)
         self.spec = spec
 
@@ -109,7 +111,7 @@ class _Spec:
 
 
 def _decorate(fn: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
-    def make_call(args: tuple, kwargs: dict) -> _Decorated:
+    def make_call(args: Args, kwargs: Kwargs) -> _Decorated:
         return _Decorated(spec, args, kwargs)
 
     if inspect.iscoroutinefunction(fn):

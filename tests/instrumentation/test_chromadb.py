@@ -7,10 +7,6 @@ async client, a real Chroma server (``chroma run``, shipped in the chromadb whee
 
 from __future__ import annotations
 
-import mirrorutil
-
-import spanutil
-
 import asyncio
 import hashlib
 import json
@@ -28,6 +24,9 @@ from typing import Any
 
 import pytest
 
+import mirrorutil
+import spanutil
+
 chromadb = pytest.importorskip("chromadb")
 np = pytest.importorskip("numpy")
 
@@ -40,9 +39,9 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 
 import ragtrail  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
+from ragtrail.contract.receipts import receipt  # noqa: E402
 from ragtrail.instrumentation._vectorstore import vector_receipt  # noqa: E402
 from ragtrail.instrumentation.chromadb import ChromaInstrumentor  # noqa: E402
-from ragtrail.contract.receipts import receipt  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 DIM = 16
@@ -77,7 +76,7 @@ class HashEmbedding(EmbeddingFunction):
         return {}
 
     @staticmethod
-    def build_from_config(config: dict[str, Any]) -> "HashEmbedding":
+    def build_from_config(config: dict[str, Any]) -> HashEmbedding:
         return HashEmbedding()
 
 
@@ -390,7 +389,7 @@ def chroma_server(tmp_path_factory):
         pytest.skip("the chroma CLI (server) is not installed")
     port = _free_port()
     path = tmp_path_factory.mktemp("chroma")
-    log = open(path / "server.log", "w")
+    log = open(path / "server.log", "w")  # noqa: SIM115 - the server writes to it until the fixture ends
     proc = subprocess.Popen([str(binary), "run", "--path", str(path / "db"), "--host", "127.0.0.1", "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -7,14 +7,15 @@ like Cohere's API (``results[{index, relevance_score}]``, best first, cut at ``t
 
 from __future__ import annotations
 
-import spanutil
-
 import asyncio
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+
+import spanutil
 
 cohere = pytest.importorskip("cohere")
 httpx = pytest.importorskip("httpx")

@@ -6,12 +6,6 @@ similarity, every other metric a distance; 1,000 hits of one query all reach the
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
-import mirrorutil
-
-import spanutil
-
 import copy
 import math
 import subprocess
@@ -20,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+import mirrorutil
+import spanutil
+from spanutil import rec_events
 
 faiss = pytest.importorskip("faiss")
 np = pytest.importorskip("numpy")

@@ -10,14 +10,15 @@ as shipped. A second model with a NaN bias is a real "model answers NaN" case.
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
 import shutil  # noqa: E402
 import warnings  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from typing import Any
 
 import pytest  # noqa: E402
+
+from spanutil import rec_events
 
 pytestmark = pytest.mark.torch
 

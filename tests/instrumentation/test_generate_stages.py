@@ -20,9 +20,9 @@ from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.contract.receipts import receipt  # noqa: E402
 from ragtrail.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
+from spanutil import rec_events  # noqa: E402
 
 from .test_langchain_support import HashEmbeddings, assert_events, candidate_event, exclusion_event, one  # noqa: E402
-from spanutil import rec_events  # noqa: E402
 
 TEXTS = ["the cat sat on the mat", "cats purr when they are happy", "stock markets fell sharply today"]
 NOT_IN_PROMPT = ("custom:not_in_prompt", "its text does not occur in the prompt the model received")
@@ -98,7 +98,8 @@ def test_every_document_the_prompt_holds_is_an_output(langchain, span_exporter):
 
 
 def test_a_haystack_generator_is_a_generate_stage(tracer_provider, span_exporter):
-    from haystack import Document as HDocument, Pipeline, component
+    from haystack import Document as HDocument
+    from haystack import Pipeline, component
     from haystack.components.builders import PromptBuilder
     from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
     from haystack.document_stores.in_memory import InMemoryDocumentStore

@@ -8,8 +8,6 @@ embeddings come from a deterministic bag-of-words embedder component of our own.
 
 from __future__ import annotations
 
-import mirrorutil
-
 import asyncio
 import concurrent.futures
 import inspect
@@ -18,6 +16,8 @@ import subprocess
 import sys
 
 import pytest
+
+import mirrorutil
 
 pytest.importorskip("haystack")
 
@@ -34,8 +34,8 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa
 from opentelemetry.trace import StatusCode  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
+from ragtrail.contract.receipts import receipt, sorted_events_digest  # noqa: E402
 from ragtrail.instrumentation.haystack import HaystackInstrumentor  # noqa: E402
-from ragtrail.contract.receipts import sorted_events_digest, receipt  # noqa: E402
 from spanutil import attrs, events, pop_all, records  # noqa: E402
 
 BM25 = "haystack.components.retrievers.in_memory.bm25_retriever.InMemoryBM25Retriever"
@@ -723,7 +723,7 @@ def test_fifty_concurrent_pipelines_make_fifty_separate_traces(instrument):
     queries = [f"{words[i % 6]} electricity {i}" for i in range(50)]
 
     def run(q):
-        return expansion_pipeline(store, '{"queries": ["%s power", "%s energy"]}' % (q, q)).run(
+        return expansion_pipeline(store, f'{{"queries": ["{q} power", "{q} energy"]}}').run(
             {"expander": {"query": q}})
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
@@ -753,7 +753,7 @@ async def test_fifty_concurrent_async_pipelines(instrument):
     store = make_store()
     queries = [f"solar wind {i}" for i in range(50)]
     results = await asyncio.gather(*[
-        expansion_pipeline(store, '{"queries": ["%s x", "%s y"]}' % (q, q)).run_async({"expander": {"query": q}})
+        expansion_pipeline(store, f'{{"queries": ["{q} x", "{q} y"]}}').run_async({"expander": {"query": q}})
         for q in queries])
     assert len(results) == 50
     spans = instrument.get_finished_spans()

@@ -3,18 +3,16 @@ entry point instruments it with no code change and ragtrail's local store receiv
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
-import spanutil
-
 from pathlib import Path
 
 import pytest
 
+import spanutil
+from spanutil import rec_events
+
 pytest.importorskip("haystack")
 
 from ragtrail.contract import semconv as sc  # noqa: E402
-
 
 APP = """
     import asyncio

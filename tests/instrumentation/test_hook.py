@@ -1,4 +1,4 @@
-"""The one hook skeleton (ragtrail.instrumentation._hook) on the real SDK, with a toy component
+"""The one hook skeleton (ragtrail.hooks) on the real SDK, with a toy component
 patched by wrapt exactly as the library instrumentations patch theirs.
 
 A hook's span is checked against the span the recorder writes when the same facts are given to a
@@ -20,8 +20,8 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.trace import StatusCode
 
 import ragtrail
+from ragtrail import hooks
 from ragtrail.contract import semconv as sc
-from ragtrail.instrumentation import _hook
 from ragtrail.recorder.stage import current_stage, stage
 
 DOCS = [{"id": "a", "text": "alpha"}, {"id": "b", "text": "beta"}, {"id": "c", "text": "gamma"}]
@@ -31,7 +31,7 @@ _marker: contextvars.ContextVar[str | None] = contextvars.ContextVar("test_hook_
 class Store:
     """A component whose public methods call each other (the re-entrancy case)."""
 
-    def __init__(self, inner: "Store | None" = None) -> None:
+    def __init__(self, inner: Store | None = None) -> None:
         self.inner = inner
         self.seen_spans: list[Any] = []
         self.seen_marker: list[Any] = []
@@ -56,7 +56,7 @@ class Store:
         raise error
 
 
-class SearchCall(_hook.Call):
+class SearchCall(hooks.Call):
     site = "test.store"
     broken: str | None = None  # the hook step that raises, for the error-path tests
 
@@ -82,10 +82,10 @@ class SearchCall(_hook.Call):
 def patched(tracer_provider):
     tracer = tracer_provider.get_tracer("ragtrail")
     wrappers = {
-        "search": _hook.sync_wrapper(SearchCall, lambda: tracer),
-        "search_all": _hook.sync_wrapper(SearchCall, lambda: tracer),
-        "asearch": _hook.async_wrapper(SearchCall, lambda: tracer),
-        "fail": _hook.sync_wrapper(SearchCall, lambda: tracer),
+        "search": hooks.sync_wrapper(SearchCall, lambda: tracer),
+        "search_all": hooks.sync_wrapper(SearchCall, lambda: tracer),
+        "asearch": hooks.async_wrapper(SearchCall, lambda: tracer),
+        "fail": hooks.sync_wrapper(SearchCall, lambda: tracer),
     }
     for name, wrapper in wrappers.items():
         wrapt.wrap_function_wrapper(Store, name, wrapper)
@@ -133,7 +133,7 @@ def test_result_is_the_very_object_returned(patched, span_exporter) -> None:
 
 
 async def test_async_runner_is_a_coroutine_and_the_stage_covers_the_await(patched, span_exporter) -> None:
-    assert inspect.iscoroutinefunction(_hook.async_wrapper(SearchCall, lambda: patched))
+    assert inspect.iscoroutinefunction(hooks.async_wrapper(SearchCall, lambda: patched))
     expected = reference(patched, span_exporter, "q", DOCS[:1], top_k=1)
     tracer = trace.get_tracer("test")
     store = Store()
@@ -233,23 +233,23 @@ def test_bind_applies_defaults_once_for_every_hook() -> None:
     def fn(query: str, k: int = 4, *, where: Any = None, **extra: Any) -> None:
         pass
 
-    assert _hook.bind(fn, ("q",), {}) == {"query": "q", "k": 4, "where": None, "extra": {}}
-    assert _hook.bind(fn, ("q", 2), {"where": {"a": 1}, "x": 1}) == {"query": "q", "k": 2, "where": {"a": 1},
+    assert hooks.bind(fn, ("q",), {}) == {"query": "q", "k": 4, "where": None, "extra": {}}
+    assert hooks.bind(fn, ("q", 2), {"where": {"a": 1}, "x": 1}) == {"query": "q", "k": 2, "where": {"a": 1},
                                                                     "extra": {"x": 1}}
     store = Store()
-    assert _hook.bind(store.search, ("q",), {}) == {"query": "q", "k": 2}  # a bound method: no self
-    assert _hook.bind(Store.search, (store, "q"), {}) == {"self": store, "query": "q", "k": 2}
+    assert hooks.bind(store.search, ("q",), {}) == {"query": "q", "k": 2}  # a bound method: no self
+    assert hooks.bind(Store.search, (store, "q"), {}) == {"self": store, "query": "q", "k": 2}
     # a missing argument is absent (the call raises its own TypeError)
-    assert _hook.bind(fn, (), {"k": 1}) == {"k": 1, "where": None, "extra": {}}
+    assert hooks.bind(fn, (), {"k": 1}) == {"k": 1, "where": None, "extra": {}}
     # arguments that do not fit the signature at all: the keywords as given
-    assert _hook.bind(fn, ("q", 1, 2), {"where": 3}) == {"where": 3}
-    assert _hook.bind(len, ([1],), {}) == {"obj": [1]}
+    assert hooks.bind(fn, ("q", 1, 2), {"where": 3}) == {"where": 3}
+    assert hooks.bind(len, ([1],), {}) == {"obj": [1]}
 
 
 def test_argument_and_component_name() -> None:
-    assert _hook.argument(("q", 3), {}, 1, "k") == 3
-    assert _hook.argument(("q",), {"top_k": 5}, 1, "k", "top_k") == 5
-    assert _hook.argument((), {}, None, "k", default=7) == 7
-    assert _hook.component_name(Store()) == f"{__name__}.Store"
-    assert _hook.component_name(Store) == f"{__name__}.Store"
-    assert _hook.component_name(reference) == f"{__name__}.reference"
+    assert hooks.argument(("q", 3), {}, 1, "k") == 3
+    assert hooks.argument(("q",), {"top_k": 5}, 1, "k", "top_k") == 5
+    assert hooks.argument((), {}, None, "k", default=7) == 7
+    assert hooks.component_name(Store()) == f"{__name__}.Store"
+    assert hooks.component_name(Store) == f"{__name__}.Store"
+    assert hooks.component_name(reference) == f"{__name__}.reference"

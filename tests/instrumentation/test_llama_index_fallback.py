@@ -5,8 +5,6 @@ keeps its own kind. Real llama-index-core objects, offline."""
 
 from __future__ import annotations
 
-from typing import List, Optional
-
 import pytest
 
 from .test_llama_index_support import (  # noqa: F401 - fixtures
@@ -25,7 +23,6 @@ from llama_index.core.schema import NodeWithScore, QueryBundle  # noqa: E402
 import ragtrail  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 
-
 QUERY = "why do cats sleep so much"
 
 
@@ -35,7 +32,7 @@ class FallbackRerank(BaseNodePostprocessor):
     top_n: int = 2
     reply: str = "I think the first ones are best!"
 
-    def _postprocess_nodes(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None) -> List[NodeWithScore]:
+    def _postprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
         try:
             order = [int(x) for x in self.reply.split(",")]
         except ValueError:

@@ -4,16 +4,17 @@ readers for spans and events."""
 
 from __future__ import annotations
 
-import mirrorutil
-
 import hashlib
 import math
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
+
+import mirrorutil
 
 pytest.importorskip("llama_index.core")
 
@@ -30,8 +31,8 @@ from llama_index.core.llms.custom import CustomLLM  # noqa: E402
 from llama_index.core.schema import TextNode  # noqa: E402
 
 from ragtrail.contract import semconv as sc  # noqa: E402
+from ragtrail.contract.receipts import receipt, sorted_events_digest  # noqa: E402
 from ragtrail.instrumentation.llama_index import LlamaIndexInstrumentor  # noqa: E402
-from ragtrail.contract.receipts import sorted_events_digest, receipt  # noqa: E402
 
 DIM = 64
 _WORD = re.compile(r"[a-z0-9]+")

@@ -8,12 +8,6 @@ local Qdrant collection.
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
-import mirrorutil
-
-import spanutil
-
 import asyncio
 import json
 import threading
@@ -23,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+import mirrorutil
+import spanutil
+from spanutil import rec_events
 
 qdrant_client = pytest.importorskip("qdrant_client")
 
@@ -35,9 +33,9 @@ from qdrant_client.local.qdrant_local import QdrantLocal  # noqa: E402
 
 import ragtrail  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
+from ragtrail.contract.receipts import receipt  # noqa: E402
 from ragtrail.instrumentation._vectorstore import vector_receipt  # noqa: E402
 from ragtrail.instrumentation.qdrant import QdrantInstrumentor  # noqa: E402
-from ragtrail.contract.receipts import receipt  # noqa: E402
 
 UUID5 = str(uuid.UUID(int=5))
 POINTS = [

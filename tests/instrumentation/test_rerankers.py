@@ -9,16 +9,17 @@ application-defined ``BaseRanker`` subclass. Expected scores are the uninstrumen
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
 import asyncio  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import threading  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
-from typing import Any, Callable, Iterator  # noqa: E402
+from typing import Any
 
 import pytest  # noqa: E402
+
+from spanutil import rec_events
 
 pytestmark = pytest.mark.torch
 

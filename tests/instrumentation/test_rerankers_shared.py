@@ -8,27 +8,24 @@ assert nothing unexpected is left.
 
 from __future__ import annotations
 
-import mirrorutil
-
-import spanutil
-
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pytest
 from opentelemetry.trace import StatusCode
 
+import mirrorutil
+import spanutil
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate
-from ragtrail.instrumentation import _rerank
 from ragtrail.contract.receipts import content_id, receipt
+from ragtrail.instrumentation import _rerank
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.stage import stage
-
 from spanutil import attrs, pop_all
-
 
 # --- the contract every reranker span is checked against ------------------------------------------
 

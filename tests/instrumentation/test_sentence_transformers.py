@@ -8,11 +8,12 @@ are the library's own. Expected scores are the uninstrumented library's own answ
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
-from typing import Any, Callable  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any
 
 import pytest  # noqa: E402
+
+from spanutil import rec_events
 
 pytestmark = pytest.mark.torch
 

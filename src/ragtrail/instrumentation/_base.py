@@ -1,5 +1,5 @@
 """What every ragtrail library instrumentor shares: patching with wrapt and clean unpatching. How
-a patched call is recorded (suppression, guarding, sync and async) is :mod:`._hook`.
+a patched call is recorded (suppression, guarding, sync and async) is :mod:`ragtrail.hooks`.
 
 A library module subclasses :class:`RagtrailInstrumentor`, declares ``_instruments`` and implements
 ``_patch()`` with :meth:`RagtrailInstrumentor.wrap`; ``uninstrument()`` undoes every wrap it made and
@@ -16,21 +16,23 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any, Callable, Collection
+from collections.abc import Callable, Collection
+from typing import Any
 
 import wrapt
 from opentelemetry import trace
+
 # the module starts with a file-level ``# type: ignore``, so mypy sees none of its names (a
 # release without that line needs no ignore: hence unused-ignore)
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined, unused-ignore]
 from opentelemetry.instrumentation.utils import unwrap
 
 from ragtrail import __version__
+from ragtrail.hooks import guard
 from ragtrail.recorder import candidates as _candidates
-from ragtrail.instrumentation._hook import guard
 
 
-class RagtrailInstrumentor(BaseInstrumentor):
+class RagtrailInstrumentor(BaseInstrumentor):  # type: ignore[misc, unused-ignore]  # OTel's base is untyped (Any) for mypy
     """Base for ragtrail's per-library instrumentors."""
 
     _instruments: Collection[str] = ()
@@ -92,9 +94,8 @@ class RagtrailInstrumentor(BaseInstrumentor):
             parts = name.split(".")
             for part in parts[:-1]:
                 owner = getattr(owner, part)
-            if parts[-1] not in vars(owner) and isinstance(owner, type):
-                if optional:
-                    return False
+            if parts[-1] not in vars(owner) and isinstance(owner, type) and optional:
+                return False
             getattr(owner, parts[-1])
         except (ImportError, AttributeError):
             if optional:

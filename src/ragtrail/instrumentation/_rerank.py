@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from ragtrail import settings
-from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import finite_or_none
-from ragtrail.instrumentation._hook import Call, argument, component_name
+from ragtrail.hooks import Args, Call, Kwargs, argument, component_name
+from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.recorder.stage import Stage, current_stage
 
 
@@ -47,7 +48,7 @@ class RerankArgs:
     snapshot: Callable[[Sequence[Any]], list[Candidate]] | None = None
 
 
-Prepare = Callable[[Any, tuple, dict], "RerankArgs | None"]
+Prepare = Callable[[Any, Args, Kwargs], "RerankArgs | None"]
 Record = Callable[[Stage, "RerankArgs", Any], None]
 
 
@@ -65,8 +66,8 @@ class RerankCall(Call):
 
     per_instance = False
 
-    def __init__(self, tracer: Any, site: str, wrapped: Callable[..., Any], instance: Any, args: tuple,
-                 kwargs: dict, prepare: Prepare, record: Record) -> None:
+    def __init__(self, tracer: Any, site: str, wrapped: Callable[..., Any], instance: Any, args: Args,
+                 kwargs: Kwargs, prepare: Prepare, record: Record) -> None:
         super().__init__(tracer, wrapped, instance, args, kwargs)
         self.site = site
         self.prepare = prepare
@@ -182,7 +183,8 @@ def document_list(request: RerankArgs, documents: Any) -> Sequence[Any] | None:
         request.findings.append("no documents among the arguments")
         return None
     if is_candidate_list(documents):
-        return documents
+        listed: Sequence[Any] = documents
+        return listed
     request.findings.append(f"documents are a {type(documents).__name__}, not a list: not snapshotted")
     return None
 

@@ -29,16 +29,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from opentelemetry import trace
 
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import CONTENT_KEYS, Candidate
 from ragtrail.contract.receipts import canonical_json, finite_or_none
-from ragtrail.instrumentation._hook import Call, record_internal_error, run, run_async
+from ragtrail.hooks import Args, Call, Kwargs, run, run_async
+from ragtrail.recorder.candidates import CONTENT_KEYS, Candidate
+from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.stage import Stage, stage
 
 _log = logging.getLogger("ragtrail")
@@ -306,7 +308,7 @@ class VectorStoreCall(Call, Generic[_S]):
     per_instance = False
 
     def __init__(self, site: str, start: Callable[[], _S | None], done: Callable[[_S, Any], None],
-                 wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+                 wrapped: Callable[..., Any], args: Args, kwargs: Kwargs) -> None:
         super().__init__(None, wrapped, None, args, kwargs)
         self.site = site
         self._start = start
@@ -329,13 +331,13 @@ class VectorStoreCall(Call, Generic[_S]):
             self.store.write_siblings()
 
 
-def call_through(key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: tuple,
-                 kwargs: dict, done: Callable[[_S, Any], None]) -> Any:
-    """Every vector-store wrapper: the client's call as :class:`VectorStoreCall` stages (see ``_hook``)."""
+def call_through(key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: Args,
+                 kwargs: Kwargs, done: Callable[[_S, Any], None]) -> Any:
+    """Every vector-store wrapper: the client's call as :class:`VectorStoreCall` stages (see :mod:`ragtrail.hooks`)."""
     return run(VectorStoreCall(key, start, done, wrapped, args, kwargs))
 
 
-async def acall_through(key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: tuple,
-                        kwargs: dict, done: Callable[[_S, Any], None]) -> Any:
+async def acall_through(key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: Args,
+                        kwargs: Kwargs, done: Callable[[_S, Any], None]) -> Any:
     """:func:`call_through` for async clients: the stages cover the awaited query."""
     return await run_async(VectorStoreCall(key, start, done, wrapped, args, kwargs))

@@ -20,15 +20,15 @@ Usage: ``ChromaInstrumentor().instrument()`` or ``opentelemetry-instrument`` (en
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate, normalize_id
-from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import bind, guard
-from ragtrail.instrumentation._vectorstore import (Outcome, Query, Row, StoreStages, acall_through,
-                                                  call_through, filter_json, plain)
 from ragtrail.contract.receipts import content_id
+from ragtrail.hooks import Args, Kwargs, bind, guard
+from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, acall_through, call_through, filter_json, plain
+from ragtrail.recorder.candidates import Candidate, normalize_id
 
 _KEY = "ragtrail.chromadb"
 _COUNT_CACHE_MAX = 4096
@@ -59,11 +59,11 @@ class ChromaInstrumentor(RagtrailInstrumentor):
         with _counts_lock:
             _counts.clear()
 
-    def _query(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _query(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return call_through(_KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
                             lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
 
-    async def _aquery(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    async def _aquery(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return await acall_through(
             _KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
             lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
@@ -98,7 +98,7 @@ def _vectors(embeddings: Any) -> list[Any] | None:
     return items
 
 
-def _start(tracer: Any, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> _ChromaStages:
+def _start(tracer: Any, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> _ChromaStages:
     arguments = bind(wrapped, args, kwargs)
     stages = _ChromaStages(tracer, f"chromadb.{type(instance).__qualname__}", collection=getattr(instance, "name", None))
     stages.texts = _as_list(arguments.get("query_texts"))
@@ -130,7 +130,8 @@ def _column(result: Mapping[str, Any], key: str, index: int) -> list[Any] | None
     rows = result.get(key)
     if rows is None or index >= len(rows) or rows[index] is None:
         return None
-    return rows[index]
+    row: list[Any] = rows[index]
+    return row
 
 
 def _outcome(stages: _ChromaStages, instance: Any, result: Any) -> Outcome | None:
@@ -175,14 +176,14 @@ def _remember_count(instance: Any, result: Any) -> None:
             _counts[instance.id] = result
 
 
-def _observe_count(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+def _observe_count(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """The application's own ``count()``: its answer is kept for the queries that follow."""
     result = wrapped(*args, **kwargs)
     guard("chromadb.observe_count", _remember_count, instance, result)
     return result
 
 
-async def _aobserve_count(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+async def _aobserve_count(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
     result = await wrapped(*args, **kwargs)
     guard("chromadb.observe_count", _remember_count, instance, result)
     return result

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragtrail.hooks import Args, Kwargs, run, run_async
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import run, run_async
 from ragtrail.instrumentation._rerank import (
     RerankArgs,
     RerankCall,
@@ -34,7 +34,7 @@ _TARGETS = (
 )
 
 
-def _prepare(instance: Any, args: tuple, kwargs: dict) -> RerankArgs:
+def _prepare(instance: Any, args: Args, kwargs: Kwargs) -> RerankArgs:
     # every rerank parameter is keyword-only in cohere >= 5
     request = RerankArgs(component_name(instance))
     request.query = argument(args, kwargs, None, "query")
@@ -65,8 +65,8 @@ class CohereInstrumentor(RagtrailInstrumentor):
         for module, name, is_async in _TARGETS:
             self.wrap(module, name, self._async_wrapper if is_async else self._sync_wrapper)
 
-    def _sync_wrapper(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _sync_wrapper(self, wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))
 
-    async def _async_wrapper(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    async def _async_wrapper(self, wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return await run_async(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Callable, Collection, Iterator, Mapping, SupportsIndex
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any, SupportsIndex
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate
+from ragtrail.hooks import Args, Kwargs
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, call_through, filter_json
+from ragtrail.recorder.candidates import Candidate
 
 _KEY = "ragtrail.faiss"
 # (the faiss index object, row position -> document id) set by a framework hook around its search
@@ -96,7 +98,7 @@ class FaissInstrumentor(RagtrailInstrumentor):
         super()._uninstrument(**kwargs)
         self.patched = []
 
-    def _search(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _search(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return call_through(_KEY, lambda: _start(self.tracer, instance, args, kwargs), wrapped, args, kwargs,
                             lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
 
@@ -107,7 +109,7 @@ class _FaissStages(StoreStages):
     binary: bool = False
 
 
-def _start(tracer: Any, instance: Any, args: tuple, kwargs: dict) -> _FaissStages:
+def _start(tracer: Any, instance: Any, args: Args, kwargs: Kwargs) -> _FaissStages:
     import faiss
 
     x = args[0] if args else kwargs.get("x")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragtrail.hooks import Args, Kwargs, run
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import run
 from ragtrail.instrumentation._rerank import (
     RerankArgs,
     RerankCall,
@@ -32,7 +32,7 @@ def _model_name(instance: Any) -> str | None:
     return getattr(model_dir, "name", None) if model_dir is not None else None
 
 
-def _prepare(instance: Any, args: tuple, kwargs: dict) -> RerankArgs:
+def _prepare(instance: Any, args: Args, kwargs: Kwargs) -> RerankArgs:
     request = RerankArgs(component_name(instance), model=_model_name(instance))
     rerank_request = argument(args, kwargs, 0, "request")  # flashrank's RerankRequest
     request.query = getattr(rerank_request, "query", None)
@@ -72,7 +72,7 @@ class FlashrankInstrumentor(RagtrailInstrumentor):
     def _patch(self, **kwargs: Any) -> None:
         self.when_imported("flashrank", lambda: self.wrap("flashrank.Ranker", "Ranker.rerank", self._rerank))
 
-    def _rerank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _rerank(self, wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
         listwise = getattr(instance, "llm_model", None) is not None
         return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare,
                               lambda s, request, result: _record(s, request, result, listwise)))

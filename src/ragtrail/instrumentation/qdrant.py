@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Mapping
+from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate, normalize_id
+from ragtrail.contract.receipts import canonical_json, content_id
+from ragtrail.hooks import Args, Kwargs, bind, guard
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import bind, guard
 from ragtrail.instrumentation._vectorstore import (
     Outcome,
     Query,
@@ -45,7 +46,7 @@ from ragtrail.instrumentation._vectorstore import (
     plain,
     text_of,
 )
-from ragtrail.contract.receipts import canonical_json, content_id
+from ragtrail.recorder.candidates import Candidate, normalize_id
 
 _KEY = "ragtrail.qdrant"
 _METHODS = ("query_points", "query_batch_points", "query_points_groups")
@@ -62,7 +63,7 @@ class _Facts:
 
 
 # remote clients: collection name -> the facts the application's own calls revealed
-_remote_facts: "weakref.WeakKeyDictionary[Any, dict[str, _Facts]]" = weakref.WeakKeyDictionary()
+_remote_facts: weakref.WeakKeyDictionary[Any, dict[str, _Facts]] = weakref.WeakKeyDictionary()
 _remote_lock = threading.Lock()
 UNREAD = ("score kind unknown: the application has not read this collection's config "
           "(ragtrail adds no request to the database)")
@@ -91,14 +92,14 @@ class QdrantInstrumentor(RagtrailInstrumentor):
         self.wrap(module, f"{owner}.create_collection", _aobserve_create if is_async else _observe_create)
 
     def _sync(self, method: str) -> Callable[..., Any]:
-        def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
             return call_through(_KEY, lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
                                 wrapped, args, kwargs, lambda stages, result: _complete(stages, result, instance, _facts))
 
         return wrapper
 
     def _async(self, method: str) -> Callable[..., Any]:
-        async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
             # nothing is awaited after the result has arrived: it is the host's
             return await acall_through(_KEY, lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
                                        wrapped, args, kwargs, lambda stages, result: _complete(stages, result, instance, _afacts))
@@ -106,8 +107,8 @@ class QdrantInstrumentor(RagtrailInstrumentor):
         return wrapper
 
 
-def _complete(stages: "_QdrantStages", result: Any, instance: Any,
-              facts_of: Callable[[Any, str | None], "_Facts | None"]) -> None:
+def _complete(stages: _QdrantStages, result: Any, instance: Any,
+              facts_of: Callable[[Any, str | None], _Facts | None]) -> None:
     """Read the collection's facts (local or cached: never a wait on the network) and record the
     result (the hook skeleton ends the stages whatever happens here)."""
     facts = guard("qdrant.facts", facts_of, instance, stages.collection) if stages.active else None
@@ -130,8 +131,8 @@ class _QdrantStages(StoreStages):
     requests: list[dict[str, Any]]
 
 
-def _start(tracer: Any, method: str, wrapped: Callable[..., Any], instance: Any, args: tuple,
-           kwargs: dict) -> _QdrantStages:
+def _start(tracer: Any, method: str, wrapped: Callable[..., Any], instance: Any, args: Args,
+           kwargs: Kwargs) -> _QdrantStages:
     arguments = bind(wrapped, args, kwargs)
     collection = arguments.get("collection_name")
     stages = _QdrantStages(tracer, f"qdrant_client.{type(instance).__qualname__}.{method}",
@@ -335,44 +336,44 @@ def _cached(instance: Any, collection: str) -> _Facts | None:
         return per_client.get(collection) if per_client is not None else None
 
 
-def _collection_arg(args: tuple, kwargs: dict) -> Any:
+def _collection_arg(args: Args, kwargs: Kwargs) -> Any:
     return kwargs.get("collection_name", args[0] if args else None)
 
 
-def _created(args: tuple, kwargs: dict) -> _Facts:
+def _created(args: Args, kwargs: Kwargs) -> _Facts:
     vectors = kwargs.get("vectors_config", args[1] if len(args) > 1 else None)
     sparse = kwargs.get("sparse_vectors_config", None) or {}
     return _Facts(vectors=vectors, sparse=frozenset(sparse.keys()) if isinstance(sparse, dict) else frozenset())
 
 
-def _observe(instance: Any, args: tuple, kwargs: dict, facts: Callable[[], _Facts | None]) -> None:
+def _observe(instance: Any, args: Args, kwargs: Kwargs, facts: Callable[[], _Facts | None]) -> None:
     """Remember what an application's own call revealed of a remote collection (``facts`` is
     computed only then: a local client's facts are read in place when needed)."""
     if not _is_local(instance):
         _remember(instance, _collection_arg(args, kwargs), facts())
 
 
-def _observe_info(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+def _observe_info(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """The application's own ``get_collection``: its answer is kept (no request of ours)."""
     result = wrapped(*args, **kwargs)
     guard("qdrant.observe", _observe, instance, args, kwargs, lambda: _facts_of(result, local=False))
     return result
 
 
-async def _aobserve_info(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+async def _aobserve_info(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
     result = await wrapped(*args, **kwargs)
     guard("qdrant.observe", _observe, instance, args, kwargs, lambda: _facts_of(result, local=False))
     return result
 
 
-def _observe_create(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+def _observe_create(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """The application's own ``create_collection``: the vector config it gave is the distance."""
     result = wrapped(*args, **kwargs)
     guard("qdrant.observe", _observe, instance, args, kwargs, lambda: _created(args, kwargs))
     return result
 
 
-async def _aobserve_create(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+async def _aobserve_create(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
     result = await wrapped(*args, **kwargs)
     guard("qdrant.observe", _observe, instance, args, kwargs, lambda: _created(args, kwargs))
     return result

@@ -29,11 +29,11 @@ from typing import Any
 
 import wrapt
 
-from ragtrail.recorder.candidates import Candidate, adapt, normalize_id
 from ragtrail.contract.receipts import content_id
+from ragtrail.hooks import Args, Kwargs, argument, component_name, guard, run, run_async
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import argument, component_name, guard, run, run_async
 from ragtrail.instrumentation._rerank import RerankArgs, RerankCall, ranked
+from ragtrail.recorder.candidates import Candidate, adapt, normalize_id
 from ragtrail.recorder.stage import Stage
 
 _KEY = "rerankers.rank"
@@ -83,7 +83,7 @@ class _Lookup:
         return positions.pop(0) if positions else None
 
 
-def _prepare(instance: Any, args: tuple, kwargs: dict) -> RerankArgs:
+def _prepare(instance: Any, args: Args, kwargs: Kwargs) -> RerankArgs:
     from rerankers.documents import Document
 
     request = RerankArgs(component_name(instance), model=_model_name(instance))
@@ -134,7 +134,7 @@ def _record(s: Stage, request: RerankArgs, result: Any) -> None:
                      orphan=lambda document: _adapt_document(document)))
 
 
-def _in_callers_context(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def _in_callers_context(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """``partial(fn, ...)`` as ``rank_async`` builds it for its executor, bound to a copy of the
     current context: ``fn`` runs in the executor thread as if called here."""
     return wrapped(contextvars.copy_context().run, *args, **kwargs)
@@ -178,10 +178,10 @@ class RerankersInstrumentor(RagtrailInstrumentor):
         super()._uninstrument(**kwargs)
         self._patched = set()
 
-    def _rank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _rank(self, wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, _record))
 
-    async def _rank_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    async def _rank_async(self, wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
         cls = type(instance)
         if (cls, "rank") not in self._patched and "rank" in cls.__dict__:  # defined after rerankers was patched
             with self._hooks_lock:

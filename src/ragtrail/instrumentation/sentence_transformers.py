@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragtrail.hooks import Args, Kwargs, run
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import run
 from ragtrail.instrumentation._rerank import (
     RerankArgs,
     RerankCall,
@@ -37,7 +37,7 @@ def _model_name(instance: Any) -> str | None:
     return None
 
 
-def _prepare_rank(instance: Any, args: tuple, kwargs: dict) -> RerankArgs:
+def _prepare_rank(instance: Any, args: Args, kwargs: Kwargs) -> RerankArgs:
     request = RerankArgs(component_name(instance), model=_model_name(instance))
     request.query = argument(args, kwargs, 0, "query")
     request.documents = document_list(request, argument(args, kwargs, 1, "documents"))
@@ -63,7 +63,7 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _prepare_predict(instance: Any, args: tuple, kwargs: dict) -> RerankArgs:
+def _prepare_predict(instance: Any, args: Args, kwargs: Kwargs) -> RerankArgs:
     request = RerankArgs(component_name(instance), model=_model_name(instance))
     inputs = argument(args, kwargs, 0, "inputs", "sentences")
     if hasattr(inputs, "tolist") and not isinstance(inputs, (list, tuple)):
@@ -122,8 +122,8 @@ class SentenceTransformersInstrumentor(RagtrailInstrumentor):
         self.wrap(module, "CrossEncoder.rank", self._rank)
         self.wrap(module, "CrossEncoder.predict", self._predict)
 
-    def _rank(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _rank(self, wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare_rank, _record_rank))
 
-    def _predict(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _predict(self, wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare_predict, _record_predict))

@@ -35,12 +35,13 @@ Haystack's own OpenTelemetry tracing (``haystack.component.run`` spans) lives in
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Collection
+from collections.abc import Callable, Collection
+from typing import Any
 
 import wrapt
 
+from ragtrail.hooks import async_wrapper, sync_wrapper
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import async_wrapper, sync_wrapper
 
 from ._common import HaystackCall, document_adapter
 from ._fusion import Joiner, MultiQuery, executor_factory, per_query_async, per_query_sync

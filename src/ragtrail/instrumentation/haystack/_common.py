@@ -5,11 +5,12 @@ re-derivation helpers the rankers and joiners use to give every exclusion its re
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import finite_or_none
-from ragtrail.instrumentation._hook import Call
+from ragtrail.hooks import Call
 from ragtrail.recorder.candidates import Candidate, adapt
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
@@ -119,14 +120,11 @@ def exclude_missing(s: Stage, inputs: list[Candidate], outputs: list[Candidate],
 
 class HaystackCall(Call):
     """How one component's ``run`` / ``run_async`` maps onto a stage, on the hook skeleton.
-    ``before`` fills ``memo`` for ``after``; the suppression key is per component instance."""
+    ``before`` keeps what ``after`` needs as attributes of the call; the suppression key is per
+    component instance."""
 
     site = "haystack"
     kind = sc.KIND_RETRIEVE
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.memo: dict[str, Any] = {}
 
     def skip(self) -> bool:
         return False

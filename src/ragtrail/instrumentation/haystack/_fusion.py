@@ -9,23 +9,26 @@ copy of the submitter's context."""
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
+from ragtrail.hooks import Args, Kwargs
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
 
-from ._common import (HaystackCall, collector, documents_of, exclude_missing, outputs_like_inputs, query_text,
-                      snapshot)
+from ._common import HaystackCall, collector, documents_of, exclude_missing, outputs_like_inputs, query_text, snapshot
 
 
 class Joiner(HaystackCall):
     """``DocumentJoiner``: every join mode keeps one document per id; ``top_k`` cuts the rest."""
 
     kind = sc.KIND_FUSE
+    mode: str | None = None
+    inputs: list[Candidate] | None = None
 
     def before(self, s: Stage) -> None:
         instance, bound = self.instance, self.arguments
@@ -34,32 +37,32 @@ class Joiner(HaystackCall):
         s.set(top_k=top_k)
         mode = getattr(getattr(instance, "join_mode", None), "value", None)
         lists = bound.get("documents")
-        memo: dict[str, Any] = {"mode": mode, "top_k": top_k}
+        inputs = None
         if isinstance(lists, (list, tuple)) and all(isinstance(item, (list, tuple)) for item in lists):
             inputs = snapshot([doc for item in lists for doc in item])
-            memo["inputs"] = inputs
             s.inputs(inputs)
         else:
             s.finding(f"documents is a {type(lists).__name__}, not a list of lists: inputs not snapshotted")
         if mode == "reciprocal_rank_fusion":
             s.score_kind = sc.SCORE_RRF
-        self.memo = memo
+        self.mode, self.top_k, self.inputs = mode, top_k, inputs
 
     def after(self, s: Stage, result: Any) -> None:
-        memo = self.memo
         docs = documents_of(result)
         if docs is None:
             s.finding(f"run returned a {type(result).__name__} without a documents list")
             return
-        inputs = memo.get("inputs") or []
-        mode = memo.get("mode")
+        snapshotted = self.inputs
+        inputs = snapshotted or []
+        mode = self.mode
         # concatenate keeps the input objects (and their scores); the other modes rescore copies
         kind = {"reciprocal_rank_fusion": sc.SCORE_RRF, "merge": sc.SCORE_RELATIVE,
                 "distribution_based_rank_fusion": sc.SCORE_RELATIVE}.get(mode) if mode is not None else None
         outputs = outputs_like_inputs(docs, inputs, kind)
         s.outputs(outputs)
-        if "inputs" in memo:
-            exclude_missing(s, inputs, outputs, lambda c: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={memo['top_k']}"))
+        if snapshotted is not None:
+            top_k = self.top_k
+            exclude_missing(s, inputs, outputs, lambda c: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_k}"))
 
 
 class MultiQuery(HaystackCall):
@@ -81,20 +84,20 @@ class MultiQuery(HaystackCall):
                 if isinstance(query, str):
                     state.given_hop(receipt(query).sha256)
         bucket: list[tuple[Any, Any]] = []
-        self.memo = {"queries": list(queries) if isinstance(queries, (list, tuple)) else None, "bucket": bucket}
+        self.queries = list(queries) if isinstance(queries, (list, tuple)) else None
+        self.bucket = bucket  # (query, documents) of each per-query retrieval, filled by its worker
         self.set_var(collector, (id(instance), bucket))
 
     def after(self, s: Stage, result: Any) -> None:
-        memo = self.memo
         docs = documents_of(result)
         if docs is None:
             s.finding(f"run returned a {type(result).__name__} without a documents list")
             return
         state = current_pipeline()
         by_query: dict[Any, list[Any]] = {}
-        for query, found in list(memo["bucket"]):
+        for query, found in list(self.bucket):
             by_query.setdefault(query, []).append(found)
-        order = memo["queries"] if memo["queries"] is not None else [q for q, _ in memo["bucket"]]
+        order = self.queries if self.queries is not None else [q for q, _ in self.bucket]
         inputs: list[Candidate] = []
         for query in order:
             results = by_query.get(query)
@@ -120,11 +123,11 @@ class _ContextThreadPoolExecutor(ThreadPoolExecutor):
         return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
 
-def executor_factory(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def executor_factory(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     return _ContextThreadPoolExecutor(*args, **kwargs)
 
 
-def per_query_sync(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def per_query_sync(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """``_run_on_thread(query, ...)``: name the query for the inner stage, hand the result to the
     multi-query stage."""
     query = args[0] if args else kwargs.get("query")
@@ -138,7 +141,7 @@ def per_query_sync(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> An
     return result
 
 
-async def per_query_async(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+async def per_query_async(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     query = args[0] if args else kwargs.get("query")
     token = query_text.set(query) if isinstance(query, str) else None
     try:

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ragtrail.contract import semconv as sc
+from ragtrail.hooks import Args, Kwargs
 from ragtrail.instrumentation._generate import record_generation, set_model
 from ragtrail.recorder.stage import Stage
 
@@ -64,19 +66,19 @@ class Generate(HaystackCall):
     def before(self, s: Stage) -> None:
         bound = self.arguments
         state = run_state.get()
-        self.memo["prompt"] = bound.get("prompt") if isinstance(bound.get("prompt"), str) else bound.get("messages")
+        self.prompt = bound.get("prompt") if isinstance(bound.get("prompt"), str) else bound.get("messages")
         docs = state.prompt_documents if state is not None else None
         if docs is None:
             s.finding("no prompt builder was given documents in this run: nothing was offered to the prompt")
-        self.memo["offered"] = snapshot(list(docs or ())) or []
+        self.offered = snapshot(list(docs or ())) or []
         set_model(s, self.instance)
 
     def after(self, s: Stage, result: Any) -> None:
         replies = result.get("replies") if isinstance(result, dict) else None
-        record_generation(s, self.memo["offered"], self.memo["prompt"], replies)
+        record_generation(s, self.offered, self.prompt, replies)
 
 
-def prompt_builder_run(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+def prompt_builder_run(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """A prompt builder's ``run``: its ``documents`` are what this run offers to the prompt."""
     state = run_state.get()
     docs = kwargs.get("documents")

@@ -4,10 +4,11 @@ pipeline run, unless an outer ragtrail stage already is the root)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.instrumentation._hook import guard
+from ragtrail.hooks import guard
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
 
@@ -31,15 +32,15 @@ class Expander(HaystackCall):
         n = getattr(instance, "n_expansions", None) if n is None else n
         if isinstance(query, str):
             s.query(query)
-        self.memo = {"query": query, "n": n, "original": getattr(instance, "include_original_query", True)}
+        self.query, self.n = query, n
+        self.original = getattr(instance, "include_original_query", True)
 
     def after(self, s: Stage, result: Any) -> None:
-        memo = self.memo
         queries = result.get("queries") if isinstance(result, Mapping) else None
         if not isinstance(queries, (list, tuple)):
             s.finding(f"run returned a {type(result).__name__} without a queries list")
             return
-        query = memo["query"]
+        query = self.query
         if not isinstance(query, str) or not query.strip():
             s.finding("empty query: nothing expanded")
             return
@@ -48,7 +49,7 @@ class Expander(HaystackCall):
             s.add_query_variant(text, transform=sc.TRANSFORM_EXPAND)
         if not expansions:
             s.set_status(sc.STATUS_DEGRADED, failure_class="no_expansion",
-                         fallback="original_query" if memo["original"] else "no_query")
+                         fallback="original_query" if self.original else "no_query")
 
 
 class PipelineRun(HaystackCall):

@@ -20,22 +20,23 @@ class Ranker(HaystackCall):
 
     kind = sc.KIND_RERANK
     output_kind: str | None = sc.SCORE_RERANK
+    inputs: list[Candidate] | None = None  # the snapshot of the input documents, once recorded
 
-    def snapshot(self, s: Stage, bound: dict[str, Any], memo: dict[str, Any]) -> None:
+    def snapshot(self, s: Stage, bound: dict[str, Any]) -> list[Candidate] | None:
         docs = bound.get("documents")
         inputs = snapshot(docs)
         if inputs is None:
             s.finding(f"documents is a {type(docs).__name__}, not a list: inputs not snapshotted")
-            return
-        memo["inputs"] = inputs
+            return None
         s.inputs(inputs)
+        return inputs
 
-    def outputs(self, s: Stage, memo: dict[str, Any], result: Any, kind: str | None) -> list[Candidate] | None:
+    def outputs(self, s: Stage, result: Any, kind: str | None) -> list[Candidate] | None:
         docs = documents_of(result)
         if docs is None:
             s.finding(f"run returned a {type(result).__name__} without a documents list")
             return None
-        outputs = outputs_like_inputs(docs, memo.get("inputs") or [], kind)
+        outputs = outputs_like_inputs(docs, self.inputs or [], kind)
         s.outputs(outputs)
         return outputs
 
@@ -59,23 +60,22 @@ class SimilarityRanker(Ranker):
         model = getattr(instance, "model", None)
         if isinstance(model, str) and settings.get().mirror_openinference:
             s.set_attribute(sc.OI_RERANKER_MODEL_NAME, model)
-        memo = {"top_k": top_k, "threshold": threshold}
-        self.snapshot(s, bound, memo)
-        self.memo = memo
+        inputs = self.snapshot(s, bound)
+        self.top_k, self.threshold, self.inputs = top_k, threshold, inputs
 
     def after(self, s: Stage, result: Any) -> None:
-        memo = self.memo
-        outputs = self.outputs(s, memo, result, sc.SCORE_RERANK)
-        if outputs is None or "inputs" not in memo:
+        outputs = self.outputs(s, result, sc.SCORE_RERANK)
+        inputs = self.inputs
+        if outputs is None or inputs is None:
             return
-        top_k, threshold = memo["top_k"], memo["threshold"]
+        top_k, threshold = self.top_k, self.threshold
 
         def reason(candidate: Candidate) -> tuple[str, str | None]:
             if threshold is not None and (top_k is None or len(outputs) < top_k):
                 return sc.REASON_BELOW_SCORE_THRESHOLD, f"rerank score < score_threshold={threshold:g}"
             return sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_k}"
 
-        exclude_missing(s, memo["inputs"], outputs, reason)
+        exclude_missing(s, inputs, outputs, reason)
 
 
 class LostInTheMiddle(Ranker):
@@ -90,17 +90,16 @@ class LostInTheMiddle(Ranker):
         s.set(top_k=top_k)
         if words:
             s.set(budget_limit=words, budget_unit="words")
-        memo = {"top_k": top_k, "words": words}
-        self.snapshot(s, bound, memo)
-        self.memo = memo
+        inputs = self.snapshot(s, bound)
+        self.top_k, self.words, self.inputs = top_k, words, inputs
 
     def after(self, s: Stage, result: Any) -> None:
-        memo = self.memo
-        outputs = self.outputs(s, memo, result, None)
-        if outputs is None or "inputs" not in memo:
+        outputs = self.outputs(s, result, None)
+        inputs = self.inputs
+        if outputs is None or inputs is None:
             return
-        top_k, limit = memo["top_k"], memo["words"]
-        unique = list(best_copies(memo["inputs"]).values())
+        top_k, limit = self.top_k, self.words
+        unique = list(best_copies(inputs).values())
         reorder = unique[:top_k] if top_k else unique
         reasons: dict[str, tuple[str, str | None]] = {
             c.id: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_k}") for c in unique[len(reorder):]}
@@ -118,8 +117,7 @@ class LostInTheMiddle(Ranker):
             for candidate in reorder[cut_at:]:
                 reasons[candidate.id] = (sc.REASON_BUDGET_EXCEEDED,
                                          f"{used} words >= word_count_threshold={limit} before this document")
-        exclude_missing(s, memo["inputs"], outputs,
-                         lambda c: reasons.get(c.id, (sc.REASON_UNEXPLAINED, None)))
+        exclude_missing(s, inputs, outputs, lambda c: reasons.get(c.id, (sc.REASON_UNEXPLAINED, None)))
 
 
 class MetaField(Ranker):
@@ -134,22 +132,18 @@ class MetaField(Ranker):
         top_k = getattr(instance, "top_k", None) if top_k is None else top_k
         weight = bound.get("weight")
         weight = getattr(instance, "weight", None) if weight is None else weight
-        memo = {
-            "top_k": top_k,
-            "weight": weight,
-            "mode": bound.get("ranking_mode") or getattr(instance, "ranking_mode", None),
-            "missing": bound.get("missing_meta") or getattr(instance, "missing_meta", None),
-            "field": getattr(instance, "meta_field", None),
-        }
+        mode = bound.get("ranking_mode") or getattr(instance, "ranking_mode", None)
+        missing = bound.get("missing_meta") or getattr(instance, "missing_meta", None)
+        field: Any = getattr(instance, "meta_field", None)
         s.set(top_k=top_k)
-        self.snapshot(s, bound, memo)
-        self.memo = memo
+        snapshotted = self.snapshot(s, bound)
+        self.top_k, self.weight, self.mode, self.missing, self.field = top_k, weight, mode, missing, field
+        self.inputs = snapshotted
 
     def after(self, s: Stage, result: Any) -> None:
-        memo = self.memo
         docs = documents_of(result)
-        inputs = memo.get("inputs") or []
-        ranked = memo["weight"] != 0
+        inputs = self.inputs or []
+        ranked = self.weight != 0
         fallback = False
         if ranked and docs:
             originals = {id(c.raw) for c in inputs}
@@ -157,12 +151,12 @@ class MetaField(Ranker):
             fallback = all(id(doc) in originals for doc in docs)
         kind = None
         if ranked and not fallback:
-            kind = sc.SCORE_RRF if memo["mode"] == "reciprocal_rank_fusion" else sc.SCORE_RERANK
+            kind = sc.SCORE_RRF if self.mode == "reciprocal_rank_fusion" else sc.SCORE_RERANK
         s.score_kind = kind
-        outputs = self.outputs(s, memo, result, kind)
-        if outputs is None or "inputs" not in memo:
+        outputs = self.outputs(s, result, kind)
+        if outputs is None or self.inputs is None:
             return
-        field, drop = memo["field"], memo["missing"] == "drop"
+        field, drop = self.field, self.missing == "drop"
         if fallback:
             present = any((c.metadata or {}).get(field) is not None for c in inputs)
             s.set_status(sc.STATUS_DEGRADED, failure_class="meta_not_sortable" if present else "meta_field_missing",
@@ -172,6 +166,6 @@ class MetaField(Ranker):
             meta = candidate.metadata or {}
             if ranked and drop and meta.get(field) is None:
                 return sc.REASON_FILTERED_BY_METADATA, f"meta field {field!r} missing (missing_meta=drop)"
-            return sc.REASON_BELOW_RANK_CUTOFF, f"top_k={memo['top_k']}"
+            return sc.REASON_BELOW_RANK_CUTOFF, f"top_k={self.top_k}"
 
         exclude_missing(s, inputs, outputs, reason)

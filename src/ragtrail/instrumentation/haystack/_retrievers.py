@@ -8,7 +8,7 @@ from typing import Any
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import canonical_json
-from ragtrail.instrumentation._hook import guard
+from ragtrail.hooks import guard
 from ragtrail.instrumentation._vectorstore import vector_receipt
 from ragtrail.recorder.candidates import adapt
 from ragtrail.recorder.pipeline import current_pipeline
@@ -21,6 +21,7 @@ class TextRetriever(HaystackCall):
     """``InMemoryBM25Retriever``: the query is text."""
 
     score_kind = sc.SCORE_BM25
+    hop: int | None = None  # the hop the query searched for, once recorded
 
     def query_text(self, bound: dict[str, Any]) -> Any:
         return bound.get("query")
@@ -30,14 +31,10 @@ class TextRetriever(HaystackCall):
         s.score_kind = self.score_kind
         top_k = bound.get("top_k")
         s.set(top_k=getattr(instance, "top_k", None) if top_k is None else top_k)
-        memo: dict[str, Any] = {}
         text = self.query_text(bound)
         if not isinstance(text, str) and _only_hop() == 0:
             text = pipeline_query.get()  # the one query of this run: the vector is its embedding
-        if isinstance(text, str):
-            memo["hop"] = s.query(text)
-        else:
-            memo["hop"] = _only_hop()
+        hop = s.query(text) if isinstance(text, str) else _only_hop()
         self.vector_receipt(s, bound)
         filters = _effective_filters(instance, bound.get("filters"))
         if filters:
@@ -46,19 +43,18 @@ class TextRetriever(HaystackCall):
         count = getattr(store, "count_documents", None)
         if callable(count):
             s.corpus_size(guard("haystack.count_documents", count))
-        self.memo = memo
+        self.hop = hop
 
     def vector_receipt(self, s: Stage, bound: dict[str, Any]) -> None:
         """A text retriever's query is no vector."""
 
     def after(self, s: Stage, result: Any) -> None:
-        memo = self.memo
         docs = documents_of(result)
         if docs is None:
             s.finding(f"run returned a {type(result).__name__} without a documents list")
             return
         candidates = [adapt(d) for d in docs]
-        s.outputs(candidates, hop=memo.get("hop"))
+        s.outputs(candidates, hop=self.hop)
 
 
 class EmbeddingRetriever(TextRetriever):

@@ -26,17 +26,14 @@ import line, stays visible); a part that is never imported (``langchain-classic`
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Collection
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
-from ragtrail.recorder.candidates import register_adapter, unregister_adapter
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import record_internal_error
+from ragtrail.recorder.candidates import register_adapter, unregister_adapter
 
 if TYPE_CHECKING:  # imported lazily at run time, with the first patch
-    from ragtrail.instrumentation.langchain._chains import ChainWrappers
-    from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
-    from ragtrail.instrumentation.langchain._retrievers import RetrieverWrappers
-    from ragtrail.instrumentation.langchain._splitters import SplitterWrappers
+    from ragtrail.instrumentation.langchain._wiring import Wiring
 
 
 # each class under the module that defines it: the packages re-export lazily (``__getattr__``), so a
@@ -76,129 +73,34 @@ def _load(name: str) -> type | None:
     return getattr(module, name, None) if module is not None else None
 
 
-def _subclasses(cls: type) -> list[type]:
-    found: list[type] = []
-    stack = [cls]
-    while stack:
-        direct: list[type] = stack.pop().__subclasses__()
-        for sub in direct:
-            if sub not in found:
-                found.append(sub)
-                stack.append(sub)
-    return found
-
-
 class LangChainInstrumentor(RagtrailInstrumentor):
     """``LangChainInstrumentor().instrument(tracer_provider=...)``; ``uninstrument()`` undoes all."""
 
     _instruments: Collection[str] = ("langchain-core >= 0.3",)
-    _retrievers: RetrieverWrappers | None
-    _compressors: CompressorWrappers
-    _splitters: SplitterWrappers
-    _chains: ChainWrappers
+    _wiring: Wiring | None
     _adapted: type | None
 
     def _patch(self, **kwargs: Any) -> None:
         """Register a post-import hook per module of ``_CLASSES``; each pass patches what the
         application has imported so far (every wrap is idempotent)."""
-        self._retrievers = None
+        self._wiring = None
         for module in dict.fromkeys(_CLASSES.values()):
             self.when_imported(module, self._patch_loaded)
 
     def _patch_loaded(self) -> None:
-        from ragtrail.instrumentation.langchain._chains import ChainWrappers
-        from ragtrail.instrumentation.langchain._common import LazyPatcher, adapt_document
-        from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
-        from ragtrail.instrumentation.langchain._retrievers import RetrieverWrappers
-        from ragtrail.instrumentation.langchain._splitters import SplitterWrappers
+        from ragtrail.instrumentation.langchain._common import adapt_document
+        from ragtrail.instrumentation.langchain._wiring import Wiring
 
-        retrievers = self._retrievers
-        if retrievers is None:
+        wiring = self._wiring
+        if wiring is None:
             document = _load("Document")
             if _load("BaseRetriever") is None or document is None:
                 return  # langchain-core is not imported yet: a later hook does it
             self._adapted = document
             register_adapter(document, adapt_document)
-            patcher = LazyPatcher(self._wrapped)
-            classes: dict[str, type | None] = {}
-            retrievers = self._retrievers = RetrieverWrappers(self.tracer, patcher, classes)
-            self._compressors = CompressorWrappers(self.tracer, patcher, classes)
-            self._splitters = SplitterWrappers(self.tracer, patcher)
-            self._chains = ChainWrappers(self.tracer, classes)
-        compressors = self._compressors
-        classes, patcher = retrievers.classes, retrievers.patcher
-        classes.update({name: _load(name) for name in _CLASSES})
-
-        base_retriever = classes["BaseRetriever"]
-        if base_retriever is not None:  # always: the first pass waits for it
-            patcher.ensure(base_retriever, "invoke", retrievers.invoke)
-            patcher.ensure(base_retriever, "ainvoke", retrievers.ainvoke)
-        ensemble = classes["EnsembleRetriever"]
-        if ensemble is not None:
-            patcher.ensure(ensemble, "invoke", retrievers.ensemble_invoke)
-            patcher.ensure(ensemble, "ainvoke", retrievers.ensemble_ainvoke)
-            patcher.ensure(ensemble, "weighted_reciprocal_rank", retrievers.weighted_reciprocal_rank)
-        multi_query = classes["MultiQueryRetriever"]
-        if multi_query is not None:
-            patcher.ensure(multi_query, "generate_queries", retrievers.generate_queries)
-            patcher.ensure(multi_query, "agenerate_queries", retrievers.agenerate_queries)
-            patcher.ensure(multi_query, "retrieve_documents", retrievers.retrieve_documents)
-            patcher.ensure(multi_query, "aretrieve_documents", retrievers.aretrieve_documents)
-
-        store_base = classes["VectorStore"]
-        if store_base is not None:
-            patcher.ensure(store_base, "similarity_search_with_relevance_scores", retrievers.similarity_search_with_relevance_scores)
-            patcher.ensure(store_base, "asimilarity_search_with_relevance_scores", retrievers.asimilarity_search_with_relevance_scores)
-            patcher.ensure(store_base, "_similarity_search_with_relevance_scores", retrievers.pre_threshold)
-            patcher.ensure(store_base, "_asimilarity_search_with_relevance_scores", retrievers.apre_threshold)
-            patcher.ensure(store_base, "asimilarity_search_with_score", retrievers.asimilarity_search_with_score)
-            for store in _subclasses(store_base):
-                retrievers.ensure_store_class(store)
-
-        compressor_base = classes["BaseDocumentCompressor"]
-        if compressor_base is not None:
-            patcher.ensure(compressor_base, "acompress_documents", compressors.acompress)
-            for klass in _subclasses(compressor_base):
-                self.ensure_compressor_class(klass)
-        transformer_base = classes["BaseDocumentTransformer"]
-        if transformer_base is not None:
-            patcher.ensure(transformer_base, "atransform_documents", compressors.atransform)
-            for name in ("LongContextReorder", "EmbeddingsRedundantFilter", "EmbeddingsClusteringFilter"):
-                transformer = classes[name]
-                if transformer is not None:
-                    patcher.ensure(transformer, "transform_documents", compressors.transform, skip=(transformer_base,))
-                    patcher.ensure(transformer, "atransform_documents", compressors.atransform)
-        splitter = classes["TextSplitter"]
-        if splitter is not None:
-            patcher.ensure(splitter, "transform_documents", self._splitters.transform)
-            patcher.ensure(splitter, "atransform_documents", self._splitters.atransform,
-                           skip=(transformer_base,) if transformer_base is not None else ())
-        chains = self._chains
-        sequence = classes["RunnableSequence"]
-        if sequence is not None:
-            patcher.ensure(sequence, "invoke", chains.sequence_invoke)
-            patcher.ensure(sequence, "ainvoke", chains.sequence_ainvoke)
-        for name in ("BaseChatModel", "BaseLLM"):
-            model = classes[name]
-            if model is not None:
-                patcher.ensure(model, "invoke", chains.model_invoke)
-                patcher.ensure(model, "ainvoke", chains.model_ainvoke)
-        retrievers.compressor_class_hook = self.ensure_compressor_class
-        compressors.class_hook = self.ensure_compressor_class
-
-    def ensure_compressor_class(self, klass: type) -> None:
-        """Wrap a compressor class's own ``compress_documents``/``acompress_documents`` (also for
-        classes first met at run time, e.g. a user's compressor inside a compression retriever)."""
-        try:
-            retrievers = self._retrievers
-            if retrievers is None:  # pragma: no cover - the hooks are set after both wrappers are made
-                return
-            base = retrievers.classes["BaseDocumentCompressor"]
-            patcher = retrievers.patcher
-            patcher.ensure(klass, "compress_documents", self._compressors.compress, skip=() if base is None else (base,))
-            patcher.ensure(klass, "acompress_documents", self._compressors.acompress)
-        except Exception as exc:  # pragma: no cover - defensive
-            record_internal_error("langchain.ensure_compressor", exc)
+            wiring = self._wiring = Wiring(self.tracer, self._wrapped, {})
+        wiring.shared.classes.update({name: _load(name) for name in _CLASSES})
+        wiring.patch_loaded()
 
     def _uninstrument(self, **kwargs: Any) -> None:
         super()._uninstrument(**kwargs)

@@ -16,15 +16,17 @@ No ``cite`` stage: a LangChain chain does not say which documents the answer use
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ragtrail.contract import semconv as sc
+from ragtrail.hooks import Args, Kwargs, argument, enabled, guard, run, run_async
 from ragtrail.instrumentation._generate import mapping_text, record_generation, set_model
-from ragtrail.instrumentation._hook import argument, component_name, enabled, guard
-from ragtrail.instrumentation.langchain._common import ChainRun, LangChainCall, chain_run, open_stage, run_async, run_sync
+from ragtrail.instrumentation.langchain._common import ChainRun, LangChainCall, Shared, chain_run
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.recorder.stage import current_stage
+from ragtrail.recorder.stage import Stage, current_stage
 
 _QUERY_KEYS = ("input", "question", "query")
 # where a runnable keeps the runnables it runs (sequence, parallel map, assign, binding, branch, fallbacks)
@@ -32,22 +34,57 @@ _CHILDREN = ("first", "middle", "last", "steps__", "mapper", "bound", "runnable"
 _MAX_DEPTH = 16
 
 
+class ChainCall(LangChainCall):
+    """A chain holding a retriever: the ``pipeline`` root, and the :class:`ChainRun` its retrievers
+    offer their documents to and its model call reads them from."""
+
+    site = "lc.chain"
+
+    def open(self) -> Stage:
+        query = mapping_text(argument(self.args, self.kwargs, 0, "input"), _QUERY_KEYS)
+        s = self.open_stage(sc.KIND_PIPELINE, query=query)
+        if s.recording:
+            self.set_var(chain_run, ChainRun(s))
+        return s
+
+
+class GenerateCall(LangChainCall):
+    """A chat model / LLM called straight under a chain's pipeline: a ``generate`` stage (the
+    documents the chain's retrievers offered, those in the prompt, and the answer)."""
+
+    site = "lc.generate"
+
+    def open(self) -> Stage:
+        s = self.open_stage(sc.KIND_GENERATE)
+        if s.recording:
+            set_model(s, self.instance)
+            self.prompt = argument(self.args, self.kwargs, 0, "input")
+            self.chain = chain_run.get()
+        return s
+
+    def after(self, s: Stage, result: Any) -> None:
+        chain = self.chain
+        if chain is not None:
+            record_generation(s, list(chain.offered), self.prompt, result)
+
+
 class ChainWrappers:
-    def __init__(self, tracer: Any, classes: dict[str, type | None]) -> None:
-        self.tracer = tracer
-        self.classes = classes
-        self._reads: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+    """The wrapt wrappers of chains and models, bound to one ``instrument()``'s :class:`Shared`."""
+
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self._reads: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
     # --- the chain: a pipeline root ------------------------------------------------------------------
-    def sequence_invoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    def sequence_invoke(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         if current_pipeline() is not None or not enabled() or not guard("langchain.chain", self.reads_documents, instance):
             return wrapped(*args, **kwargs)
-        return run_sync(self.tracer, "lc.chain", _open_chain, wrapped, instance, args, kwargs)
+        return run(ChainCall(self.shared, wrapped, instance, args, kwargs))
 
-    async def sequence_ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    async def sequence_ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         if current_pipeline() is not None or not enabled() or not guard("langchain.chain", self.reads_documents, instance):
             return await wrapped(*args, **kwargs)
-        return await run_async(self.tracer, "lc.chain", _open_chain, wrapped, instance, args, kwargs)
+        return await run_async(ChainCall(self.shared, wrapped, instance, args, kwargs))
 
     def reads_documents(self, chain: Any) -> bool:
         """Whether a retriever is among the runnables ``chain`` runs (cached per chain object)."""
@@ -55,53 +92,28 @@ class ChainWrappers:
             return self._reads[chain]
         except (KeyError, TypeError):
             pass
-        retriever = self.classes.get("BaseRetriever")
+        retriever = self.shared.classes.get("BaseRetriever")
         found = retriever is not None and _contains(chain, retriever, 0, set())
-        try:
+        with contextlib.suppress(TypeError):  # not weakly referenceable: not cached
             self._reads[chain] = found
-        except TypeError:  # pragma: no cover - not weakly referenceable
-            pass
         return found
 
     # --- the model call: a generate stage ------------------------------------------------------------
-    def model_invoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    def model_invoke(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         if not _generating():
             return wrapped(*args, **kwargs)
-        return run_sync(self.tracer, "lc.generate", _open_generate, wrapped, instance, args, kwargs)
+        return run(GenerateCall(self.shared, wrapped, instance, args, kwargs))
 
-    async def model_ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    async def model_ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         if not _generating():
             return await wrapped(*args, **kwargs)
-        return await run_async(self.tracer, "lc.generate", _open_generate, wrapped, instance, args, kwargs)
+        return await run_async(GenerateCall(self.shared, wrapped, instance, args, kwargs))
 
 
 def _generating() -> bool:
     """A model call straight under a chain's pipeline (not inside one of its stages)."""
-    run = chain_run.get()
-    return run is not None and current_stage() is run.stage
-
-
-def _open_chain(call: LangChainCall) -> None:
-    query = mapping_text(argument(call.args, call.kwargs, 0, "input"), _QUERY_KEYS)
-    s = open_stage(call, sc.KIND_PIPELINE, component_name(call.instance), query=query)
-    if s.recording:
-        call.set_var(chain_run, ChainRun(s))
-
-
-def _open_generate(call: LangChainCall) -> None:
-    s = open_stage(call, sc.KIND_GENERATE, component_name(call.instance))
-    if not s.recording:
-        return
-    set_model(s, call.instance)
-    call.memo["prompt"] = argument(call.args, call.kwargs, 0, "input")
-    call.memo["run"] = chain_run.get()
-    call.finisher = _finish_generate
-
-
-def _finish_generate(call: LangChainCall, result: Any) -> None:
-    run: ChainRun = call.memo["run"]
-    if call.stage is not None:
-        record_generation(call.stage, list(run.offered), call.memo["prompt"], result)
+    chain = chain_run.get()
+    return chain is not None and current_stage() is chain.stage
 
 
 def _contains(obj: Any, cls: type, depth: int, seen: set[int]) -> bool:
@@ -124,4 +136,4 @@ def _contains(obj: Any, cls: type, depth: int, seen: set[int]) -> bool:
     return False
 
 
-__all__ = ["ChainWrappers"]
+__all__ = ["ChainCall", "ChainWrappers", "GenerateCall"]

@@ -1,5 +1,7 @@
-"""What every LangChain wrapper shares: its call on the hook skeleton (``_hook``), score sinks, the
-LangChain ``Document`` adapter with pipeline-wide identity, and lazy class patching.
+"""What every LangChain hook shares: its call on the hook skeleton (:mod:`ragtrail.hooks`), one
+:class:`LangChainCall` subclass per component family found through a :class:`CallRegistry` keyed by
+class, score sinks, the LangChain ``Document`` adapter with pipeline-wide identity, and lazy class
+patching.
 
 LangChain computes many scores it does not return (BM25, cross-encoder, RRF, vector similarity).
 A stage recovers them through a *sink*: while the stage is open, the lower-level call that
@@ -14,18 +16,20 @@ import contextlib
 import contextvars
 import threading
 import weakref
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import wrapt
 
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
 from ragtrail.contract.receipts import receipt
-from ragtrail.instrumentation._hook import Call, record_internal_error, run
-from ragtrail.instrumentation._hook import run_async as run_async_call
+from ragtrail.hooks import Args, Call, Kwargs
+from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
+from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.pipeline import PipelineState, current_pipeline
-from ragtrail.recorder.stage import Stage, current_stage
+from ragtrail.recorder.stage import Stage
 
 
 # --- sinks: scores a stage recovers from the calls beneath it -------------------------------------
@@ -84,33 +88,52 @@ def feed(obj: Any, key: str, value: Any) -> bool:
 
 
 # --- one instrumented call ---------------------------------------------------------------------------
-Opener = Callable[["LangChainCall"], None]
+def _nothing_to_patch(cls: type) -> None:
+    """Before the instrumentor wires the class hooks (never called once it has)."""
+
+
+class Shared:
+    """What every LangChain call of one ``instrument()`` shares: the tracer, the lazy patcher, the
+    LangChain classes imported so far (by name, ``None`` until imported), and how to patch a
+    compressor or vector-store class first met at run time (set by the wiring)."""
+
+    __slots__ = ("tracer", "patcher", "classes", "compressor_class", "store_class")
+
+    def __init__(self, tracer: Any, patcher: LazyPatcher, classes: dict[str, type | None]) -> None:
+        self.tracer = tracer
+        self.patcher = patcher
+        self.classes = classes
+        self.compressor_class: Callable[[type], None] = _nothing_to_patch
+        self.store_class: Callable[[type], None] = _nothing_to_patch
+
+    def is_a(self, cls: type, name: str) -> bool:
+        """Whether ``cls`` derives from the LangChain class ``name`` (``False`` while not imported)."""
+        klass = self.classes.get(name)
+        return klass is not None and issubclass(cls, klass)
 
 
 class LangChainCall(Call):
-    """One LangChain call on the hook skeleton. Its ``opener`` (per wrapped method) opens the stage
-    with :func:`open_stage`, may name the objects whose lower-level calls feed it scores
-    (:meth:`listen`), and sets the ``finisher`` that turns the library's result into the stage's
-    outputs (run after the call returned, only while recording, never touching the result) and
-    the ``memo`` it reads. The suppression key is per (``site``, instance)."""
+    """One LangChain call on the hook skeleton: a subclass per component family opens its stage in
+    :meth:`open` (with :meth:`open_stage`), may name the objects whose lower-level calls feed it
+    scores (:meth:`listen`), and records the library's result in :meth:`after` (run only while
+    recording, never touching the result). The suppression key is per (``site``, instance)."""
 
-    def __init__(self, tracer: Any, site: str, opener: Opener, wrapped: Callable[..., Any], instance: Any,
-                 args: tuple, kwargs: dict) -> None:
-        super().__init__(tracer, wrapped, instance, args, kwargs)
-        self.site = site
-        self.opener = opener
+    site = "lc"
+
+    def __init__(self, shared: Shared, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> None:
+        super().__init__(shared.tracer, wrapped, instance, args, kwargs)
+        self.shared = shared
         self.sink: Sink | None = None
-        self.finisher: Callable[["LangChainCall", Any], None] | None = None
-        self.memo: dict[str, Any] = {}
-        self.chain: ChainRun | None = None
-        self._entered: list[contextlib.AbstractContextManager[Any]] = []
+        self._entered: list[contextlib.AbstractContextManager[Any]] | None = None
 
-    def open(self) -> Stage | None:
-        run = chain_run.get() if self.site == "lc.retriever" else None
-        # a retriever called straight under a chain's pipeline: what it returns is offered to the prompt
-        self.chain = run if run is not None and current_stage() is run.stage else None
-        self.opener(self)
-        return self.stage
+    def open_stage(self, kind: str, *, query: Any = None, top_k: Any = None, threshold: Any = None,
+                   score_kind: str | None = None) -> Stage:
+        """Start the stage (the component is the instance's ``module.Class``); knobs that are not
+        numbers are left out, a query that is text is recorded."""
+        s = self.new_stage(kind, top_k=_int_or_none(top_k), threshold=_float_or_none(threshold), score_kind=score_kind)
+        if s.recording and isinstance(query, str):
+            s.query(query)
+        return s
 
     def listen(self, feeds: Sequence[Any]) -> None:
         """Open a sink for what calls fed by ``feeds`` compute while this stage is open."""
@@ -119,48 +142,58 @@ class LangChainCall(Call):
             self.sink = Sink(s, feeds)
             self.set_var(_sink, self.sink)
 
+    def sunk(self, key: str) -> Any:
+        """What the calls beneath this stage dropped into its sink under ``key`` (``None``: nothing)."""
+        sink = self.sink
+        return sink.data.get(key) if sink is not None else None
+
     def enter(self, manager: contextlib.AbstractContextManager[Any]) -> None:
         """Hold ``manager`` open until the stage ends (e.g. faiss's ``row_ids`` around the search)."""
         manager.__enter__()
+        if self._entered is None:
+            self._entered = []
         self._entered.append(manager)
 
-    @property
-    def live(self) -> Stage:
-        """The stage a finisher records into: finishers run from :meth:`after`, which the hook
-        skeleton calls only once the stage is open and recording."""
-        s = self.stage
-        if s is None:  # pragma: no cover - after() never runs without a stage
-            raise RuntimeError("a LangChain finisher ran with no stage open")
-        return s
-
-    def after(self, s: Stage, result: Any) -> None:
-        if self.finisher is not None:
-            self.finisher(self, result)
-        if self.chain is not None and isinstance(result, list):
-            self.chain.offer(adapt_all(result))
-
     def cleanup(self) -> None:
-        while self._entered:
-            self._entered.pop().__exit__(None, None, None)
+        entered = self._entered
+        while entered:
+            entered.pop().__exit__(None, None, None)
 
 
-def run_sync(tracer: Any, site: str, opener: Opener, wrapped: Callable[..., Any], instance: Any, args: tuple,
-             kwargs: dict) -> Any:
-    return run(LangChainCall(tracer, site, opener, wrapped, instance, args, kwargs))
+C = TypeVar("C", bound=LangChainCall)
 
 
-async def run_async(tracer: Any, site: str, opener: Opener, wrapped: Callable[..., Awaitable[Any]], instance: Any,
-                    args: tuple, kwargs: dict) -> Any:
-    return await run_async_call(LangChainCall(tracer, site, opener, wrapped, instance, args, kwargs))
+@dataclass(frozen=True)
+class Family(Generic[C]):
+    """A LangChain class (by name) and the call that records its instances."""
+
+    base: str
+    call: type[C]
 
 
-def open_stage(call: LangChainCall, kind: str, comp: str, *, query: Any = None, top_k: Any = None,
-               threshold: Any = None, score_kind: str | None = None) -> Stage:
-    s = call.new_stage(kind, comp, top_k=_int_or_none(top_k), threshold=_float_or_none(threshold),
-                       score_kind=score_kind)
-    if s.recording and isinstance(query, str):
-        s.query(query)
-    return s
+class CallRegistry(Generic[C]):
+    """Which call records a component: the first family whose LangChain class the component's class
+    derives from (most specific first), else ``default`` (``None``: not a stage). Looked up once
+    per concrete class; a lookup that fails is counted and the call runs unrecorded."""
+
+    def __init__(self, shared: Shared, families: Sequence[Family[C]], default: type[C] | None) -> None:
+        self._shared = shared
+        self._families = tuple(families)
+        self._default = default
+        self._found: dict[type, type[C] | None] = {}
+
+    def call_for(self, cls: type) -> type[C] | None:
+        try:
+            return self._found[cls]
+        except KeyError:
+            pass
+        try:
+            found = next((f.call for f in self._families if self._shared.is_a(cls, f.base)), self._default)
+        except Exception as exc:  # pragma: no cover - a class whose subclass check raises
+            record_internal_error("langchain.registry", exc)
+            return None
+        self._found[cls] = found
+        return found
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -230,7 +263,7 @@ class _RunMemory:
 
 
 _memory_lock = threading.Lock()
-_memories: "weakref.WeakKeyDictionary[Any, _RunMemory]" = weakref.WeakKeyDictionary()
+_memories: weakref.WeakKeyDictionary[Any, _RunMemory] = weakref.WeakKeyDictionary()
 
 
 _shared: contextvars.ContextVar[_RunMemory | None] = contextvars.ContextVar("ragtrail_langchain_memory", default=None)

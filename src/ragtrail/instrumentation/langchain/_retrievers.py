@@ -18,24 +18,29 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.instrumentation._hook import argument, component_name
+from ragtrail.hooks import Args, Kwargs, argument, run, run_async
 from ragtrail.instrumentation.langchain._common import (
+    CallRegistry,
+    ChainRun,
+    Family,
     LangChainCall,
-    LazyPatcher,
+    Shared,
     adapt_all,
+    chain_run,
     feed,
-    open_stage,
-    run_async,
     metadata_scores,
-    run_sync,
     sink_for,
 )
 from ragtrail.recorder.candidates import hand_over
 from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.stage import Stage, current_stage
 
+_NOTHING: Mapping[str, Any] = MappingProxyType({})  # the data of a sink that was never opened
 # score kinds of ``similarity_search_with_score`` per store (class name); unknown stores: "none"
 _WITH_SCORE_KIND = {
     "InMemoryVectorStore": sc.SCORE_SIMILARITY,  # cosine similarity
@@ -68,7 +73,7 @@ def store_size(store: Any) -> tuple[int | None, Any]:
     return None, store
 
 
-def report_store(call: LangChainCall, s: Any, store: Any) -> None:
+def report_store(call: LangChainCall, s: Stage, store: Any) -> None:
     """The store's size (one store, one count, whichever stage reports it) and, for a FAISS store,
     its docstore ids for the nested faiss stage: one document, one id in both stages."""
     size, identity = store_size(store)
@@ -80,268 +85,398 @@ def report_store(call: LangChainCall, s: Any, store: Any) -> None:
         call.enter(row_ids(identity, mapping))
 
 
-class RetrieverWrappers:
-    """The wrappers, bound to the instrumentor's tracer and its lazy patcher."""
+# --- BaseRetriever.invoke / ainvoke: one call per retriever family ---------------------------------
+class RetrieverCall(LangChainCall):
+    """One ``invoke``/``ainvoke`` of a retriever; the family (a subclass) opens the stage in
+    :meth:`start` and records the result in :meth:`record`. What a retriever called straight under
+    a chain's pipeline returns is offered to the prompt (``_chains``)."""
 
-    def __init__(self, tracer: Any, patcher: LazyPatcher, classes: dict[str, type | None]) -> None:
-        self.tracer = tracer
-        self.patcher = patcher
-        self.classes = classes
-        self._profiles: dict[type, Callable[[LangChainCall, Any, str], None]] = {}
-        self.compressor_class_hook: Callable[[type], None] | None = None
+    site = "lc.retriever"
+    chain: ChainRun | None = None
 
-    # --- BaseRetriever.invoke / ainvoke ---------------------------------------------------------
-    def invoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run_sync(self.tracer, "lc.retriever", self._open_retriever, wrapped, instance, args, kwargs)
+    def open(self) -> Stage | None:
+        run = chain_run.get()
+        self.chain = run if run is not None and current_stage() is run.stage else None
+        return self.start(argument(self.args, self.kwargs, 0, "input"))
 
-    async def ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        return await run_async(self.tracer, "lc.retriever", self._open_retriever, wrapped, instance, args, kwargs)
+    def start(self, query: Any) -> Stage:  # pragma: no cover - abstract
+        raise NotImplementedError
 
-    def _open_retriever(self, call: LangChainCall) -> None:
-        query = argument(call.args, call.kwargs, 0, "input")
-        cls = type(call.instance)
-        profile = self._profiles.get(cls)
-        if profile is None:
-            profile = self._profile_for(cls)
-            self._profiles[cls] = profile
-        profile(call, query, component_name(call.instance))
+    def record(self, s: Stage, result: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
 
-    def _profile_for(self, cls: type) -> Callable[[LangChainCall, Any, str], None]:
-        def is_a(name: str) -> bool:
-            klass = self.classes.get(name)
-            return klass is not None and issubclass(cls, klass)
+    def after(self, s: Stage, result: Any) -> None:
+        self.record(s, result)
+        if self.chain is not None and isinstance(result, list):
+            self.chain.offer(adapt_all(result))
 
-        if is_a("EnsembleRetriever"):
-            return self._open_ensemble
-        if is_a("VectorStoreRetriever"):
-            return self._open_vectorstore_retriever
-        if is_a("BM25Retriever"):
-            return self._open_bm25
-        if is_a("MultiQueryRetriever"):
-            return self._open_multi_query
-        return self._open_generic
 
-    def _open_generic(self, call: LangChainCall, query: Any, comp: str) -> None:
-        instance = call.instance
+class AnyRetriever(RetrieverCall):
+    """A retriever of its own kind (a vendor's, the app's, a compression retriever): the scores it
+    left where LangChain libraries put them (:func:`metadata_scores`)."""
+
+    def start(self, query: Any) -> Stage:
+        instance = self.instance
         k = getattr(instance, "k", None)
         compressor = getattr(instance, "base_compressor", None)  # ContextualCompressionRetriever
-        if compressor is not None and self.compressor_class_hook is not None:
-            self.compressor_class_hook(type(compressor))
-        open_stage(call, sc.KIND_RETRIEVE, comp, query=query, top_k=k if isinstance(k, int) else None)
-        call.finisher = _outputs_with_metadata_scores
+        if compressor is not None:
+            self.shared.compressor_class(type(compressor))
+        return self.open_stage(sc.KIND_RETRIEVE, query=query, top_k=k if isinstance(k, int) else None)
 
-    def _open_multi_query(self, call: LangChainCall, query: Any, comp: str) -> None:
-        # a fuse stage: the inner retriever reads the index once per query variant (each its own
-        # retrieve stage on its own hop); this stage merges those results (unique_union)
-        open_stage(call, sc.KIND_FUSE, comp, query=query)
-        call.listen((call.instance,))
-        call.finisher = _finish_multi_query
+    def record(self, s: Stage, result: Any) -> None:
+        if not isinstance(result, (list, tuple)):
+            return outputs_as_is(s, result)
+        outputs = adapt_all(result)
+        metadata_scores(outputs, result)
+        s.outputs(hand_over(outputs))
 
-    def _open_bm25(self, call: LangChainCall, query: Any, comp: str) -> None:
-        instance = call.instance
-        s = open_stage(call, sc.KIND_RETRIEVE, comp, query=query, top_k=getattr(instance, "k", None),
-                       score_kind=sc.SCORE_BM25)
+
+class MultiQueryRetrieval(RetrieverCall):
+    """``MultiQueryRetriever``: a fuse stage. The inner retriever reads the index once per query
+    variant (each its own retrieve stage on its own hop); this stage merges those results
+    (``unique_union``)."""
+
+    def start(self, query: Any) -> Stage:
+        s = self.open_stage(sc.KIND_FUSE, query=query)
+        self.listen((self.instance,))
+        return s
+
+    def record(self, s: Stage, result: Any) -> None:
+        """The union of what every query variant found: each hit carries the hop of the variant whose
+        sub-retrieval found it first (recorded by those child stages), not the original question's."""
+        if not isinstance(result, list):
+            return outputs_as_is(s, result)
+        state = current_pipeline()
+        inner = self.sunk("inner")
+        if isinstance(inner, list):
+            # every inner hit, duplicates included: the recorder calls the surplus copies deduplicated
+            inputs = adapt_all(inner)
+            for candidate in inputs:
+                candidate.hop = state.candidate_hop(candidate.id) if state is not None else None
+            s.inputs(hand_over(inputs))
+        outputs = adapt_all(result)
+        for candidate in outputs:
+            candidate.hop = state.candidate_hop(candidate.id) if state is not None else None
+        s.outputs(hand_over(outputs))
+
+
+class BM25Retrieval(RetrieverCall):
+    """``BM25Retriever``: its scores come from the sink on ``rank_bm25``'s ``get_scores``."""
+
+    def start(self, query: Any) -> Stage:
+        instance = self.instance
+        s = self.open_stage(sc.KIND_RETRIEVE, query=query, top_k=getattr(instance, "k", None), score_kind=sc.SCORE_BM25)
         vectorizer = getattr(instance, "vectorizer", None)
         if s.recording:
             docs = getattr(instance, "docs", None)
             if isinstance(docs, list):
                 s.corpus_size(len(docs), store=instance)
             if vectorizer is not None:
-                self.patcher.ensure(type(vectorizer), "get_scores", self.bm25_get_scores)
-        call.listen((vectorizer,) if vectorizer is not None else ())
-        call.finisher = _finish_bm25
+                self.shared.patcher.ensure(type(vectorizer), "get_scores", bm25_get_scores)
+        self.listen((vectorizer,) if vectorizer is not None else ())
+        return s
 
-    def _open_vectorstore_retriever(self, call: LangChainCall, query: Any, comp: str) -> None:
-        instance = call.instance
+    def record(self, s: Stage, result: Any) -> None:
+        """BM25Retriever returns ``vectorizer.get_top_n`` without scores: the scores array rank_bm25
+        computed is in the sink; the top-n are re-derived with rank_bm25's own ``argsort`` and must be
+        exactly the returned objects, else the scores are left out (a finding, never a guess)."""
+        if not isinstance(result, list):
+            return outputs_as_is(s, result)
+        scores = self.sunk("bm25_scores")
+        docs = getattr(self.instance, "docs", None)
+        if scores is None or not isinstance(docs, list) or len(docs) != len(scores):
+            s.outputs(hand_over(adapt_all(result)))
+            return
+        import numpy as np
+
+        if result and not _may_lead(np, scores, docs, result[0]):
+            top: Any = ()  # the first document is none of the best-scored: no need to sort them all
+        else:
+            top = np.argsort(scores)[::-1][: len(result)]
+        if len(top) != len(result) or any(docs[i] is not doc for i, doc in zip(top, result)):
+            s.finding("BM25 scores could not be matched to the returned documents")
+            s.outputs(hand_over(adapt_all(result)))
+            return
+        s.outputs(_scored((doc, float(scores[i])) for i, doc in zip(top, result)))
+
+
+class VectorStoreRetrieval(RetrieverCall):
+    """``VectorStoreRetriever``: the store's own search feeds the scores (``similarity``), or the
+    relevance scores before and after ``score_threshold`` (``similarity_score_threshold``)."""
+
+    threshold: Any = None
+
+    def start(self, query: Any) -> Stage:
+        instance = self.instance
         search_kwargs = getattr(instance, "search_kwargs", None) or {}
         search_type = getattr(instance, "search_type", "similarity")
         store = getattr(instance, "vectorstore", None)
         threshold = search_kwargs.get("score_threshold") if search_type == "similarity_score_threshold" else None
         if search_type == "similarity_score_threshold":
-            score_kind = sc.SCORE_SIMILARITY
+            score_kind: str | None = sc.SCORE_SIMILARITY
         elif search_type == "similarity":
             score_kind = with_score_kind(store)
         else:
             score_kind = None
-        s = open_stage(call, sc.KIND_RETRIEVE, comp, query=query, top_k=search_kwargs.get("k", 4),
-                       threshold=threshold, score_kind=score_kind)
+        s = self.open_stage(sc.KIND_RETRIEVE, query=query, top_k=search_kwargs.get("k", 4), threshold=threshold,
+                            score_kind=score_kind)
         if s.recording and store is not None:
-            report_store(call, s, store)
-            self.ensure_store_class(type(store))
-        call.listen((store,) if store is not None else ())
-        call.finisher = _finish_vectorstore
-        call.memo["threshold"] = threshold
+            report_store(self, s, store)
+            self.shared.store_class(type(store))
+        self.listen((store,) if store is not None else ())
+        self.threshold = threshold
+        return s
 
-    # --- EnsembleRetriever: a fuse stage with recovered RRF scores ------------------------------
-    def ensemble_invoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        return run_sync(self.tracer, "lc.retriever", self._open_ensemble_call, wrapped, instance, args, kwargs)
+    def record(self, s: Stage, result: Any) -> None:
+        if not isinstance(result, list):
+            return outputs_as_is(s, result)
+        data = self.sink.data if self.sink is not None else _NOTHING
+        if "relevance" in data:
+            record_threshold(s, self.threshold, data.get("pre_threshold"), data["relevance"], result)
+            return
+        _scored_outputs(s, result, data.get("scored"))
 
-    async def ensemble_ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        return await run_async(self.tracer, "lc.retriever", self._open_ensemble_call, wrapped, instance, args, kwargs)
 
-    def _open_ensemble_call(self, call: LangChainCall) -> None:
-        self._open_ensemble(call, argument(call.args, call.kwargs, 0, "input"), component_name(call.instance))
+class EnsembleRetrieval(RetrieverCall):
+    """``EnsembleRetriever``: a fuse stage whose inputs are the union of the sub-retrievers' results
+    and whose outputs carry the weighted RRF scores LangChain computes but does not return."""
 
-    def _open_ensemble(self, call: LangChainCall, query: Any, comp: str) -> None:
-        open_stage(call, sc.KIND_FUSE, comp, query=query, score_kind=sc.SCORE_RRF)
-        call.listen((call.instance,))
-        call.finisher = _finish_ensemble
+    def start(self, query: Any) -> Stage:
+        s = self.open_stage(sc.KIND_FUSE, query=query, score_kind=sc.SCORE_RRF)
+        self.listen((self.instance,))
+        return s
 
-    def weighted_reciprocal_rank(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        result = wrapped(*args, **kwargs)
-        if sink_for(instance) is not None:
-            doc_lists = argument(args, kwargs, 0, "doc_lists")
-            feed(instance, "rrf", ([list(docs) for docs in doc_lists], result))
-        return result
+    def record(self, s: Stage, result: Any) -> None:
+        if not isinstance(result, list):
+            return outputs_as_is(s, result)
+        captured = self.sunk("rrf")
+        if captured is None:
+            s.outputs(result)
+            return
+        doc_lists, fused = captured
+        instance = self.instance
+        # inputs: the union of the sub-retrievers' results (by ragtrail identity, first seen first)
+        union = []
+        seen: set[str] = set()
+        for docs in doc_lists:
+            for candidate in adapt_all(docs):
+                if candidate.id not in seen:
+                    seen.add(candidate.id)
+                    union.append(candidate)
+        s.inputs(hand_over(union))
+        scores = _rrf_scores(instance, doc_lists)
+        if scores is None or fused is not result:
+            s.finding("RRF scores could not be recomputed for this EnsembleRetriever")
+            s.outputs(result)
+            return
+        key = _rrf_key(instance)
+        fused_scores = [scores[key(doc)] for doc in result]
+        if any(a < b for a, b in zip(fused_scores, fused_scores[1:])):
+            s.finding("recomputed RRF scores disagree with the fused order: scores left out")
+            s.outputs(result)
+            return
+        s.outputs(_scored(zip(result, fused_scores)))
 
-    # --- MultiQueryRetriever: query hops, and the merged inner results -----------------------
-    def retrieve_documents(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        result = wrapped(*args, **kwargs)
-        feed(instance, "inner", result)
-        return result
 
-    async def aretrieve_documents(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        result = await wrapped(*args, **kwargs)
-        feed(instance, "inner", result)
-        return result
+# most specific first: a retriever of none of these is AnyRetriever
+RETRIEVERS: tuple[Family[RetrieverCall], ...] = (
+    Family("EnsembleRetriever", EnsembleRetrieval),
+    Family("VectorStoreRetriever", VectorStoreRetrieval),
+    Family("BM25Retriever", BM25Retrieval),
+    Family("MultiQueryRetriever", MultiQueryRetrieval),
+)
 
-    def generate_queries(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        question = argument(args, kwargs, 0, "question")
+
+# --- MultiQueryRetriever.generate_queries called on its own: query hops ----------------------------
+class QueryGeneration(LangChainCall):
+    """``generate_queries``/``agenerate_queries`` outside a multi-query retrieval: a
+    ``query_transform`` stage whose outputs are ``multi_query`` hops."""
+
+    site = "lc.mq"
+
+    def open(self) -> Stage:
+        self.question = argument(self.args, self.kwargs, 0, "question")
+        return self.open_stage(sc.KIND_QUERY_TRANSFORM, query=self.question)
+
+    def after(self, s: Stage, result: Any) -> None:
+        _add_variants(s, self.question, result)
+
+
+# --- VectorStore searches called directly: a retrieve stage of their own ---------------------------
+class ScoredSearch(LangChainCall):
+    """``similarity_search_with_score``: the store's own scores, of the kind the store computes."""
+
+    site = "lc.vs"
+
+    def open(self) -> Stage:
+        instance, args, kwargs = self.instance, self.args, self.kwargs
+        s = self.open_stage(sc.KIND_RETRIEVE, query=argument(args, kwargs, 0, "query"),
+                            top_k=argument(args, kwargs, 1, "k", default=4), score_kind=with_score_kind(instance))
+        if s.recording:
+            report_store(self, s, instance)
+        self.listen((instance,))
+        return s
+
+    def after(self, s: Stage, result: Any) -> None:
+        outputs_as_is(s, result)
+
+
+class RelevanceSearch(LangChainCall):
+    """``similarity_search_with_relevance_scores``: every hit ``score_threshold`` removed is an
+    exclusion (the pre-threshold hits come from the sink)."""
+
+    site = "lc.vs"
+
+    def open(self) -> Stage:
+        instance, args, kwargs = self.instance, self.args, self.kwargs
+        threshold = kwargs.get("score_threshold")
+        s = self.open_stage(sc.KIND_RETRIEVE, query=argument(args, kwargs, 0, "query"),
+                            top_k=argument(args, kwargs, 1, "k", default=4), threshold=threshold,
+                            score_kind=sc.SCORE_SIMILARITY)
+        if s.recording:
+            report_store(self, s, instance)
+            self.shared.store_class(type(instance))
+        self.listen((instance,))
+        self.threshold = threshold
+        return s
+
+    def after(self, s: Stage, result: Any) -> None:
+        if not isinstance(result, list):
+            return outputs_as_is(s, result)
+        record_threshold(s, self.threshold, self.sunk("pre_threshold"), result, None)
+
+
+# --- the wrappers ------------------------------------------------------------------------------------
+class RetrieverWrappers:
+    """The wrapt wrappers of the retrieval side, bound to one ``instrument()``'s :class:`Shared`."""
+
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self.families = CallRegistry(shared, RETRIEVERS, AnyRetriever)
+
+    def invoke(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        family = self.families.call_for(type(instance))
+        if family is None:  # pragma: no cover - every retriever has a family
+            return wrapped(*args, **kwargs)
+        return run(family(self.shared, wrapped, instance, args, kwargs))
+
+    async def ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        family = self.families.call_for(type(instance))
+        if family is None:  # pragma: no cover - every retriever has a family
+            return await wrapped(*args, **kwargs)
+        return await run_async(family(self.shared, wrapped, instance, args, kwargs))
+
+    def ensemble_invoke(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        return run(EnsembleRetrieval(self.shared, wrapped, instance, args, kwargs))
+
+    async def ensemble_ainvoke(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        return await run_async(EnsembleRetrieval(self.shared, wrapped, instance, args, kwargs))
+
+    def generate_queries(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         sink = sink_for(instance)
-        if sink is not None:
+        if sink is not None:  # inside the multi-query retrieval: hops on its stage
             result = wrapped(*args, **kwargs)
-            _add_variants(sink.stage, question, result)
+            _add_variants(sink.stage, argument(args, kwargs, 0, "question"), result)
             return result
-        return run_sync(self.tracer, "lc.mq", self._open_transform, wrapped, instance, args, kwargs)
+        return run(QueryGeneration(self.shared, wrapped, instance, args, kwargs))
 
-    async def agenerate_queries(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        question = argument(args, kwargs, 0, "question")
+    async def agenerate_queries(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         sink = sink_for(instance)
         if sink is not None:
             result = await wrapped(*args, **kwargs)
-            _add_variants(sink.stage, question, result)
+            _add_variants(sink.stage, argument(args, kwargs, 0, "question"), result)
             return result
-        return await run_async(self.tracer, "lc.mq", self._open_transform, wrapped, instance, args, kwargs)
+        return await run_async(QueryGeneration(self.shared, wrapped, instance, args, kwargs))
 
-    def _open_transform(self, call: LangChainCall) -> None:
-        question = argument(call.args, call.kwargs, 0, "question")
-        open_stage(call, sc.KIND_QUERY_TRANSFORM, component_name(call.instance), query=question)
-        call.finisher = lambda c, result: _add_variants(c.stage, question, result)
-
-    # --- score producers feeding sinks ----------------------------------------------------------
-    def bm25_get_scores(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        result = wrapped(*args, **kwargs)
-        feed(instance, "bm25_scores", result)
-        return result
-
-    # --- vector stores ----------------------------------------------------------------------------
     def ensure_store_class(self, cls: type) -> None:
         """Patch a vector-store class met at run time (the eager pass only sees classes imported
         before ``instrument()``)."""
-        base = self.classes.get("VectorStore")
+        base = self.shared.classes.get("VectorStore")
         skip = (base,) if base is not None else ()
-        self.patcher.ensure(cls, "similarity_search_with_score", self.similarity_search_with_score, skip=skip)
-        self.patcher.ensure(cls, "asimilarity_search_with_score", self.asimilarity_search_with_score)
-        self.patcher.ensure(cls, "_similarity_search_with_relevance_scores", self.pre_threshold)
-        self.patcher.ensure(cls, "_asimilarity_search_with_relevance_scores", self.apre_threshold)
-        self.patcher.ensure(cls, "similarity_search_with_relevance_scores", self.similarity_search_with_relevance_scores)
-        self.patcher.ensure(cls, "asimilarity_search_with_relevance_scores", self.asimilarity_search_with_relevance_scores)
+        ensure = self.shared.patcher.ensure
+        ensure(cls, "similarity_search_with_score", self.similarity_search_with_score, skip=skip)
+        ensure(cls, "asimilarity_search_with_score", self.asimilarity_search_with_score)
+        ensure(cls, "_similarity_search_with_relevance_scores", pre_threshold)
+        ensure(cls, "_asimilarity_search_with_relevance_scores", apre_threshold)
+        ensure(cls, "similarity_search_with_relevance_scores", self.similarity_search_with_relevance_scores)
+        ensure(cls, "asimilarity_search_with_relevance_scores", self.asimilarity_search_with_relevance_scores)
 
-    def similarity_search_with_score(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        if sink_for(instance) is not None:
+    def similarity_search_with_score(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        if sink_for(instance) is not None:  # under a retriever: only feeds it scores
             result = wrapped(*args, **kwargs)
             feed(instance, "scored", result)
             return result
-        return run_sync(self.tracer, "lc.vs", self._open_with_score, wrapped, instance, args, kwargs)
+        return run(ScoredSearch(self.shared, wrapped, instance, args, kwargs))
 
-    async def asimilarity_search_with_score(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    async def asimilarity_search_with_score(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         if sink_for(instance) is not None:
             result = await wrapped(*args, **kwargs)
             feed(instance, "scored", result)
             return result
-        return await run_async(self.tracer, "lc.vs", self._open_with_score, wrapped, instance, args, kwargs)
+        return await run_async(ScoredSearch(self.shared, wrapped, instance, args, kwargs))
 
-    def _open_with_score(self, call: LangChainCall) -> None:
-        instance, args, kwargs = call.instance, call.args, call.kwargs
-        s = open_stage(call, sc.KIND_RETRIEVE, component_name(instance), query=argument(args, kwargs, 0, "query"),
-                       top_k=argument(args, kwargs, 1, "k", default=4), score_kind=with_score_kind(instance))
-        if s.recording:
-            report_store(call, s, instance)
-        call.listen((instance,))
-        call.finisher = _outputs_as_is
-
-    def pre_threshold(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        result = wrapped(*args, **kwargs)
-        feed(instance, "pre_threshold", result)
-        return result
-
-    async def apre_threshold(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        result = await wrapped(*args, **kwargs)
-        feed(instance, "pre_threshold", result)
-        return result
-
-    def similarity_search_with_relevance_scores(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    def similarity_search_with_relevance_scores(self, wrapped: Callable[..., Any], instance: Any, args: Args,
+                                                kwargs: Kwargs) -> Any:
         if sink_for(instance) is not None:
             result = wrapped(*args, **kwargs)
             feed(instance, "relevance", result)
             return result
-        return run_sync(self.tracer, "lc.vs", self._open_relevance, wrapped, instance, args, kwargs)
+        return run(RelevanceSearch(self.shared, wrapped, instance, args, kwargs))
 
-    async def asimilarity_search_with_relevance_scores(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    async def asimilarity_search_with_relevance_scores(self, wrapped: Callable[..., Any], instance: Any, args: Args,
+                                                       kwargs: Kwargs) -> Any:
         if sink_for(instance) is not None:
             result = await wrapped(*args, **kwargs)
             feed(instance, "relevance", result)
             return result
-        return await run_async(self.tracer, "lc.vs", self._open_relevance, wrapped, instance, args, kwargs)
-
-    def _open_relevance(self, call: LangChainCall) -> None:
-        instance, args, kwargs = call.instance, call.args, call.kwargs
-        threshold = kwargs.get("score_threshold")
-        s = open_stage(call, sc.KIND_RETRIEVE, component_name(instance), query=argument(args, kwargs, 0, "query"),
-                       top_k=argument(args, kwargs, 1, "k", default=4), threshold=threshold, score_kind=sc.SCORE_SIMILARITY)
-        if s.recording:
-            report_store(call, s, instance)
-            self.ensure_store_class(type(instance))
-        call.listen((instance,))
-        call.finisher = _finish_relevance
-        call.memo["threshold"] = threshold
+        return await run_async(RelevanceSearch(self.shared, wrapped, instance, args, kwargs))
 
 
-# --- finishers ------------------------------------------------------------------------------------
-def _outputs_as_is(call: LangChainCall, result: Any) -> None:
+# --- score producers feeding sinks (no stage of their own) ------------------------------------------
+def weighted_reciprocal_rank(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    result = wrapped(*args, **kwargs)
+    if sink_for(instance) is not None:
+        doc_lists = argument(args, kwargs, 0, "doc_lists")
+        feed(instance, "rrf", ([list(docs) for docs in doc_lists], result))
+    return result
+
+
+def retrieve_documents(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    result = wrapped(*args, **kwargs)
+    feed(instance, "inner", result)
+    return result
+
+
+async def aretrieve_documents(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    result = await wrapped(*args, **kwargs)
+    feed(instance, "inner", result)
+    return result
+
+
+def bm25_get_scores(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    result = wrapped(*args, **kwargs)
+    feed(instance, "bm25_scores", result)
+    return result
+
+
+def pre_threshold(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    result = wrapped(*args, **kwargs)
+    feed(instance, "pre_threshold", result)
+    return result
+
+
+async def apre_threshold(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    result = await wrapped(*args, **kwargs)
+    feed(instance, "pre_threshold", result)
+    return result
+
+
+# --- recording helpers ----------------------------------------------------------------------------
+def outputs_as_is(s: Stage, result: Any) -> None:
     if isinstance(result, (list, tuple)):
-        call.live.outputs(hand_over(adapt_all(result)))
+        s.outputs(hand_over(adapt_all(result)))
     else:
-        call.live.finding(f"retriever returned a {type(result).__name__}, not a list")
-
-
-def _outputs_with_metadata_scores(call: LangChainCall, result: Any) -> None:
-    """A retriever of its own kind (a vendor's, the app's, a compression retriever): the scores it
-    left where LangChain libraries put them (:func:`metadata_scores`)."""
-    if not isinstance(result, (list, tuple)):
-        return _outputs_as_is(call, result)
-    outputs = adapt_all(result)
-    metadata_scores(outputs, result)
-    call.live.outputs(hand_over(outputs))
-
-
-def _finish_multi_query(call: LangChainCall, result: Any) -> None:
-    """The union of what every query variant found: each hit carries the hop of the variant whose
-    sub-retrieval found it first (recorded by those child stages), not the original question's."""
-    if not isinstance(result, list):
-        return _outputs_as_is(call, result)
-    state = current_pipeline()
-    inner = call.sink.data.get("inner") if call.sink is not None else None
-    if isinstance(inner, list):
-        # every inner hit, duplicates included: the recorder calls the surplus copies deduplicated
-        inputs = adapt_all(inner)
-        for candidate in inputs:
-            candidate.hop = state.candidate_hop(candidate.id) if state is not None else None
-        call.live.inputs(hand_over(inputs))
-    outputs = adapt_all(result)
-    for candidate in outputs:
-        candidate.hop = state.candidate_hop(candidate.id) if state is not None else None
-    call.live.outputs(hand_over(outputs))
+        s.finding(f"retriever returned a {type(result).__name__}, not a list")
 
 
 def _scored(pairs: Any) -> list[Any]:
@@ -353,66 +488,24 @@ def _scored(pairs: Any) -> list[Any]:
     return hand_over(out)  # each list is handed to one stage call, unchanged after
 
 
-def _scored_outputs(call: LangChainCall, result: list, scored: Any) -> None:
+def _scored_outputs(s: Stage, result: list[Any], scored: Any) -> None:
     """Pair each returned Document with the score computed for that very object."""
     by_object = {id(doc): score for doc, score in scored} if isinstance(scored, list) else {}
-    call.live.outputs(_scored((doc, by_object.get(id(doc))) for doc in result))
+    s.outputs(_scored((doc, by_object.get(id(doc))) for doc in result))
 
 
-def _finish_vectorstore(call: LangChainCall, result: Any) -> None:
-    if not isinstance(result, list):
-        return _outputs_as_is(call, result)
-    data = call.sink.data if call.sink is not None else {}
-    if "relevance" in data:
-        _record_threshold(call, data.get("pre_threshold"), data["relevance"], result)
-        return
-    _scored_outputs(call, result, data.get("scored"))
-
-
-def _finish_relevance(call: LangChainCall, result: Any) -> None:
-    if not isinstance(result, list):
-        return _outputs_as_is(call, result)
-    data = call.sink.data if call.sink is not None else {}
-    _record_threshold(call, data.get("pre_threshold"), result, None)
-
-
-def _record_threshold(call: LangChainCall, pre: Any, post: list, docs: list | None) -> None:
+def record_threshold(s: Stage, threshold: Any, pre: Any, post: list[Any], docs: list[Any] | None) -> None:
     """Relevance search: the pre-threshold hits are the stage's inputs, so every hit the threshold
     removed is an exclusion (``below_score_threshold`` with its score)."""
-    s = call.live
-    if isinstance(pre, list) and call.memo.get("threshold") is not None:
+    if isinstance(pre, list) and threshold is not None:
         s.inputs(_scored(pre), score_kind=sc.SCORE_SIMILARITY)
     if docs is None:
         s.outputs(_scored(post))
     else:
-        _scored_outputs(call, docs, post)
+        _scored_outputs(s, docs, post)
 
 
-def _finish_bm25(call: LangChainCall, result: Any) -> None:
-    """BM25Retriever returns ``vectorizer.get_top_n`` without scores: the scores array rank_bm25
-    computed is in the sink; the top-n are re-derived with rank_bm25's own ``argsort`` and must be
-    exactly the returned objects, else the scores are left out (a finding, never a guess)."""
-    if not isinstance(result, list):
-        return _outputs_as_is(call, result)
-    scores = call.sink.data.get("bm25_scores") if call.sink is not None else None
-    docs = getattr(call.instance, "docs", None)
-    if scores is None or not isinstance(docs, list) or len(docs) != len(scores):
-        call.live.outputs(hand_over(adapt_all(result)))
-        return
-    import numpy as np
-
-    if result and not _may_lead(np, scores, docs, result[0]):
-        top: Any = ()  # the first document is none of the best-scored: no need to sort them all
-    else:
-        top = np.argsort(scores)[::-1][: len(result)]
-    if len(top) != len(result) or any(docs[i] is not doc for i, doc in zip(top, result)):
-        call.live.finding("BM25 scores could not be matched to the returned documents")
-        call.live.outputs(hand_over(adapt_all(result)))
-        return
-    call.live.outputs(_scored((doc, float(scores[i])) for i, doc in zip(top, result)))
-
-
-def _may_lead(np: Any, scores: Any, docs: list, first: Any) -> bool:
+def _may_lead(np: Any, scores: Any, docs: list[Any], first: Any) -> bool:
     """False only when ``first`` is certainly not where ``argsort(scores)[::-1]`` puts first: it
     is none of the documents holding the highest score (a NaN or an odd array: not decided here)."""
     try:
@@ -423,39 +516,6 @@ def _may_lead(np: Any, scores: Any, docs: list, first: Any) -> bool:
     except Exception:
         return True
     return len(best) == 0 or any(docs[i] is first for i in best)
-
-
-def _finish_ensemble(call: LangChainCall, result: Any) -> None:
-    s = call.live
-    if not isinstance(result, list):
-        return _outputs_as_is(call, result)
-    captured = call.sink.data.get("rrf") if call.sink is not None else None
-    if captured is None:
-        s.outputs(result)
-        return
-    doc_lists, fused = captured
-    instance = call.instance
-    # inputs: the union of the sub-retrievers' results (by ragtrail identity, first seen first)
-    union = []
-    seen: set[str] = set()
-    for docs in doc_lists:
-        for candidate in adapt_all(docs):
-            if candidate.id not in seen:
-                seen.add(candidate.id)
-                union.append(candidate)
-    s.inputs(hand_over(union))
-    scores = _rrf_scores(instance, doc_lists)
-    if scores is None or fused is not result:
-        s.finding("RRF scores could not be recomputed for this EnsembleRetriever")
-        s.outputs(result)
-        return
-    key = _rrf_key(instance)
-    fused_scores = [scores[key(doc)] for doc in result]
-    if any(a < b for a, b in zip(fused_scores, fused_scores[1:])):
-        s.finding("recomputed RRF scores disagree with the fused order: scores left out")
-        s.outputs(result)
-        return
-    s.outputs(_scored(zip(result, fused_scores)))
 
 
 def _rrf_key(instance: Any) -> Callable[[Any], Any]:
@@ -494,4 +554,8 @@ def _add_variants(s: Any, question: Any, result: Any) -> None:
             s.add_query_variant(text, transform=sc.TRANSFORM_MULTI_QUERY)
 
 
-__all__ = ["RetrieverWrappers"]
+__all__ = [
+    "RETRIEVERS", "AnyRetriever", "BM25Retrieval", "EnsembleRetrieval", "MultiQueryRetrieval", "QueryGeneration",
+    "RelevanceSearch", "RetrieverCall", "RetrieverWrappers", "ScoredSearch", "VectorStoreRetrieval", "aretrieve_documents",
+    "apre_threshold", "bm25_get_scores", "pre_threshold", "retrieve_documents", "weighted_reciprocal_rank",
+]

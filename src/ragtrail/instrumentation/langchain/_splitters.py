@@ -20,65 +20,100 @@ a retrieval step and records nothing.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.instrumentation._hook import argument, component_name
-from ragtrail.instrumentation.langchain._common import (
-    LangChainCall,
-    LazyPatcher,
-    adapt_all,
-    open_stage,
-    remember_identity,
-    run_async,
-    run_sync,
-    sink_for,
-)
+from ragtrail.hooks import Args, Kwargs, argument, run, run_async
+from ragtrail.instrumentation.langchain._common import LangChainCall, Shared, adapt_all, remember_identity, sink_for
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.pipeline import current_pipeline
+from ragtrail.recorder.stage import Stage
 
 REASON_NO_CHUNKS = "custom:no_chunks"
 
 
-class SplitterWrappers:
-    def __init__(self, tracer: Any, patcher: LazyPatcher) -> None:
-        self.tracer = tracer
-        self.patcher = patcher
+class SplitCall(LangChainCall):
+    """One ``transform_documents`` of a text splitter inside a retrieval: a ``split`` stage that
+    listens to its own ``split_text`` calls to pair each chunk with the document it was cut from."""
 
-    def transform(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        if current_pipeline() is None:
-            return wrapped(*args, **kwargs)
-        return run_sync(self.tracer, "lc.split", self._open, wrapped, instance, args, kwargs)
+    site = "lc.split"
+    inputs: list[Candidate] | None = None
 
-    async def atransform(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        if current_pipeline() is None:
-            return await wrapped(*args, **kwargs)
-        return await run_async(self.tracer, "lc.split", self._open, wrapped, instance, args, kwargs)
-
-    def split_text(self, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        result = wrapped(*args, **kwargs)
-        sink = sink_for(instance)
-        if sink is not None:
-            sink.data.setdefault("splits", []).append((argument(args, kwargs, 0, "text"), result))
-        return result
-
-    def _open(self, call: LangChainCall) -> None:
-        documents = argument(call.args, call.kwargs, 0, "documents")
-        s = open_stage(call, sc.KIND_SPLIT, component_name(call.instance))
+    def open(self) -> Stage:
+        documents = argument(self.args, self.kwargs, 0, "documents")
+        s = self.open_stage(sc.KIND_SPLIT)
         if not s.recording:
-            return
-        self.patcher.ensure(type(call.instance), "split_text", self.split_text)
-        call.listen((call.instance,))
-        call.finisher = _finish_split
+            return s
+        self.shared.patcher.ensure(type(self.instance), "split_text", split_text)
+        self.listen((self.instance,))
         if isinstance(documents, (list, tuple)):
             inputs = adapt_all(documents)
             s.inputs(inputs)
-            call.memo["inputs"] = inputs
+            self.inputs = inputs
         else:
             s.finding(f"documents are a {type(documents).__name__}, not a list: not snapshotted")
+        return s
+
+    def after(self, s: Stage, result: Any) -> None:
+        if not isinstance(result, (list, tuple)):
+            s.finding(f"splitter returned a {type(result).__name__}, not a list")
+            return
+        result = list(result)
+        chunks = adapt_all(result)
+        inputs = self.inputs
+        splits = self.sunk("splits")
+        if inputs is None or splits is None or not _paired(inputs, splits, result):
+            s.finding("chunks could not be paired with the documents they were cut from: recorded without derived_from")
+            s.outputs(chunks)
+            return
+        state = current_pipeline()
+        position = 0
+        for parent, (_, texts) in zip(inputs, splits):
+            if not texts:
+                s.exclude(parent, REASON_NO_CHUNKS, "the splitter cut no chunk from it")
+                continue
+            hop = state.candidate_hop(parent.id) if state is not None else None
+            for n in range(len(texts)):
+                chunk = chunks[position]
+                position += 1
+                chunk.id = parent.id if n == 0 else f"{parent.id}#{n}"
+                chunk.hop = hop
+                if parent.receipt is not None and chunk.receipt is not None and chunk.receipt.sha256 != parent.receipt.sha256:
+                    chunk.transform_rule = sc.RULE_SPLIT
+                    chunk.derived_from = parent.receipt.sha256
+                remember_identity(chunk)
+        s.outputs(chunks)
 
 
-def _paired(inputs: list[Candidate], splits: Any, result: list) -> bool:
+class SplitterWrappers:
+    """The wrapt wrappers of the text splitters, bound to one ``instrument()``'s :class:`Shared`:
+    a split records only inside a retrieval (a ragtrail pipeline is open)."""
+
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+
+    def transform(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        if current_pipeline() is None:
+            return wrapped(*args, **kwargs)
+        return run(SplitCall(self.shared, wrapped, instance, args, kwargs))
+
+    async def atransform(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        if current_pipeline() is None:
+            return await wrapped(*args, **kwargs)
+        return await run_async(SplitCall(self.shared, wrapped, instance, args, kwargs))
+
+
+def split_text(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """Around a splitter's ``split_text`` under its split stage: each (text, chunks) into the sink."""
+    result = wrapped(*args, **kwargs)
+    sink = sink_for(instance)
+    if sink is not None:
+        sink.data.setdefault("splits", []).append((argument(args, kwargs, 0, "text"), result))
+    return result
+
+
+def _paired(inputs: list[Candidate], splits: Any, result: list[Any]) -> bool:
     """Whether the observed ``split_text`` calls are exactly the documents given, in order, and
     their chunks exactly the returned Documents' texts."""
     if not isinstance(splits, list) or len(splits) != len(inputs):
@@ -91,38 +126,4 @@ def _paired(inputs: list[Candidate], splits: Any, result: list) -> bool:
     return all(getattr(doc, "page_content", None) == text for doc, text in zip(result, chunks))
 
 
-def _finish_split(call: LangChainCall, result: Any) -> None:
-    s = call.stage
-    if s is None:
-        return
-    if not isinstance(result, (list, tuple)):
-        s.finding(f"splitter returned a {type(result).__name__}, not a list")
-        return
-    result = list(result)
-    chunks = adapt_all(result)
-    inputs: list[Candidate] | None = call.memo.get("inputs")
-    splits = call.sink.data.get("splits") if call.sink is not None else None
-    if inputs is None or splits is None or not _paired(inputs, splits, result):
-        s.finding("chunks could not be paired with the documents they were cut from: recorded without derived_from")
-        s.outputs(chunks)
-        return
-    state = current_pipeline()
-    position = 0
-    for parent, (_, texts) in zip(inputs, splits):
-        if not texts:
-            s.exclude(parent, REASON_NO_CHUNKS, "the splitter cut no chunk from it")
-            continue
-        hop = state.candidate_hop(parent.id) if state is not None else None
-        for n in range(len(texts)):
-            chunk = chunks[position]
-            position += 1
-            chunk.id = parent.id if n == 0 else f"{parent.id}#{n}"
-            chunk.hop = hop
-            if parent.receipt is not None and chunk.receipt is not None and chunk.receipt.sha256 != parent.receipt.sha256:
-                chunk.transform_rule = sc.RULE_SPLIT
-                chunk.derived_from = parent.receipt.sha256
-            remember_identity(chunk)
-    s.outputs(chunks)
-
-
-__all__ = ["SplitterWrappers"]
+__all__ = ["SplitCall", "SplitterWrappers", "split_text"]

@@ -23,11 +23,11 @@ application imports ``llama_index.core`` (at once when it already has).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection
+from collections.abc import Callable, Collection
+from typing import Any
 
+from ragtrail.hooks import async_wrapper, sync_wrapper
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-
-from ragtrail.instrumentation._hook import async_wrapper, sync_wrapper
 
 __all__ = ["LlamaIndexInstrumentor"]
 
@@ -74,8 +74,7 @@ class LlamaIndexInstrumentor(RagtrailInstrumentor):
         from ._nodes import adapt_node, adapt_node_with_score
         from ._postprocess import PostprocessCall, selection_hook
         from ._retrieve import CondenseCall, FusionQueriesCall, QueryTransformCall, RetrieveCall, fusion_hook
-        from ._synthesis import (ChatCall, QueryEngineCall, RepackCall, SynthesizeCall, TruncateCall,
-                                 available_context_hook)
+        from ._synthesis import ChatCall, QueryEngineCall, RepackCall, SynthesizeCall, TruncateCall, available_context_hook
 
         self.register_adapter(NodeWithScore, adapt_node_with_score)
         self.register_adapter(BaseNode, adapt_node)

@@ -1,5 +1,5 @@
 """How every LlamaIndex wrapper runs its call: one :class:`LlamaCall` per wrapped invocation, on the
-one hook skeleton (:mod:`ragtrail.instrumentation._hook`).
+one hook skeleton (:mod:`ragtrail.hooks`).
 
 A call opens the stage and snapshots what the call was given *before* the library runs (some
 LlamaIndex components rescore and reorder their input in place), then records the result after it.
@@ -9,12 +9,12 @@ another wrapped public method of *itself* (``aretrieve`` falling back on ``retri
 calling ``super()``) records once, while a different component called inside it (the sub-retrievers
 of a fusion retriever, a nested query engine) still gets its own span. While it records, a call is
 found by the hooks inside it (fusion input, LLM rerank choices, the nodes a synthesizer turns into
-text chunks) through :func:`ragtrail.instrumentation._hook.active_call`.
+text chunks) through :func:`ragtrail.hooks.active_call`.
 """
 
 from __future__ import annotations
 
-from ragtrail.instrumentation._hook import Call
+from ragtrail.hooks import Call
 
 __all__ = ["LlamaCall"]
 

@@ -21,13 +21,14 @@ knobs (:data:`POLICIES`, resolved along the MRO by class name so subclasses inhe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import adapt, hand_over, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, receipt
-from ragtrail.instrumentation._hook import active_call, argument
+from ragtrail.hooks import Args, Kwargs, active_call, argument
+from ragtrail.recorder.candidates import adapt, hand_over, is_candidate_list
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall
@@ -53,7 +54,7 @@ def _excluded(inputs: list[Snap], outputs: list[Any]) -> list[Snap]:
     return [c for c in inputs if c.id not in kept]
 
 
-def _similarity(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
+def _similarity(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
     # numeric scores are explained by the recorder from the threshold; a missing score is said here
     cutoff = getattr(call.instance, "similarity_cutoff", None)
     if cutoff is None:
@@ -63,7 +64,7 @@ def _similarity(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: 
             s.exclude(candidate.id, sc.REASON_BELOW_SCORE_THRESHOLD, f"score=None, threshold={cutoff:g}")
 
 
-def _keywords(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
+def _keywords(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
     """KeywordNodePostprocessor filters on the node's content, not its metadata: the reason says
     which rule fired (an exclude keyword the text contains, or none of the required ones), judged
     on the content snapshot taken before the call; when neither can be seen in the text (spaCy's
@@ -84,7 +85,7 @@ def _keywords(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: li
                       f"required_keywords={required} exclude_keywords={excluded}")
 
 
-def _by_class_name(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
+def _by_class_name(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
     detail = f"filtered by {type(call.instance).__name__}"
     for candidate in _excluded(inputs, outputs):
         s.exclude(candidate.id, sc.REASON_FILTERED_BY_METADATA, detail)
@@ -94,7 +95,7 @@ def _meta(metadata: Any, key: str) -> Any:
     return metadata.get(key) if isinstance(metadata, dict) else None
 
 
-def _recency(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
+def _recency(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
     inst = call.instance
     key = getattr(inst, "date_key", "date")
     top_k = getattr(inst, "top_k", None)
@@ -104,7 +105,7 @@ def _recency(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: lis
                   f"{key}={_meta(candidate.metadata, key)} older than the {top_k} most recent kept (oldest kept {key}={oldest_kept})")
 
 
-def _embedding_recency(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
+def _embedding_recency(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
     inst = call.instance
     key = getattr(inst, "date_key", "date")
     cutoff = getattr(inst, "similarity_cutoff", None)
@@ -113,7 +114,7 @@ def _embedding_recency(call: "PostprocessCall", s: Stage, inputs: list[Snap], ou
                   f"{key}={_meta(candidate.metadata, key)}: embedding similarity > {cutoff} to a more recent node")
 
 
-def _llm_choice(call: "PostprocessCall", s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
+def _llm_choice(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
     if call.selected is None:
         return
     top_n = getattr(call.instance, "top_n", None)
@@ -247,7 +248,7 @@ class PostprocessCall(LlamaCall):
         return out
 
 
-def selection_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def selection_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """Around an LLM reranker's per-batch parse: remember which nodes the LLM chose at all, so a node
     cut by ``top_n`` is told apart from one the LLM never picked."""
     result = wrapped(*args, **kwargs)

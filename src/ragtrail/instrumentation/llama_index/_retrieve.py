@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
-from ragtrail.instrumentation._vectorstore import filter_json
 from ragtrail.contract.receipts import receipt
+from ragtrail.hooks import Args, Kwargs, active_call, argument
+from ragtrail.instrumentation._vectorstore import filter_json
+from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.instrumentation._hook import active_call, argument
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall
@@ -162,7 +162,7 @@ class RetrieveCall(LlamaCall):
             s.outputs(result)
 
 
-def fusion_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def fusion_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """Around ``QueryFusionRetriever._*_fusion(results)``: snapshot the per-query results as the
     fuse stage's inputs, then run the fusion untouched."""
     call = active_call(instance)

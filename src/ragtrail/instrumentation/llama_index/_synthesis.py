@@ -21,17 +21,17 @@ import contextvars
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate, is_candidate_list
 from ragtrail.contract.receipts import BUDGET_TRIM_RULE, content_id, metadata_header_rule, receipt, truncate_rule
+from ragtrail.hooks import Args, Kwargs, active_call, argument
+from ragtrail.recorder.candidates import Candidate, is_candidate_list
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.instrumentation._hook import active_call, argument
 from ragtrail.recorder.stage import Stage
 
 from ._calls import LlamaCall
 from ._nodes import node_content, node_id, query_text
 from ._retrieve import record_kept
 
-_synthesis: contextvars.ContextVar["SynthesizeCall | None"] = contextvars.ContextVar("ragtrail_llama_index_synthesis", default=None)
+_synthesis: contextvars.ContextVar[SynthesizeCall | None] = contextvars.ContextVar("ragtrail_llama_index_synthesis", default=None)
 
 
 class QueryEngineCall(LlamaCall):
@@ -135,7 +135,7 @@ class SynthesizeCall(LlamaCall):
         return candidate
 
 
-def _recording_synthesis() -> "SynthesizeCall | None":
+def _recording_synthesis() -> SynthesizeCall | None:
     synthesis = _synthesis.get()
     if synthesis is not None and synthesis.stage is not None and synthesis.stage.recording:
         return synthesis
@@ -265,7 +265,7 @@ class BudgetCall(LlamaCall):
         outputs: list[Candidate] = []
         position = 0
         limit = f"limit={self.available} tokens" if self.available is not None else "context window"
-        for index, original in enumerate(inputs):
+        for original in inputs:
             end = position + len(original.content)
             if end <= len(text):
                 outputs.append(_same(Candidate(id=original.id, content=original.content), original))
@@ -320,7 +320,7 @@ class RepackCall(BudgetCall):
         return super().open()
 
 
-def available_context_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def available_context_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """Around ``PromptHelper._get_available_context_size``: the budget the current truncate/repack
     is fitting into."""
     result = wrapped(*args, **kwargs)

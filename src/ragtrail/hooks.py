@@ -1,5 +1,6 @@
-"""The one hook skeleton every ragtrail hook runs on: the library instrumentations and the
-decorators of :mod:`ragtrail.api`.
+"""The one hook skeleton every ragtrail hook runs on: the library instrumentations
+(:mod:`ragtrail.instrumentation`) and the decorators of :mod:`ragtrail.api`. Public: both depend on
+it, and a new integration is written against it (see docs/architecture.md).
 
 A hook is a :class:`Call` subclass, instantiated once per invocation of the wrapped function, that
 says what the invocation means as a stage:
@@ -45,19 +46,24 @@ what ran), :func:`active_call` (the call recording a component right now, for ho
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any
 
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.stage import Stage, stage
 
+Args = tuple[Any, ...]  # a wrapped call's positional arguments, as wrapt hands them over
+Kwargs = dict[str, Any]  # and its keyword arguments
 _active: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("ragtrail_active_hooks", default=frozenset())
 # component instance id -> the Call recording it in this context (see active_call)
-_calls: contextvars.ContextVar[Mapping[int, "Call"]] = contextvars.ContextVar("ragtrail_active_calls", default={})
+_calls: contextvars.ContextVar[Mapping[int, Call]] = contextvars.ContextVar("ragtrail_active_calls", default=MappingProxyType({}))
 
 
 def enabled() -> bool:
@@ -99,14 +105,12 @@ def component_name(obj: Any) -> str:
     if not isinstance(qualname, str):
         qualname = getattr(type(target), "__qualname__", "callable")
     name = f"{module}.{qualname}" if isinstance(module, str) and module else str(qualname)
-    try:
+    with contextlib.suppress(TypeError):  # an unhashable callable: not cached
         _names[target] = name
-    except TypeError:  # an unhashable callable
-        pass
     return name
 
 
-def argument(args: tuple, kwargs: Mapping[str, Any], position: int | None, *names: str, default: Any = None) -> Any:
+def argument(args: Args, kwargs: Mapping[str, Any], position: int | None, *names: str, default: Any = None) -> Any:
     """A call argument passed under one of ``names`` or at ``position`` (``None``: keyword-only).
     wrapt hands a wrapper either form, never both for one parameter."""
     for name in names:
@@ -120,7 +124,7 @@ def argument(args: tuple, kwargs: Mapping[str, Any], position: int | None, *name
 _signatures: dict[tuple[Any, bool], inspect.Signature | None] = {}
 
 
-def bind(fn: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+def bind(fn: Callable[..., Any], args: Args, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The call's arguments by parameter name, with the callee's defaults applied: every name has
     the value the function itself sees (a left-out ``top_k=None`` reads ``None``, a left-out
     ``n_results=10`` reads ``10``). The signature is computed once per function. Without a
@@ -147,7 +151,7 @@ def bind(fn: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> dict
     return dict(bound.arguments)
 
 
-def active_call(instance: Any) -> "Call | None":
+def active_call(instance: Any) -> Call | None:
     """The :attr:`Call.findable` call recording ``instance`` in this context, if any: how a hook on
     one of the component's internal methods (a fusion step, an LLM's parse) reaches its stage."""
     return _calls.get().get(id(instance))
@@ -161,14 +165,14 @@ class Call:
     per_instance = True  # the key is per component instance (False: one for the whole library)
     findable = False  # register in :func:`active_call` while recording
 
-    def __init__(self, tracer: Any, wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> None:
+    def __init__(self, tracer: Any, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> None:
         self.tracer = tracer
         self.wrapped = wrapped
         self.instance = instance
         self.args = args
         self.kwargs = kwargs
         self.stage: Stage | None = None
-        self._resets: list[tuple[contextvars.ContextVar, contextvars.Token]] | None = None
+        self._resets: list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]] | None = None
         self._arguments: dict[str, Any] | None = None
 
     # --- what a hook provides ----------------------------------------------------------------------
@@ -209,7 +213,7 @@ class Call:
             self._arguments = bind(self.wrapped, self.args, self.kwargs)
         return self._arguments
 
-    def set_var(self, var: contextvars.ContextVar, value: Any) -> None:
+    def set_var(self, var: contextvars.ContextVar[Any], value: Any) -> None:
         """Set a context variable until the call's stage ends (reset however the call ends)."""
         if self._resets is None:
             self._resets = []
@@ -225,7 +229,7 @@ class Call:
 
 
 # --- the runners -----------------------------------------------------------------------------------
-def _begin(call: Call) -> contextvars.Token | bool:
+def _begin(call: Call) -> contextvars.Token[frozenset[str]] | bool:
     """Open the stage and record the inputs. Returns the suppression token (``True`` when the call
     has no key) once a stage is open; ``False`` to let the call through unrecorded."""
     if not is_instrumentation_enabled():
@@ -238,7 +242,7 @@ def _begin(call: Call) -> contextvars.Token | bool:
     active = _active.get()
     if key is not None and key in active:
         return False
-    token: contextvars.Token | bool = _active.set(active | {key}) if key is not None else True
+    token: contextvars.Token[frozenset[str]] | bool = _active.set(active | {key}) if key is not None else True
     try:
         opened = call.open()
     except Exception as exc:
@@ -276,13 +280,13 @@ def _reset(call: Call) -> None:
     resets = call._resets
     while resets:
         var, token = resets.pop()
-        try:
+        try:  # noqa: SIM105 - the hot path: contextlib.suppress would allocate a context manager per reset
             var.reset(token)
         except ValueError:  # ended in another context: nothing of ours is left there
             pass
 
 
-def _end(call: Call, token: contextvars.Token | bool, result: Any = None, exc: BaseException | None = None) -> None:
+def _end(call: Call, token: contextvars.Token[frozenset[str]] | bool, result: Any = None, exc: BaseException | None = None) -> None:
     s = call.stage
     try:
         if exc is not None:
@@ -336,7 +340,7 @@ async def run_async(call: Call) -> Any:
     return result
 
 
-def decorated(fn: Callable[..., Any], make_call: Callable[[tuple, dict], Call]) -> Callable[..., Any]:
+def decorated(fn: Callable[..., Any], make_call: Callable[[Args, Kwargs], Call]) -> Callable[..., Any]:
     """A decorator's wrapper for ``fn``: :func:`run` written out in the wrapper itself, so a
     decorated call costs one frame more than the bare call and no more (a recursive decorated
     function keeps its recursion headroom). Near the recursion limit the stage machinery may find
@@ -358,7 +362,7 @@ def decorated(fn: Callable[..., Any], make_call: Callable[[tuple, dict], Call]) 
     return wrapper
 
 
-def decorated_async(fn: Callable[..., Any], make_call: Callable[[tuple, dict], Call]) -> Callable[..., Any]:
+def decorated_async(fn: Callable[..., Any], make_call: Callable[[Args, Kwargs], Call]) -> Callable[..., Any]:
     """:func:`decorated` for a coroutine function (a real coroutine function: the stage covers the
     awaited work)."""
     @functools.wraps(fn)
@@ -378,12 +382,12 @@ def decorated_async(fn: Callable[..., Any], make_call: Callable[[tuple, dict], C
     return wrapper
 
 
-CallFactory = Callable[[Any, Callable[..., Any], Any, tuple, dict], Call]
+CallFactory = Callable[[Any, Callable[..., Any], Any, Args, Kwargs], Call]
 
 
 def sync_wrapper(call_cls: CallFactory, tracer_of: Callable[[], Any]) -> Callable[..., Any]:
     """A wrapt wrapper recording each call of a sync method as ``call_cls`` says."""
-    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return run(call_cls(tracer_of(), wrapped, instance, args, kwargs))
 
     return wrapper
@@ -391,14 +395,13 @@ def sync_wrapper(call_cls: CallFactory, tracer_of: Callable[[], Any]) -> Callabl
 
 def async_wrapper(call_cls: CallFactory, tracer_of: Callable[[], Any]) -> Callable[..., Awaitable[Any]]:
     """A wrapt wrapper (a real coroutine function) for an ``async def`` method."""
-    async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+    async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return await run_async(call_cls(tracer_of(), wrapped, instance, args, kwargs))
 
     return wrapper
 
 
 __all__ = [
-    "Call", "active_call", "argument", "async_wrapper", "bind", "component_name", "decorated", "decorated_async",
-    "enabled", "guard", "is_active",
-    "record_internal_error", "run", "run_async", "sync_wrapper",
+    "Args", "Call", "CallFactory", "Kwargs", "active_call", "argument", "async_wrapper", "bind", "component_name", "decorated",
+    "decorated_async", "enabled", "guard", "is_active", "run", "run_async", "sync_wrapper",
 ]

@@ -1,0 +1,129 @@
+"""Which LangChain method each hook wraps, written once as a table (:data:`Wiring.patches`), and the
+pass that applies it to the classes imported so far (every wrap is idempotent: a pass per imported
+module, each wrapping what is new).
+
+The hooks of one ``instrument()`` share one :class:`Shared` (tracer, lazy patcher, classes by
+name) and come in four families of wrappers: retrievers and vector stores (``_retrievers``),
+compressors and retrieval transformers (``_compressors``), text splitters (``_splitters``), chains
+and models (``_chains``). Subclasses met later (a user's vector store or compressor) are wrapped on
+first use through the class hooks in :class:`Shared`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from ragtrail.instrumentation.langchain._chains import ChainWrappers
+from ragtrail.instrumentation.langchain._common import LazyPatcher, Shared
+from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
+from ragtrail.instrumentation.langchain._retrievers import (
+    RetrieverWrappers,
+    apre_threshold,
+    aretrieve_documents,
+    pre_threshold,
+    retrieve_documents,
+    weighted_reciprocal_rank,
+)
+from ragtrail.instrumentation.langchain._splitters import SplitterWrappers
+
+_TRANSFORMER = "BaseDocumentTransformer"
+
+
+class Patch(NamedTuple):
+    """One method wrapped on a LangChain class (by name) once its module is imported; ``skip``: not
+    when the method is only inherited from that class (wrapped there by another entry)."""
+
+    cls: str
+    method: str
+    wrapper: Callable[..., Any]
+    skip: str | None = None
+
+
+def subclasses(cls: type) -> list[type]:
+    """Every subclass of ``cls`` defined so far, depth first, each once."""
+    found: list[type] = []
+    stack = [cls]
+    while stack:
+        direct: list[type] = stack.pop().__subclasses__()
+        for sub in direct:
+            if sub not in found:
+                found.append(sub)
+                stack.append(sub)
+    return found
+
+
+class Wiring:
+    """The LangChain hooks of one ``instrument()``: what they share, the wrapper families, and the
+    table of what they patch. ``wrapped`` is the instrumentor's list of wraps (undone by
+    ``uninstrument()``); ``classes`` is filled by the instrumentor as modules are imported."""
+
+    def __init__(self, tracer: Any, wrapped: list[tuple[Any, str]], classes: dict[str, type | None]) -> None:
+        self.shared = shared = Shared(tracer, LazyPatcher(wrapped), classes)
+        self.retrievers = RetrieverWrappers(shared)
+        self.compressors = CompressorWrappers(shared)
+        self.splitters = SplitterWrappers(shared)
+        self.chains = ChainWrappers(shared)
+        shared.compressor_class = self.compressors.ensure_class
+        shared.store_class = self.retrievers.ensure_store_class
+        self.patches = self._retrieval() + self._documents() + self._chains()
+
+    def _retrieval(self) -> tuple[Patch, ...]:
+        ret = self.retrievers
+        return (
+            Patch("BaseRetriever", "invoke", ret.invoke),
+            Patch("BaseRetriever", "ainvoke", ret.ainvoke),
+            Patch("EnsembleRetriever", "invoke", ret.ensemble_invoke),
+            Patch("EnsembleRetriever", "ainvoke", ret.ensemble_ainvoke),
+            Patch("EnsembleRetriever", "weighted_reciprocal_rank", weighted_reciprocal_rank),
+            Patch("MultiQueryRetriever", "generate_queries", ret.generate_queries),
+            Patch("MultiQueryRetriever", "agenerate_queries", ret.agenerate_queries),
+            Patch("MultiQueryRetriever", "retrieve_documents", retrieve_documents),
+            Patch("MultiQueryRetriever", "aretrieve_documents", aretrieve_documents),
+            Patch("VectorStore", "similarity_search_with_relevance_scores", ret.similarity_search_with_relevance_scores),
+            Patch("VectorStore", "asimilarity_search_with_relevance_scores", ret.asimilarity_search_with_relevance_scores),
+            Patch("VectorStore", "_similarity_search_with_relevance_scores", pre_threshold),
+            Patch("VectorStore", "_asimilarity_search_with_relevance_scores", apre_threshold),
+            Patch("VectorStore", "asimilarity_search_with_score", ret.asimilarity_search_with_score),
+        )
+
+    def _documents(self) -> tuple[Patch, ...]:
+        comp, split = self.compressors, self.splitters
+        return (
+            Patch("BaseDocumentCompressor", "acompress_documents", comp.acompress),
+            Patch(_TRANSFORMER, "atransform_documents", comp.atransform),
+            *(patch for name in ("LongContextReorder", "EmbeddingsRedundantFilter", "EmbeddingsClusteringFilter")
+              for patch in (Patch(name, "transform_documents", comp.transform, skip=_TRANSFORMER),
+                            Patch(name, "atransform_documents", comp.atransform))),
+            Patch("TextSplitter", "transform_documents", split.transform),
+            Patch("TextSplitter", "atransform_documents", split.atransform, skip=_TRANSFORMER),
+        )
+
+    def _chains(self) -> tuple[Patch, ...]:
+        chain = self.chains
+        return (
+            Patch("RunnableSequence", "invoke", chain.sequence_invoke),
+            Patch("RunnableSequence", "ainvoke", chain.sequence_ainvoke),
+            *(patch for name in ("BaseChatModel", "BaseLLM")
+              for patch in (Patch(name, "invoke", chain.model_invoke), Patch(name, "ainvoke", chain.model_ainvoke))),
+        )
+
+    def patch_loaded(self) -> None:
+        """Apply the table to the classes imported so far, then wrap the vector stores and
+        compressors already subclassed (each class its own search / compress methods)."""
+        classes, ensure = self.shared.classes, self.shared.patcher.ensure
+        for patch in self.patches:
+            cls = classes[patch.cls]
+            if cls is None:
+                continue
+            skip = classes[patch.skip] if patch.skip is not None else None
+            ensure(cls, patch.method, patch.wrapper, skip=(skip,) if skip is not None else ())
+        for base, ensure_class in (("VectorStore", self.shared.store_class),
+                                   ("BaseDocumentCompressor", self.shared.compressor_class)):
+            cls = classes[base]
+            if cls is not None:
+                for sub in subclasses(cls):
+                    ensure_class(sub)
+
+
+__all__ = ["Patch", "Wiring", "subclasses"]
