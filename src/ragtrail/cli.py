@@ -18,6 +18,7 @@ from rich.text import Text
 from ragtrail.inspect import errors, render
 from ragtrail.inspect._gc import gc_paused
 from ragtrail.inspect.errors import EXIT_CODES, InspectError
+from ragtrail.inspect.manifest_model import Manifest
 from ragtrail.inspect.safe import json_text, plain
 
 _EXIT_TABLE = "\n".join(f"  {code:<3} {text}" for code, text in EXIT_CODES)
@@ -71,7 +72,7 @@ def _source_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Where traces live (see below). Default: ./.ragtrail")(fn)
 
 
-def _load(ref: str, source: str | None, timeout: float) -> dict[str, Any]:
+def _load(ref: str, source: str | None, timeout: float) -> Manifest:
     from ragtrail.inspect.manifest import build
     from ragtrail.inspect.sources import resolve
 
@@ -114,7 +115,7 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
             doc_fate.render(_stdout(), chain)
         return errors.EXIT_OK
     if as_json:
-        _json_out(manifest)
+        _json_out(manifest.as_dict())
     else:
         render.show(_stdout(), manifest, limit=10**9 if show_all else limit, max_stages=10**9 if show_all else 20)
     return errors.EXIT_OK
@@ -159,7 +160,7 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
     with _progress(f"verifying {len(refs)} traces", unit="count") as progress:
         for i, ref in enumerate(refs):
             trace = src.get(ref) if src is not None and ref not in traces else resolve(ref, source, timeout=timeout)
-            results.append(build(trace, key) if strict else fidelity_only(trace, key))
+            results.append((build(trace, key) if strict else fidelity_only(trace, key)).as_dict())
             progress(i + 1, len(refs))
     failed = False
     for m in results:
@@ -239,7 +240,7 @@ def demo(store: str, report_path: str | None, budget: int, as_json: bool) -> int
 
     result = run_demo(store=store, report_path=report_path, budget_words=budget)
     if as_json:
-        _json_out(result.manifest)
+        _json_out(result.manifest.as_dict())
     else:
         out = _stdout()
         out.print(Text.assemble(("answer", "bold"), ": ", plain(result.answer)))
@@ -253,7 +254,7 @@ def demo(store: str, report_path: str | None, budget: int, as_json: bool) -> int
                     f"; export to {plain(result.otlp_endpoint)} FAILED ({result.otlp_failures} batches): "
                     "is the collector up?")
         out.print(Text(f"traces in {plain(result.store_path)}{also}"))
-        out.print(Text(f"next: ragtrail show {plain(result.manifest['trace_id'])} --source {plain(store)}   ·   "
+        out.print(Text(f"next: ragtrail show {plain(result.manifest.trace_id)} --source {plain(store)}   ·   "
                        f"ragtrail verify last --source {plain(store)}"))
     return errors.EXIT_OK
 
