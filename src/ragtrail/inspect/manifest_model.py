@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .verify import Fidelity
+from .fidelity import Fidelity
 
 #: optional groups of keys of a candidate or exclusion row, in the order ``as_dict`` may write them
 META, SHA256, PREVIEW, SCORE_RAW, TRANSFORM_RULE, REASON = "meta", "sha256", "preview", "score_raw", "transform_rule", "reason"

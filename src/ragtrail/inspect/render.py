@@ -16,17 +16,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .fidelity import Alarm, Fidelity
 from .manifest_model import Hop, Manifest, QueryHop, Row, Stage
 from .safe import plain
-from .verify import Alarm, Fidelity
 
 
 def _short(text: Any, width: int = 72) -> str:
     """``text`` made safe (:func:`plain`), its runs of spaces collapsed, cut to ``width`` with an ellipsis."""
     if text is None:
         return ""
-    text = " ".join(plain(text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    line = " ".join(plain(text).split())
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def _score(value: Any) -> str:
