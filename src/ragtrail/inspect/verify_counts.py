@@ -29,13 +29,20 @@ from .model import Span
 from .stages import StageView, Stitched, continuation_index, emission_order, schema_of
 
 
+class Claim(NamedTuple):
+    """A span naming its segment's root, and the span count it states (-1 when it is not an int)."""
+
+    span: Span
+    stated: int
+
+
 class Segments(NamedTuple):
     """The trace's spans indexed for the span count: by id, by parent, the spans naming each segment root
     (with the count each states, -1 when it is not an int), and the roots that stamped a count."""
 
     by_id: dict[str, Span]
     children: dict[str, list[Span]]
-    claims: dict[str, list[tuple[Span, int]]]
+    claims: dict[str, list[Claim]]
     roots: dict[str, Span]
 
 
@@ -229,13 +236,13 @@ class CountChecks:
     def segments(self) -> Segments:
         by_id = {s.span_id: s for s in self.trace.spans}
         children: dict[str, list[Span]] = defaultdict(list)
-        claims: dict[str, list[tuple[Span, int]]] = defaultdict(list)
+        claims: dict[str, list[Claim]] = defaultdict(list)
         for s in self.trace.spans:
             if s.parent_span_id:
                 children[s.parent_span_id].append(s)
             root_id, count = s.attributes.get(sc.TRACE_SEGMENT_ROOT), s.attributes.get(sc.TRACE_SEGMENT_SPAN_COUNT)
             if isinstance(root_id, str) and root_id:
-                claims[root_id.lower()].append((s, count if type(count) is int else -1))
+                claims[root_id.lower()].append(Claim(s, count if type(count) is int else -1))
         roots = {s.span_id: s for s in self.trace.spans if isinstance(s.attributes.get(sc.TRACE_SPAN_COUNT), int)}
         return Segments(by_id, children, claims, roots)
 
@@ -260,11 +267,11 @@ class CountChecks:
         """One segment: its root, the counts its spans state, and the spans that arrived under it."""
         root = seg.roots.get(root_id)
         members = seg.claims.get(root_id, [])
-        pin = root or members[0][0]
+        pin = root or members[0].span
         label = str(pin.attributes.get(sc.STAGE_KIND, pin.name))
-        counts = [(root, root.attributes[sc.TRACE_SPAN_COUNT])] if root is not None else []
+        counts = [Claim(root, root.attributes[sc.TRACE_SPAN_COUNT])] if root is not None else []
         counts += members
-        stamped = max(c for _, c in counts)
+        stamped = max(c.stated for c in counts)
         if root is None:
             self.f.missing_spans += 1
             present = seg.by_id.get(root_id)
@@ -272,14 +279,14 @@ class CountChecks:
             detail = (f"{len(members)} spans name root {root_id}, which did not arrive" if present is None
                       else f"root {root_id} arrived without {sc.TRACE_SPAN_COUNT}")
             self.alarm(pin, label, sc.TRACE_SEGMENT_ROOT, problem, detail)
-        for span, count in counts:
-            if count != stamped:
-                field_name = sc.TRACE_SPAN_COUNT if span is root else sc.TRACE_SEGMENT_SPAN_COUNT
-                self.alarm(span, str(span.attributes.get(sc.STAGE_KIND, span.name)), field_name,
-                           "span count changed", f"{count} here, {stamped} on another span of the segment")
+        for claim in counts:
+            if claim.stated != stamped:
+                field_name = sc.TRACE_SPAN_COUNT if claim.span is root else sc.TRACE_SEGMENT_SPAN_COUNT
+                self.alarm(claim.span, str(claim.span.attributes.get(sc.STAGE_KIND, claim.span.name)), field_name,
+                           "span count changed", f"{claim.stated} here, {stamped} on another span of the segment")
         seen = self.arrived(seg, root_id, pin, 1 if root is not None or root_id in seg.by_id else 0)
-        unreached = sum(1 for s, _ in members if s.parent_span_id and s.parent_span_id not in seg.by_id
-                        and s.parent_span_id != root_id)
+        unreached = sum(1 for c in members if c.span.parent_span_id and c.span.parent_span_id not in seg.by_id
+                        and c.span.parent_span_id != root_id)
         missing = stamped - seen - (1 if root is None else 0)  # a missing root is counted above
         if missing > 0:
             self.f.missing_spans += missing
@@ -313,4 +320,4 @@ class CountChecks:
                        f"continuation {span.attributes.get(sc.STAGE_CONTINUATION_INDEX)} arrived without its stage span")
 
 
-__all__ = ["CountChecks", "Segments"]
+__all__ = ["Claim", "CountChecks", "Segments"]

@@ -66,6 +66,20 @@ class Handed(NamedTuple):
     first_unchecked: bool
 
 
+class HopSeen(NamedTuple):
+    """A hop's query receipt where it was first stated."""
+
+    sha256: str
+    stage: str
+
+
+class Deferred(NamedTuple):
+    """An enclosing stage's output, checked when that stage has ended."""
+
+    span_id: str
+    candidate: str
+
+
 class Output(NamedTuple):
     sha256: str
     chars: Any
@@ -82,8 +96,8 @@ class Chain:
     handed: dict[str, Handed] = field(default_factory=dict)  # the output that handed it on
     # outputs of an enclosing stage that differ from what a stage inside it saw, checked when the
     # enclosing stage has ended (see ReceiptChecks.candidate)
-    deferred: dict[tuple[str, str], Handed] = field(default_factory=dict)
-    hop_sha: dict[int, tuple[str, str]] = field(default_factory=dict)  # hop -> (sha256, stage label) first seen
+    deferred: dict[Deferred, Handed] = field(default_factory=dict)
+    hop_sha: dict[int, HopSeen] = field(default_factory=dict)  # hop -> its query receipt first seen
 
     def upstream(self, cid: str, sha256: str | None, attributes: dict[str, Any]) -> Upstream:
         rule = attributes.get(sc.CANDIDATE_TRANSFORM_RULE)
@@ -224,7 +238,7 @@ class ReceiptChecks:
             # around its base retriever and compressor): it hands on what the stages inside it
             # produced, when it ends, so its outputs are checked then, against what they handed
             # on last (a generate stage around its budget hands its nodes down instead: upstream)
-            chain.deferred.setdefault((producer.span.span_id, cid), producer)
+            chain.deferred.setdefault(Deferred(producer.span.span_id, cid), producer)
             upstream = None
         if sc.CANDIDATE_CONTENT_PREVIEW in a:
             payload = Payload(a, sc.CANDIDATE_CONTENT_PREFIX, sc.CANDIDATE_CONTENT_PREVIEW, (PREVIEW_RULE.id,))
@@ -245,7 +259,7 @@ class ReceiptChecks:
         ``None``) against what the last stage inside it handed on for the same candidate."""
         for key in [k for k, p in chain.deferred.items() if before is None or p.end <= before]:
             p = chain.deferred.pop(key)
-            cid = key[1]
+            cid = key.candidate
             inner = chain.handed.get(cid)
             if inner is None or inner.span is p.span or not (p.start <= inner.start and inner.end <= p.end):
                 continue
@@ -254,14 +268,14 @@ class ReceiptChecks:
             self.payload(Where(p.span, p.label, cid), Payload(p.attributes, sc.CANDIDATE_CONTENT_PREFIX),
                          chain.upstream(cid, chain.latest.get(cid), p.attributes))
 
-    def query(self, where: Where, attrs: dict[str, Any], hop_sha: dict[int, tuple[str, str]]) -> None:
+    def query(self, where: Where, attrs: dict[str, Any], hop_sha: dict[int, HopSeen]) -> None:
         """A query receipt, and the same hop's query everywhere it is stated."""
         self.payload(where, Payload(attrs, sc.QUERY_RECEIPT_PREFIX, sc.QUERY_TEXT), Upstream())
         sha, hop = attrs.get(sc.QUERY_SHA256), attrs.get(sc.QUERY_HOP)
         if isinstance(sha, str) and isinstance(hop, int):
-            seen = hop_sha.setdefault(hop, (sha, where.stage))
-            if seen[0] != sha and len(sha) == 64 and len(seen[0]) == 64:
-                self.ledger.alarm(where, sc.QUERY_SHA256, CHANGED_UNCITED, f"hop {hop} has another query than at {seen[1]}")
+            seen = hop_sha.setdefault(hop, HopSeen(sha, where.stage))
+            if seen.sha256 != sha and len(sha) == 64 and len(seen.sha256) == 64:
+                self.ledger.alarm(where, sc.QUERY_SHA256, CHANGED_UNCITED, f"hop {hop} has another query than at {seen.stage}")
 
 
-__all__ = ["Chain", "Handed", "Output", "Payload", "ReceiptChecks", "Upstream", "covered"]
+__all__ = ["Chain", "Deferred", "Handed", "HopSeen", "Output", "Payload", "ReceiptChecks", "Upstream", "covered"]
