@@ -92,7 +92,7 @@ def survival_rows(case_relevant: tuple[str, ...], obs: Observation) -> list[Stag
     held_before: set[str] | None = None
     for s in obs.stages:
         out = set(s.ids)
-        reasons = {i: r for i, r in s.excluded}
+        reasons = {e.id: e.reason for e in s.excluded}
         kept = tuple(r for r in case_relevant if r in out)
         if s.kind == "retrieve":
             lost: tuple[tuple[str, str | None], ...] = ()
@@ -111,9 +111,9 @@ def survival_rows(case_relevant: tuple[str, ...], obs: Observation) -> list[Stag
 
 def _removed_by(ident: str, obs: Observation) -> tuple[str | None, str | None]:
     for s in obs.stages:
-        for i, reason in s.excluded:
-            if i == ident:
-                return s.key, reason
+        for e in s.excluded:
+            if e.id == ident:
+                return s.key, e.reason
     held = [s for s in obs.stages if ident in s.ids]
     if held:
         after = [s for s in obs.stages if s.index > held[-1].index]

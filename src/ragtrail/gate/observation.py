@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.inspect.manifest_model import Answer, Manifest, Row, Stage
+from ragtrail.inspect.manifest_model import Answer, ExcludedId, Manifest, Row, Stage
 
 #: Stages that hand evidence on: the funnel the survival metrics follow.
 EVIDENCE_KINDS = (sc.KIND_RETRIEVE, sc.KIND_FUSE, sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET)
@@ -35,7 +35,7 @@ class StageObservation:
     kind: str
     component: str
     ids: list[str]                         # output ids in rank order
-    excluded: list[tuple[str, str | None]]  # (id, reason)
+    excluded: list[ExcludedId]
     status: str | None = None
     failure_class: str | None = None
     fallback: str | None = None
@@ -72,7 +72,7 @@ class Observation:
         ids = set(self.retrieved) | set(self.in_context) | set(self.cited)
         for s in self.stages:
             ids.update(s.ids)
-            ids.update(i for i, _ in s.excluded)
+            ids.update(e.id for e in s.excluded)
         return ids
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,7 +83,7 @@ class Observation:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Observation:
-        stages = [StageObservation(**{**s, "excluded": [(str(i), r) for i, r in s["excluded"]]}) for s in d["stages"]]
+        stages = [StageObservation(**{**s, "excluded": [ExcludedId(str(i), r) for i, r in s["excluded"]]}) for s in d["stages"]]
         return cls(**{**d, "stages": stages})
 
 
@@ -124,7 +124,7 @@ def observe(manifest: Manifest, relevant: tuple[str, ...] = (), resource: dict[s
     for index, (key, s) in enumerate(stage_keys(manifest.stages)):
         stages.append(StageObservation(
             key=key, index=index, kind=s.kind, component=str(s.component), ids=_ranked(s.candidates),
-            excluded=[(str(e.id), e.reason) for e in s.excluded],
+            excluded=[ExcludedId(str(e.id), e.reason) for e in s.excluded],
             status=s.status, failure_class=s.failure_class, fallback=s.fallback))
     hop0 = next((h for h in manifest.query_hops if h.hop == 0), None)
     answer = manifest.answer or Answer()
@@ -148,7 +148,7 @@ def as_manifest(obs: Observation) -> Manifest:
     stages = [Stage(span_id="", parent_span_id=None, kind=s.kind, component=s.component, status=s.status,
                     failure_class=s.failure_class, fallback=s.fallback,
                     candidates=[Row(id=i, rank=r) for r, i in enumerate(s.ids)],
-                    excluded=[Row(id=i, reason=reason, keys=("reason",)) for i, reason in s.excluded])
+                    excluded=[Row(id=e.id, reason=e.reason, keys=("reason",)) for e in s.excluded])
               for s in obs.stages]
     return Manifest(trace_id=obs.trace_id, source="", stages=stages, cited=list(obs.cited),
                     answer=None if obs.refused is None else Answer(refused=obs.refused))

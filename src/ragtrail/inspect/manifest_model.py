@@ -11,7 +11,7 @@ is the same bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .fidelity import Fidelity
 
@@ -54,6 +54,13 @@ class Row:
             else:
                 out[key] = getattr(self, key)
         return out
+
+
+class ExcludedId(NamedTuple):
+    """An excluded id and the reason given (what ``ls``, ``compare`` and the gate keep of an exclusion)."""
+
+    id: str
+    reason: str | None
 
 
 @dataclass(slots=True)
@@ -340,5 +347,5 @@ class FidelityReport:
                 "span_count": self.span_count, "events_checked": self.events_checked}
 
 
-__all__ = ["Answer", "AnswerClaim", "ClaimVerdict", "Coverage", "Excluded", "FidelityReport", "Hop", "Manifest",
+__all__ = ["Answer", "AnswerClaim", "ClaimVerdict", "Coverage", "Excluded", "ExcludedId", "FidelityReport", "Hop", "Manifest",
            "PipelineSummary", "QueryHop", "Retrieved", "Row", "Sampling", "Stage", "Survival"]

@@ -17,7 +17,7 @@ from ragtrail.contract import semconv as sc
 from .diff import status_text
 from .insights import InsightSettings, insights
 from .manifest import build
-from .manifest_model import Answer, Manifest, Stage
+from .manifest_model import Answer, ExcludedId, Manifest, Stage
 from .model import Trace
 
 _i = sys.intern
@@ -38,7 +38,7 @@ class StageRecord:
     n_out: int
     n_excluded: int
     out_ids: tuple[str, ...]
-    excluded: tuple[tuple[str, str | None], ...]  # (id, reason)
+    excluded: tuple[ExcludedId, ...]
     span_id: str = ""
     parent_span_id: str | None = None
 
@@ -54,7 +54,7 @@ class StageRecord:
         return {"kind": self.kind, "component": self.component, "status": self.status,
                 "failure_class": self.failure_class, "fallback": self.fallback, "in": self.n_in, "out": self.n_out,
                 "excluded_count": self.n_excluded, "out_ids": list(self.out_ids),
-                "excluded": [{"id": i, "reason": r} for i, r in self.excluded]}
+                "excluded": [{"id": e.id, "reason": e.reason} for e in self.excluded]}
 
 
 @dataclass(slots=True)
@@ -95,7 +95,7 @@ class TraceRecord:
         ids = set(self.cited)
         for s in self.stages:
             ids.update(s.out_ids)
-            ids.update(i for i, _ in s.excluded)
+            ids.update(e.id for e in s.excluded)
         return ids
 
     def as_dict(self) -> dict[str, Any]:
@@ -114,7 +114,7 @@ def _stage_record(s: Stage) -> StageRecord:
         failure_class=_s(s.failure_class), fallback=_s(s.fallback), n_in=s.n_in, n_out=s.n_out,
         n_excluded=s.excluded_count,
         out_ids=tuple(_i(c.id) for c in sorted(s.candidates, key=lambda c: (c.rank is None, c.rank or 0))),
-        excluded=tuple((_i(e.id), _s(e.reason)) for e in s.excluded),
+        excluded=tuple(ExcludedId(_i(e.id), _s(e.reason)) for e in s.excluded),
         span_id=s.span_id, parent_span_id=s.parent_span_id,
     )
 
