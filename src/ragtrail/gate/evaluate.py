@@ -102,10 +102,7 @@ def survival_rows(case_relevant: tuple[str, ...], obs: Observation) -> list[Stag
                          if r not in out and (r in reasons or r in before))
         rows.append(StageSurvival(index=s.index, kind=s.kind, component=s.component, k=len(s.ids),
                                   relevant_kept=kept, relevant_lost=lost, status=s.label_status(), key=s.key))
-        if s.kind == "retrieve":
-            held_before = (held_before or set()) | (out & rel)
-        else:
-            held_before = out & rel
+        held_before = (held_before or set()) | (out & rel) if s.kind == "retrieve" else out & rel
     return rows
 
 

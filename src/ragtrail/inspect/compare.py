@@ -12,8 +12,9 @@ rates; questions found on one side only are listed, never dropped.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 
