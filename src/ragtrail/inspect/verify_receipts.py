@@ -81,6 +81,9 @@ class Deferred(NamedTuple):
 
 
 class Output(NamedTuple):
+    """A candidate a stage handed on: its content receipt, and whether it was first counted as not captured."""
+
+    candidate: str
     sha256: str
     chars: Any
     attributes: dict[str, Any]
@@ -129,10 +132,9 @@ class ReceiptChecks:
         self.f = ledger.f
         self.stitched = stitched
 
-    def _settled(self, payload: Payload, upstream: str | None) -> bool:
+    def _settled(self, a: dict[str, Any], prefix: str, upstream: str | None) -> bool:
         """The two common cases, settled without building a Receipt (100,000 times on a big trace)."""
-        chars_key, bytes_key, sha_key = receipt_keys(payload.prefix)
-        a = payload.attributes
+        chars_key, bytes_key, sha_key = receipt_keys(prefix)
         sha = a.get(sha_key)
         if upstream is not None and sha == upstream and len(upstream) == 64:
             # the same bytes the stage before handed on
@@ -149,8 +151,14 @@ class ReceiptChecks:
         """Classify one receipt, twice when possible: the received payload against the receipt (transit),
         and the receipt against the same candidate's receipt one stage upstream (handoff). The worse
         verdict counts; ``changed_uncited`` and ``unverifiable`` raise alarms."""
+        if payload.key is None and self._settled(payload.attributes, payload.prefix, upstream.sha256):
+            return
+        self.classified(where, payload, upstream)
+
+    def classified(self, where: Where, payload: Payload, upstream: Upstream) -> None:
+        """:meth:`payload` past its fast path: the receipt built and classified."""
         received = payload.attributes.get(payload.key) if payload.key else None
-        if received is None and self._settled(payload, upstream.sha256):
+        if received is None and self._settled(payload.attributes, payload.prefix, upstream.sha256):
             return
         original = Receipt.from_attributes(payload.attributes, payload.prefix)
         if original is None:
@@ -210,21 +218,23 @@ class ReceiptChecks:
             if event.name == sc.EVENT_QUERY:
                 self.query(Where(span, label), event.attributes, chain.hop_sha)
                 continue
-            cid = str(event.attributes.get(sc.CANDIDATE_ID, ""))
-            out = self.candidate(view, Where(span, label, cid), event, chain)
+            out = self.candidate(view, label, span, event, chain)
             if out is not None:
-                outputs[cid] = out
+                outputs[out.candidate] = out
         for cid, out in outputs.items():
             chain.latest[cid] = out.sha256
             chain.latest_chars[cid] = out.chars
             chain.handed[cid] = Handed(view.span.start_ns, view.span.end_ns, view.span, label, out.attributes, view.kind,
                                        out.first_unchecked)
 
-    def candidate(self, view: StageView, where: Where, event: Event, chain: Chain) -> Output | None:
-        """One candidate or exclusion event's content receipt; the output it hands on, if it is one."""
-        a, cid = event.attributes, where.candidate
+    def candidate(self, view: StageView, label: str, span: Span, event: Event, chain: Chain) -> Output | None:
+        """One candidate or exclusion event's content receipt; the output it hands on, if it is one.
+        (The hot path of a big trace: the named records are built only when the receipt needs more
+        than the two common cases of :meth:`_settled`.)"""
+        a = event.attributes
+        cid = str(a.get(sc.CANDIDATE_ID, ""))
         if sc.CANDIDATE_CONTENT_FROM in a and sc.CANDIDATE_CONTENT_SHA256 not in a:
-            self.ledger.alarm(where, sc.CANDIDATE_CONTENT_FROM, UNVERIFIABLE,
+            self.ledger.alarm(Where(span, label, cid), sc.CANDIDATE_CONTENT_FROM, UNVERIFIABLE,
                               f"its content receipt is the one span {str(a[sc.CANDIDATE_CONTENT_FROM])[:16]} wrote, "
                               "which did not arrive or does not hold this candidate")
             self.f.count(UNVERIFIABLE)
@@ -240,18 +250,21 @@ class ReceiptChecks:
             # on last (a generate stage around its budget hands its nodes down instead: upstream)
             chain.deferred.setdefault(Deferred(producer.span.span_id, cid), producer)
             upstream = None
+        unchecked = self.f.not_captured
         if sc.CANDIDATE_CONTENT_PREVIEW in a:
             payload = Payload(a, sc.CANDIDATE_CONTENT_PREFIX, sc.CANDIDATE_CONTENT_PREVIEW, (PREVIEW_RULE.id,))
         elif sc.CANDIDATE_CONTENT_TEXT in a:
             payload = Payload(a, sc.CANDIDATE_CONTENT_PREFIX, sc.CANDIDATE_CONTENT_TEXT)
+        elif self._settled(a, sc.CANDIDATE_CONTENT_PREFIX, upstream):
+            payload = None
         else:
             payload = Payload(a, sc.CANDIDATE_CONTENT_PREFIX)
-        unchecked = self.f.not_captured
-        self.payload(where, payload, chain.upstream(cid, upstream, a))
+        if payload is not None:
+            self.classified(Where(span, label, cid), payload, chain.upstream(cid, upstream, a))
         sha = a.get(sc.CANDIDATE_CONTENT_SHA256)
         if event.name == sc.EVENT_CANDIDATE and isinstance(sha, str):
             # counted as not captured: a deferred check (see _enclosing) replaces that count
-            return Output(sha, a.get(sc.CANDIDATE_CONTENT_CHARS), a, self.f.not_captured > unchecked)
+            return Output(cid, sha, a.get(sc.CANDIDATE_CONTENT_CHARS), a, self.f.not_captured > unchecked)
         return None
 
     def _enclosing(self, chain: Chain, before: int | None) -> None:
