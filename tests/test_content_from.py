@@ -40,7 +40,7 @@ def test_later_stages_point_to_the_retrieval_and_read_back_its_receipts(tmp_path
     # the rerank's inputs came through the filter unchanged: it points to the retrieval too
     assert rerank.attributes[sc.COLUMN_CONTENT_FROM] == retrieve.span_id
 
-    m = build(FileSource(tmp_path).get(trace_id))
+    m = build(FileSource(tmp_path).get(trace_id)).as_dict()
     expected = {d["id"]: receipt(d["content"]) for d in DOCS}
     for name in ("filter tests.status", "rerank tests.rerank"):
         stage = _stage(m, name)
@@ -80,7 +80,7 @@ def test_a_stage_that_changed_content_restates_it_and_no_later_stage_points_past
     # pipeline, so the filter after it states its receipts rather than point to either stage
     assert sc.COLUMN_CONTENT_FROM not in budget.attributes and budget.attributes[sc.COLUMN_CONTENT_CHARS] == [12, 4]
     assert sc.COLUMN_CONTENT_FROM not in after.attributes and after.attributes[sc.COLUMN_CONTENT_CHARS] == [12, 4]
-    f = build(FileSource(tmp_path).get(trace_id))["fidelity"]
+    f = build(FileSource(tmp_path).get(trace_id)).as_dict()["fidelity"]
     assert f["alarms"] == [] and (f["changed_cited"], f["changed_uncited"]) == (1, 0)
 
 
@@ -96,7 +96,7 @@ def test_a_pointer_to_a_span_that_did_not_arrive_is_an_alarm_not_a_match(tmp_pat
     ragtrail.set_capture(content="off")
     trace_id = record(tmp_path, rag_run)
     gone = rewrite_store(tmp_path, lambda span: span["attributes"].clear() if span["name"] == "retrieve bm25" else None)
-    m = build(FileSource(gone).get(trace_id))
+    m = build(FileSource(gone).get(trace_id)).as_dict()
     pointer = [(a["stage"], a["candidate"], a["problem"]) for a in m["fidelity"]["alarms"]
                if a["field"] == sc.CANDIDATE_CONTENT_FROM]
     # the retrieval span arrived without its attributes: it is no ragtrail stage, so nothing holds the
@@ -123,5 +123,5 @@ def test_a_redirected_pointer_breaks_the_stage_receipt(tmp_path) -> None:
         if span["name"] == "rerank rerank":
             attr(span, sc.COLUMN_CONTENT_FROM)["stringValue"] = other
 
-    alarms = build(FileSource(rewrite_store(tmp_path, edit)).get(trace_id))["fidelity"]["alarms"]
+    alarms = build(FileSource(rewrite_store(tmp_path, edit)).get(trace_id)).as_dict()["fidelity"]["alarms"]
     assert (sc.COLUMN_CONTENT_FROM, "changed_uncited") in [(a["field"], a["problem"]) for a in alarms]

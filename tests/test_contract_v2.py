@@ -59,7 +59,7 @@ def _cli(capfd: pytest.CaptureFixture[str], *args: str) -> _Result:
 
 
 def _verdict(path: str, key: bytes | None = None) -> dict[str, Any]:
-    f = build(resolve(path, None), key)["fidelity"]
+    f = build(resolve(path, None), key).as_dict()["fidelity"]
     return {k: v for k, v in f.items() if k != "notes"}
 
 
@@ -173,7 +173,7 @@ def test_every_backend_shape_gives_the_same_verdict_whatever_the_event_order(tmp
         assert verdict == {**reference, "dropped_attributes": verdict["dropped_attributes"],
                            "dropped_events": verdict["dropped_events"]}, name
     # the reader restores emission order for display, whatever order the backend served
-    manifests = {name: _order_free_manifest(build(resolve(p, None))) for name, p in paths.items()}
+    manifests = {name: _order_free_manifest(build(resolve(p, None)).as_dict()) for name, p in paths.items()}
     for name, m in manifests.items():
         assert m == manifests["local store"], name
     fuse = manifests["jaeger v1"][0][3]
@@ -184,7 +184,7 @@ def test_every_backend_shape_gives_the_same_verdict_whatever_the_event_order(tmp
 def test_schema_1_recorded_trace_from_jaeger_still_verifies() -> None:
     fixtures = Path(__file__).parent / "fixtures" / "jaeger_recorded"
     for name in ("whole_trace.v1.json", "whole_trace.v3.json"):
-        m = build(resolve(str(fixtures / name), None))
+        m = build(resolve(str(fixtures / name), None)).as_dict()
         assert m["schema"] == 1
         assert m["fidelity"]["alarms"] == [], name
 
@@ -206,7 +206,7 @@ def _attr(span: dict[str, Any], key: str) -> Any:
 
 
 def _alarms(path: str, key: bytes | None = None) -> list[tuple[str, str]]:
-    return [(a["field"], a["problem"]) for a in build(resolve(path, None), key)["fidelity"]["alarms"]]
+    return [(a["field"], a["problem"]) for a in build(resolve(path, None), key).as_dict()["fidelity"]["alarms"]]
 
 
 def test_rootless_trace_alarms_and_exits_1(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
@@ -325,7 +325,7 @@ def test_each_tampering_kind_is_detected_and_named(tmp_path: Path, kind: str) ->
     edit, field = TAMPERING[kind]
     tampered = copy.deepcopy(doc)
     edit(tampered)
-    alarms = build(resolve(_write(tmp_path, "t.json", tampered), None))["fidelity"]["alarms"]
+    alarms = build(resolve(_write(tmp_path, "t.json", tampered), None)).as_dict()["fidelity"]["alarms"]
     named = [(a["field"], a["problem"]) for a in alarms if a["field"] == field]
     assert named == [(field, "changed_uncited")], alarms
     assert all(a["stage"] for a in alarms)
@@ -342,7 +342,7 @@ def test_same_length_preview_replaced_is_changed_uncited(tmp_path: Path, monkeyp
     preview = _attr(_span(doc, "fuse rrf"), sc.COLUMN_CONTENT_PREVIEW)["arrayValue"]["values"][0]
     assert len(preview["stringValue"]) == 256
     preview["stringValue"] = "X" * 256
-    f = build(resolve(_write(tmp_path, "p.json", doc), None))["fidelity"]
+    f = build(resolve(_write(tmp_path, "p.json", doc), None)).as_dict()["fidelity"]
     assert [(a["stage"], a["field"], a["problem"]) for a in f["alarms"]] == [
         ("fuse tests.rrf", sc.COLUMN_CONTENT_PREVIEW, "changed_uncited")]
     assert f["changed_uncited"] == 1

@@ -169,7 +169,7 @@ def _read_everything(ref: str, source: str | None) -> None:
     fidelity_only(trace)
     console = Console(file=io.StringIO(), width=120, color_system=None, emoji=False, highlight=False)
     render.show(console, manifest, limit=5)
-    render.fidelity(console, manifest["fidelity"])
+    render.fidelity(console, manifest.fidelity)
     json.loads(json_text(manifest, default=str))
     report.render(manifest)
 

@@ -15,7 +15,7 @@ from ragtrail.inspect.sources import FileSource
 
 
 def _manifest(store, trace_id):
-    return build(FileSource(store).get(trace_id))
+    return build(FileSource(store).get(trace_id)).as_dict()
 
 
 def test_manifest_of_a_pipeline(tmp_path):
@@ -104,7 +104,7 @@ def test_continuations_are_stitched_in_order(tmp_path):
     trace = source.get(source.latest())
     continuations = [s for s in trace.spans if s.attributes.get("ragtrail.stage.continuation")]
     assert len(continuations) == 4  # the outputs are columns (no event); 20 exclusion events in 5 spans
-    m = build(trace)
+    m = build(trace).as_dict()
     assert [s["kind"] for s in m["stages"]] == ["retrieve", "rerank"]
     assert [c["id"] for c in m["stages"][0]["candidates"]] == [d["id"] for d in docs]
     assert [c["rank"] for c in m["stages"][0]["candidates"]] == list(range(23))
@@ -152,7 +152,7 @@ def test_a_trace_without_ragtrail_spans(tmp_path):
     (1003, 0, "context failure: 8 retrieved, none reached the model: no claim is supported"),
 ])
 def test_coverage_statements(corpus, read, statement):
-    c = coverage(corpus, 8, read, 2)
+    c = coverage(corpus, 8, read, 2).as_dict()
     assert c["statement"] == statement
     assert c["exhaustive"] is (corpus is not None and read >= corpus and read > 0)
     supported = {x["claim"]: x["supported"] for x in c["claims"]}
@@ -177,7 +177,7 @@ def test_coverage_statements(corpus, read, statement):
      "the answer claims absence: not supported (20 of ~20 (approximate) read)"),
 ])
 def test_coverage_statement_says_the_claim_and_the_run(args, kwargs, statement):
-    c = coverage(*args, **kwargs)
+    c = coverage(*args, **kwargs).as_dict()
     assert c["statement"] == statement
     absence = {x["claim"]: x["supported"] for x in c["claims"]}["absence"]
     assert absence is (args[0] is not None and args[2] >= args[0] > 0 and not kwargs.get("approximate"))
@@ -197,7 +197,7 @@ def test_reading_and_building_pause_the_cycle_collector_and_restore_it(tmp_path)
     with gc_paused():
         seen.append(gc.isenabled())
     assert seen == [False] and gc.isenabled()
-    assert build(FileSource(tmp_path).get(trace_id))["trace_id"] == trace_id and gc.isenabled()
+    assert build(FileSource(tmp_path).get(trace_id)).as_dict()["trace_id"] == trace_id and gc.isenabled()
     gc.disable()
     try:
         build(FileSource(tmp_path).get(trace_id))

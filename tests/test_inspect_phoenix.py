@@ -39,7 +39,7 @@ def test_a_trace_from_phoenix_rebuilds_the_demo_and_says_what_phoenix_cannot_tel
     budget = [s for s in trace.spans if s.name == "budget context_budget"][0]
     assert budget.status_code == "OK" and budget.end_ns >= budget.start_ns > 0
     assert [e.name for e in budget.events].count(sc.EVENT_EXCLUSION) == 1
-    manifest = build(trace)
+    manifest = build(trace).as_dict()
     (stage,) = [s for s in manifest["stages"] if s["kind"] == "budget"]
     assert [(e["id"], e["reason"]) for e in stage["excluded"]] == [("policy-2026-01", "budget_exceeded")]
     fidelity = check(trace, stitch(trace))

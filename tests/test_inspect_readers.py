@@ -85,7 +85,7 @@ def test_local_store_round_trip(tmp_path):
 def test_every_backend_shape_gives_the_same_manifest():
     """The recorded Jaeger v1/v3 bodies of one trace and the Tempo v1/v2 shapes derived from it rebuild the
     same evidence."""
-    manifests = {name: build(resolve(str(FIXTURES / name), None)) for name in
+    manifests = {name: build(resolve(str(FIXTURES / name), None)).as_dict() for name in
                  (JAEGER_V1, JAEGER_V3, "tempo_v1_trace.json", "tempo_v2_partial.json")}
     reference = _evidence(manifests[JAEGER_V3])
     stages, hops, cited, coverage = reference

@@ -25,7 +25,7 @@ def _run(tmp_path, **capture):
 
 
 def _fidelity(path, trace_id):
-    return build(FileSource(path).get(trace_id))["fidelity"]
+    return build(FileSource(path).get(trace_id)).as_dict()["fidelity"]
 
 
 def _span_id(path, trace_id, name):

@@ -249,7 +249,7 @@ def test_the_cap_and_the_room_together_the_smaller_wins(n, mirrored):
 
 
 def _fidelity(store, trace_id):
-    f = build(FileSource(store).get(trace_id))["fidelity"]
+    f = build(FileSource(store).get(trace_id)).as_dict()["fidelity"]
     return {k: f[k] for k in ("intact", "changed_cited", "changed_uncited", "unverifiable", "not_captured",
                               "missing_events", "missing_spans", "dropped_events", "dropped_attributes",
                               "partial", "alarms", "notes")}

@@ -71,7 +71,7 @@ def test_rules_that_hold_for_every_row_are_said_once_and_read_back_as_the_rows(t
     assert sc.COLUMN_RANKS not in excluded and sc.COLUMN_EXCLUSION_DETAILS not in excluded
     assert list(excluded.pop(sc.COLUMN_IDS)) == ["d2", "d4", "d5"]
 
-    m = build(FileSource(tmp_path).get(trace_id))
+    m = build(FileSource(tmp_path).get(trace_id)).as_dict()
     rows = [(r["id"], r["rank"], r["reason"], r["detail"]) for r in _stage(m, "budget tests.b")["excluded"]]
     assert rows == [("d2", 1, "budget_exceeded", "budget=60 words"), ("d4", 2, "budget_exceeded", "budget=60 words"),
                     ("d5", 3, "budget_exceeded", "budget=60 words")]
@@ -99,13 +99,13 @@ def test_content_that_is_not_ascii_keeps_its_bytes_column(tmp_path) -> None:
     assert list(retrieve.attributes[sc.COLUMN_CONTENT_BYTES]) == expected and expected[2] == len(docs[2]["content"]) + 1
     decoded = columns.records(dict(retrieve.attributes), None, 5)
     assert [r[sc.CANDIDATE_CONTENT_BYTES] for r in decoded] == expected
-    assert build(FileSource(tmp_path).get(trace_id))["fidelity"]["alarms"] == []
+    assert build(FileSource(tmp_path).get(trace_id)).as_dict()["fidelity"]["alarms"] == []
 
 
 def _tampered(tmp_path: Any, edit: Any) -> list[tuple[str, str, str]]:
     ragtrail.set_capture(content="off")
     trace_id = record(tmp_path, _run)
-    m = build(FileSource(rewrite_store(tmp_path, edit)).get(trace_id))
+    m = build(FileSource(rewrite_store(tmp_path, edit)).get(trace_id)).as_dict()
     return sorted({(a["stage"], a["field"], a["problem"]) for a in m["fidelity"]["alarms"]})
 
 

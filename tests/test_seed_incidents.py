@@ -31,7 +31,7 @@ from ragtrail.recorder import corpus as corpus_registry
 def manifest_of(exporter: Any) -> dict[str, Any]:
     spans = list(decode_document(spans_to_dict(exporter.get_finished_spans())))
     [trace_id] = {s.trace_id for s in spans}
-    return build(Trace(trace_id=trace_id, spans=spans, source="memory"))
+    return build(Trace(trace_id=trace_id, spans=spans, source="memory")).as_dict()
 
 
 def stage_of(m: dict[str, Any], kind: str, component: str) -> dict[str, Any]:

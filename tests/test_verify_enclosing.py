@@ -32,7 +32,7 @@ def compression(handed_on: str):
 
 def fidelity(tmp_path, handed_on: str):
     record(tmp_path, compression(handed_on))
-    return build(resolve(str(tmp_path), None))["fidelity"]
+    return build(resolve(str(tmp_path), None)).as_dict()["fidelity"]
 
 
 def test_the_enclosing_retrievals_output_is_checked_against_the_extract(tmp_path):

@@ -57,7 +57,7 @@ def _v3_spans(name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 @pytest.mark.parametrize("apis", [("v3", "v1"), ("v1",)], ids=["v3", "v1-fallback"])
 def test_whole_trace_reads_back_intact(apis: tuple[str, ...]) -> None:
     trace = _source("whole_trace", apis).get(_trace_id("whole_trace"))
-    manifest = build(trace)
+    manifest = build(trace).as_dict()
     fidelity = manifest["fidelity"]
     assert fidelity["alarms"] == []
     assert (fidelity["changed_uncited"], fidelity["unverifiable"], fidelity["missing_spans"],
@@ -72,7 +72,7 @@ def test_tail_sampled_trace_keeps_its_policy_and_finding() -> None:
     policies = {a["value"]["stringValue"] for scope, _ in _v3_spans("tail_sampled_degraded")
                 for a in scope.get("attributes", []) if a["key"] == "tailsampling.policy"}
     assert policies == {"finding-stage-status"}
-    manifest = build(_source("tail_sampled_degraded").get(_trace_id("tail_sampled_degraded")))
+    manifest = build(_source("tail_sampled_degraded").get(_trace_id("tail_sampled_degraded"))).as_dict()
     assert manifest["fidelity"]["alarms"] == []
     assert any("degraded" in f and "input_order" in f for f in manifest["findings"])
 
@@ -94,7 +94,7 @@ def test_collector_truncation_reads_back_as_changed_uncited_on_exactly_the_cut_f
                         cand = attrs.get(semconv.CANDIDATE_ID, {}).get("stringValue", "")
                         expected.append((span["spanId"], cand, payload))
     assert expected
-    manifest = build(_source("truncated_by_collector").get(_trace_id("truncated_by_collector")))
+    manifest = build(_source("truncated_by_collector").get(_trace_id("truncated_by_collector"))).as_dict()
     alarms = manifest["fidelity"]["alarms"]
     assert {a["problem"] for a in alarms} == {"changed_uncited"}
     assert sorted((a["span_id"], a["candidate"], a["field"]) for a in alarms) == sorted(expected)

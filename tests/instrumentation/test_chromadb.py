@@ -526,7 +526,7 @@ def test_under_opentelemetry_instrument_two_hundred_hits(tmp_path) -> None:
     assert stage_span.name == "retrieve Collection"
     assert sc.COVERAGE_CORPUS_SIZE not in stage_span.attributes  # the app never counted: unknown, not asked
     m = manifest.build(Trace(trace_id=stage_span.trace_id, spans=[s for s in spans if s.trace_id == stage_span.trace_id],
-                             source="file"))
+                             source="file")).as_dict()
     [stage] = m["stages"]
     assert [c["id"] for c in stage["candidates"]] == want  # all 200, the top-ranked included, in order
     assert {c["score_kind"] for c in stage["candidates"]} == {sc.SCORE_DISTANCE}

@@ -395,7 +395,7 @@ def test_under_opentelemetry_instrument_thousand_hits_arrive_in_the_local_store(
         assert s.attributes[sc.COVERAGE_CORPUS_SIZE] == 1200
         assert s.dropped_events == 0
         trace_spans = [x for x in spans if x.trace_id == s.trace_id]
-        m = manifest.build(Trace(trace_id=s.trace_id, spans=trace_spans, source="file"))
+        m = manifest.build(Trace(trace_id=s.trace_id, spans=trace_spans, source="file")).as_dict()
         [stage] = m["stages"]
         n = s.attributes[sc.CANDIDATES_OUT]
         assert n >= 990 and len(stage["candidates"]) == n

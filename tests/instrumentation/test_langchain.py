@@ -517,7 +517,7 @@ def test_compression_pipeline_manifest_lists_each_exclusion_once(tmp_path):
         inst.uninstrument()
         provider.force_flush()
         provider.shutdown()
-    m = build(FileSource(tmp_path).get(trace_id))
+    m = build(FileSource(tmp_path).get(trace_id)).as_dict()
     assert [(s["kind"], s["component"], s["in"], s["out"], s["excluded_count"]) for s in m["stages"]] == [
         ("retrieve", CCR, 0, 3, 0),  # in start order: the compression retriever opens first
         ("retrieve", VSR, 0, 6, 0),

@@ -108,7 +108,7 @@ def test_the_split_stage_reaches_the_manifest_verified(tmp_path):
     finally:
         inst.uninstrument()
     provider.shutdown()
-    manifest = build(resolve(str(tmp_path), None))
+    manifest = build(resolve(str(tmp_path), None)).as_dict()
     assert manifest["fidelity"]["alarms"] == [] and manifest["fidelity"]["changed_uncited"] == 0
     # p0 and p2 were cut in two (their first chunk under their own id, split@1), p1 is one chunk
     assert manifest["fidelity"]["changed_cited"] == 2
@@ -175,7 +175,7 @@ def test_faiss_under_langchain_is_one_store_under_the_docstore_ids(tmp_path):
         fi.uninstrument()
         lc.uninstrument()
     provider.shutdown()
-    manifest = build(resolve(str(tmp_path), None))
+    manifest = build(resolve(str(tmp_path), None)).as_dict()
     assert manifest["fidelity"]["alarms"] == []
     langchain_stage, faiss_stage = manifest["stages"]
     assert faiss_stage["component"].startswith("faiss.")

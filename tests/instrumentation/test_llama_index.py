@@ -536,7 +536,7 @@ def test_sentence_window_pipeline_verifies_without_alarms(instrumented):
                                                                  for n in response.source_nodes]
     decoded = list(decode_document(request_to_dict(encode_request(spans))))
     [trace_id] = {s.trace_id for s in decoded}
-    m = build(Trace(trace_id=trace_id, spans=decoded, source="file"))
+    m = build(Trace(trace_id=trace_id, spans=decoded, source="file")).as_dict()
     fidelity = m["fidelity"]
     assert [s["kind"] for s in m["stages"]] == ["retrieve", "filter", "generate", "budget"]
     assert fidelity["alarms"] == []

@@ -13,12 +13,13 @@ from rich.text import Text
 from ragtrail.cli.console import json_out, progress_bar, source_option, stdout
 from ragtrail.inspect import errors, render
 from ragtrail.inspect.gc_pause import gc_paused
+from ragtrail.inspect.manifest_model import Manifest
 from ragtrail.inspect.safe import plain
 
 __all__ = ["demo", "diff_cmd", "report", "show", "verify"]
 
 
-def _load(ref: str, source: str | None, timeout: float) -> dict[str, Any]:
+def _load(ref: str, source: str | None, timeout: float) -> Manifest:
     from ragtrail.inspect.manifest import build
     from ragtrail.inspect.sources import resolve
 
@@ -50,7 +51,7 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
             doc_fate.render(stdout(), chain)
         return errors.EXIT_OK
     if as_json:
-        json_out(manifest)
+        json_out(manifest.as_dict())
     else:
         render.show(stdout(), manifest, limit=10**9 if show_all else limit, max_stages=10**9 if show_all else 20)
     return errors.EXIT_OK
@@ -95,7 +96,7 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
     with progress_bar(f"verifying {len(refs)} traces", unit="count") as progress:
         for i, ref in enumerate(refs):
             trace = src.get(ref) if src is not None and ref not in traces else resolve(ref, source, timeout=timeout)
-            results.append(build(trace, key) if strict else fidelity_only(trace, key))
+            results.append((build(trace, key) if strict else fidelity_only(trace, key)).as_dict())
             progress(i + 1, len(refs))
     failed = False
     for m in results:
@@ -175,7 +176,7 @@ def demo(store: str, report_path: str | None, budget: int, as_json: bool) -> int
 
     result = run_demo(store=store, report_path=report_path, budget_words=budget)
     if as_json:
-        json_out(result.manifest)
+        json_out(result.manifest.as_dict())
     else:
         out = stdout()
         out.print(Text.assemble(("answer", "bold"), ": ", plain(result.answer)))
@@ -189,6 +190,6 @@ def demo(store: str, report_path: str | None, budget: int, as_json: bool) -> int
                     f"; export to {plain(result.otlp_endpoint)} FAILED ({result.otlp_failures} batches): "
                     "is the collector up?")
         out.print(Text(f"traces in {plain(result.store_path)}{also}"))
-        out.print(Text(f"next: ragtrail show {plain(result.manifest['trace_id'])} --source {plain(store)}   ·   "
+        out.print(Text(f"next: ragtrail show {plain(result.manifest.trace_id)} --source {plain(store)}   ·   "
                        f"ragtrail verify last --source {plain(store)}"))
     return errors.EXIT_OK

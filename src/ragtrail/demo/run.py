@@ -13,7 +13,6 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -25,6 +24,7 @@ from ragtrail.export.configurator import configure
 from ragtrail.export.local_store import LocalStoreSpanExporter
 from ragtrail.inspect import report
 from ragtrail.inspect.manifest import build
+from ragtrail.inspect.manifest_model import Manifest
 from ragtrail.inspect.sources import FileSource
 
 DEMO_METADATA = ("updated_at", "version", "status", "source")
@@ -34,7 +34,7 @@ DEMO_METADATA = ("updated_at", "version", "status", "source")
 class DemoResult:
     answer: str
     trace_id: str
-    manifest: dict[str, Any]
+    manifest: Manifest
     report_path: Path
     store_path: Path
     otlp_endpoint: str | None

@@ -80,6 +80,59 @@ def threshold(run_values: list[float], per_case: list[float], metric: str, defau
     return boot, max(0.0, floor)
 
 
+def _wanted(runs: list[list[CaseRun]]) -> tuple[list[str], list[str]]:
+    """The evidence stages of the first run in order, and the metrics to freeze (survival per stage,
+    citations and refusals only when some run recorded them)."""
+    observed = [r.observation for run in runs for r in run if r.observation is not None]
+    stage_order: list[str] = []
+    for r in runs[0]:
+        for s in r.observation.stages if r.observation else ():
+            if s.key not in stage_order:
+                stage_order.append(s.key)
+    wanted = [m.RECALL, *(m.survival_metric(k) for k in stage_order if not k.startswith("retrieve ")), m.IN_CONTEXT]
+    if any(o.cites for o in observed):
+        wanted.append(m.CITED)
+    if any(o.refused is not None for o in observed):
+        wanted.append(m.REFUSAL)
+    wanted.append(m.RBO)
+    return stage_order, wanted
+
+
+def _frozen(metric: str, run_values: list[float], per_case: list[float], defaults: dict[str, Any]) -> dict[str, Any]:
+    """One slice's metric as the file keeps it: every run, mean, worst, bootstrap bound, threshold."""
+    boot, thr = threshold(run_values, per_case, metric, defaults)
+    n = len(per_case)
+    return {
+        "runs": [_r(v) for v in run_values], "mean": _r(fmean(run_values)), "worst": _r(
+            max(run_values) if metric in m.CEILINGS else min(run_values)),
+        "bootstrap": _r(boot), "threshold": _r(thr), "n": n,
+        "direction": "ceiling" if metric in m.CEILINGS else "floor", "stage": m.stage_of(metric),
+        "warning": (f"slice too small to be statistically boring (n={n} < {defaults['min_slice']})"
+                    if n < defaults["min_slice"] else None)}
+
+
+def _thresholds(evalset: EvalSet, wanted: list[str], per_run: list[dict[tuple[str, str], m.SliceValue]],
+                by_case: dict[str, list[dict[str, float | None]]], defaults: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per slice (and the whole set), per metric measured in some run: its frozen row."""
+    thresholds: dict[str, dict[str, Any]] = {}
+    for slice_ in [*evalset.slices(), ALL_SLICE]:
+        members = [c for c in evalset.cases if slice_ in m.slices_of(c)]
+        frozen: dict[str, Any] = {}
+        for metric in wanted:
+            run_values = [v for v in (agg[(slice_, metric)].value for agg in per_run if (slice_, metric) in agg)
+                          if v is not None]
+            if not run_values:
+                continue
+            per_case = []
+            for case in members:
+                seen = [v for row in by_case[case.id] if (v := row.get(metric)) is not None]
+                if seen:
+                    per_case.append(fmean(seen))
+            frozen[metric] = _frozen(metric, run_values, per_case, defaults)
+        thresholds[slice_] = frozen
+    return thresholds
+
+
 def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None = None,
            defaults: dict[str, Any] | None = None) -> dict[str, Any]:
     """The baseline document of ``runs`` (one list of case runs per repetition, in the set's order)."""
@@ -97,47 +150,11 @@ def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None 
         values = [m.case_values(r.case, r.observation, top.get(r.case.id)) for r in measured if r.observation]
         per_case_rows.append(values)
         per_run.append(m.aggregate([r.case for r in measured], values))
-    any_cites = any(r.observation.cites for run in runs for r in run if r.observation is not None)
-    any_answer = any(r.observation.refused is not None for run in runs for r in run if r.observation is not None)
-    stage_order: list[str] = []
-    for r in first:
-        for s in r.observation.stages if r.observation else ():
-            if s.key not in stage_order:
-                stage_order.append(s.key)
-    wanted = [m.RECALL, *(m.survival_metric(k) for k in stage_order if not k.startswith("retrieve ")), m.IN_CONTEXT]
-    if any_cites:
-        wanted.append(m.CITED)
-    if any_answer:
-        wanted.append(m.REFUSAL)
-    wanted.append(m.RBO)
+    stage_order, wanted = _wanted(runs)
     by_case: dict[str, list[dict[str, float | None]]] = {c.id: [] for c in cases}
-    for run, rows_ in zip(runs, per_case_rows):
-        for r, row in zip((r for r in run if r.observation is not None), rows_):
+    for run, rows_ in zip(runs, per_case_rows, strict=False):
+        for r, row in zip((r for r in run if r.observation is not None), rows_, strict=False):
             by_case[r.case.id].append(row)
-    thresholds: dict[str, dict[str, Any]] = {}
-    for slice_ in [*evalset.slices(), ALL_SLICE]:
-        members = [c for c in cases if slice_ in m.slices_of(c)]
-        frozen: dict[str, Any] = {}
-        for metric in wanted:
-            run_values = [v for v in (agg[(slice_, metric)].value for agg in per_run if (slice_, metric) in agg)
-                          if v is not None]
-            if not run_values:
-                continue
-            per_case = []
-            for case in members:
-                seen = [v for row in by_case[case.id] if (v := row.get(metric)) is not None]
-                if seen:
-                    per_case.append(fmean(seen))
-            boot, thr = threshold(run_values, per_case, metric, defaults)
-            n = len(per_case)
-            frozen[metric] = {
-                "runs": [_r(v) for v in run_values], "mean": _r(fmean(run_values)), "worst": _r(
-                    max(run_values) if metric in m.CEILINGS else min(run_values)),
-                "bootstrap": _r(boot), "threshold": _r(thr), "n": n,
-                "direction": "ceiling" if metric in m.CEILINGS else "floor", "stage": m.stage_of(metric),
-                "warning": (f"slice too small to be statistically boring (n={n} < {defaults['min_slice']})"
-                            if n < defaults["min_slice"] else None)}
-        thresholds[slice_] = frozen
     case_rows: dict[str, Any] = {}
     for r in first:
         if r.observation is None:
@@ -151,7 +168,7 @@ def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None 
         "pipeline": pipeline, "runs": len(runs), "defaults": defaults,
         "set": {"digest": evalset.digest, "path": evalset.path, "cases": len(cases),
                 "slices": {s: sum(1 for c in cases if c.slice == s) for s in evalset.slices()}},
-        "stages": stage_order, "thresholds": thresholds, "cases": case_rows,
+        "stages": stage_order, "thresholds": _thresholds(evalset, wanted, per_run, by_case, defaults), "cases": case_rows,
     }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -91,7 +92,7 @@ def survival_rows(case_relevant: tuple[str, ...], obs: Observation) -> list[Stag
     held_before: set[str] | None = None
     for s in obs.stages:
         out = set(s.ids)
-        reasons = {i: r for i, r in s.excluded}
+        reasons = {e.id: e.reason for e in s.excluded}
         kept = tuple(r for r in case_relevant if r in out)
         if s.kind == "retrieve":
             lost: tuple[tuple[str, str | None], ...] = ()
@@ -101,18 +102,15 @@ def survival_rows(case_relevant: tuple[str, ...], obs: Observation) -> list[Stag
                          if r not in out and (r in reasons or r in before))
         rows.append(StageSurvival(index=s.index, kind=s.kind, component=s.component, k=len(s.ids),
                                   relevant_kept=kept, relevant_lost=lost, status=s.label_status(), key=s.key))
-        if s.kind == "retrieve":
-            held_before = (held_before or set()) | (out & rel)
-        else:
-            held_before = out & rel
+        held_before = (held_before or set()) | (out & rel) if s.kind == "retrieve" else out & rel
     return rows
 
 
 def _removed_by(ident: str, obs: Observation) -> tuple[str | None, str | None]:
     for s in obs.stages:
-        for i, reason in s.excluded:
-            if i == ident:
-                return s.key, reason
+        for e in s.excluded:
+            if e.id == ident:
+                return s.key, e.reason
     held = [s for s in obs.stages if ident in s.ids]
     if held:
         after = [s for s in obs.stages if s.index > held[-1].index]
@@ -180,83 +178,125 @@ def _degraded_upstream(runs: list[CaseRun], stage_key: str) -> list[str]:
     return [f"{what} in {n} case{'s' if n != 1 else ''}" for what, n in counts.most_common(2)]
 
 
-def _checks(evalset: EvalSet, good: list[CaseRun], results: list[CaseResult], baseline: dict[str, Any],
-            values: dict[tuple[str, str], m.SliceValue]) -> tuple[list[Check], list[str]]:
-    checks: list[Check] = []
+@dataclass
+class _Checking:
+    """What every check of one gate run reads: the baseline, the run's values, the stages that ran, the cases."""
+
+    baseline: dict[str, Any]
+    values: dict[tuple[str, str], m.SliceValue]
+    present: set[str]
+    results: list[CaseResult]
+
+
+@dataclass
+class _Slice:
+    """One slice's cases and frozen rows, and the first stage where it lost relevant ids (named once, then pointed at)."""
+
+    name: str
+    rows: dict[str, Any]
+    results: list[CaseResult]
+    runs: list[CaseRun]
+    first_loss: str | None = None
+
+
+def _stage_warnings(good: list[CaseRun], baseline: dict[str, Any], present: set[str]) -> list[str]:
     warnings: list[str] = []
-    present = {s.key for r in good if r.observation for s in r.observation.stages}
     for key in baseline.get("stages", []):
         if good and key not in present:
             warnings.append(f"stage {key} is in the baseline but did not run now")
     for key in sorted(present - set(baseline.get("stages", []))):
         warnings.append(f"stage {key} is new since the baseline (no floor for it)")
+    return warnings
+
+
+def _checks(evalset: EvalSet, good: list[CaseRun], results: list[CaseResult], baseline: dict[str, Any],
+            values: dict[tuple[str, str], m.SliceValue]) -> tuple[list[Check], list[str]]:
+    present = {s.key for r in good if r.observation for s in r.observation.stages}
+    warnings = _stage_warnings(good, baseline, present)
     by_slice: dict[str, list[CaseResult]] = {}
     for r in results:
         if r.problems:
             continue
         for s in m.slices_of(r.case):
             by_slice.setdefault(s, []).append(r)
+    ctx = _Checking(baseline, values, present, results)
+    checks: list[Check] = []
     for slice_, rows in baseline["thresholds"].items():
-        slice_results = by_slice.get(slice_, [])
-        slice_runs = [g for g in good if slice_ in m.slices_of(g.case)]
-        first_loss: str | None = None
-        for metric in metric_order(rows, baseline.get("stages", [])):
-            row = rows[metric]
-            got = values.get((slice_, metric))
-            value, n = (got.value, got.n) if got else (None, 0)
-            thr, mean, stage = row["threshold"], row["mean"], row.get("stage")
-            ceiling = row["direction"] == "ceiling"
-            if value is None:
-                passed = stage is not None and stage not in present  # a stage gone is a warning, not a measure
-                kinds = sorted({p.kind for r in results if slice_ in m.slices_of(r.case) for p in r.problems})
-                message = ("stage did not run now" if passed else
-                           "not measured: " + (f"every case of the slice has a problem ({', '.join(kinds)})"
-                                               if kinds else "no case of the slice could be measured"))
-            else:
-                passed = value <= thr + _EPS if ceiling else value >= thr - _EPS
-                message = ""
-            if not passed and value is not None:
-                verb = "rose to" if ceiling else "fell to"
-                message = f"{metric} {verb} {_fmt(value)} ({'ceiling' if ceiling else 'floor'} {_fmt(thr)}, baseline {_fmt(mean)})"
-                if stage is not None:
-                    lost, reasons = _stage_loss(slice_results, stage)
-                    if lost:
-                        why = ", ".join(f"{reason} ×{k}" for reason, k in reasons.most_common(3))
-                        message += f"; relevant ids lost at {stage}: {lost} ({why})"
-                        first_loss = first_loss or stage
-                    elif first_loss:
-                        message += f"; lost upstream at {first_loss}"
-                    recall = values.get((slice_, m.RECALL))
-                    base_recall = rows.get(m.RECALL, {}).get("mean")
-                    if recall and recall.value is not None and base_recall is not None and recall.value > base_recall + _EPS:
-                        message += f"; recall@retrieve rose to {_fmt(recall.value)} (baseline {_fmt(base_recall)})"
-                    degraded = _degraded_upstream(slice_runs, stage)
-                    if degraded:
-                        message += "; upstream: " + "; ".join(degraded)
-                elif metric in (m.IN_CONTEXT, m.CITED) and first_loss:
-                    message += f"; lost at {first_loss}"
-                elif metric == m.RECALL:
-                    first_loss = "retrieval"
-                    missed = []
-                    for run in slice_runs:
-                        frozen = baseline.get("cases", {}).get(run.case.id)
-                        if frozen is None or run.observation is None:
-                            continue
-                        before = set(frozen["observation"]["retrieved"]) & set(run.case.relevant)
-                        if before - set(run.observation.retrieved):
-                            missed.append(run.case.id)
-                    if missed:
-                        message += (f"; relevant ids retrieved in the baseline and not now in {len(missed)} "
-                                    f"case{'s' if len(missed) != 1 else ''} ({_names(sorted(missed))})")
-                elif metric == m.RBO:
-                    moved = sorted((r.movement.rbo, r.case.id) for r in slice_results
-                                   if r.movement and r.movement.rbo is not None and r.movement.rbo < 1)
-                    if moved:
-                        message += f"; moved most: {_names([c for _, c in moved])}"
-            checks.append(Check(slice=slice_, metric=metric, value=None if value is None else round(value, 6),
-                                threshold=thr, baseline_mean=mean, n=n, passed=passed, stage=stage, message=message,
-                                warning=row.get("warning")))
+        sl = _Slice(slice_, rows, by_slice.get(slice_, []), [g for g in good if slice_ in m.slices_of(g.case)])
+        checks.extend(_check(ctx, sl, metric) for metric in metric_order(rows, baseline.get("stages", [])))
     return checks, warnings
+
+
+def _check(ctx: _Checking, sl: _Slice, metric: str) -> Check:
+    """One slice's metric against its threshold, and what a regression lost and where."""
+    row = sl.rows[metric]
+    got = ctx.values.get((sl.name, metric))
+    value, n = (got.value, got.n) if got else (None, 0)
+    thr, mean, stage = row["threshold"], row["mean"], row.get("stage")
+    ceiling = row["direction"] == "ceiling"
+    if value is None:
+        passed = stage is not None and stage not in ctx.present  # a stage gone is a warning, not a measure
+        kinds = sorted({p.kind for r in ctx.results if sl.name in m.slices_of(r.case) for p in r.problems})
+        message = ("stage did not run now" if passed else
+                   "not measured: " + (f"every case of the slice has a problem ({', '.join(kinds)})"
+                                       if kinds else "no case of the slice could be measured"))
+    else:
+        passed = value <= thr + _EPS if ceiling else value >= thr - _EPS
+        message = ""
+    if not passed and value is not None:
+        verb = "rose to" if ceiling else "fell to"
+        message = f"{metric} {verb} {_fmt(value)} ({'ceiling' if ceiling else 'floor'} {_fmt(thr)}, baseline {_fmt(mean)})"
+        message += _regression(ctx, sl, metric, stage)
+    return Check(slice=sl.name, metric=metric, value=None if value is None else round(value, 6),
+                 threshold=thr, baseline_mean=mean, n=n, passed=passed, stage=stage, message=message,
+                 warning=row.get("warning"))
+
+
+def _regression(ctx: _Checking, sl: _Slice, metric: str, stage: str | None) -> str:
+    """What a failed check adds to its message: where relevant ids were lost, or which cases moved."""
+    if stage is not None:
+        return _stage_regression(ctx, sl, stage)
+    if metric in (m.IN_CONTEXT, m.CITED) and sl.first_loss:
+        return f"; lost at {sl.first_loss}"
+    if metric == m.RECALL:
+        sl.first_loss = "retrieval"
+        missed = []
+        for run in sl.runs:
+            frozen = ctx.baseline.get("cases", {}).get(run.case.id)
+            if frozen is None or run.observation is None:
+                continue
+            before = set(frozen["observation"]["retrieved"]) & set(run.case.relevant)
+            if before - set(run.observation.retrieved):
+                missed.append(run.case.id)
+        if missed:
+            return (f"; relevant ids retrieved in the baseline and not now in {len(missed)} "
+                    f"case{'s' if len(missed) != 1 else ''} ({_names(sorted(missed))})")
+    elif metric == m.RBO:
+        moved = sorted((r.movement.rbo, r.case.id) for r in sl.results
+                       if r.movement and r.movement.rbo is not None and r.movement.rbo < 1)
+        if moved:
+            return f"; moved most: {_names([c for _, c in moved])}"
+    return ""
+
+
+def _stage_regression(ctx: _Checking, sl: _Slice, stage: str) -> str:
+    """A stage's survival fell: the relevant ids lost there and why, or the stage upstream that lost them."""
+    message = ""
+    lost, reasons = _stage_loss(sl.results, stage)
+    if lost:
+        why = ", ".join(f"{reason} ×{k}" for reason, k in reasons.most_common(3))
+        message += f"; relevant ids lost at {stage}: {lost} ({why})"
+        sl.first_loss = sl.first_loss or stage
+    elif sl.first_loss:
+        message += f"; lost upstream at {sl.first_loss}"
+    recall = ctx.values.get((sl.name, m.RECALL))
+    base_recall = sl.rows.get(m.RECALL, {}).get("mean")
+    if recall and recall.value is not None and base_recall is not None and recall.value > base_recall + _EPS:
+        message += f"; recall@retrieve rose to {_fmt(recall.value)} (baseline {_fmt(base_recall)})"
+    degraded = _degraded_upstream(sl.runs, stage)
+    if degraded:
+        message += "; upstream: " + "; ".join(degraded)
+    return message
 
 
 # --- the decision ----------------------------------------------------------------------------------

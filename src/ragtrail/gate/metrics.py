@@ -19,9 +19,9 @@ no recall; a case without a recorded answer has no refusal).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import fmean
-from typing import Iterable
 
 from .model import ALL_SLICE, EvalCase
 from .observation import Observation
@@ -106,7 +106,7 @@ def aggregate(cases: list[EvalCase], values: list[dict[str, float | None]]) -> d
     """(slice, metric) -> mean over the slice's measured cases."""
     pools: dict[tuple[str, str], list[float]] = defaultdict(list)
     names: set[str] = set()
-    for case, row in zip(cases, values):
+    for case, row in zip(cases, values, strict=False):
         names.update(row)
         for slice_ in slices_of(case):
             for metric, value in row.items():

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ragtrail.contract import semconv as sc
+from ragtrail.inspect.manifest_model import Answer, ExcludedId, Manifest, Row, Stage
 
 #: Stages that hand evidence on: the funnel the survival metrics follow.
 EVIDENCE_KINDS = (sc.KIND_RETRIEVE, sc.KIND_FUSE, sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET)
@@ -34,7 +35,7 @@ class StageObservation:
     kind: str
     component: str
     ids: list[str]                         # output ids in rank order
-    excluded: list[tuple[str, str | None]]  # (id, reason)
+    excluded: list[ExcludedId]
     status: str | None = None
     failure_class: str | None = None
     fallback: str | None = None
@@ -71,7 +72,7 @@ class Observation:
         ids = set(self.retrieved) | set(self.in_context) | set(self.cited)
         for s in self.stages:
             ids.update(s.ids)
-            ids.update(i for i, _ in s.excluded)
+            ids.update(e.id for e in s.excluded)
         return ids
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,72 +83,75 @@ class Observation:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Observation:
-        stages = [StageObservation(**{**s, "excluded": [(str(i), r) for i, r in s["excluded"]]}) for s in d["stages"]]
+        stages = [StageObservation(**{**s, "excluded": [ExcludedId(str(i), r) for i, r in s["excluded"]]}) for s in d["stages"]]
         return cls(**{**d, "stages": stages})
 
 
-def stage_keys(stages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+def stage_keys(stages: list[Stage]) -> list[tuple[str, Stage]]:
     """Evidence stages of a manifest with their keys, in pipeline order."""
     seen: Counter[tuple[str, str]] = Counter()
     out = []
     for stage in stages:
-        if stage["kind"] not in EVIDENCE_KINDS:
+        if stage.kind not in EVIDENCE_KINDS:
             continue
-        base = (stage["kind"], str(stage["component"]))
+        base = (stage.kind, str(stage.component))
         seen[base] += 1
         key = f"{base[0]} {base[1]}" + (f" #{seen[base]}" if seen[base] > 1 else "")
         out.append((key, stage))
     return out
 
 
-def _ranked(candidates: list[dict[str, Any]]) -> list[str]:
-    order = sorted(range(len(candidates)), key=lambda i: (candidates[i]["rank"] is None, candidates[i]["rank"] or 0, i))
-    return [str(candidates[i]["id"]) for i in order]
+def _ranked(candidates: list[Row]) -> list[str]:
+    order = sorted(range(len(candidates)), key=lambda i: (candidates[i].rank is None, candidates[i].rank or 0, i))
+    return [str(candidates[i].id) for i in order]
 
 
-def observe(manifest: dict[str, Any], relevant: tuple[str, ...] = (), resource: dict[str, Any] | None = None) -> Observation:
-    """The observation of one manifest; ``relevant`` ids get their recorded content sha256 kept."""
-    stages = []
-    for index, (key, s) in enumerate(stage_keys(manifest["stages"])):
-        stages.append(StageObservation(
-            key=key, index=index, kind=s["kind"], component=str(s["component"]), ids=_ranked(s["candidates"]),
-            excluded=[(str(e["id"]), e.get("reason")) for e in s["excluded"]],
-            status=s.get("status"), failure_class=s.get("failure_class"), fallback=s.get("fallback")))
+def _content(manifest: Manifest, relevant: tuple[str, ...]) -> dict[str, str]:
+    """The recorded content sha256 of each ``relevant`` id, as the first stage that held it said."""
     wanted = set(relevant)
     content: dict[str, str] = {}
-    for s in manifest["stages"]:
-        for row in [*s["candidates"], *s["excluded"]]:
-            ident = str(row["id"])
-            if ident in wanted and ident not in content and isinstance(row.get("sha256"), str):
-                content[ident] = row["sha256"]
-    hop0 = next((h for h in manifest["query_hops"] if h.get("hop") == 0), None)
-    answer = manifest.get("answer") or {}
-    cover = manifest["coverage"]
+    for s in manifest.stages:
+        for row in [*s.candidates, *s.excluded]:
+            ident = str(row.id)
+            if ident in wanted and ident not in content and isinstance(row.sha256, str):
+                content[ident] = row.sha256
+    return content
+
+
+def observe(manifest: Manifest, relevant: tuple[str, ...] = (), resource: dict[str, Any] | None = None) -> Observation:
+    """The observation of one manifest; ``relevant`` ids get their recorded content sha256 kept."""
+    stages = []
+    for index, (key, s) in enumerate(stage_keys(manifest.stages)):
+        stages.append(StageObservation(
+            key=key, index=index, kind=s.kind, component=str(s.component), ids=_ranked(s.candidates),
+            excluded=[ExcludedId(str(e.id), e.reason) for e in s.excluded],
+            status=s.status, failure_class=s.failure_class, fallback=s.fallback))
+    hop0 = next((h for h in manifest.query_hops if h.hop == 0), None)
+    answer = manifest.answer or Answer()
+    cover = manifest.coverage
     versions = {k: str(v) for k, v in (resource or {}).items()
                 if k.endswith(".version") and k not in _IGNORED_VERSIONS and isinstance(v, (str, int, float))}
-    cites = bool(manifest["cited"]) or any(s["kind"] == sc.KIND_CITE for s in manifest["stages"])
+    cites = bool(manifest.cited) or any(s.kind == sc.KIND_CITE for s in manifest.stages)
     return Observation(
-        trace_id=manifest["trace_id"], stages=stages,
-        retrieved=[str(r["id"]) for r in manifest["retrieved"] if r.get("stage") == sc.KIND_RETRIEVE]
-        or [str(r["id"]) for r in manifest["retrieved"]],
-        in_context=[str(i) for i in manifest["in_context"]], cited=[str(i) for i in manifest["cited"]], cites=cites,
-        refused=answer.get("refused") if isinstance(answer.get("refused"), bool) else None,
-        answer_claim=answer.get("claim"), corpus_size=cover.get("corpus_size"), stores=cover.get("stores"),
-        index=sorted({s.component for s in stages if s.kind == sc.KIND_RETRIEVE}), content=content,
-        versions=versions, query_sha256=hop0.get("sha256") if hop0 else None)
+        trace_id=manifest.trace_id, stages=stages,
+        retrieved=[str(r.id) for r in manifest.retrieved if r.stage == sc.KIND_RETRIEVE]
+        or [str(r.id) for r in manifest.retrieved],
+        in_context=[str(i) for i in manifest.in_context], cited=[str(i) for i in manifest.cited], cites=cites,
+        refused=answer.refused if isinstance(answer.refused, bool) else None,
+        answer_claim=answer.claim, corpus_size=cover.corpus_size, stores=cover.stores,
+        index=sorted({s.component for s in stages if s.kind == sc.KIND_RETRIEVE}), content=_content(manifest, relevant),
+        versions=versions, query_sha256=hop0.sha256 if hop0 else None)
 
 
-def as_manifest(obs: Observation) -> dict[str, Any]:
-    """A manifest-shaped dict of the evidence skeleton, what ``ragtrail.inspect.diff.diff`` reads."""
-    stages = []
-    for s in obs.stages:
-        stages.append({
-            "span_id": None, "parent_span_id": None, "kind": s.kind, "component": s.component, "status": s.status,
-            "failure_class": s.failure_class, "fallback": s.fallback, "query": None, "query_variants": [],
-            "candidates": [{"id": i, "rank": r, "score": None} for r, i in enumerate(s.ids)],
-            "excluded": [{"id": i, "reason": reason, "detail": None} for i, reason in s.excluded]})
-    return {"trace_id": obs.trace_id, "stages": stages, "cited": list(obs.cited), "query_hops": [],
-            "answer": None if obs.refused is None else {"sha256": None, "refused": obs.refused}}
+def as_manifest(obs: Observation) -> Manifest:
+    """A manifest of the evidence skeleton, what ``ragtrail.inspect.diff.diff`` reads."""
+    stages = [Stage(span_id="", parent_span_id=None, kind=s.kind, component=s.component, status=s.status,
+                    failure_class=s.failure_class, fallback=s.fallback,
+                    candidates=[Row(id=i, rank=r) for r, i in enumerate(s.ids)],
+                    excluded=[Row(id=e.id, reason=e.reason, keys=("reason",)) for e in s.excluded])
+              for s in obs.stages]
+    return Manifest(trace_id=obs.trace_id, source="", stages=stages, cited=list(obs.cited),
+                    answer=None if obs.refused is None else Answer(refused=obs.refused))
 
 
 __all__ = ["EVIDENCE_KINDS", "Observation", "StageObservation", "as_manifest", "observe", "stage_keys"]

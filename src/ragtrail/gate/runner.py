@@ -25,8 +25,9 @@ import inspect
 import os
 import sys
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
@@ -80,12 +81,12 @@ def examine(case: EvalCase, trace: Trace, key: bytes | None = None) -> CaseRun:
     except NoRagtrailSpans:
         problem("sampled_out", f"trace {trace.trace_id} has {len(trace.spans)} spans but no ragtrail stage span")
         return run
-    fidelity = manifest["fidelity"]
-    truncation = [a for a in fidelity["alarms"] if a["field"] in _TRUNCATION_FIELDS or a["problem"] in _TRUNCATION_PROBLEMS]
-    receipts = [a for a in fidelity["alarms"] if a not in truncation]
-    if truncation or fidelity["partial"] or trace.partial:
+    fidelity = manifest.fidelity
+    truncation = [a for a in fidelity.alarms if a.field in _TRUNCATION_FIELDS or a.problem in _TRUNCATION_PROBLEMS]
+    receipts = [a for a in fidelity.alarms if a not in truncation]
+    if truncation or fidelity.partial or trace.partial:
         first = truncation[0] if truncation else None
-        what = (f"{first['problem']} at {first['stage'] or first['field']}" + (f" ({first['detail']})" if first["detail"] else "")
+        what = (f"{first.problem} at {first.stage or first.field}" + (f" ({first.detail})" if first.detail else "")
                 if first else trace.partial_message or "the backend returned a partial trace")
         problem("truncated", f"{len(truncation) or 1} completeness alarm(s): {what}")
     notes = [n for n in trace.notes if n.startswith(_TRUNCATION_NOTES) or "unreadable lines" in n]
@@ -93,14 +94,14 @@ def examine(case: EvalCase, trace: Trace, key: bytes | None = None) -> CaseRun:
         problem("truncated", f"the reader says: {notes[0]}")
     if receipts:
         a = receipts[0]
-        problem("receipt_alarm", f"{len(receipts)} receipt alarm(s): {a['problem']} at {a['stage'] or '-'} "
-                                 f"{a['candidate'] or ''} {a['field']}".rstrip())
-    adjusted = manifest["sampling"].get("adjusted_count")
+        problem("receipt_alarm", f"{len(receipts)} receipt alarm(s): {a.problem} at {a.stage or '-'} "
+                                 f"{a.candidate or ''} {a.field}".rstrip())
+    adjusted = manifest.sampling.adjusted_count
     if isinstance(adjusted, (int, float)) and adjusted > 1:
-        problem("sampled_out", f"sampled at p={manifest['sampling']['probability']:g}: this trace stands for "
+        problem("sampled_out", f"sampled at p={manifest.sampling.probability:g}: this trace stands for "
                                f"{adjusted:g} requests, the others of the set may be missing")
-    failed = [f"{s['kind']} {s['component']}" for s in manifest["stages"] if s.get("status") == sc.STATUS_FAILED]
-    if manifest.get("run_status") == sc.RUN_FAILED or failed:
+    failed = [s.label for s in manifest.stages if s.status == sc.STATUS_FAILED]
+    if manifest.run_status == sc.RUN_FAILED or failed:
         problem("failed_trace", "run status failed" if not failed else f"stage {failed[0]} failed")
     run.observation = observe(manifest, case.relevant, _resource(trace))
     return run

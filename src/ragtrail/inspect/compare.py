@@ -12,8 +12,9 @@ rates; questions found on one side only are listed, never dropped.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from ragtrail.contract import semconv as sc
 
@@ -72,8 +73,8 @@ def stage_change(a: StageRecord | None, b: StageRecord | None) -> dict[str, Any]
         out["status"] = f"{a.status_text()} → {b.status_text()}"
         changed = True
     ids_a, ids_b = set(a.out_ids), set(b.out_ids)
-    reasons_b = dict(b.excluded)
-    reasons_a = dict(a.excluded)
+    reasons_b = {e.id: e.reason for e in b.excluded}
+    reasons_a = {e.id: e.reason for e in a.excluded}
     left = [{"id": i, "reason": reasons_b.get(i, "not in B's input" if i not in reasons_b else None)}
             for i in a.out_ids if i not in ids_b]
     entered = [{"id": i, "was": reasons_a.get(i, "not in A's input")} for i in b.out_ids if i not in ids_a]

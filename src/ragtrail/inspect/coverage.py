@@ -8,7 +8,9 @@ is deliberately no threshold: 999,999 of 1,000,000 still cannot establish absenc
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+
+from .manifest_model import AnswerClaim, ClaimVerdict, Coverage, Stage, Survival
 
 # (claim type, example sentence, needs the whole corpus)
 CLAIMS: tuple[tuple[str, str, bool], ...] = (
@@ -26,7 +28,7 @@ def _of(corpus_size: int | None, approximate: bool) -> str:
 
 def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: int, *, claim: str | None = None,
              run_status: str | None = None, approximate: bool = False, stores: int | None = None,
-             excluded: int = 0) -> dict[str, Any]:
+             excluded: int = 0) -> Coverage:
     """The manifest's ``coverage`` block: counts, ``exhaustive``, one statement, per-claim verdicts,
     and the verdict for the claim the answer made when the app said which (``ragtrail.answer.claim``).
 
@@ -35,7 +37,7 @@ def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: in
     different words. An approximate corpus size never supports a claim about the whole corpus."""
     read = in_context
     exhaustive = corpus_size is not None and corpus_size > 0 and read >= corpus_size and not approximate
-    claims = []
+    claims: list[ClaimVerdict] = []
     for name, example, needs_all in CLAIMS:
         if read == 0:
             ok, why = False, "nothing reached the model: a retrieval or context failure, not a reasoning one"
@@ -49,7 +51,7 @@ def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: in
             ok, why = False, f"the corpus size is approximate (~{corpus_size}): all of it may not have been read"
         else:
             ok, why = False, f"asserts something about the {corpus_size - read} units never read"
-        claims.append({"claim": name, "example": example, "supported": ok, "why": why})
+        claims.append(ClaimVerdict(name, example, ok, why))
     if read == 0:
         if retrieved:
             statement = f"context failure: {retrieved} retrieved, none reached the model: no claim is supported"
@@ -72,24 +74,23 @@ def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: in
         statement = f"run {run_status}: {statement}"
     verdict = _claim_verdict(claim, claims, read, corpus_size, approximate)
     if verdict is not None:
-        statement = verdict["statement"]
-    return {"corpus_size": corpus_size, "approximate": approximate, "stores": stores, "retrieved": retrieved,
-            "in_context": in_context, "cited": cited, "exhaustive": exhaustive, "statement": statement,
-            "claims": claims, "answer_claim": verdict}
+        statement = verdict.statement
+    return Coverage(corpus_size=corpus_size, approximate=approximate, stores=stores, retrieved=retrieved,
+                    in_context=in_context, cited=cited, exhaustive=exhaustive, statement=statement,
+                    claims=claims, answer_claim=verdict)
 
 
-def _claim_verdict(claim: str | None, claims: list[dict[str, Any]], read: int, corpus_size: int | None,
-                   approximate: bool) -> dict[str, Any] | None:
+def _claim_verdict(claim: str | None, claims: list[ClaimVerdict], read: int, corpus_size: int | None,
+                   approximate: bool) -> AnswerClaim | None:
     """The verdict for the one claim the answer said it made (absence, presence, none)."""
     if claim not in ("absence", "presence", "none"):
         return None
     if claim == "none":
-        return {"claim": claim, "supported": None,
-                "statement": f"the answer makes no claim about the corpus ({read} read"
-                             f"{'' if corpus_size is None else f' of {_of(corpus_size, approximate)}'})"}
-    row = next(c for c in claims if c["claim"] == ("absence" if claim == "absence" else "quote"))
+        return AnswerClaim(claim, None, f"the answer makes no claim about the corpus ({read} read"
+                                        f"{'' if corpus_size is None else f' of {_of(corpus_size, approximate)}'})")
+    row = next(c for c in claims if c.claim == ("absence" if claim == "absence" else "quote"))
     if claim == "absence":
-        if row["supported"]:
+        if row.supported:
             text = f"the answer claims absence: supported (all {corpus_size} of {corpus_size} read)"
         elif read == 0:
             text = "the answer claims absence: not supported (nothing reached the model)"
@@ -102,18 +103,13 @@ def _claim_verdict(claim: str | None, claims: list[dict[str, Any]], read: int, c
     else:
         of = "" if corpus_size is None else f" of {_of(corpus_size, approximate)}"
         text = (f"the answer claims presence: supported by what was read ({read}{of} read; "
-                "an absence claim would not be)" if row["supported"] and read != corpus_size else
-                f"the answer claims presence: supported by what was read ({read}{of} read)" if row["supported"]
+                "an absence claim would not be)" if row.supported and read != corpus_size else
+                f"the answer claims presence: supported by what was read ({read}{of} read)" if row.supported
                 else "the answer claims presence: not supported (nothing reached the model)")
-    return {"claim": claim, "supported": row["supported"], "why": row["why"], "statement": text}
+    return AnswerClaim(claim, row.supported, text, why=row.why)
 
 
-def survival(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def survival(stages: Sequence[Stage]) -> list[Survival]:
     """Evidence in and out of every stage that handles candidates, in pipeline order (the funnel)."""
-    rows = []
-    for stage in stages:
-        if stage["kind"] in ("query_transform",) and not stage["out"]:
-            continue
-        rows.append({"stage": stage["kind"], "component": stage["component"], "in": stage["in"],
-                     "out": stage["out"], "excluded": stage["excluded_count"]})
-    return rows
+    return [Survival(stage.kind, stage.component, stage.n_in, stage.n_out, stage.excluded_count)
+            for stage in stages if not (stage.kind in ("query_transform",) and not stage.n_out)]

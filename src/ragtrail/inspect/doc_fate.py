@@ -13,40 +13,40 @@ from typing import Any
 from ragtrail.contract import semconv as sc
 
 from .errors import TraceNotFound
+from .manifest_model import Manifest
 
 
-def fate(manifest: dict[str, Any], doc_id: str) -> dict[str, Any]:
+def fate(manifest: Manifest, doc_id: str) -> dict[str, Any]:
     """``{"id", "steps": [...], "cited", "verdict"}``; raises TraceNotFound when no stage saw the id."""
     steps: list[dict[str, Any]] = []
     last_sha: str | None = None
     last_seen: dict[str, Any] | None = None
-    for i, s in enumerate(manifest["stages"]):
-        row = next((c for c in s["candidates"] if c["id"] == doc_id), None)
-        ex = next((e for e in s["excluded"] if e["id"] == doc_id), None)
-        step: dict[str, Any] = {"index": i, "stage": f"{s['kind']} {s['component']}", "kind": s["kind"],
-                                "status": s["status"]}
+    for i, s in enumerate(manifest.stages):
+        row = next((c for c in s.candidates if c.id == doc_id), None)
+        ex = next((e for e in s.excluded if e.id == doc_id), None)
+        step: dict[str, Any] = {"index": i, "stage": s.label, "kind": s.kind, "status": s.status}
         if row is not None:
-            step.update(state="kept", rank=row["rank"], score=row["score"], of=s["out"])
-            sha = row.get("sha256")
+            step.update(state="kept", rank=row.rank, score=row.score, of=s.n_out)
+            sha = row.sha256
             if sha and last_sha and sha != last_sha:
-                step["content_changed"] = {"from": last_sha, "to": sha, "rule": row.get("transform_rule")}
+                step["content_changed"] = {"from": last_sha, "to": sha, "rule": row.transform_rule}
             last_sha = sha or last_sha
             last_seen = step
         elif ex is not None:
-            step.update(state="excluded", rank=ex["rank"], reason=ex.get("reason"), detail=ex.get("detail"))
+            step.update(state="excluded", rank=ex.rank, reason=ex.reason, detail=ex.detail)
             last_seen = step
         else:
-            if last_seen is None or s["kind"] in (sc.KIND_QUERY_TRANSFORM,):
+            if last_seen is None or s.kind in (sc.KIND_QUERY_TRANSFORM,):
                 continue  # before it was found, or a stage that handles queries only
             step.update(state="absent")
-        if s.get("fallback"):
-            step["fallback"] = s["fallback"]
+        if s.fallback:
+            step["fallback"] = s.fallback
         steps.append(step)
     if not any(st["state"] != "absent" for st in steps):
-        raise TraceNotFound(f"document {doc_id!r} appears in no stage of trace {manifest['trace_id']}",
+        raise TraceNotFound(f"document {doc_id!r} appears in no stage of trace {manifest.trace_id}",
                             "check the id (ragtrail show TRACE lists every candidate with --all)")
-    cited = doc_id in manifest["cited"]
-    in_context = doc_id in manifest["in_context"]
+    cited = doc_id in manifest.cited
+    in_context = doc_id in manifest.in_context
     last = next(st for st in reversed(steps) if st["state"] != "absent")
     if cited:
         verdict = "cited by the answer"
@@ -56,7 +56,7 @@ def fate(manifest: dict[str, Any], doc_id: str) -> dict[str, Any]:
         verdict = f"excluded at {last['stage']} ({last.get('reason')})"
     else:
         verdict = f"last seen at {last['stage']}; did not reach the context"
-    return {"trace_id": manifest["trace_id"], "id": doc_id, "steps": steps, "cited": cited,
+    return {"trace_id": manifest.trace_id, "id": doc_id, "steps": steps, "cited": cited,
             "in_context": in_context, "verdict": verdict}
 
 

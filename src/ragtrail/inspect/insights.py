@@ -21,6 +21,8 @@ from typing import Any
 
 from ragtrail.contract import semconv as sc
 
+from .manifest_model import Manifest, Row
+
 STALE_CITATION = "stale_citation"
 ECHO = "echo"
 SELF_CITATION = "self_citation"
@@ -64,104 +66,112 @@ def _earlier(a: datetime | float, b: datetime | float) -> bool:
     return False
 
 
-def stale_citations(manifest: dict[str, Any], date_key: str) -> list[dict[str, Any]]:
+def _rank(row: Row) -> int:
+    return row.rank if row.rank is not None else 0
+
+
+def _stale(c: Row, u: Row, date_key: str, label: str) -> dict[str, Any]:
+    cited_date, newer_date = (c.meta or {})[date_key], (u.meta or {})[date_key]
+    return {
+        "insight": STALE_CITATION, "stage": label, "stages": [label],
+        "cited": c.id, "cited_date": cited_date, "cited_rank": c.rank,
+        "newer": u.id, "newer_date": newer_date, "newer_rank": u.rank,
+        "said": (f"cited {c.id} ({date_key} {cited_date}, rank {c.rank}) outranked "
+                 f"the newer {u.id} ({date_key} {newer_date}, rank {u.rank}) "
+                 f"at {label}, which was not cited"),
+    }
+
+
+def stale_citations(manifest: Manifest, date_key: str) -> list[dict[str, Any]]:
     """One finding per cited document: the best-ranked newer, uncited candidate it outranked, at the
     first stage where that happened (``stages`` lists every stage where it held)."""
-    cited = set(manifest["cited"])
+    cited = set(manifest.cited)
     found: dict[str, dict[str, Any]] = {}
-    for stage in manifest["stages"]:
-        if stage["kind"] in (sc.KIND_CITE, sc.KIND_GENERATE):
+    for stage in manifest.stages:
+        if stage.kind in (sc.KIND_CITE, sc.KIND_GENERATE):
             continue
-        label = f"{stage['kind']} {stage['component']}"
-        dated = [(c, _when((c.get("meta") or {}).get(date_key))) for c in stage["candidates"]
-                 if isinstance(c.get("rank"), int)]
+        label = stage.label
+        dated = [(c, _when((c.meta or {}).get(date_key))) for c in stage.candidates if isinstance(c.rank, int)]
         for c, when_c in dated:
-            if c["id"] not in cited or when_c is None:
+            if c.id not in cited or when_c is None:
                 continue
-            newer = sorted((u for u, when_u in dated if u["id"] not in cited and when_u is not None
-                            and c["rank"] < u["rank"] and _earlier(when_c, when_u)),
-                           key=lambda u: u["rank"])
+            newer = sorted((u for u, when_u in dated if u.id not in cited and when_u is not None
+                            and _rank(c) < _rank(u) and _earlier(when_c, when_u)), key=_rank)
             if not newer:
                 continue
-            if c["id"] in found:
-                found[c["id"]]["stages"].append(label)
+            if c.id in found:
+                found[c.id]["stages"].append(label)
                 continue
-            u = newer[0]
-            found[c["id"]] = {
-                "insight": STALE_CITATION, "stage": label, "stages": [label],
-                "cited": c["id"], "cited_date": c["meta"][date_key], "cited_rank": c["rank"],
-                "newer": u["id"], "newer_date": u["meta"][date_key], "newer_rank": u["rank"],
-                "said": (f"cited {c['id']} ({date_key} {c['meta'][date_key]}, rank {c['rank']}) outranked "
-                         f"the newer {u['id']} ({date_key} {u['meta'][date_key]}, rank {u['rank']}) "
-                         f"at {label}, which was not cited"),
-            }
+            found[c.id] = _stale(c, newer[0], date_key, label)
     return list(found.values())
 
 
-def echoes(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    hops = {h["sha256"]: h["hop"] for h in manifest["query_hops"] if h.get("sha256")}
+def echoes(manifest: Manifest) -> list[dict[str, Any]]:
+    hops = {h.sha256: h.hop for h in manifest.query_hops if h.sha256}
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for stage in manifest["stages"]:
-        for c in stage["candidates"]:
-            sha = c.get("sha256")
-            if sha and sha in hops and c["id"] not in seen:
-                seen.add(c["id"])
-                out.append({"insight": ECHO, "stage": f"{stage['kind']} {stage['component']}", "id": c["id"],
-                            "rank": c.get("rank"), "hop": hops[sha],
-                            "said": (f"candidate {c['id']} (rank {c.get('rank')} at {stage['kind']} "
-                                     f"{stage['component']}) has the same content sha256 as query hop "
+    for stage in manifest.stages:
+        for c in stage.candidates:
+            sha = c.sha256
+            if sha and sha in hops and c.id not in seen:
+                seen.add(c.id)
+                out.append({"insight": ECHO, "stage": stage.label, "id": c.id, "rank": c.rank, "hop": hops[sha],
+                            "said": (f"candidate {c.id} (rank {c.rank} at {stage.kind} "
+                                     f"{stage.component}) has the same content sha256 as query hop "
                                      f"{hops[sha]}: the question came back as its own evidence")})
     return out
 
 
-def self_citations(manifest: dict[str, Any], key: str, value: str) -> list[dict[str, Any]]:
-    cited = set(manifest["cited"])
+def self_citations(manifest: Manifest, key: str, value: str) -> list[dict[str, Any]]:
+    cited = set(manifest.cited)
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for stage in manifest["stages"]:
-        for c in stage["candidates"]:
-            author = (c.get("meta") or {}).get(key)
-            if c["id"] in cited and author is not None and str(author) == value and c["id"] not in seen:
-                seen.add(c["id"])
-                out.append({"insight": SELF_CITATION, "id": c["id"], "stage": f"{stage['kind']} {stage['component']}",
-                            "said": f"the answer cited {c['id']}, whose {key} is {value}: content the system wrote itself"})
+    for stage in manifest.stages:
+        for c in stage.candidates:
+            author = (c.meta or {}).get(key)
+            if c.id in cited and author is not None and str(author) == value and c.id not in seen:
+                seen.add(c.id)
+                out.append({"insight": SELF_CITATION, "id": c.id, "stage": stage.label,
+                            "said": f"the answer cited {c.id}, whose {key} is {value}: content the system wrote itself"})
     return out
 
 
-def silent_fallbacks(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def _by_rank(rows: list[Row]) -> list[Row]:
+    return sorted(rows, key=lambda c: (c.rank is None, c.rank))
+
+
+def silent_fallbacks(manifest: Manifest) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    stages = manifest["stages"]
+    stages = manifest.stages
     for i, stage in enumerate(stages):
-        if stage["kind"] != sc.KIND_RERANK or stage.get("fallback"):
+        if stage.kind != sc.KIND_RERANK or stage.fallback:
             continue
-        if stage.get("status") in (sc.STATUS_DEGRADED, sc.STATUS_FAILED):
+        if stage.status in (sc.STATUS_DEGRADED, sc.STATUS_FAILED):
             continue  # it said so: a declared fallback is a stage status, not a silent one
-        ins = {c["id"] for c in stage["candidates"]} | {e["id"] for e in stage["excluded"]}
-        upstream = next((s for s in reversed(stages[:i]) if s["candidates"]
-                         and s["kind"] not in (sc.KIND_CITE, sc.KIND_GENERATE, sc.KIND_QUERY_TRANSFORM)), None)
+        ins = {c.id for c in stage.candidates} | {e.id for e in stage.excluded}
+        upstream = next((s for s in reversed(stages[:i]) if s.candidates
+                         and s.kind not in (sc.KIND_CITE, sc.KIND_GENERATE, sc.KIND_QUERY_TRANSFORM)), None)
         if upstream is None:
             continue
-        given_rows = sorted(upstream["candidates"], key=lambda c: (c["rank"] is None, c["rank"]))
-        given = [c["id"] for c in given_rows]
+        given_rows = _by_rank(upstream.candidates)
+        given = [c.id for c in given_rows]
         if set(given) != ins:
             continue  # not the same set: the input is not known well enough to compare orders
-        kept_rows = sorted(stage["candidates"], key=lambda c: (c["rank"] is None, c["rank"]))
-        kept = [c["id"] for c in kept_rows]
+        kept_rows = _by_rank(stage.candidates)
+        kept = [c.id for c in kept_rows]
         # the same order alone is what a reranker that agrees with its retriever also does: the
         # evidence of a fallback is the same order *and* the upstream scores handed on unscored
-        same_scores = all(k["score"] == g["score"] for k, g in zip(kept_rows, given_rows))
+        same_scores = all(k.score == g.score for k, g in zip(kept_rows, given_rows, strict=False))
         if len(given) >= _MIN_ORDER_EVIDENCE and len(kept) >= 2 and kept == given[:len(kept)] and same_scores:
-            out.append({"insight": SILENT_FALLBACK, "stage": f"{stage['kind']} {stage['component']}",
-                        "upstream": f"{upstream['kind']} {upstream['component']}", "count": len(given),
-                        "said": (f"{stage['kind']} {stage['component']} handed on its input order from "
-                                 f"{upstream['kind']} {upstream['component']} unchanged, scores too ({len(kept)} of "
+            out.append({"insight": SILENT_FALLBACK, "stage": stage.label, "upstream": upstream.label, "count": len(given),
+                        "said": (f"{stage.label} handed on its input order from "
+                                 f"{upstream.label} unchanged, scores too ({len(kept)} of "
                                  f"{len(given)} kept) and reported no fallback: a reranker that fell back "
                                  "silently looks exactly like this")})
     return out
 
 
-def insights(manifest: dict[str, Any], settings: InsightSettings | None = None) -> list[dict[str, Any]]:
+def insights(manifest: Manifest, settings: InsightSettings | None = None) -> list[dict[str, Any]]:
     """Every insight found in one manifest, each ``{"insight": name, "said": one line, ...evidence}``."""
     settings = settings or InsightSettings()
     found = stale_citations(manifest, settings.date_key) + echoes(manifest) + silent_fallbacks(manifest)

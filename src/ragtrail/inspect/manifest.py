@@ -16,6 +16,26 @@ from ragtrail.contract import semconv as sc
 
 from .gc_pause import gc_paused
 from .coverage import coverage, survival
+from .manifest_model import (
+    META,
+    PREVIEW,
+    REASON,
+    SCORE_RAW,
+    SHA256,
+    TRANSFORM_RULE,
+    Answer,
+    Coverage,
+    Excluded,
+    FidelityReport,
+    Hop,
+    Manifest,
+    PipelineSummary,
+    QueryHop,
+    Retrieved,
+    Row,
+    Sampling,
+    Stage,
+)
 from .model import Span, Trace
 from .stages import StageView, Stitched, stitch
 from .verify import Fidelity, check
@@ -51,56 +71,64 @@ def _int(value: Any) -> int | None:
     return None
 
 
-def candidate_entry(attributes: dict[str, Any]) -> dict[str, Any]:
+def candidate_entry(attributes: dict[str, Any]) -> Row:
     """One candidate or exclusion event as a manifest row."""
     a = attributes
     score = a.get(sc.CANDIDATE_SCORE)
     rank = a.get(sc.CANDIDATE_RANK)
     hop = a.get(sc.CANDIDATE_HOP)
-    row: dict[str, Any] = {
-        "id": str(a.get(sc.CANDIDATE_ID, "")),
-        "rank": rank if type(rank) is int else _int(rank),
-        "score": score if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
-        "score_kind": a.get(sc.CANDIDATE_SCORE_KIND),
-        "hop": hop if type(hop) is int else _int(hop),
-    }
-    meta = None
+    row = Row(id=str(a.get(sc.CANDIDATE_ID, "")), rank=rank if type(rank) is int else _int(rank),
+              score=score if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
+              score_kind=a.get(sc.CANDIDATE_SCORE_KIND), hop=hop if type(hop) is int else _int(hop))
+    keys: list[str] = []
+    meta: dict[str, Any] | None = None
     for key, value in a.items():
         if key in _CANDIDATE_KEYS:
             continue
         if key.startswith(_META):
             if meta is None:
-                meta = row["meta"] = {}
+                meta = row.meta = {}
+                keys.append(META)
             meta[key[_META_LEN:]] = value
         elif key == sc.CANDIDATE_CONTENT_SHA256:
-            row["sha256"] = value
-            row["chars"] = a.get(sc.CANDIDATE_CONTENT_CHARS)
+            row.sha256, row.chars = value, a.get(sc.CANDIDATE_CONTENT_CHARS)
+            keys.append(SHA256)
         elif key == sc.CANDIDATE_CONTENT_PREVIEW:
-            row["preview"] = value
-        elif key == sc.CANDIDATE_CONTENT_TEXT and "preview" not in row:
-            row["preview"] = receipts.preview(str(value))
-        elif key == sc.CANDIDATE_SCORE_RAW and row["score"] is None:
-            row["score_raw"] = value
+            if PREVIEW not in keys:
+                keys.append(PREVIEW)
+            row.preview = value
+        elif key == sc.CANDIDATE_CONTENT_TEXT and PREVIEW not in keys:
+            row.preview = receipts.preview(str(value))
+            keys.append(PREVIEW)
+        elif key == sc.CANDIDATE_SCORE_RAW and row.score is None:
+            row.score_raw = value
+            keys.append(SCORE_RAW)
         elif key == sc.CANDIDATE_TRANSFORM_RULE:
-            row["transform_rule"] = value
-            row["derived_from"] = a.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM)
+            row.transform_rule, row.derived_from = value, a.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM)
+            keys.append(TRANSFORM_RULE)
         elif key == sc.EXCLUSION_REASON:
-            row["reason"] = value
-            row["detail"] = a.get(sc.EXCLUSION_DETAIL)
+            row.reason, row.detail = value, a.get(sc.EXCLUSION_DETAIL)
+            keys.append(REASON)
+    row.keys = tuple(keys)
     return row
 
 
-def _hop(attributes: dict[str, Any]) -> dict[str, Any]:
-    return {"hop": _int(attributes.get(sc.QUERY_HOP)), "parent_hop": _int(attributes.get(sc.QUERY_PARENT_HOP)),
-            "transform": attributes.get(sc.QUERY_TRANSFORM, sc.TRANSFORM_NONE),
-            "text": attributes.get(sc.QUERY_TEXT), "sha256": attributes.get(sc.QUERY_SHA256),
-            "chars": attributes.get(sc.QUERY_CHARS)}
+def _hop(attributes: dict[str, Any]) -> Hop:
+    return Hop(hop=_int(attributes.get(sc.QUERY_HOP)), parent_hop=_int(attributes.get(sc.QUERY_PARENT_HOP)),
+               transform=attributes.get(sc.QUERY_TRANSFORM, sc.TRANSFORM_NONE), text=attributes.get(sc.QUERY_TEXT),
+               sha256=attributes.get(sc.QUERY_SHA256), chars=attributes.get(sc.QUERY_CHARS))
 
 
-def stage_entry(view: StageView) -> dict[str, Any]:
+_KNOBS = (("top_k", sc.STAGE_TOP_K), ("threshold", sc.STAGE_THRESHOLD), ("budget_limit", sc.STAGE_BUDGET_LIMIT),
+          ("budget_used", sc.STAGE_BUDGET_USED), ("budget_unit", sc.STAGE_BUDGET_UNIT))
+
+
+def stage_entry(view: StageView) -> Stage:
     """A stage as the manifest shows it: counts, knobs, the query it saw, candidates, exclusions."""
     a = view.attributes
-    candidates, excluded, variants = [], [], []
+    candidates: list[Row] = []
+    excluded: list[Row] = []
+    variants: list[Hop] = []
     for _, event in view.events():
         if event.name == sc.EVENT_CANDIDATE:
             candidates.append(candidate_entry(event.attributes))
@@ -108,86 +136,95 @@ def stage_entry(view: StageView) -> dict[str, Any]:
             excluded.append(candidate_entry(event.attributes))
         else:
             variants.append(_hop(event.attributes))
-    knobs = {name: a[key] for name, key in (("top_k", sc.STAGE_TOP_K), ("threshold", sc.STAGE_THRESHOLD),
-                                             ("budget_limit", sc.STAGE_BUDGET_LIMIT),
-                                             ("budget_used", sc.STAGE_BUDGET_USED),
-                                             ("budget_unit", sc.STAGE_BUDGET_UNIT)) if key in a}
     n_in, n_out, n_ex = _int(a.get(sc.CANDIDATES_IN)), _int(a.get(sc.CANDIDATES_OUT)), _int(a.get(sc.CANDIDATES_EXCLUDED))
-    return {
-        "span_id": view.span.span_id,
-        "parent_span_id": view.span.parent_span_id,
-        "kind": view.kind,
-        "component": view.component,
-        "status": a.get(sc.STAGE_STATUS),
-        "failure_class": a.get(sc.STAGE_FAILURE_CLASS),
-        "fallback": a.get(sc.STAGE_FALLBACK),
-        "in": n_in if n_in is not None else len(candidates) + len(excluded),
-        "out": n_out if n_out is not None else len(candidates),
-        "excluded_count": n_ex if n_ex is not None else len(excluded),
-        "knobs": knobs,
-        "query": _hop(a) if sc.QUERY_HOP in a else None,
-        "embedding_hops": [h for h in (_int(x) for x in _as_list(a.get(sc.QUERY_EMBEDDING_HOPS))) if h is not None],
-        "query_variants": variants,
-        "candidates": candidates,
-        "excluded": excluded,
-        "findings": [str(f) for f in _as_list(a.get(sc.STAGE_FINDINGS))],
-        "filter": a.get(sc.STAGE_FILTER),
-        "collection": a.get(sc.STAGE_COLLECTION),
-        "model": a.get(sc.STAGE_MODEL),
+    return Stage(
+        span_id=view.span.span_id, parent_span_id=view.span.parent_span_id, kind=view.kind, component=view.component,
+        status=a.get(sc.STAGE_STATUS), failure_class=a.get(sc.STAGE_FAILURE_CLASS), fallback=a.get(sc.STAGE_FALLBACK),
+        n_in=n_in if n_in is not None else len(candidates) + len(excluded),
+        n_out=n_out if n_out is not None else len(candidates),
+        excluded_count=n_ex if n_ex is not None else len(excluded),
+        knobs={name: a[key] for name, key in _KNOBS if key in a},
+        query=_hop(a) if sc.QUERY_HOP in a else None,
+        embedding_hops=[h for h in (_int(x) for x in _as_list(a.get(sc.QUERY_EMBEDDING_HOPS))) if h is not None],
+        query_variants=variants, candidates=candidates, excluded=excluded,
+        findings=[str(f) for f in _as_list(a.get(sc.STAGE_FINDINGS))],
+        filter=a.get(sc.STAGE_FILTER), collection=a.get(sc.STAGE_COLLECTION), model=a.get(sc.STAGE_MODEL),
         # the span's error status: "<Type>: <message>" when the producer let the message leave
-        "error": view.span.status_message if view.span.status_code == "ERROR" else None,
-        "start_ns": view.span.start_ns,
-        "duration_ms": round((view.span.end_ns - view.span.start_ns) / 1e6, 3),
-    }
+        error=view.span.status_message if view.span.status_code == "ERROR" else None,
+        start_ns=view.span.start_ns, duration_ms=round((view.span.end_ns - view.span.start_ns) / 1e6, 3),
+    )
 
 
-def query_hops(stages: list[dict[str, Any]], pipeline: dict[str, Any] | None) -> list[dict[str, Any]]:
+_HOP_FIELDS = ("hop", "parent_hop", "transform", "text", "sha256", "chars")
+
+
+def _add_hop(hops: dict[int, QueryHop], entry: Hop | None, used_by: str | None, produced_by: str | None) -> None:
+    """Fold one statement of a hop into ``hops``: the first statement sets its fields, later ones fill
+    gaps (a field a bare hop gains joins its keys then, as the dict it was had it)."""
+    if entry is None or entry.hop is None:
+        return
+    hop = hops.get(entry.hop)
+    if hop is None:
+        hop = hops[entry.hop] = QueryHop(entry.hop, entry.parent_hop, entry.transform, entry.text, entry.sha256, entry.chars,
+                                         keys=(*_HOP_FIELDS, "used_by", "produced_by"))
+    for key in ("text", "sha256", "parent_hop", "chars"):
+        if getattr(hop, key) is None and getattr(entry, key) is not None:
+            _fill(hop, key, getattr(entry, key))
+    if hop.transform in (None, sc.TRANSFORM_NONE) and entry.transform not in (None, sc.TRANSFORM_NONE):
+        _fill(hop, "transform", entry.transform)
+    if used_by and used_by not in hop.used_by:
+        hop.used_by.append(used_by)
+    if produced_by and not hop.produced_by:
+        hop.produced_by = produced_by
+
+
+def _fill(hop: QueryHop, key: str, value: Any) -> None:
+    setattr(hop, key, value)
+    if key not in hop.keys:
+        hop.keys = (*hop.keys, key)
+
+
+def _add_embedding_hop(hops: dict[int, QueryHop], number: int, used_by: str) -> None:
+    """A hop embedded together with others (HyDE with the original): known by its number only."""
+    if number not in hops:
+        hops[number] = QueryHop(number, keys=("hop", "used_by", "produced_by"))
+    if used_by not in hops[number].used_by:
+        hops[number].used_by.append(used_by)
+
+
+def query_hops(stages: list[Stage], pipeline: Stage | None) -> list[QueryHop]:
     """Every hop once, in hop order, with the stages that ran on it (``used_by``) and produced it."""
-    hops: dict[int, dict[str, Any]] = {}
-
-    def add(entry: dict[str, Any] | None, used_by: str | None, produced_by: str | None) -> None:
-        if not entry or entry.get("hop") is None:
-            return
-        hop = hops.setdefault(entry["hop"], {**entry, "used_by": [], "produced_by": None})
-        for key in ("text", "sha256", "parent_hop", "chars"):
-            if hop.get(key) is None and entry.get(key) is not None:
-                hop[key] = entry[key]
-        if hop.get("transform") in (None, sc.TRANSFORM_NONE) and entry.get("transform") not in (None, sc.TRANSFORM_NONE):
-            hop["transform"] = entry["transform"]
-        if used_by and used_by not in hop["used_by"]:
-            hop["used_by"].append(used_by)
-        if produced_by and not hop["produced_by"]:
-            hop["produced_by"] = produced_by
-
+    hops: dict[int, QueryHop] = {}
     if pipeline:
-        add(pipeline.get("query"), None, None)
+        _add_hop(hops, pipeline.query, None, None)
     for stage in stages:
-        label = f"{stage['kind']} {stage['component']}"
-        add(stage["query"], label, None)
-        for variant in stage["query_variants"]:
-            add(variant, None, label)
+        label = stage.label
+        _add_hop(hops, stage.query, label, None)
+        for variant in stage.query_variants:
+            _add_hop(hops, variant, None, label)
         # hops embedded together (HyDE with the original): every one of them reached the index
-        for number in stage.get("embedding_hops") or ():
-            add({"hop": number}, label, None)
+        for number in stage.embedding_hops or ():
+            _add_embedding_hop(hops, number, label)
     for hop in hops.values():
         # only a retrieve stage reads an index: a fuse stage merges what its inner retrievals
         # (on their own hops) read, so a hop used only by a fuse never hit the index itself
-        hop["hit_index"] = any(u.startswith(sc.KIND_RETRIEVE + " ") for u in hop["used_by"])
+        hop.hit_index = any(u.startswith(sc.KIND_RETRIEVE + " ") for u in hop.used_by)
+        hop.keys = (*hop.keys, "hit_index")
     return [hops[k] for k in sorted(hops)]
 
 
-def answer_entry(attributes: dict[str, Any]) -> dict[str, Any] | None:
+def answer_entry(attributes: dict[str, Any]) -> Answer | None:
     """The answer receipt the app stamped on the pipeline span (``None`` when it said nothing)."""
     if not any(k.startswith(sc.ANSWER_RECEIPT_PREFIX + ".") for k in attributes):
         return None
     refused = attributes.get(sc.ANSWER_REFUSED)
-    return {"sha256": attributes.get(sc.ANSWER_SHA256), "chars": _int(attributes.get(sc.ANSWER_CHARS)),
-            "refused": refused if isinstance(refused, bool) else None, "claim": attributes.get(sc.ANSWER_CLAIM),
-            "preview": attributes.get(sc.ANSWER_PREVIEW) or (receipts.preview(str(attributes[sc.ANSWER_TEXT]))
-                                                             if sc.ANSWER_TEXT in attributes else None)}
+    return Answer(sha256=attributes.get(sc.ANSWER_SHA256), chars=_int(attributes.get(sc.ANSWER_CHARS)),
+                  refused=refused if isinstance(refused, bool) else None, claim=attributes.get(sc.ANSWER_CLAIM),
+                  preview=attributes.get(sc.ANSWER_PREVIEW) or (receipts.preview(str(attributes[sc.ANSWER_TEXT]))
+                                                                if sc.ANSWER_TEXT in attributes else None))
 
 
-def _sampling(trace: Trace, stitched: Stitched) -> dict[str, Any]:
+def _sampling(trace: Trace, stitched: Stitched) -> Sampling:
     candidates: list[Span] = [v.span for v in stitched.pipelines] + sorted(
         (s for s in trace.spans if not s.parent_span_id), key=lambda s: s.start_ns) + list(trace.spans)
     for span in candidates:
@@ -199,16 +236,14 @@ def _sampling(trace: Trace, stitched: Stitched) -> dict[str, Any]:
             adjusted = a.get(sc.SAMPLING_ADJUSTED_COUNT)
             if isinstance(adjusted, bool) or not isinstance(adjusted, (int, float)) or not adjusted > 0:
                 adjusted = 1 / p
-            return {"probability": p, "adjusted_count": adjusted, "source": "span attributes",
-                    "statement": f"sampled at p={p:g}: this trace stands for {_requests(adjusted)}"}
+            return Sampling(p, adjusted, "span attributes", f"sampled at p={p:g}: this trace stands for {_requests(adjusted)}")
     for span in candidates:
         p = _threshold_probability(span.trace_state)
         if p is not None:
-            return {"probability": p, "adjusted_count": 1 / p, "source": "tracestate ot=th",
-                    "statement": f"sampled at p={p:g} (tracestate): this trace stands for {_requests(1 / p)}"}
-    return {"probability": None, "adjusted_count": None, "source": None,
-            "statement": "no sampling recorded: kept unsampled, or by a sampler that does not say; "
-                         "this trace stands for itself only as far as anyone can tell"}
+            return Sampling(p, 1 / p, "tracestate ot=th",
+                            f"sampled at p={p:g} (tracestate): this trace stands for {_requests(1 / p)}")
+    return Sampling(None, None, None, "no sampling recorded: kept unsampled, or by a sampler that does not say; "
+                                      "this trace stands for itself only as far as anyone can tell")
 
 
 def _requests(n: float) -> str:
@@ -234,47 +269,36 @@ def _threshold_probability(trace_state: str | None) -> float | None:
     return None
 
 
-@gc_paused()
-def build(trace: Trace, key: bytes | None = None) -> dict[str, Any]:
-    """The manifest, from the stage spans, hops, events, receipts and sampling of docs/semconv.md
-    §1-5 (plus the detail the terminal and HTML views need); ``key`` checks
-    keyed stage receipts."""
-    stitched = stitch(trace)
-    fidelity: Fidelity = check(trace, stitched, key)
-    stages = [stage_entry(v) for v in stitched.stages]
-    pipeline = stage_entry(stitched.pipelines[0]) if stitched.pipelines else None
-    pa = stitched.pipelines[0].attributes if stitched.pipelines else {}
-
+def _cited(stitched: Stitched, stages: list[Stage]) -> dict[str, None]:
+    """Every id the trace says was cited, in first-said order: stamped ids, then cite stages' outputs."""
     cited: dict[str, None] = {}
     for view in [*stitched.pipelines, *stitched.stages]:
         for ident in _as_list(view.attributes.get(sc.CITED_IDS)):
             cited[str(ident)] = None
     for stage in stages:
-        if stage["kind"] == sc.KIND_CITE:
-            for c in stage["candidates"]:
-                cited[c["id"]] = None
+        if stage.kind == sc.KIND_CITE:
+            for c in stage.candidates:
+                cited[c.id] = None
+    return cited
 
-    retrieved: dict[str, dict[str, Any]] = {}
+
+def _retrieved(stages: list[Stage], cited: dict[str, None]) -> dict[str, Retrieved]:
+    """Each document the first retrieve or fuse stage that handed it on."""
+    retrieved: dict[str, Retrieved] = {}
     for stage in stages:
-        if stage["kind"] in (sc.KIND_RETRIEVE, sc.KIND_FUSE):
-            for c in stage["candidates"]:
-                if c["id"] not in retrieved:
-                    retrieved[c["id"]] = {"id": c["id"], "score": c["score"], "hop": c["hop"],
-                                          "stage": stage["kind"], "component": stage["component"]}
-                    if "meta" in c:
-                        retrieved[c["id"]]["meta"] = c["meta"]
+        if stage.kind in (sc.KIND_RETRIEVE, sc.KIND_FUSE):
+            for c in stage.candidates:
+                if c.id not in retrieved:
+                    retrieved[c.id] = Retrieved(c.id, c.score, c.hop, stage.kind, stage.component, meta=c.meta)
     for row in retrieved.values():
-        row["cited"] = row["id"] in cited
+        row.cited = row.id in cited
+    return retrieved
 
-    excluded = [{"id": e["id"], "stage": s["kind"], "component": s["component"], "reason": e.get("reason"),
-                 "detail": e.get("detail")} for s in stages for e in s["excluded"]]
 
-    context_stages = [s for s in stages if s["kind"] in (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET)]
-    in_context_ids = [c["id"] for c in context_stages[-1]["candidates"]] if context_stages else list(retrieved)
-    if not pa:
-        # no pipeline span: a retrieval root that wrote the run's coverage speaks for it
-        pa = next((v.attributes for v in stitched.stages if v.span.parent_span_id is None
-                   and sc.COVERAGE_RETRIEVED in v.attributes), {})
+def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, int, int, int]) -> Coverage:
+    """The coverage block from the pipeline's stamps (``pa``), the manifest's own ``counts`` (retrieved,
+    in context, cited, excluded) standing in for a stamp the trace does not carry."""
+    retrieved, in_context, cited, excluded = counts
     corpus = _int(pa.get(sc.COVERAGE_CORPUS_SIZE))
     if corpus is None:
         stated = [_int(v.attributes.get(sc.COVERAGE_CORPUS_SIZE)) for v in stitched.stages]
@@ -288,54 +312,79 @@ def build(trace: Trace, key: bytes | None = None) -> dict[str, Any]:
     approximate = pa.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True or (
         sc.COVERAGE_CORPUS_SIZE not in pa
         and any(v.attributes.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True for v in stitched.stages))
-    cover = coverage(corpus,
-                     n_retrieved if n_retrieved is not None else len(retrieved),
-                     n_in_context if n_in_context is not None else len(in_context_ids),
-                     n_cited if n_cited is not None else len(cited),
-                     claim=claim if isinstance(claim, str) else None,
-                     run_status=run_status if isinstance(run_status, str) else None,
-                     approximate=approximate, stores=_int(pa.get(sc.COVERAGE_STORES)),
-                     excluded=len(excluded))
+    return coverage(corpus,
+                    n_retrieved if n_retrieved is not None else retrieved,
+                    n_in_context if n_in_context is not None else in_context,
+                    n_cited if n_cited is not None else cited,
+                    claim=claim if isinstance(claim, str) else None,
+                    run_status=run_status if isinstance(run_status, str) else None,
+                    approximate=approximate, stores=_int(pa.get(sc.COVERAGE_STORES)),
+                    excluded=excluded)
 
+
+def _findings(stages: list[Stage]) -> list[str]:
+    """Degraded or failed stages, unexplained exclusions, and what each stage said of itself."""
     findings: list[str] = []
-    for s in ([pipeline] if pipeline else []) + stages:
-        label = f"{s['kind']} {s['component']}"
-        if s["status"] in (sc.STATUS_DEGRADED, sc.STATUS_FAILED):
-            extra = f", fallback {s['fallback']}" if s.get("fallback") else ""
-            findings.append(f"{label}: {s['status']} ({s['failure_class']}{extra})")
-        unexplained = [e["id"] for e in s["excluded"] if e.get("reason") == sc.REASON_UNEXPLAINED]
+    for s in stages:
+        label = s.label
+        if s.status in (sc.STATUS_DEGRADED, sc.STATUS_FAILED):
+            extra = f", fallback {s.fallback}" if s.fallback else ""
+            findings.append(f"{label}: {s.status} ({s.failure_class}{extra})")
+        unexplained = [e.id for e in s.excluded if e.reason == sc.REASON_UNEXPLAINED]
         if unexplained:
             findings.append(f"{label}: {len(unexplained)} candidates vanished unexplained ({', '.join(unexplained[:3])})")
-        findings.extend(f"{label}: {f}" for f in s["findings"])
-
-    return {
-        "trace_id": trace.trace_id,
-        "source": trace.source,
-        "schema": pa.get(sc.SCHEMA, stitched.stages[0].attributes.get(sc.SCHEMA) if stitched.stages else None),
-        "pipeline": {"component": pipeline["component"], "status": pipeline["status"],
-                     "duration_ms": pipeline["duration_ms"]} if pipeline else None,
-        "query_hops": query_hops(stages, pipeline),
-        "stages": stages,
-        "retrieved": list(retrieved.values()),
-        "excluded": excluded,
-        "cited": list(cited),
-        "in_context": in_context_ids,
-        "survival": survival(stages),
-        "coverage": cover,
-        "fidelity": fidelity.as_dict(),
-        "findings": findings,
-        "run_status": pa.get(sc.RUN_STATUS),
-        "answer": answer_entry(pa),
-        "sampling": _sampling(trace, stitched),
-        "span_count": len(trace.spans),
-    }
+        findings.extend(f"{label}: {f}" for f in s.findings)
+    return findings
 
 
 @gc_paused()
-def fidelity_only(trace: Trace, key: bytes | None = None) -> dict[str, Any]:
+def build(trace: Trace, key: bytes | None = None) -> Manifest:
+    """The manifest, from the stage spans, hops, events, receipts and sampling of docs/semconv.md
+    §1-5 (plus the detail the terminal and HTML views need); ``key`` checks
+    keyed stage receipts."""
+    stitched = stitch(trace)
+    fidelity: Fidelity = check(trace, stitched, key)
+    stages = [stage_entry(v) for v in stitched.stages]
+    pipeline = stage_entry(stitched.pipelines[0]) if stitched.pipelines else None
+    pa = stitched.pipelines[0].attributes if stitched.pipelines else {}
+
+    cited = _cited(stitched, stages)
+    retrieved = _retrieved(stages, cited)
+    excluded = [Excluded(e.id, s.kind, s.component, e.reason, e.detail) for s in stages for e in s.excluded]
+    context_stages = [s for s in stages if s.kind in (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET)]
+    in_context_ids = [c.id for c in context_stages[-1].candidates] if context_stages else list(retrieved)
+    if not pa:
+        # no pipeline span: a retrieval root that wrote the run's coverage speaks for it
+        pa = next((v.attributes for v in stitched.stages if v.span.parent_span_id is None
+                   and sc.COVERAGE_RETRIEVED in v.attributes), {})
+    cover = _coverage(stitched, pa, (len(retrieved), len(in_context_ids), len(cited), len(excluded)))
+    return Manifest(
+        trace_id=trace.trace_id,
+        source=trace.source,
+        schema=pa.get(sc.SCHEMA, stitched.stages[0].attributes.get(sc.SCHEMA) if stitched.stages else None),
+        pipeline=PipelineSummary(pipeline.component, pipeline.status, pipeline.duration_ms) if pipeline else None,
+        query_hops=query_hops(stages, pipeline),
+        stages=stages,
+        retrieved=list(retrieved.values()),
+        excluded=excluded,
+        cited=list(cited),
+        in_context=in_context_ids,
+        survival=survival(stages),
+        coverage=cover,
+        fidelity=fidelity,
+        findings=_findings(([pipeline] if pipeline else []) + stages),
+        run_status=pa.get(sc.RUN_STATUS),
+        answer=answer_entry(pa),
+        sampling=_sampling(trace, stitched),
+        span_count=len(trace.spans),
+    )
+
+
+@gc_paused()
+def fidelity_only(trace: Trace, key: bytes | None = None) -> FidelityReport:
     """What ``verify`` needs and nothing more (no candidate tables): the trace's fidelity and sizes."""
     stitched = stitch(trace)
     fidelity = check(trace, stitched, key)
     events = sum(len(v.events()) for v in [*stitched.pipelines, *stitched.stages])
-    return {"trace_id": trace.trace_id, "source": trace.source, "fidelity": fidelity.as_dict(),
-            "span_count": len(trace.spans), "events_checked": events}
+    return FidelityReport(trace_id=trace.trace_id, source=trace.source, fidelity=fidelity,
+                          span_count=len(trace.spans), events_checked=events)

@@ -17,6 +17,7 @@ from ragtrail.contract import semconv as sc
 from .diff import status_text
 from .insights import InsightSettings, insights
 from .manifest import build
+from .manifest_model import Answer, ExcludedId, Manifest, Stage
 from .model import Trace
 
 _i = sys.intern
@@ -37,7 +38,7 @@ class StageRecord:
     n_out: int
     n_excluded: int
     out_ids: tuple[str, ...]
-    excluded: tuple[tuple[str, str | None], ...]  # (id, reason)
+    excluded: tuple[ExcludedId, ...]
     span_id: str = ""
     parent_span_id: str | None = None
 
@@ -53,7 +54,7 @@ class StageRecord:
         return {"kind": self.kind, "component": self.component, "status": self.status,
                 "failure_class": self.failure_class, "fallback": self.fallback, "in": self.n_in, "out": self.n_out,
                 "excluded_count": self.n_excluded, "out_ids": list(self.out_ids),
-                "excluded": [{"id": i, "reason": r} for i, r in self.excluded]}
+                "excluded": [{"id": e.id, "reason": e.reason} for e in self.excluded]}
 
 
 @dataclass(slots=True)
@@ -94,7 +95,7 @@ class TraceRecord:
         ids = set(self.cited)
         for s in self.stages:
             ids.update(s.out_ids)
-            ids.update(i for i, _ in s.excluded)
+            ids.update(e.id for e in s.excluded)
         return ids
 
     def as_dict(self) -> dict[str, Any]:
@@ -107,38 +108,41 @@ class TraceRecord:
                 "alarms": self.alarms, "notes": self.notes}
 
 
-def from_manifest(m: dict[str, Any], trace: Trace | None = None,
+def _stage_record(s: Stage) -> StageRecord:
+    return StageRecord(
+        kind=_i(s.kind), component=_i(s.component), status=_s(s.status),
+        failure_class=_s(s.failure_class), fallback=_s(s.fallback), n_in=s.n_in, n_out=s.n_out,
+        n_excluded=s.excluded_count,
+        out_ids=tuple(_i(c.id) for c in sorted(s.candidates, key=lambda c: (c.rank is None, c.rank or 0))),
+        excluded=tuple(ExcludedId(_i(e.id), _s(e.reason)) for e in s.excluded),
+        span_id=s.span_id, parent_span_id=s.parent_span_id,
+    )
+
+
+def from_manifest(m: Manifest, trace: Trace | None = None,
                   settings: InsightSettings | None = None) -> TraceRecord:
     """The record of one manifest (and of its trace's resource, for service name and version)."""
-    hop0 = next((h for h in m["query_hops"] if h.get("hop") == 0), None)
-    answer = m.get("answer") or {}
-    sampling = m["sampling"]
-    adjusted = sampling.get("adjusted_count")
+    hop0 = next((h for h in m.query_hops if h.hop == 0), None)
+    answer = m.answer or Answer()
+    adjusted = m.sampling.adjusted_count
     resource: dict[str, Any] = {}
     if trace is not None:
         root = min(trace.spans, key=lambda s: (s.parent_span_id is not None, s.start_ns))
         resource = {k: v for k, v in root.resource.items() if isinstance(v, (str, int, float, bool))}
-    stages = [StageRecord(
-        kind=_i(s["kind"]), component=_i(s["component"]), status=_s(s["status"]),
-        failure_class=_s(s["failure_class"]), fallback=_s(s["fallback"]), n_in=s["in"], n_out=s["out"],
-        n_excluded=s["excluded_count"],
-        out_ids=tuple(_i(c["id"]) for c in sorted(s["candidates"], key=lambda c: (c["rank"] is None, c["rank"] or 0))),
-        excluded=tuple((_i(e["id"]), _s(e.get("reason"))) for e in s["excluded"]),
-        span_id=s["span_id"], parent_span_id=s.get("parent_span_id"),
-    ) for s in m["stages"]]
-    starts = [s["start_ns"] for s in m["stages"]]
+    starts = [s.start_ns for s in m.stages]
     end = max((sp.end_ns for sp in trace.spans), default=0) if trace is not None else 0
     return TraceRecord(
-        trace_id=m["trace_id"], start_ns=min(starts) if starts else 0, end_ns=end,
+        trace_id=m.trace_id, start_ns=min(starts) if starts else 0, end_ns=end,
         service=_s(resource.get("service.name")), service_version=_s(resource.get("service.version")),
-        pipeline=_s((m.get("pipeline") or {}).get("component")), run_status=_s(m.get("run_status")),
-        query_sha256=hop0.get("sha256") if hop0 else None, answer_sha256=answer.get("sha256"),
-        refused=answer.get("refused"),
+        pipeline=_s(m.pipeline.component if m.pipeline else None), run_status=_s(m.run_status),
+        query_sha256=hop0.sha256 if hop0 else None, answer_sha256=answer.sha256,
+        refused=answer.refused,
         weight=float(adjusted) if isinstance(adjusted, (int, float)) and adjusted > 0 else 1.0,
         weighted=isinstance(adjusted, (int, float)) and adjusted > 0,
-        stages=stages, cited=tuple(_i(c) for c in m["cited"]), in_context=tuple(_i(c) for c in m["in_context"]),
-        corpus_size=m["coverage"]["corpus_size"], findings=m["findings"],
-        insights=insights(m, settings), alarms=len(m["fidelity"]["alarms"]),
+        stages=[_stage_record(s) for s in m.stages], cited=tuple(_i(c) for c in m.cited),
+        in_context=tuple(_i(c) for c in m.in_context),
+        corpus_size=m.coverage.corpus_size, findings=m.findings,
+        insights=insights(m, settings), alarms=len(m.fidelity.alarms),
         notes=list(trace.notes) if trace is not None else [], resource=resource)
 
 

@@ -1,13 +1,14 @@
 """Terminal views of a manifest, a verification and a diff (rich tables, plain text when piped).
 
-Only presentation lives here: every number shown comes from the manifest dict, so ``--json`` and
-the terminal can never disagree. Every piece of trace data goes through :func:`ragtrail.inspect.safe.plain`
+Only presentation lives here: every number shown comes from the manifest, whose ``as_dict`` is what
+``--json`` prints, so the two can never disagree. Every piece of trace data goes through :func:`ragtrail.inspect.safe.plain`
 and every line is a ``rich.text.Text`` (never a markup string), so ids, queries and details are shown
 as they are: no markup interpreted, no escape sequence reaching the terminal, one record per line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich import box
@@ -15,16 +16,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .fidelity import Alarm, Fidelity
+from .manifest_model import Hop, Manifest, QueryHop, Row, Stage
 from .safe import plain
-
 
 
 def _short(text: Any, width: int = 72) -> str:
     """``text`` made safe (:func:`plain`), its runs of spaces collapsed, cut to ``width`` with an ellipsis."""
     if text is None:
         return ""
-    text = " ".join(plain(text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    line = " ".join(plain(text).split())
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def _score(value: Any) -> str:
@@ -50,23 +52,24 @@ def _meta(meta: Any, width: int = 40) -> str:
     return " ".join(f"{_short(k, width)}={_short(v, width)}" for k, v in meta.items())
 
 
-def _stage_details(s: dict[str, Any]) -> list[Text]:
+def _stage_details(s: Stage) -> list[Text]:
     """What a stage ran against (filter, collection, model) and the error it ended with, one line each."""
     lines = []
-    ran = [f"{label} {_short(s.get(key), 120)}" for key, label in
-           (("filter", "filter"), ("collection", "collection"), ("model", "model")) if s.get(key) is not None]
+    ran = [f"{label} {_short(value, 120)}" for value, label in
+           ((s.filter, "filter"), (s.collection, "collection"), (s.model, "model")) if value is not None]
     if ran:
         lines.append(Text("  " + " · ".join(ran), style="dim"))
-    if s.get("error"):
-        lines.append(Text(f"  error: {_short(s['error'], 200)}", style="red"))
+    if s.error:
+        lines.append(Text(f"  error: {_short(s.error, 200)}", style="red"))
     return lines
 
 
-def _hop_text(hop: dict[str, Any]) -> str:
-    if hop.get("text") is not None:
-        return f'"{_short(hop["text"], 80)}"'
-    if hop.get("sha256"):
-        return f"(text not captured, sha256 {plain(str(hop['sha256'])[:12])}…)"
+def _hop_text(hop: Hop | QueryHop | dict[str, Any]) -> str:
+    text, sha = (hop.get("text"), hop.get("sha256")) if isinstance(hop, dict) else (hop.text, hop.sha256)
+    if text is not None:
+        return f'"{_short(text, 80)}"'
+    if sha:
+        return f"(text not captured, sha256 {plain(str(sha)[:12])}…)"
     return "(not captured)"
 
 
@@ -79,134 +82,153 @@ def _heading(title: str, rest: str = "", newline: bool = True) -> Text:
     return Text.assemble("\n" if newline else "", (title, "bold"), rest)
 
 
-def show(console: Console, m: dict[str, Any], limit: int = 10, max_stages: int = 20) -> None:
+def show(console: Console, m: Manifest, limit: int = 10, max_stages: int = 20) -> None:
     """The manifest: hops, stages with counts, candidates, exclusions, citations, coverage, fidelity, sampling.
 
     ``limit`` caps the rows per table, ``max_stages`` the hops, stage rows and per-stage tables shown
     (a batch trace can hold thousands): every cut is announced, and ``--all``/``--json`` show everything."""
-    pipe = m.get("pipeline")
-    console.print(Text.assemble(("ragtrail manifest ", "bold"), ("trace ", "dim"), (plain(m["trace_id"]), "bold cyan")))
-    sub = f"source {plain(m['source'])} · {_num(m['span_count'])} spans"
-    run_status = f"run {plain(m['run_status'])}" if m.get("run_status") else ""
-    if pipe:
-        sub += f" · pipeline {plain(pipe['component'])} {plain(pipe['status'])}"
-        sub += f" ({run_status})" if run_status else ""
-        sub += f" {pipe['duration_ms']:.1f} ms"
-    console.print(Text(sub, style="dim"))
-
-    console.print(_heading("Query hops", " (raw → rewritten → what hit the index)"))
-    for hop in m["query_hops"][:max_stages]:
-        origin = plain(hop["transform"]) if hop.get("parent_hop") is None \
-            else f"{plain(hop['transform'])} of hop {_num(hop['parent_hop'])}"
-        mark = " → index" if hop.get("hit_index") else ""
-        console.print(Text.assemble(f"  hop {_num(hop['hop'])}  ", (origin, "cyan"), f"  {_hop_text(hop)}{mark}"))
-        if hop["used_by"]:
-            console.print(Text(f"         used by {', '.join(plain(u) for u in hop['used_by'])}", style="dim"))
-
-    table = Table(title=None, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for col in ("#", "stage", "component", "status", "in", "out", "excl", "hop", "knobs"):
-        table.add_column(col, justify="right" if col in ("#", "in", "out", "excl", "hop") else "left")
-    if len(m["query_hops"]) > max_stages:
-        console.print(Text(f"  … {len(m['query_hops']) - max_stages} more hops (--all shows every one)", style="dim"))
-    for i, s in enumerate(m["stages"][: max_stages * 5]):
-        status = plain(s["status"] or "")
-        style = {"degraded": "yellow", "failed": "red", "empty": "magenta"}.get(status, "")
-        status_text = Text(status + (f" ({plain(s['failure_class'])})" if s.get("failure_class") else ""), style=style)
-        table.add_row(Text(str(i)), Text(plain(s["kind"])), Text(_short(s["component"], 40)), status_text,
-                      Text(_num(s["in"])), Text(_num(s["out"])), Text(_num(s["excluded_count"])),
-                      Text("" if not s["query"] else _num(s["query"]["hop"])), Text(_knobs(s["knobs"])))
-    console.print(_heading("Stages", f" ({run_status})" if run_status else ""))
-    console.print(table)
-    if len(m["stages"]) > max_stages * 5:
-        console.print(Text(f"  … {len(m['stages']) - max_stages * 5} more stages (--all shows every one)", style="dim"))
-
-    cited = set(m["cited"])
-    shown = 0
-    for i, s in enumerate(m["stages"]):
-        details = _stage_details(s)
-        if not s["candidates"] and not s["excluded"] and not details:
-            continue
-        shown += 1
-        if shown > max_stages:
-            console.print(Text(f"\n… candidates of {sum(1 for x in m['stages'][i:] if x['candidates'] or x['excluded'])} "
-                               "more stages not shown (--all shows every one)", style="dim"))
-            break
-        console.print(Text.assemble("\n", (f"{i} {plain(s['kind'])}", "bold"), f" {plain(s['component'])}  ",
-                                    (f"in {_num(s['in'])} → out {_num(s['out'])}, excluded {_num(s['excluded_count'])}",
-                                     "dim")))
-        for line in details:
-            console.print(line)
-        if s["candidates"]:
-            t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
-            for col in ("rank", "id", "score", "hop", "meta", ""):
-                t.add_column(col, justify="right" if col in ("rank", "score", "hop") else "left")
-            for c in s["candidates"][:limit]:
-                meta = _meta(c.get("meta"))
-                flag = "cited" if c["id"] in cited else ""
-                if c.get("transform_rule"):
-                    flag = (flag + " " if flag else "") + plain(c["transform_rule"])
-                t.add_row(Text(_num(c["rank"])), Text(plain(c["id"])), Text(_score(c["score"])), Text(_num(c["hop"])),
-                          Text(meta), Text(flag, style="green"))
-            console.print(t)
-            if len(s["candidates"]) > limit:
-                console.print(Text(f"  … {len(s['candidates']) - limit} more candidates (--all shows every one)",
-                                   style="dim"))
-        if s["excluded"]:
-            t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, title_justify="left")
-            for col in ("excluded", "rank", "reason", "detail"):
-                t.add_column(col)
-            for e in s["excluded"][:limit]:
-                reason_style = "red" if e.get("reason") == "unexplained" else "yellow"
-                t.add_row(Text(plain(e["id"])), Text(_num(e["rank"])), Text(plain(e.get("reason")), style=reason_style),
-                          Text(_short(e.get("detail"), 60)))
-            console.print(t)
-            if len(s["excluded"]) > limit:
-                console.print(Text(f"  … {len(s['excluded']) - limit} more exclusions (--all shows every one)",
-                                   style="dim"))
-
-    cited_text = ", ".join(plain(c) for c in m["cited"]) if m["cited"] else "(nothing recorded)"
+    run_status = _header(console, m)
+    _hops(console, m.query_hops, max_stages)
+    _stage_table(console, m.stages, max_stages, run_status)
+    _stage_rows(console, m, limit, max_stages)
+    cited_text = ", ".join(plain(c) for c in m.cited) if m.cited else "(nothing recorded)"
     console.print(_heading("Cited", f": {cited_text}"))
-    cov = m["coverage"]
-    console.print(_heading("Coverage", f": {plain(cov['statement'])}", newline=False))
-    claims = "  ".join(("✓ " if c["supported"] else "✗ ") + plain(c["claim"]) for c in cov["claims"])
+    cov = m.coverage
+    console.print(_heading("Coverage", f": {plain(cov.statement)}", newline=False))
+    claims = "  ".join(("✓ " if c.supported else "✗ ") + plain(c.claim) for c in cov.claims)
     console.print(Text(f"  claims: {claims}", style="dim"))
-    fidelity(console, m["fidelity"], limit=max_stages * 5)
-    console.print(_heading("Sampling", f": {plain(m['sampling']['statement'])}", newline=False))
-    if m["findings"]:
+    fidelity(console, m.fidelity, limit=max_stages * 5)
+    console.print(_heading("Sampling", f": {plain(m.sampling.statement)}", newline=False))
+    if m.findings:
         console.print(_heading("Findings", ":", newline=False))
-        for f in m["findings"][:max_stages]:
+        for f in m.findings[:max_stages]:
             console.print(Text(f"  • {plain(f)}", style="yellow"))
-        if len(m["findings"]) > max_stages:
-            console.print(Text(f"  … {len(m['findings']) - max_stages} more findings (--all shows every one)",
+        if len(m.findings) > max_stages:
+            console.print(Text(f"  … {len(m.findings) - max_stages} more findings (--all shows every one)",
                                style="dim"))
 
 
-def fidelity(console: Console, f: dict[str, Any], limit: int = 100) -> None:
+def _header(console: Console, m: Manifest) -> str:
+    """The title and the source line; returns the run status as the stage heading says it."""
+    pipe = m.pipeline
+    console.print(Text.assemble(("ragtrail manifest ", "bold"), ("trace ", "dim"), (plain(m.trace_id), "bold cyan")))
+    sub = f"source {plain(m.source)} · {_num(m.span_count)} spans"
+    run_status = f"run {plain(m.run_status)}" if m.run_status else ""
+    if pipe:
+        sub += f" · pipeline {plain(pipe.component)} {plain(pipe.status)}"
+        sub += f" ({run_status})" if run_status else ""
+        sub += f" {pipe.duration_ms:.1f} ms"
+    console.print(Text(sub, style="dim"))
+    return run_status
+
+
+def _hops(console: Console, hops: list[QueryHop], max_stages: int) -> None:
+    console.print(_heading("Query hops", " (raw → rewritten → what hit the index)"))
+    for hop in hops[:max_stages]:
+        origin = plain(hop.transform) if hop.parent_hop is None \
+            else f"{plain(hop.transform)} of hop {_num(hop.parent_hop)}"
+        mark = " → index" if hop.hit_index else ""
+        console.print(Text.assemble(f"  hop {_num(hop.hop)}  ", (origin, "cyan"), f"  {_hop_text(hop)}{mark}"))
+        if hop.used_by:
+            console.print(Text(f"         used by {', '.join(plain(u) for u in hop.used_by)}", style="dim"))
+    if len(hops) > max_stages:
+        console.print(Text(f"  … {len(hops) - max_stages} more hops (--all shows every one)", style="dim"))
+
+
+def _stage_table(console: Console, stages: list[Stage], max_stages: int, run_status: str) -> None:
+    table = Table(title=None, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col in ("#", "stage", "component", "status", "in", "out", "excl", "hop", "knobs"):
+        table.add_column(col, justify="right" if col in ("#", "in", "out", "excl", "hop") else "left")
+    for i, s in enumerate(stages[: max_stages * 5]):
+        status = plain(s.status or "")
+        style = {"degraded": "yellow", "failed": "red", "empty": "magenta"}.get(status, "")
+        status_text = Text(status + (f" ({plain(s.failure_class)})" if s.failure_class else ""), style=style)
+        table.add_row(Text(str(i)), Text(plain(s.kind)), Text(_short(s.component, 40)), status_text,
+                      Text(_num(s.n_in)), Text(_num(s.n_out)), Text(_num(s.excluded_count)),
+                      Text("" if not s.query else _num(s.query.hop)), Text(_knobs(s.knobs)))
+    console.print(_heading("Stages", f" ({run_status})" if run_status else ""))
+    console.print(table)
+    if len(stages) > max_stages * 5:
+        console.print(Text(f"  … {len(stages) - max_stages * 5} more stages (--all shows every one)", style="dim"))
+
+
+def _stage_rows(console: Console, m: Manifest, limit: int, max_stages: int) -> None:
+    """Each stage's candidate and exclusion tables, up to ``max_stages`` stages of ``limit`` rows."""
+    cited = set(m.cited)
+    shown = 0
+    for i, s in enumerate(m.stages):
+        details = _stage_details(s)
+        if not s.candidates and not s.excluded and not details:
+            continue
+        shown += 1
+        if shown > max_stages:
+            console.print(Text(f"\n… candidates of {sum(1 for x in m.stages[i:] if x.candidates or x.excluded)} "
+                               "more stages not shown (--all shows every one)", style="dim"))
+            break
+        console.print(Text.assemble("\n", (f"{i} {plain(s.kind)}", "bold"), f" {plain(s.component)}  ",
+                                    (f"in {_num(s.n_in)} → out {_num(s.n_out)}, excluded {_num(s.excluded_count)}",
+                                     "dim")))
+        for line in details:
+            console.print(line)
+        if s.candidates:
+            _candidates(console, s.candidates, cited, limit)
+        if s.excluded:
+            _exclusions(console, s.excluded, limit)
+
+
+def _candidates(console: Console, rows: list[Row], cited: set[str], limit: int) -> None:
+    t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
+    for col in ("rank", "id", "score", "hop", "meta", ""):
+        t.add_column(col, justify="right" if col in ("rank", "score", "hop") else "left")
+    for c in rows[:limit]:
+        flag = "cited" if c.id in cited else ""
+        if c.transform_rule:
+            flag = (flag + " " if flag else "") + plain(c.transform_rule)
+        t.add_row(Text(_num(c.rank)), Text(plain(c.id)), Text(_score(c.score)), Text(_num(c.hop)),
+                  Text(_meta(c.meta)), Text(flag, style="green"))
+    console.print(t)
+    if len(rows) > limit:
+        console.print(Text(f"  … {len(rows) - limit} more candidates (--all shows every one)", style="dim"))
+
+
+def _exclusions(console: Console, rows: list[Row], limit: int) -> None:
+    t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, title_justify="left")
+    for col in ("excluded", "rank", "reason", "detail"):
+        t.add_column(col)
+    for e in rows[:limit]:
+        reason_style = "red" if e.reason == "unexplained" else "yellow"
+        t.add_row(Text(plain(e.id)), Text(_num(e.rank)), Text(plain(e.reason), style=reason_style),
+                  Text(_short(e.detail, 60)))
+    console.print(t)
+    if len(rows) > limit:
+        console.print(Text(f"  … {len(rows) - limit} more exclusions (--all shows every one)", style="dim"))
+
+
+def fidelity(console: Console, f: Fidelity, limit: int = 100) -> None:
     """One line of verdict counts, then one line per alarm."""
-    dropped = ("unknown (source drops them)" if f["dropped_events"] is None
-               else f"{_num(f['dropped_events'])} events, {_num(f['dropped_attributes'])} attributes")
-    verdict = Text("faithful", style="green") if not f["alarms"] else Text(f"{len(f['alarms'])} ALARMS", style="bold red")
+    dropped = ("unknown (source drops them)" if f.dropped_events is None
+               else f"{_num(f.dropped_events)} events, {_num(f.dropped_attributes)} attributes")
+    verdict = Text("faithful", style="green") if not f.alarms else Text(f"{len(f.alarms)} ALARMS", style="bold red")
     line = Text.assemble(("Fidelity", "bold"), ": ", verdict,
-                         f" · receipts intact {_num(f['intact'])}, changed_cited {_num(f['changed_cited'])}, "
-                         f"changed_uncited {_num(f['changed_uncited'])}, unverifiable {_num(f['unverifiable'])}, "
-                         f"not captured {_num(f['not_captured'])} · missing events {_num(f['missing_events'])}, "
-                         f"missing spans {_num(f['missing_spans'])} · dropped {dropped}"
-                         + (" · backend PARTIAL" if f["partial"] else ""))
+                         f" · receipts intact {_num(f.intact)}, changed_cited {_num(f.changed_cited)}, "
+                         f"changed_uncited {_num(f.changed_uncited)}, unverifiable {_num(f.unverifiable)}, "
+                         f"not captured {_num(f.not_captured)} · missing events {_num(f.missing_events)}, "
+                         f"missing spans {_num(f.missing_spans)} · dropped {dropped}"
+                         + (" · backend PARTIAL" if f.partial else ""))
     console.print(line)
-    for a in f["alarms"][:limit]:
+    for a in f.alarms[:limit]:
         console.print(Text(f"  {alarm_line(a)}", style="red"))
-    if len(f["alarms"]) > limit:
-        console.print(Text(f"  … {len(f['alarms']) - limit} more alarms (ragtrail verify lists every one)", style="red"))
-    for note in f["notes"]:
+    if len(f.alarms) > limit:
+        console.print(Text(f"  … {len(f.alarms) - limit} more alarms (ragtrail verify lists every one)", style="red"))
+    for note in f.notes:
         console.print(Text(f"  note: {plain(note)}", style="dim"))
 
 
-def alarm_line(a: dict[str, Any]) -> str:
-    """One alarm as one line of plain text (trace data escaped: print it as a ``Text``, never as markup)."""
-    cand = a["candidate"] or "-"
-    detail = f" ({a['detail']})" if a.get("detail") else ""
-    return plain(f"ALARM trace={a['trace_id']} span={a['span_id']} stage={a['stage'] or '-'} candidate={cand} "
-                 f"field={a['field']}: {a['problem']}{detail}")
+def alarm_line(a: Alarm | Mapping[str, Any]) -> str:
+    """One alarm as one line of plain text (trace data escaped: print it as a ``Text``, never as markup).
+    Takes the alarm or its JSON (``ragtrail verify`` prints alarms of either)."""
+    alarm = a if isinstance(a, Alarm) else Alarm(**a)
+    return plain(alarm.line())
 
 
 def diff(console: Console, d: dict[str, Any], limit: int = 10) -> None:

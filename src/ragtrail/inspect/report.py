@@ -7,23 +7,26 @@ the file is also a machine-readable record. Safe to attach to a ticket or archiv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from .manifest_model import Manifest, Survival
+
 _BAR_WIDTH = 520
 _ROW_HEIGHT = 34
 
 
-def funnel(survival: list[dict[str, Any]]) -> dict[str, Any]:
+def funnel(survival: Sequence[Survival]) -> dict[str, Any]:
     """Geometry of the evidence-survival funnel: one row per stage, kept and excluded bars."""
-    peak = max([1, *(max(r["in"], r["out"]) for r in survival)])
+    peak = max([1, *(max(r.n_in, r.n_out) for r in survival)])
     rows = []
     for i, r in enumerate(survival):
-        kept = round(_BAR_WIDTH * r["out"] / peak, 1)
-        dropped = round(_BAR_WIDTH * r["excluded"] / peak, 1)
-        rows.append({**r, "y": 8 + i * _ROW_HEIGHT, "kept_w": kept, "dropped_w": dropped, "dropped_x": kept})
+        kept = round(_BAR_WIDTH * r.n_out / peak, 1)
+        dropped = round(_BAR_WIDTH * r.excluded / peak, 1)
+        rows.append({**r.as_dict(), "y": 8 + i * _ROW_HEIGHT, "kept_w": kept, "dropped_w": dropped, "dropped_x": kept})
     return {"rows": rows, "width": _BAR_WIDTH + 470, "height": 16 + len(rows) * _ROW_HEIGHT, "bar_x": 270}
 
 
@@ -37,14 +40,14 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render(manifest: dict[str, Any], limit: int = 200) -> str:
-    """The report as one HTML string."""
+def render(manifest: Manifest, limit: int = 200) -> str:
+    """The report as one HTML string (the template reads the manifest's JSON, which it also embeds)."""
     template = _environment().get_template("report.html.j2")
-    return template.render(m=manifest, funnel=funnel(manifest["survival"]), limit=limit,
-                           cited=set(manifest["cited"]))
+    return template.render(m=manifest.as_dict(), funnel=funnel(manifest.survival), limit=limit,
+                           cited=set(manifest.cited))
 
 
-def write(manifest: dict[str, Any], path: str | Path, limit: int = 200) -> Path:
+def write(manifest: Manifest, path: str | Path, limit: int = 200) -> Path:
     """Write the report; returns the absolute path."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ _JSON_UNSAFE = re.compile(f"[{_RANGES[3:]}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def _escape(match: "re.Match[str]") -> str:
+def _escape(match: re.Match[str]) -> str:
     ch = match.group(0)
     named = _NAMED.get(ch)
     if named is not None:
@@ -69,7 +69,7 @@ def text(value: Any, style: str = "") -> Any:
     return Text(plain(value), style=style)
 
 
-def _json_escape(match: "re.Match[str]") -> str:
+def _json_escape(match: re.Match[str]) -> str:
     code = ord(match.group(0))
     if code <= 0xFFFF:
         return f"\\u{code:04x}"

@@ -110,7 +110,7 @@ def emission_order(events: list[tuple[Span, Event]]) -> list[tuple[Span, Event]]
     output rank, then exclusions by input rank (those without a rank last), ties as received.
     Backends reorder a span's events (Jaeger v2 sorts them by name); this order is on the wire."""
     def key(item: tuple[Span, Event]) -> tuple[int, float]:
-        event = item[1]
+        _, event = item
         group = _NAME_ORDER.get(event.name, 3)
         field = sc.QUERY_HOP if group == 0 else sc.CANDIDATE_RANK
         return group, _rank(event.attributes.get(field))

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from ragtrail.contract import semconv as sc
 
-from .records import TraceRecord
+from .records import StageRecord, TraceRecord
 
 _K = TypeVar("_K")
 
@@ -62,13 +62,13 @@ class StageStats:
     failure_classes: Weights[str] = field(default_factory=Weights)
     fallbacks: Weights[str] = field(default_factory=Weights)
 
-    def add(self, s: Any, w: float) -> None:
+    def add(self, s: StageRecord, w: float) -> None:
         self.spans += 1
         self.n_in[s.n_in] += w
         self.n_out[s.n_out] += w
         self.n_excluded[s.n_excluded] += w
-        for _, reason in s.excluded:
-            self.reasons[str(reason)] += w
+        for e in s.excluded:
+            self.reasons[str(e.reason)] += w
         self.statuses[s.status or "unknown"] += w
         if s.failure_class:
             self.failure_classes[s.failure_class] += w
