@@ -52,7 +52,7 @@ from typing import Any
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import canonical_json
 from ragtrail.instrumentation._base import RagtrailInstrumentor
-from ragtrail.instrumentation._hook import guard
+from ragtrail.hooks import guard
 from ragtrail.instrumentation._pgvector_sql import OPERATORS, Param, Search, maybe_search, parse, statement_text
 from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, acall_through, call_through
 from ragtrail.recorder.candidates import CONTENT_KEYS, Candidate, normalize_id
