@@ -134,8 +134,8 @@ class PhoenixSource(HttpSource):
 
     def search(self, limit: int, query: str | None = None, lookback: str | None = "") -> list[str]:
         """Recent traces with ragtrail spans (or spans whose attribute ``key=value`` from ``query``),
-        most recent first, from the newest ``PAGE`` spans of each project that started within
-        ``lookback`` (e.g. ``1h``; empty: any time)."""
+        most recent first, from the spans of each project that started within ``lookback`` (e.g.
+        ``1h``; empty: any time), read page by page (Phoenix's cursor) until ``limit`` traces are in."""
         key, value = sc.SCHEMA, None
         if query:
             key, _, value = query.partition("=")
@@ -149,12 +149,14 @@ class PhoenixSource(HttpSource):
             params["start_time"] = datetime.fromtimestamp(time.time() - seconds, timezone.utc).isoformat()
         found: dict[str, int] = {}
         for project in self.projects():
-            response = self.fetch(self._spans_path(project), params=params, allow_404=True)
-            body = self.json_body(response, self.description) if response is not None else {}
-            for raw in body.get("data") or () if isinstance(body, dict) else ():
+            seen: set[str] = set()
+            for raw in self._pages(self._spans_path(project), params):  # every cursor page, newest spans first
                 attributes = raw.get("attributes") or {}
                 if key not in attributes or (value is not None and str(attributes[key]) != value):
                     continue
                 span = decode_span(raw, self.description)
                 found[span.trace_id] = max(found.get(span.trace_id, 0), span.start_ns)
+                seen.add(span.trace_id)
+                if len(seen) >= limit:  # the newest LIMIT traces of this project are all in
+                    break
         return sorted(found, key=found.get, reverse=True)[:limit]  # type: ignore[arg-type]
