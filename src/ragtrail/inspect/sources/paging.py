@@ -47,6 +47,21 @@ class SearchResult:
                 "the time range holds more (narrow --lookback/--since/--until or raise the server's limit)")
 
 
+MAX_REPEATS = 4
+"""Halvings in a row that may answer the very same full page before the server is taken to ignore
+the time window (which would otherwise be split down to microseconds)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """A part of the time range still to read, with the answer of the window it was split from."""
+
+    lo: int
+    hi: int
+    parent_answer: int | None = None
+    repeats: int = 0
+
+
 def newest_first(found: dict[str, int], limit: int | None) -> list[str]:
     """Trace ids by start time, most recent first, at most ``limit``."""
     ids = sorted(found, key=lambda tid: found[tid], reverse=True)
@@ -63,27 +78,29 @@ def page_windows(fetch: PageFetch, start: int, end: int, *, limit: int | None, p
     found: dict[str, int] = {}
     capped = False
     requests = 0
-    windows = [(start, end)]  # a stack: the newest window on top
+    windows = [Window(start, end)]  # a stack: the newest window on top
     while windows and (limit is None or len(found) < limit):
-        lo, hi = windows.pop()
+        window = windows.pop()
         want = page if limit is None else max(1, min(page, limit - len(found)))
         requests += 1
         try:
-            hits = fetch(lo, hi, want)
+            hits = fetch(window.lo, window.hi, want)
         except PageTooLarge:
             if want <= 1:
                 raise
             page = want // 2
-            windows.append((lo, hi))
+            windows.append(window)
             continue
         for hit in hits:
             found[hit.trace_id] = max(found.get(hit.trace_id, 0), hit.start_ns)
         if len(hits) < want or (limit is not None and len(found) >= limit):
             continue
-        if hi - lo < 2 * resolution:
-            capped = True  # a full page from a window that cannot be split: the server cut it
+        answer = hash(frozenset(hit.trace_id for hit in hits))
+        repeats = window.repeats + 1 if answer == window.parent_answer else 0
+        if window.hi - window.lo < 2 * resolution or repeats >= MAX_REPEATS:
+            capped = True  # a full page from a window that cannot be split (or that the server ignores): cut
             continue
-        mid = lo + (hi - lo) // 2
-        windows.append((lo, mid))
-        windows.append((mid + resolution, hi))
+        mid = window.lo + (window.hi - window.lo) // 2
+        windows.append(Window(window.lo, mid, answer, repeats))
+        windows.append(Window(mid + resolution, window.hi, answer, repeats))
     return found, capped, requests
