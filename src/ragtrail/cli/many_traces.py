@@ -90,9 +90,17 @@ class ServerRead:
 
     traces: int | None
     incomplete: str | None
+    source: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"traces_read": self.traces, "complete": self.incomplete is None, "note": self.incomplete}
+
+    def header(self) -> str | None:
+        """The line above a server read's output saying how much was read (``None`` for a file source)."""
+        if self.traces is None:
+            return None
+        return (f"{self.traces} traces read from {self.source}"
+                + (" (INCOMPLETE: the server capped its search answer)" if self.incomplete else " (every trace in the range)"))
 
 
 def _read_field(read: list[ServerRead]) -> dict[str, Any] | None:
@@ -127,7 +135,7 @@ def _records(source: str | None, flt: Any, settings: Any, *, timeout: float, loo
             if flt.matches(record):
                 yield record
     if read is not None:
-        read.append(ServerRead(stream.read_from_server, stream.incomplete))
+        read.append(ServerRead(stream.read_from_server, stream.incomplete, stream.description))
     for note in stream.notes():
         stderr().print(f"ragtrail: note: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
 
@@ -148,10 +156,15 @@ def ls_cmd(source: str | None, timeout: float, since: str | None, until: str | N
     flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text,
                        query_sha256, service_version)
     settings = _insight_settings(date_key, self_author)
-    records = _records(source, flt, settings, timeout=timeout, lookback=lookback, limit=limit, label="reading traces")
+    read: list[ServerRead] = []
+    records = _records(source, flt, settings, timeout=timeout, lookback=lookback, limit=limit, label="reading traces",
+                       read=read)
     if limit is not None and not _is_server(source):
         records = iter(deque(records, maxlen=limit))  # the most recent LIMIT, in bounded memory
     shown = _emit(records, as_json)
+    header = read[0].header() if read and shown else None
+    if header is not None:  # stdout holds only the traces: how many were read goes to stderr
+        stderr().print(f"ragtrail: {plain(header)}", highlight=False, markup=False, soft_wrap=True)
     if not shown:
         raise errors.TraceNotFound("no trace matches", "loosen the filters (ragtrail ls --help) or check --source")
     return errors.EXIT_OK
@@ -204,6 +217,9 @@ def stats_cmd(source: str | None, timeout: float, since: str | None, until: str 
     if as_json:
         json_out(result)
     else:
+        header = read[0].header() if read else None
+        if header is not None:
+            wide_stdout().print(text(header))
         _render_stats(result)
     return errors.EXIT_OK
 

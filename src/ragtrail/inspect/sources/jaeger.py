@@ -63,7 +63,7 @@ class JaegerSource(HttpSource):
             def fetch(lo: int, hi: int, want: int, service: str = service, tags: dict[str, str] = tags) -> list[Hit]:
                 return self._search_page(service, tags, lookback, lo, hi, want)
 
-            got, cut, asked = page_windows(fetch, start_us, end_us, limit=limit, page=self.page_size)
+            got, cut, asked = page_windows(fetch, start_us, end_us, limit=limit, page=self.page_size, unit_ns=1000)
             for tid, start in got.items():
                 found[tid] = max(found.get(tid, 0), start)
             capped, requests = capped or cut, requests + asked

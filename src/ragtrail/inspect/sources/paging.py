@@ -48,8 +48,10 @@ class SearchResult:
 
 
 MAX_REPEATS = 4
-"""Halvings in a row that may answer the very same full page before the server is taken to ignore
-the time window (which would otherwise be split down to microseconds)."""
+"""Halvings in a row that may answer the very same full page, with traces far outside the window,
+before the server is taken to ignore the time window (which would otherwise be split down to its
+resolution). A server that honours the window answers the same page for many halvings when all its
+traces sit in a small part of the range: those answers lie inside the window and are not counted."""
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,12 @@ def newest_first(found: dict[str, int], limit: int | None) -> list[str]:
 
 
 def page_windows(fetch: PageFetch, start: int, end: int, *, limit: int | None, page: int,
-                 resolution: int = 1) -> tuple[dict[str, int], bool, int]:
+                 resolution: int = 1, unit_ns: int = 1) -> tuple[dict[str, int], bool, int]:
     """Every trace in ``[start, end]`` (up to ``limit``), as ``(id -> start ns, capped, requests)``.
 
     A window answered with fewer traces than asked is complete; a full one is halved, newer half
-    first, down to ``resolution`` (the smallest window the server tells apart). A page the server
+    first, down to ``resolution`` (the smallest window the server tells apart; ``unit_ns``
+    nanoseconds per unit of ``start``/``end``). A page the server
     refuses as too large (:class:`PageTooLarge`) is asked again at half the size."""
     found: dict[str, int] = {}
     capped = False
@@ -96,9 +99,13 @@ def page_windows(fetch: PageFetch, start: int, end: int, *, limit: int | None, p
         if len(hits) < want or (limit is not None and len(found) >= limit):
             continue
         answer = hash(frozenset(hit.trace_id for hit in hits))
-        repeats = window.repeats + 1 if answer == window.parent_answer else 0
-        if window.hi - window.lo < 2 * resolution or repeats >= MAX_REPEATS:
-            capped = True  # a full page from a window that cannot be split (or that the server ignores): cut
+        width = (window.hi - window.lo + resolution) * unit_ns
+        outside = any(not window.lo * unit_ns - width <= hit.start_ns <= window.hi * unit_ns + width for hit in hits)
+        repeats = window.repeats + 1 if answer == window.parent_answer and outside else 0
+        if repeats >= MAX_REPEATS:
+            return found, True, requests  # the server ignores the time window: no split can read more
+        if window.hi - window.lo < 2 * resolution:
+            capped = True  # a full page from a window that cannot be split: the server cut it
             continue
         mid = window.lo + (window.hi - window.lo) // 2
         windows.append(Window(window.lo, mid, answer, repeats))

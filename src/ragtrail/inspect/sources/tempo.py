@@ -60,7 +60,7 @@ class TempoSource(HttpSource):
         def fetch(lo: int, hi: int, want: int) -> list[Hit]:
             return self._search_page(q, (lo, hi), want)
 
-        found, capped, requests = page_windows(fetch, now - seconds, now, limit=limit, page=self.page_size)
+        found, capped, requests = page_windows(fetch, now - seconds, now, limit=limit, page=self.page_size, unit_ns=1_000_000_000)
         return SearchResult(newest_first(found, limit), capped=capped, requests=requests)
 
     def _search_page(self, q: str, window: tuple[int, int] | None, limit: int) -> list[Hit]:

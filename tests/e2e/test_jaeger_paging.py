@@ -56,7 +56,10 @@ def test_stats_and_ls_read_every_trace_from_the_real_jaeger(start_jaeger) -> Non
     listed = rb.ragtrail_cli("ls", "--source", jaeger.source)
     assert listed.returncode == 0, listed.stderr
     assert len(listed.stdout.splitlines()) == TRACES
-    assert "incomplete" not in listed.stderr
+    assert "incomplete" not in listed.stderr.lower()
+    assert f"ragtrail: {TRACES} traces read from Jaeger at {jaeger.query_url} (every trace in the range)" in listed.stderr
+    human = rb.ragtrail_cli("stats", "--source", jaeger.source)
+    assert human.stdout.splitlines()[0] == f"{TRACES} traces read from Jaeger at {jaeger.query_url} (every trace in the range)"
 
     limited = rb.ragtrail_cli("ls", "--source", jaeger.source, "--limit", "120", "--json")
     assert limited.returncode == 0, limited.stderr
