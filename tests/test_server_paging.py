@@ -59,8 +59,16 @@ class FakeTempo:
                 return 400, f"invalid limit: {limit} exceeds max limit {self.max_limit}"
             lo, hi = int(params.get("start", 0)), int(params.get("end", 2**40))
             inside = sorted((t for t, s in self.starts.items() if lo <= s <= hi), key=lambda t: -self.starts[t])
-            traces = [{"traceID": t, "rootServiceName": "rag", "rootTraceName": "pipeline pipeline",
-                       "startTimeUnixNano": str(self.starts[t] * 10**9), "durationMs": 2} for t in inside[:limit]]
+            traces = [
+                {
+                    "traceID": t,
+                    "rootServiceName": "rag",
+                    "rootTraceName": "pipeline pipeline",
+                    "startTimeUnixNano": str(self.starts[t] * 10**9),
+                    "durationMs": 2,
+                }
+                for t in inside[:limit]
+            ]
             return 200, json.dumps({"traces": traces, "metrics": {"inspectedBytes": "1024"}})
         if url.path.startswith("/api/traces/"):
             trace_id = url.path.rsplit("/", 1)[1]
@@ -124,8 +132,7 @@ def test_a_capped_backend_is_said_never_passed_off_as_the_whole_range() -> None:
         assert len(listed.stdout.splitlines()) == 15
         (line,) = [x for x in listed.stderr.splitlines() if "incomplete read" in x]
         assert "15 traces were read" in line and "Tempo at" in line
-        assert f"ragtrail: 15 traces read from Tempo at {tempo.url} (INCOMPLETE: the server capped its search answer)" \
-            in listed.stderr.splitlines()
+        assert f"ragtrail: 15 traces read from Tempo at {tempo.url} (INCOMPLETE: the server capped its search answer)" in listed.stderr.splitlines()
         stats = json.loads(ragtrail("stats", "--source", f"tempo+{tempo.url}", "--json").stdout)
         assert stats["traces"] == 15
         assert stats["server_read"]["traces_read"] == 15 and stats["server_read"]["complete"] is False

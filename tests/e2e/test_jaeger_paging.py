@@ -20,8 +20,7 @@ TRACES = 250
 
 def _send(jaeger: rb.Jaeger, n: int) -> None:
     provider = TracerProvider(resource=Resource.create({"service.name": "ragtrail-e2e-paging"}))
-    provider.add_span_processor(BatchSpanProcessor(
-        OTLPSpanExporter(endpoint=f"http://127.0.0.1:{jaeger.otlp_http_port}/v1/traces", timeout=5)))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{jaeger.otlp_http_port}/v1/traces", timeout=5)))
     tracer = provider.get_tracer("ragtrail.e2e")
     for i in range(n):
         hits = [{"id": f"doc-{i}", "content": f"passage {i}", "score": 1.0}]

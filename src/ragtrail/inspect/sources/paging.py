@@ -43,8 +43,10 @@ class SearchResult:
         """The plain line that says a read is incomplete (``None`` when it is not)."""
         if not self.capped:
             return None
-        return (f"incomplete read: {description} capped its search answer; {len(self.trace_ids)} traces were read, "
-                "the time range holds more (narrow --lookback/--since/--until or raise the server's limit)")
+        return (
+            f"incomplete read: {description} capped its search answer; {len(self.trace_ids)} traces were read, "
+            "the time range holds more (narrow --lookback/--since/--until or raise the server's limit)"
+        )
 
 
 MAX_REPEATS = 4
@@ -70,8 +72,9 @@ def newest_first(found: dict[str, int], limit: int | None) -> list[str]:
     return ids if limit is None else ids[:limit]
 
 
-def page_windows(fetch: PageFetch, start: int, end: int, *, limit: int | None, page: int,
-                 resolution: int = 1, unit_ns: int = 1) -> tuple[dict[str, int], bool, int]:
+def page_windows(
+    fetch: PageFetch, start: int, end: int, *, limit: int | None, page: int, resolution: int = 1, unit_ns: int = 1
+) -> tuple[dict[str, int], bool, int]:
     """Every trace in ``[start, end]`` (up to ``limit``), as ``(id -> start ns, capped, requests)``.
 
     A window answered with fewer traces than asked is complete; a full one is halved, newer half
