@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ragtrail.inspect.sources import TempoSource
+from fixtures.backend_server import BackendServer
+from ragtrail.inspect.sources import PhoenixSource, TempoSource
 from ragtrail.inspect.sources.paging import Hit, page_windows
 from test_cli_errors import ragtrail
 
@@ -146,3 +147,21 @@ def test_a_server_that_ignores_the_window_is_capped_after_a_few_halvings() -> No
     found, capped, requests = page_windows(lambda lo, hi, want: everything[:want], 0, 3_600_000_000, limit=None, page=100)
     # its answers lie outside the halves: after 4 identical answers the read stops, capped
     assert capped and len(found) == 100 and requests == 6
+
+
+def test_phoenix_search_follows_the_cursor_past_the_first_page() -> None:
+    recorded = Path(__file__).parent / "fixtures" / "phoenix_recorded"
+    first = json.loads((recorded / "spans.json").read_text())["data"]
+    trace_id = (recorded / "trace_id").read_text().strip()
+    other = "ab" * 16
+    second = [dict(span, context=dict(span["context"], trace_id=other)) for span in first]
+    path = "/v1/projects/source/spans?limit=1000&sort=start_time&order=desc"
+    with BackendServer() as server:
+        server.route(path, {"data": first, "next_cursor": "page-2"})
+        server.route(path + "&cursor=page-2", {"data": second, "next_cursor": None})
+        source = PhoenixSource(f"{server.url}/projects/source")
+        found = source.search_all(None, None, "")
+        assert sorted(found.trace_ids) == sorted([trace_id, other]) and not found.capped
+        assert source.search_all(1, None, "").trace_ids == [trace_id]  # the newest, from the first page alone
+        assert sum(1 for r in server.requests if "cursor=page-2" in r) == 1
+        source.close()

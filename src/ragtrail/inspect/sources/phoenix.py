@@ -10,6 +10,7 @@ state, and its timestamps are microseconds.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -22,6 +23,7 @@ from ..errors import MalformedInput, TraceNotFound, UsageError
 from ..model import Event, Span, Trace, normalize_trace_id
 from .base import lookback_seconds
 from .http import HttpSource
+from .paging import SearchResult
 
 PAGE = 1000  # Phoenix's largest page
 NOTE_NO_DROPPED_COUNTS = ("Phoenix keeps no dropped attribute or event counts: SDK evictions cannot be seen "
@@ -131,6 +133,10 @@ class PhoenixSource(HttpSource):
             raise TraceNotFound(f"no ragtrail traces found in {self.description}",
                                 "run your app with OTLP export to this Phoenix")
         return found[0]
+
+    def search_all(self, limit: int | None, query: str | None = None, lookback: str | None = "") -> SearchResult:
+        """Every matching trace (up to ``limit``): Phoenix has a cursor, so its answer is never cut."""
+        return SearchResult(self.search(sys.maxsize if limit is None else limit, query, lookback))
 
     def search(self, limit: int, query: str | None = None, lookback: str | None = "") -> list[str]:
         """Recent traces with ragtrail spans (or spans whose attribute ``key=value`` from ``query``),
