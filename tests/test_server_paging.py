@@ -138,6 +138,12 @@ def test_a_capped_backend_is_said_never_passed_off_as_the_whole_range() -> None:
         assert stats["traces"] == 15
         assert stats["server_read"]["traces_read"] == 15 and stats["server_read"]["complete"] is False
         assert "15 traces were read" in stats["server_read"]["note"]
+        compared = ragtrail("compare", f"tempo+{tempo.url}", f"tempo+{tempo.url}", "--json")
+        assert compared.returncode == 0, compared.stderr
+        sides = json.loads(compared.stdout)
+        assert [sides[k]["server_read"]["traces_read"] for k in "ab"] == [15, 15]
+        assert [sides[k]["server_read"]["complete"] for k in "ab"] == [False, False]
+        assert sum("incomplete read" in x for x in compared.stderr.splitlines()) == 2
     finally:
         tempo.close()
 
