@@ -12,6 +12,7 @@ import json
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -40,7 +41,8 @@ def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--query-sha256", default=None, metavar="HEX", help="The question's receipt, as recorded."),
         click.option("--service-version", "service_version", default=None, help="The resource's service.version."),
         click.option("--lookback", default="1h", show_default=True, help="How far back a server search looks."),
-        click.option("--limit", type=int, default=None, help="At most this many traces (servers: default 100)."),
+        click.option("--limit", type=int, default=None,
+                     help="At most this many traces (servers: default every trace in the lookback, paged through)."),
         click.option("--date-key", default="updated_at", show_default=True,
                      help="Metadata key (ragtrail.candidate.meta.KEY) holding a document's date (stale_citation)."),
         click.option("--self-author", default=None, metavar="KEY=VALUE",
@@ -82,9 +84,34 @@ def _is_server(source: str | None) -> bool:
     return spec.startswith(("jaeger+", "tempo+"))
 
 
+@dataclass(frozen=True)
+class ServerRead:
+    """How many traces a server search answered (``None``: not a server), and the line saying it was cut."""
+
+    traces: int | None
+    incomplete: str | None
+    source: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"traces_read": self.traces, "complete": self.incomplete is None, "note": self.incomplete}
+
+    def header(self) -> str | None:
+        """The line above a server read's output saying how much was read (``None`` for a file source)."""
+        if self.traces is None:
+            return None
+        return (f"{self.traces} traces read from {self.source}"
+                + (" (INCOMPLETE: the server capped its search answer)" if self.incomplete else " (every trace in the range)"))
+
+
+def _read_field(read: list[ServerRead]) -> dict[str, Any] | None:
+    """The ``server_read`` field of ``--json`` output: only for a server source (a file is read whole)."""
+    return read[0].as_dict() if read and read[0].traces is not None else None
+
+
 def _records(source: str | None, flt: Any, settings: Any, *, timeout: float, lookback: str, limit: int | None,
-             label: str) -> Iterator[Any]:
-    """Matching records of one source, streamed; the filter is pushed down to a server and checked here."""
+             label: str, read: list[ServerRead] | None = None) -> Iterator[Any]:
+    """Matching records of one source, streamed; the filter is pushed down to a server and checked here.
+    A server is read up to ``limit`` (default: every trace in the lookback); ``read`` gets what it answered."""
     import os
 
     from ragtrail.inspect.errors import NoRagtrailSpans
@@ -97,8 +124,7 @@ def _records(source: str | None, flt: Any, settings: Any, *, timeout: float, loo
         server_query = flt.traceql()
     elif source and source.startswith("jaeger+"):
         server_query = flt.jaeger_tags()
-    stream = TraceStream(source, server_query=server_query, lookback=lookback,
-                         limit=limit or 100 if _is_server(source) else 10**9, timeout=timeout)
+    stream = TraceStream(source, server_query=server_query, lookback=lookback, limit=limit, timeout=timeout)
     with progress_bar(label, unit="percent", after=1.0) as progress:
         stream.progress = progress
         for trace in stream:
@@ -108,6 +134,8 @@ def _records(source: str | None, flt: Any, settings: Any, *, timeout: float, loo
                 continue
             if flt.matches(record):
                 yield record
+    if read is not None:
+        read.append(ServerRead(stream.read_from_server, stream.incomplete, stream.description))
     for note in stream.notes():
         stderr().print(f"ragtrail: note: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
 
@@ -128,10 +156,15 @@ def ls_cmd(source: str | None, timeout: float, since: str | None, until: str | N
     flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text,
                        query_sha256, service_version)
     settings = _insight_settings(date_key, self_author)
-    records = _records(source, flt, settings, timeout=timeout, lookback=lookback, limit=limit, label="reading traces")
+    read: list[ServerRead] = []
+    records = _records(source, flt, settings, timeout=timeout, lookback=lookback, limit=limit, label="reading traces",
+                       read=read)
     if limit is not None and not _is_server(source):
         records = iter(deque(records, maxlen=limit))  # the most recent LIMIT, in bounded memory
     shown = _emit(records, as_json)
+    header = read[0].header() if read and shown else None
+    if header is not None:  # stdout holds only the traces: how many were read goes to stderr
+        stderr().print(f"ragtrail: {plain(header)}", highlight=False, markup=False, soft_wrap=True)
     if not shown:
         raise errors.TraceNotFound("no trace matches", "loosen the filters (ragtrail ls --help) or check --source")
     return errors.EXIT_OK
@@ -172,15 +205,21 @@ def stats_cmd(source: str | None, timeout: float, since: str | None, until: str 
     flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text,
                        query_sha256, service_version)
     stats = Stats()
+    read: list[ServerRead] = []
     for r in _records(source, flt, _insight_settings(date_key, self_author), timeout=timeout, lookback=lookback,
-                      limit=limit, label="aggregating"):
+                      limit=limit, label="aggregating", read=read):
         stats.add(r)
     if not stats.traces:
         raise errors.TraceNotFound("no trace matches", "loosen the filters or check --source")
     result = stats.as_dict()
+    if _read_field(read) is not None:
+        result["server_read"] = _read_field(read)
     if as_json:
         json_out(result)
     else:
+        header = read[0].header() if read else None
+        if header is not None:
+            wide_stdout().print(text(header))
         _render_stats(result)
     return errors.EXIT_OK
 
@@ -251,7 +290,7 @@ def _side(arg: str, source: str | None) -> tuple[str | None, dict[str, Any], str
 @click.argument("side_b")
 @source_option
 @click.option("--lookback", default="1h", show_default=True, help="How far back a server search looks.")
-@click.option("--limit", type=int, default=None, help="Server sources: at most this many traces per side (default 100).")
+@click.option("--limit", type=int, default=None, help="Server sources: at most this many traces per side (default: every trace in the lookback).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the comparison as Markdown.")
 @click.option("--show", "show_n", type=int, default=30, show_default=True, help="Questions listed in the terminal view.")
@@ -271,18 +310,23 @@ def compare_cmd(side_a: str, side_b: str, source: str | None, timeout: float, lo
     if as_json and as_markdown:
         raise errors.UsageError("--json and --markdown both given", "pick one")
     sides = []
+    reads: dict[str, list[ServerRead]] = {}
     for name, arg in (("A", side_a), ("B", side_b)):
         spec, selection, label = _side(arg, source)
         flt = _make_filter(selection.get("since"), selection.get("until"), None, None, None, None, None, None, None,
                            None, selection.get("service_version"), selection.get("tag"))
         summary = SideSummary(name=label)
+        read = reads.setdefault(name, [])
         for r in _records(spec, flt, InsightSettings(), timeout=timeout, lookback=lookback, limit=limit,
-                          label=f"reading {name}"):
+                          label=f"reading {name}", read=read):
             summary.add(r)
         if not summary.traces:
             raise errors.TraceNotFound(f"side {name} ({plain(label)}) has no ragtrail trace", "check the source or selection")
         sides.append(summary)
     result = compare(*sides)
+    for name, read in reads.items():
+        if _read_field(read) is not None:
+            result[name.lower()]["server_read"] = _read_field(read)
     if as_json:
         json_out(result)
     elif as_markdown:

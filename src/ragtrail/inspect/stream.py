@@ -8,7 +8,9 @@ forgotten. A trace seen again after it left the window (a segment exported much 
 silently merged or dropped: it is handed on as a second part with a note, and counted in
 :attr:`TraceStream.split_traces`.
 
-Servers (Jaeger, Tempo) are read as their search answers, one trace fetched at a time.
+Servers (Jaeger, Tempo, Phoenix) are read as their whole search answers (paged through, up to
+``limit``; :mod:`ragtrail.inspect.sources.paging`), one trace fetched at a time; a search the server
+cut is said in :attr:`TraceStream.incomplete`, never passed off as the whole range.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .errors import InspectError, TruncatedInput
 from .gc_pause import gc_paused
 from .model import Span, Trace
 from .otlp_fast import decode_line
-from .sources import FileSource, Progress, group_traces, loads, open_source, spans_from_document
+from .sources import FileSource, HttpSource, Progress, group_traces, loads, open_source, spans_from_document
 
 DEFAULT_WINDOW = 64
 """Lines a trace's spans may be spread over (the whole-trace exporter writes a segment in one line)."""
@@ -35,13 +37,15 @@ class TraceStream:
     spec: str | None
     server_query: str | None = None
     lookback: str = "1h"
-    limit: int = 1_000_000
+    limit: int | None = None
     timeout: float = 10.0
     window: int = DEFAULT_WINDOW
     progress: Progress | None = None
     skipped_lines: int = 0
     split_traces: int = 0
     description: str = ""
+    read_from_server: int | None = None
+    incomplete: str | None = None
     _emitted: set[str] = field(default_factory=set, repr=False)
 
     def __iter__(self) -> Iterator[Trace]:
@@ -50,8 +54,11 @@ class TraceStream:
         try:
             if isinstance(source, FileSource):
                 yield from self._files(source)
-            else:
-                ids = source.search(self.limit, self.server_query, self.lookback)
+            elif isinstance(source, HttpSource):
+                found = source.search_all(self.limit, self.server_query, self.lookback)
+                ids = found.trace_ids
+                self.read_from_server = len(ids)
+                self.incomplete = found.note(self.description)
                 for i, trace_id in enumerate(ids):
                     yield source.get(trace_id)
                     if self.progress is not None:
@@ -138,6 +145,8 @@ class TraceStream:
     def notes(self) -> list[str]:
         """What the reader could not read, in words (empty when everything was read)."""
         out = []
+        if self.incomplete:
+            out.append(self.incomplete)
         if self.skipped_lines:
             out.append(f"{self.skipped_lines} unreadable lines skipped in {self.description}")
         if self.split_traces:

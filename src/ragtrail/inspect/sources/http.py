@@ -14,6 +14,7 @@ from ..gc_pause import gc_paused
 from ..model import Span, Trace
 from .base import DEFAULT_TIMEOUT
 from .documents import group_traces, loads, spans_from_document, too_deep
+from .paging import SearchResult
 
 if TYPE_CHECKING:  # httpx is imported only when a server is read: it costs ~60 ms of every CLI start
     import httpx
@@ -26,6 +27,8 @@ class HttpSource(ABC):
     ``get``, ``latest`` and ``search`` with :meth:`fetch`, :meth:`json_body` and :meth:`trace_from`."""
 
     name = "server"
+    page_size = 1000
+    """Traces asked for in one search request (a server that pages by time windows asks this many per window)."""
 
     def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -69,6 +72,15 @@ class HttpSource(ABC):
 
     @abstractmethod
     def search(self, limit: int, query: str | None, lookback: str | None) -> list[str]: ...
+
+    def search_all(self, limit: int | None, query: str | None = None, lookback: str | None = "1h") -> SearchResult:
+        """Every matching trace (up to ``limit``), most recent first, and whether the server cut the answer.
+
+        This default is one search of ``page_size`` traces, capped when it comes back full; Jaeger and
+        Tempo page through time windows instead."""
+        want = self.page_size if limit is None else limit
+        ids = self.search(want, query, lookback)
+        return SearchResult(ids, capped=limit is None and len(ids) >= want, requests=1)
 
     @gc_paused()
     def json_body(self, response: httpx.Response, where: str) -> Any:

@@ -10,6 +10,7 @@ state, and its timestamps are microseconds.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -22,6 +23,7 @@ from ..errors import MalformedInput, TraceNotFound, UsageError
 from ..model import Event, Span, Trace, normalize_trace_id
 from .base import lookback_seconds
 from .http import HttpSource
+from .paging import SearchResult
 
 PAGE = 1000  # Phoenix's largest page
 NOTE_NO_DROPPED_COUNTS = ("Phoenix keeps no dropped attribute or event counts: SDK evictions cannot be seen "
@@ -132,10 +134,14 @@ class PhoenixSource(HttpSource):
                                 "run your app with OTLP export to this Phoenix")
         return found[0]
 
+    def search_all(self, limit: int | None, query: str | None = None, lookback: str | None = "") -> SearchResult:
+        """Every matching trace (up to ``limit``): Phoenix has a cursor, so its answer is never cut."""
+        return SearchResult(self.search(sys.maxsize if limit is None else limit, query, lookback))
+
     def search(self, limit: int, query: str | None = None, lookback: str | None = "") -> list[str]:
         """Recent traces with ragtrail spans (or spans whose attribute ``key=value`` from ``query``),
-        most recent first, from the newest ``PAGE`` spans of each project that started within
-        ``lookback`` (e.g. ``1h``; empty: any time)."""
+        most recent first, from the spans of each project that started within ``lookback`` (e.g.
+        ``1h``; empty: any time), read page by page (Phoenix's cursor) until ``limit`` traces are in."""
         key, value = sc.SCHEMA, None
         if query:
             key, _, value = query.partition("=")
@@ -149,12 +155,14 @@ class PhoenixSource(HttpSource):
             params["start_time"] = datetime.fromtimestamp(time.time() - seconds, timezone.utc).isoformat()
         found: dict[str, int] = {}
         for project in self.projects():
-            response = self.fetch(self._spans_path(project), params=params, allow_404=True)
-            body = self.json_body(response, self.description) if response is not None else {}
-            for raw in body.get("data") or () if isinstance(body, dict) else ():
+            seen: set[str] = set()
+            for raw in self._pages(self._spans_path(project), params):  # every cursor page, newest spans first
                 attributes = raw.get("attributes") or {}
                 if key not in attributes or (value is not None and str(attributes[key]) != value):
                     continue
                 span = decode_span(raw, self.description)
                 found[span.trace_id] = max(found.get(span.trace_id, 0), span.start_ns)
+                seen.add(span.trace_id)
+                if len(seen) >= limit:  # the newest LIMIT traces of this project are all in
+                    break
         return sorted(found, key=found.get, reverse=True)[:limit]  # type: ignore[arg-type]

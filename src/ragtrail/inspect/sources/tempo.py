@@ -6,17 +6,19 @@ from typing import Any
 
 from ragtrail.contract import semconv as sc
 
-from ..errors import MalformedInput, TraceNotFound
+from ..errors import HttpStatusError, MalformedInput, TraceNotFound
 from ..model import Trace, normalize_trace_id
 from ..otlp import DECODE_ERRORS, uint64
 from .base import lookback_seconds
 from .http import HttpSource
+from .paging import Hit, PageTooLarge, SearchResult, newest_first, page_windows
 
 
 class TempoSource(HttpSource):
     """Grafana Tempo: ``/api/v2/traces/{id}`` (PARTIAL status kept), falling back to ``/api/traces/{id}``."""
 
     name = "Tempo"
+    page_size = 500
 
     def get(self, trace_id: str) -> Trace:
         trace_id = normalize_trace_id(trace_id)
@@ -39,19 +41,44 @@ class TempoSource(HttpSource):
 
     def search(self, limit: int, query: str | None = None, lookback: str | None = "1h") -> list[str]:
         """TraceQL search (default: every trace with ragtrail spans), most recent first."""
-        q = query or f"{{ span.{sc.SCHEMA} >= 1 }}"  # schema 1 and 2 traces alike
-        params: dict[str, Any] = {"q": q, "limit": limit}
-        seconds = lookback_seconds(lookback or "1h")
-        if seconds:
-            import time
+        return self.search_all(limit, query, lookback).trace_ids
 
-            now = int(time.time())
-            params.update(start=now - seconds, end=now)
-        body = self.json_body(self.fetch("/api/search", params=params), self.description)
+    def search_all(self, limit: int | None, query: str | None = None, lookback: str | None = "1h") -> SearchResult:
+        """Every matching trace in the lookback (up to ``limit``), most recent first: Tempo's search has no
+        cursor, so the range is read in windows of whole seconds (``start``/``end``), halved while full."""
+        q = query or f"{{ span.{sc.SCHEMA} >= 1 }}"  # schema 1 and 2 traces alike
+        seconds = lookback_seconds(lookback or "1h")
+        if not seconds:  # no time range: one request, and a full answer is said to be capped
+            want = self.page_size if limit is None else limit
+            hits = self._search_page(q, None, want)
+            found = {h.trace_id: h.start_ns for h in hits}
+            return SearchResult(newest_first(found, limit), capped=len(hits) >= want and limit is None, requests=1)
+        import time
+
+        now = int(time.time())
+
+        def fetch(lo: int, hi: int, want: int) -> list[Hit]:
+            return self._search_page(q, (lo, hi), want)
+
+        found, capped, requests = page_windows(fetch, now - seconds, now, limit=limit, page=self.page_size, unit_ns=1_000_000_000)
+        return SearchResult(newest_first(found, limit), capped=capped, requests=requests)
+
+    def _search_page(self, q: str, window: tuple[int, int] | None, limit: int) -> list[Hit]:
+        """One ``/api/search`` request (``window`` in unix seconds); a refused page size raises :class:`PageTooLarge`."""
+        params: dict[str, Any] = {"q": q, "limit": limit}
+        if window is not None:
+            params.update(start=window[0], end=window[1])
+        try:
+            response = self.fetch("/api/search", params=params)
+        except HttpStatusError as exc:  # Tempo answers 400 when limit exceeds its max_result_limit
+            if "HTTP 400" in str(exc) and "limit" in str(exc).lower() and limit > 1:
+                raise PageTooLarge(str(exc)) from None
+            raise
+        body = self.json_body(response, self.description)
         try:
             items = body.get("traces") or [] if isinstance(body, dict) else []
-            items = sorted(items, key=lambda t: uint64(t.get("startTimeUnixNano", 0) or 0), reverse=True)
-            return [normalize_trace_id(t["traceID"]) for t in items if t.get("traceID")][:limit]
+            return [Hit(normalize_trace_id(t["traceID"]), uint64(t.get("startTimeUnixNano", 0) or 0))
+                    for t in items if t.get("traceID")]
         except DECODE_ERRORS as exc:
             raise MalformedInput(f"{self.description} answered a search with something else than Tempo JSON "
                                  f"({type(exc).__name__})", "check the server version") from None
