@@ -123,7 +123,7 @@ def measure(batches: list[list[Any]], rounds: int) -> dict[str, list[float]]:
 
 
 def summary(label: str, spans: list[Any], batch_size: int, rounds: int) -> dict[str, Any]:
-    batches = [spans[i:i + batch_size] for i in range(0, len(spans), batch_size)]
+    batches = [spans[i : i + batch_size] for i in range(0, len(spans), batch_size)]
     values = count_values(spans)
     times = measure(batches, rounds)
     result: dict[str, Any] = {"label": label, "spans": len(spans), "values": values, "batches": len(batches), "encoders": {}}
@@ -135,14 +135,13 @@ def summary(label: str, spans: list[Any], batch_size: int, rounds: int) -> dict[
             "us_per_value": [min(per_value), statistics.median(per_value), max(per_value)],
         }
         if name != "stock":
-            ratios = [a / b for a, b in zip(times["stock"], seconds)]
+            ratios = [a / b for a, b in zip(times["stock"], seconds, strict=False)]
             result["encoders"][name]["speedup"] = [min(ratios), statistics.median(ratios), max(ratios)]
     return result
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| spans | encoder | µs/span min / med / max | µs/value min / med / max | speed-up min / med / max |",
-             "|---|---|---:|---:|---:|"]
+    lines = ["| spans | encoder | µs/span min / med / max | µs/value min / med / max | speed-up min / med / max |", "|---|---|---:|---:|---:|"]
     for result in results:
         label = f"{result['label']} ({result['spans']} spans, {result['values']} values)"
         for name, figures in result["encoders"].items():
@@ -187,11 +186,11 @@ def host_benchmark(spans: list[Any], batch_size: int, rounds: int, queries: int,
     run = users.build_langchain(texts)
     for query in pool[:20]:
         run(query)
-    batches = [spans[i:i + batch_size] for i in range(0, len(spans), batch_size)]
+    batches = [spans[i : i + batch_size] for i in range(0, len(spans), batch_size)]
     per_mode: dict[str, dict[str, list[float]]] = {mode: {"p50": [], "p95": []} for mode in HOST_MODES}
     for _ in range(rounds):
         for mode in HOST_MODES:
-            timings = sorted(host_round(run, pool[20:20 + queries], batches, mode, idle))
+            timings = sorted(host_round(run, pool[20 : 20 + queries], batches, mode, idle))
             per_mode[mode]["p50"].append(statistics.median(timings) * 1e3)
             per_mode[mode]["p95"].append(users.percentile(timings, 0.95) * 1e3)
     base = statistics.median(per_mode["none"]["p95"])
@@ -232,7 +231,7 @@ def main() -> None:
         print("note: OpenInference's instrumentation is not importable here; its spans cannot be measured", file=sys.stderr)
     if opts.host:
         spans = capture("langchain", opts.mode, opts.queries, opts.chunks)
-        spans = (spans * (1 + opts.batch // max(1, len(spans))))[:max(opts.batch, len(spans))]  # at least one full batch
+        spans = (spans * (1 + opts.batch // max(1, len(spans))))[: max(opts.batch, len(spans))]  # at least one full batch
         print(host_benchmark(spans, opts.batch, opts.rounds, opts.host_queries, opts.chunks, opts.idle_ms / 1e3))
         return
     results = []

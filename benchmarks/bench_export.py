@@ -86,8 +86,9 @@ def workload(provider: TracerProvider, traces: int, spans_per_trace: int) -> Non
                     span.set_attribute("ragtrail.events.digest", "0" * 64)
 
 
-def throughput(make_processor: Callable[[SpanExporter], object], make_exporter: Callable[[], SpanExporter],
-               traces: int, spans_per_trace: int) -> tuple[float, float]:
+def throughput(
+    make_processor: Callable[[SpanExporter], object], make_exporter: Callable[[], SpanExporter], traces: int, spans_per_trace: int
+) -> tuple[float, float]:
     """(spans per second, wall clock; CPU microseconds per span, all threads of this process)."""
     provider = TracerProvider()
     exporter = make_exporter()
@@ -128,8 +129,7 @@ def run_throughput(traces: int, spans_per_trace: int, repeat: int) -> None:
             for pname in processors:
                 wall = statistics.median(r[0] for r in runs[pname])
                 cpu = statistics.median(r[1] for r in runs[pname])
-                print(f"| {ename} | {pname} | {wall:,.0f} | {wall / base_wall:.0%} | {cpu:.1f} | "
-                      f"{1e6 / cpu:,.0f} | {base_cpu / cpu:.0%} |")
+                print(f"| {ename} | {pname} | {wall:,.0f} | {wall / base_wall:.0%} | {cpu:.1f} | {1e6 / cpu:,.0f} | {base_cpu / cpu:.0%} |")
     finally:
         assert receiver.stdin is not None
         receiver.stdin.close()

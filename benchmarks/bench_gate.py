@@ -105,29 +105,43 @@ def main() -> None:
         eval_s, report = timed(lambda: evaluate.evaluate(es, again, frozen, pipeline="rag:answer"))
         row("evaluate against the baseline", eval_s)
         assert report.verdict == "PASS", report.verdict
-        for label, render in (("junit", lambda: junit.render(report)), ("markdown", lambda: markdown.render(report)),
-                              ("annotations", lambda: annotations.render(report)),
-                              ("artifacts", lambda: artifacts.write(report, work / "artifacts"))):
+        for label, render in (
+            ("junit", lambda: junit.render(report)),
+            ("markdown", lambda: markdown.render(report)),
+            ("annotations", lambda: annotations.render(report)),
+            ("artifacts", lambda: artifacts.write(report, work / "artifacts")),
+        ):
             seconds, _ = timed(render)
             row(f"render {label}", seconds)
         from rich.console import Console
 
         seconds, _ = timed(lambda: terminal.render(report, Console(file=io.StringIO(), width=120)))
         row("render terminal", seconds)
-        print(f"\ngate overhead per query over the bare pipeline: {1000 * (gate - bare) / n:.3f} ms wall, "
-              f"{1000 * (gate_cpu - bare_cpu) / n:.3f} ms CPU (bare {1e6 * bare / n:.1f} µs per query)")
+        print(
+            f"\ngate overhead per query over the bare pipeline: {1000 * (gate - bare) / n:.3f} ms wall, "
+            f"{1000 * (gate_cpu - bare_cpu) / n:.3f} ms CPU (bare {1e6 * bare / n:.1f} µs per query)"
+        )
         if args.no_cli:
             return
         common = ["--pipeline", "rag:answer", "--set", "eval.jsonl"]
-        cli_base, _ = timed(lambda: subprocess.run([RAGTRAIL, "gate", "baseline", *common, "--runs", "1", "-o", "b.json"],
-                                                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        cli_base, _ = timed(
+            lambda: subprocess.run(
+                [RAGTRAIL, "gate", "baseline", *common, "--runs", "1", "-o", "b.json"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         outputs = ["--junit", "gate.xml", "--markdown", "gate.md", "--annotations", "--artifacts", "cli-artifacts"]
         done = subprocess.run  # the run's exit code is the verdict: 0 expected
-        cli_run, proc = timed(lambda: done([RAGTRAIL, "gate", "run", *common, "--baseline", "b.json", *outputs],
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        cli_run, proc = timed(
+            lambda: done([RAGTRAIL, "gate", "run", *common, "--baseline", "b.json", *outputs], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        )
         assert proc.returncode == 0, proc.returncode
-        print(f"`ragtrail gate baseline --runs 1`, fresh process: {cli_base:.2f} s; "
-              f"`ragtrail gate run` with every output: {cli_run:.2f} s ({n} queries)")
+        print(
+            f"`ragtrail gate baseline --runs 1`, fresh process: {cli_base:.2f} s; "
+            f"`ragtrail gate run` with every output: {cli_run:.2f} s ({n} queries)"
+        )
 
 
 if __name__ == "__main__":

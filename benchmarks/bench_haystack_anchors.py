@@ -153,8 +153,7 @@ def worker(mode: str, queries: int, warmup: int) -> dict[str, Any]:
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1_000_000, max_export_batch_size=512,
-                                                   schedule_delay_millis=200))
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1_000_000, max_export_batch_size=512, schedule_delay_millis=200))
     if mode != "none":
         from opentelemetry import trace
 
@@ -166,15 +165,14 @@ def worker(mode: str, queries: int, warmup: int) -> dict[str, Any]:
     provider.force_flush()
     exporter.clear()
     timings, sizes = [], []
-    for q in pool[warmup:warmup + queries]:
+    for q in pool[warmup : warmup + queries]:
         start = time.perf_counter()
         out = answer(q)
         timings.append(time.perf_counter() - start)
         sizes.append(len(out))
     provider.force_flush()
     spans = list(exporter.get_finished_spans())
-    stats = count(spans) if mode != "none" else dict(spans=0, candidates=0, scored=0, exclusions=0, reasons=0,
-                                                     hops=0, receipts=0)
+    stats = count(spans) if mode != "none" else dict(spans=0, candidates=0, scored=0, exclusions=0, reasons=0, hops=0, receipts=0)
     timings.sort()
     return {
         "mode": mode,
@@ -196,8 +194,7 @@ def paired(queries: int, warmup: int) -> dict[str, Any]:
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1_000_000, max_export_batch_size=512,
-                                                   schedule_delay_millis=200))
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1_000_000, max_export_batch_size=512, schedule_delay_millis=200))
     instrument("ragtrail", provider)
     answer, pool = build_app()
     for q in pool[:warmup]:
@@ -213,7 +210,7 @@ def paired(queries: int, warmup: int) -> dict[str, Any]:
         return time.perf_counter() - start
 
     diffs, offs = [], []
-    for i, q in enumerate(pool[warmup:warmup + queries]):
+    for i, q in enumerate(pool[warmup : warmup + queries]):
         if i % 2:
             off, on = timed(q, False), timed(q, True)
         else:
@@ -240,8 +237,10 @@ def main() -> None:
         return
     if args.paired:
         r = paired(args.queries, args.warmup)
-        print(f"ragtrail overhead per query (paired, median): {r['overhead_ms_p50']:.2f} ms "
-              f"on a {r['baseline_ms_p50']:.1f} ms pipeline run ({r['overhead_ms_p50'] / r['baseline_ms_p50']:.1%})")
+        print(
+            f"ragtrail overhead per query (paired, median): {r['overhead_ms_p50']:.2f} ms "
+            f"on a {r['baseline_ms_p50']:.1f} ms pipeline run ({r['overhead_ms_p50'] / r['baseline_ms_p50']:.1%})"
+        )
         return
     results: dict[str, Any] = {}
     failed: set[str] = set()
@@ -251,10 +250,13 @@ def main() -> None:
         for mode in args.modes.split(","):
             if mode in failed:
                 continue
-            env = dict(os.environ, OTEL_SDK_DISABLED="false", TRACELOOP_TELEMETRY="false",
-                       HAYSTACK_TELEMETRY_ENABLED="False")
-            proc = subprocess.run([sys.executable, __file__, "--mode", mode, "--queries", str(args.queries),
-                                   "--warmup", str(args.warmup)], capture_output=True, text=True, env=env)
+            env = dict(os.environ, OTEL_SDK_DISABLED="false", TRACELOOP_TELEMETRY="false", HAYSTACK_TELEMETRY_ENABLED="False")
+            proc = subprocess.run(
+                [sys.executable, __file__, "--mode", mode, "--queries", str(args.queries), "--warmup", str(args.warmup)],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
             if proc.returncode != 0:
                 print(f"{mode}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
                 failed.add(mode)
@@ -263,17 +265,23 @@ def main() -> None:
             if mode not in results or result["p50_ms"] < results[mode]["p50_ms"]:
                 results[mode] = result
     base = results.get("none")
-    print(f"{'mode':<14}{'p50 ms':>9}{'p95 ms':>9}{'x p50':>7}{'x p95':>7}{'spans':>7}{'cands':>7}{'scored':>8}"
-          f"{'excl':>6}{'reasons':>8}{'hops':>6}{'receipts':>9}")
+    print(
+        f"{'mode':<14}{'p50 ms':>9}{'p95 ms':>9}{'x p50':>7}{'x p95':>7}{'spans':>7}{'cands':>7}{'scored':>8}"
+        f"{'excl':>6}{'reasons':>8}{'hops':>6}{'receipts':>9}"
+    )
     for mode, r in results.items():
         ratio50 = r["p50_ms"] / base["p50_ms"] if base else float("nan")
         ratio95 = r["p95_ms"] / base["p95_ms"] if base else float("nan")
         q = r["per_query"]
-        print(f"{mode:<14}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}{ratio50:>7.2f}{ratio95:>7.2f}{q['spans']:>7.1f}"
-              f"{q['candidates']:>7.1f}{q['scored']:>8.1f}{q['exclusions']:>6.1f}{q['reasons']:>8.1f}{q['hops']:>6.1f}"
-              f"{q['receipts']:>9.1f}")
-    print("(counts are per query, from the exported spans; docs out per query:",
-          ", ".join(f"{m}={r['mean_docs_out']:.1f}" for m, r in results.items()) + ")")
+        print(
+            f"{mode:<14}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}{ratio50:>7.2f}{ratio95:>7.2f}{q['spans']:>7.1f}"
+            f"{q['candidates']:>7.1f}{q['scored']:>8.1f}{q['exclusions']:>6.1f}{q['reasons']:>8.1f}{q['hops']:>6.1f}"
+            f"{q['receipts']:>9.1f}"
+        )
+    print(
+        "(counts are per query, from the exported spans; docs out per query:",
+        ", ".join(f"{m}={r['mean_docs_out']:.1f}" for m, r in results.items()) + ")",
+    )
 
 
 if __name__ == "__main__":

@@ -68,11 +68,19 @@ def dump(framework: str) -> None:
     for query in pool[:40]:
         run(query)
     for span in exporter.spans:
-        print(json.dumps({
-            "name": span.name, "id": span.context.span_id, "parent": span.parent.span_id if span.parent else None,
-            "attributes": {k: _plain(v) for k, v in span.attributes.items()},
-            "events": [[e.name, {k: _plain(v) for k, v in e.attributes.items()}] for e in span.events],
-            "status": str(span.status.status_code)}, sort_keys=True))
+        print(
+            json.dumps(
+                {
+                    "name": span.name,
+                    "id": span.context.span_id,
+                    "parent": span.parent.span_id if span.parent else None,
+                    "attributes": {k: _plain(v) for k, v in span.attributes.items()},
+                    "events": [[e.name, {k: _plain(v) for k, v in e.attributes.items()}] for e in span.events],
+                    "status": str(span.status.status_code),
+                },
+                sort_keys=True,
+            )
+        )
 
 
 def measure(framework: str, queries: int, rounds: int) -> None:
@@ -89,6 +97,7 @@ def measure(framework: str, queries: int, rounds: int) -> None:
                 return fn(*args, **kwargs)
             finally:
                 spent[name] = spent.get(name, 0.0) + time.thread_time() - started
+
         return wrapper
 
     stage.write = timed("write", writer.write)  # type: ignore[attr-defined]
@@ -100,7 +109,7 @@ def measure(framework: str, queries: int, rounds: int) -> None:
     for _ in range(rounds):
         spent.clear()
         started = time.thread_time()
-        for query in pool[30:30 + queries]:
+        for query in pool[30 : 30 + queries]:
             run(query)
         host = time.thread_time() - started
         hooks = spent.get("begin", 0.0) + spent.get("end", 0.0) - spent.get("write", 0.0)

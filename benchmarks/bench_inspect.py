@@ -39,8 +39,9 @@ RAGTRAIL = str(Path(sys.executable).with_name("ragtrail"))
 
 def _provider(store: Path) -> TracerProvider:
     provider = TracerProvider()
-    provider.add_span_processor(WholeTraceSpanProcessor(LocalStoreSpanExporter(store), max_bytes=1 << 31,
-                                                        max_spans_per_trace=100_000, schedule_delay_millis=10))
+    provider.add_span_processor(
+        WholeTraceSpanProcessor(LocalStoreSpanExporter(store), max_bytes=1 << 31, max_spans_per_trace=100_000, schedule_delay_millis=10)
+    )
     return provider
 
 
@@ -52,8 +53,15 @@ def make_big_trace(store: Path, stages: int = 125, candidates: int = 400, per_sp
     with ragtrail.stage("pipeline", "bench.pipeline", tracer=tracer):
         trace_id = format(trace.get_current_span().get_span_context().trace_id, "032x")
         for n in range(stages):
-            docs = [{"id": f"s{n}-d{i}", "content": f"document {i} of stage {n} " * 8, "score": 1 - i / candidates,
-                     "metadata": {"source": f"shard-{i % 7}"}} for i in range(candidates)]
+            docs = [
+                {
+                    "id": f"s{n}-d{i}",
+                    "content": f"document {i} of stage {n} " * 8,
+                    "score": 1 - i / candidates,
+                    "metadata": {"source": f"shard-{i % 7}"},
+                }
+                for i in range(candidates)
+            ]
             with ragtrail.stage("retrieve", f"bench.retriever{n}", tracer=tracer) as s:
                 s.query(f"query {n}")
                 s.outputs(docs)
@@ -138,13 +146,11 @@ def main() -> None:
         batch_id = make_batch_trace(batch)
         stress_id = make_big_trace(stress)
         a, b = make_pair(pair)
-        print(f"setup (recording, not timed): {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f} "
-              f"on {os.cpu_count()} CPUs")
+        print(f"setup (recording, not timed): {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         for name, store, tid in (("batch", batch, batch_id), ("stress", stress, stress_id)):
             t = FileSource(store).get(tid)
             size = sum(p.stat().st_size for p in store.glob("*.jsonl"))
-            print(f"  {name}: {len(t.spans)} spans, {sum(len(s.events) for s in t.spans)} events, "
-                  f"{size / 1e6:.1f} MB of OTLP JSON")
+            print(f"  {name}: {len(t.spans)} spans, {sum(len(s.events) for s in t.spans)} events, {size / 1e6:.1f} MB of OTLP JSON")
         rows = [
             ("show   batch  (5,001 spans)", _cli("show", batch_id, "--source", str(batch))),
             ("verify batch  (5,001 spans)", _cli("verify", batch_id, "--source", str(batch))),

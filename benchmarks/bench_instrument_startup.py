@@ -23,8 +23,7 @@ MODULES = {
     "qdrant": ("ragtrail.instrumentation.qdrant", "QdrantInstrumentor", "qdrant_client"),
     "faiss": ("ragtrail.instrumentation.faiss", "FaissInstrumentor", "faiss"),
     "rerankers": ("ragtrail.instrumentation.rerankers", "RerankersInstrumentor", "rerankers"),
-    "sentence_transformers": ("ragtrail.instrumentation.sentence_transformers", "SentenceTransformersInstrumentor",
-                              "sentence_transformers"),
+    "sentence_transformers": ("ragtrail.instrumentation.sentence_transformers", "SentenceTransformersInstrumentor", "sentence_transformers"),
     "cohere": ("ragtrail.instrumentation.cohere", "CohereInstrumentor", "cohere"),
     "flashrank": ("ragtrail.instrumentation.flashrank", "FlashrankInstrumentor", "flashrank"),
 }
@@ -44,16 +43,14 @@ def main() -> None:
     for name, (module, cls, package) in MODULES.items():
         times, imported = [], "?"
         for _ in range(args.repeat):
-            out = subprocess.run([sys.executable, "-c", CODE.format(module=module, cls=cls, package=package)],
-                                 capture_output=True, text=True)
+            out = subprocess.run([sys.executable, "-c", CODE.format(module=module, cls=cls, package=package)], capture_output=True, text=True)
             if out.returncode:
                 print(f"{name:22s} error: {out.stderr.strip().splitlines()[-1:]}")
                 break
             seconds, imported = out.stdout.split()
             times.append(float(seconds))
         if times:
-            print(f"{name:22s} instrument() median {statistics.median(times) * 1000:8.1f} ms   "
-                  f"library imported: {imported}")
+            print(f"{name:22s} instrument() median {statistics.median(times) * 1000:8.1f} ms   library imported: {imported}")
 
 
 if __name__ == "__main__":

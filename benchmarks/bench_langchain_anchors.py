@@ -94,10 +94,12 @@ def build_app(mode: str):
     store.add_documents([Document(page_content=t, id=f"c{i}", metadata={"source": f"doc{i // 10}"}) for i, t in enumerate(texts)])
     retriever = ContextualCompressionRetriever(
         base_retriever=store.as_retriever(search_kwargs={"k": 100}),
-        base_compressor=DocumentCompressorPipeline(transformers=[
-            EmbeddingsFilter(embeddings=HashEmbeddings(), k=None, similarity_threshold=THRESHOLD),
-            CrossEncoderReranker(model=OverlapCrossEncoder(), top_n=RERANK_TOP_N),
-        ]),
+        base_compressor=DocumentCompressorPipeline(
+            transformers=[
+                EmbeddingsFilter(embeddings=HashEmbeddings(), k=None, similarity_threshold=THRESHOLD),
+                CrossEncoderReranker(model=OverlapCrossEncoder(), top_n=RERANK_TOP_N),
+            ]
+        ),
     )
 
     def budget(documents: list, limit: int = BUDGET_CHARS) -> list:
@@ -159,8 +161,7 @@ def worker(mode: str, queries: int, warmup: int) -> dict[str, Any]:
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1_000_000, max_export_batch_size=512,
-                                                   schedule_delay_millis=200))
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1_000_000, max_export_batch_size=512, schedule_delay_millis=200))
     if mode != "none":
         from opentelemetry import trace
 
@@ -173,7 +174,7 @@ def worker(mode: str, queries: int, warmup: int) -> dict[str, Any]:
     exporter.clear()
     timings, cpu = [], []
     sizes = []
-    for q in pool[warmup:warmup + queries]:
+    for q in pool[warmup : warmup + queries]:
         start, start_cpu = time.perf_counter(), time.thread_time()
         out = answer(q)
         cpu.append(time.thread_time() - start_cpu)  # this thread only: robust on a shared machine
@@ -181,8 +182,7 @@ def worker(mode: str, queries: int, warmup: int) -> dict[str, Any]:
         sizes.append(len(out))
     provider.force_flush()
     spans = list(exporter.get_finished_spans())
-    stats = count(spans) if mode != "none" else dict(spans=0, candidates=0, scored=0, exclusions=0, reasons=0, hops=0,
-                                                     receipts=0, lost=0)
+    stats = count(spans) if mode != "none" else dict(spans=0, candidates=0, scored=0, exclusions=0, reasons=0, hops=0, receipts=0, lost=0)
     return {
         "mode": mode,
         "wall": timings,
@@ -223,8 +223,12 @@ def main() -> None:
     for _ in range(args.rounds):
         for mode in modes:
             env = dict(os.environ, OTEL_SDK_DISABLED="false", TRACELOOP_TELEMETRY="false")
-            proc = subprocess.run([sys.executable, __file__, "--mode", mode, "--queries", str(args.queries),
-                                   "--warmup", str(args.warmup)], capture_output=True, text=True, env=env)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--mode", mode, "--queries", str(args.queries), "--warmup", str(args.warmup)],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
             if proc.returncode != 0:
                 print(f"{mode}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
                 continue
@@ -238,16 +242,22 @@ def main() -> None:
     print("latency per query (wall clock, and CPU time of the calling thread), x = ratio to none")
     print(f"{'mode':<14}{'p50 ms':>9}{'p95 ms':>9}{'x p50':>7}{'x p95':>7}{'cpu p50':>9}{'cpu p95':>9}{'x cpu50':>8}{'x cpu95':>8}")
     for mode, r in results.items():
-        print(f"{mode:<14}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}{ratio(r, 'p50_ms'):>7.2f}{ratio(r, 'p95_ms'):>7.2f}"
-              f"{r['cpu_p50_ms']:>9.2f}{r['cpu_p95_ms']:>9.2f}{ratio(r, 'cpu_p50_ms'):>8.2f}{ratio(r, 'cpu_p95_ms'):>8.2f}")
+        print(
+            f"{mode:<14}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}{ratio(r, 'p50_ms'):>7.2f}{ratio(r, 'p95_ms'):>7.2f}"
+            f"{r['cpu_p50_ms']:>9.2f}{r['cpu_p95_ms']:>9.2f}{ratio(r, 'cpu_p50_ms'):>8.2f}{ratio(r, 'cpu_p95_ms'):>8.2f}"
+        )
     print("recorded per query (from the exported spans)")
     print(f"{'mode':<14}{'spans':>7}{'cands':>7}{'scored':>8}{'excl':>6}{'reasons':>8}{'hops':>6}{'receipts':>9}{'lost':>6}")
     for mode, r in results.items():
         q = r["per_query"]
-        print(f"{mode:<14}{q['spans']:>7.1f}{q['candidates']:>7.1f}{q['scored']:>8.1f}{q['exclusions']:>6.1f}"
-              f"{q['reasons']:>8.1f}{q['hops']:>6.1f}{q['receipts']:>9.1f}{q['lost']:>6.1f}")
-    print("(counts are per query, from the exported spans; docs out per query:",
-          ", ".join(f"{m}={r['mean_docs_out']:.1f}" for m, r in results.items()) + ")")
+        print(
+            f"{mode:<14}{q['spans']:>7.1f}{q['candidates']:>7.1f}{q['scored']:>8.1f}{q['exclusions']:>6.1f}"
+            f"{q['reasons']:>8.1f}{q['hops']:>6.1f}{q['receipts']:>9.1f}{q['lost']:>6.1f}"
+        )
+    print(
+        "(counts are per query, from the exported spans; docs out per query:",
+        ", ".join(f"{m}={r['mean_docs_out']:.1f}" for m, r in results.items()) + ")",
+    )
 
 
 if __name__ == "__main__":

@@ -128,9 +128,11 @@ def build_app():
     index = VectorStoreIndex(nodes, embed_model=HashEmbedding())
     llm = OverlapLLM()
     engine = index.as_query_engine(
-        llm=llm, similarity_top_k=TOP_K, response_mode="simple_summarize",
-        node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=CUTOFF),
-                             LLMRerank(llm=llm, top_n=RERANK_TOP_N, choice_batch_size=10)])
+        llm=llm,
+        similarity_top_k=TOP_K,
+        response_mode="simple_summarize",
+        node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=CUTOFF), LLMRerank(llm=llm, top_n=RERANK_TOP_N, choice_batch_size=10)],
+    )
     queries = [" ".join(rng.choices(vocabulary[:200], k=5)) for _ in range(1000)]
     return engine.query, queries
 
@@ -209,8 +211,7 @@ def worker(mode: str, queries: int, warmup: int, profile: int) -> dict[str, Any]
 
     exporter = CountingExporter()
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1_000_000, max_export_batch_size=512,
-                                                   schedule_delay_millis=200))
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1_000_000, max_export_batch_size=512, schedule_delay_millis=200))
     if mode != "none":
         from opentelemetry import trace
 
@@ -228,7 +229,7 @@ def worker(mode: str, queries: int, warmup: int, profile: int) -> dict[str, Any]
 
         profiler = cProfile.Profile()
         profiler.enable()
-        for q in pool[warmup:warmup + profile]:
+        for q in pool[warmup : warmup + profile]:
             answer(q)
         profiler.disable()
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
@@ -236,7 +237,7 @@ def worker(mode: str, queries: int, warmup: int, profile: int) -> dict[str, Any]
     timings = []
     sizes = []
     cpu_start = time.process_time()
-    for q in pool[warmup:warmup + queries]:
+    for q in pool[warmup : warmup + queries]:
         start = time.perf_counter()
         response = answer(q)
         timings.append(time.perf_counter() - start)
@@ -245,7 +246,7 @@ def worker(mode: str, queries: int, warmup: int, profile: int) -> dict[str, Any]
     cpu_ms = (time.process_time() - cpu_start) * 1e3 / queries  # all threads, export included
     # then what the spans say, on separate (untimed) queries
     exporter.reset()
-    counted = pool[warmup + queries:warmup + queries + COUNTED_QUERIES]
+    counted = pool[warmup + queries : warmup + queries + COUNTED_QUERIES]
     for q in counted:
         answer(q)
     provider.force_flush()
@@ -278,9 +279,23 @@ def main() -> None:
         # modes interleaved round by round, so a change in machine load hits every mode alike
         for mode in args.modes.split(","):
             env = dict(os.environ, OTEL_SDK_DISABLED="false", TRACELOOP_TELEMETRY="false")
-            proc = subprocess.run([sys.executable, __file__, "--mode", mode, "--queries", str(args.queries),
-                                   "--warmup", str(args.warmup), "--profile", str(args.profile)],
-                                  capture_output=True, text=True, env=env)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--mode",
+                    mode,
+                    "--queries",
+                    str(args.queries),
+                    "--warmup",
+                    str(args.warmup),
+                    "--profile",
+                    str(args.profile),
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
             if proc.returncode != 0:
                 print(f"{mode}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
                 continue
@@ -297,21 +312,27 @@ def main() -> None:
             merged[key] = statistics.median(r[key] for r in runs)
         results[mode] = merged
     base = results.get("none")
-    header = (f"{'mode':<14}{'p50 ms':>8}{'p95 ms':>8}{'x p50':>7}{'x p95':>7}{'CPU ms':>8}{'x CPU':>7}{'spans':>7}{'cands':>7}{'scored':>7}"
-              f"{'blob ids':>9}{'blob sc':>8}{'excl':>6}{'reasons':>8}{'hops':>6}{'receipts':>9}")
+    header = (
+        f"{'mode':<14}{'p50 ms':>8}{'p95 ms':>8}{'x p50':>7}{'x p95':>7}{'CPU ms':>8}{'x CPU':>7}{'spans':>7}{'cands':>7}{'scored':>7}"
+        f"{'blob ids':>9}{'blob sc':>8}{'excl':>6}{'reasons':>8}{'hops':>6}{'receipts':>9}"
+    )
     print(header)
     for mode, r in results.items():
         ratio50 = r["p50_ms"] / base["p50_ms"] if base else float("nan")
         ratio95 = r["p95_ms"] / base["p95_ms"] if base else float("nan")
         q = r["per_query"]
         ratio_cpu = r["cpu_ms"] / base["cpu_ms"] if base else float("nan")
-        print(f"{mode:<14}{r['p50_ms']:>8.1f}{r['p95_ms']:>8.1f}{ratio50:>7.2f}{ratio95:>7.2f}{r['cpu_ms']:>8.1f}{ratio_cpu:>7.2f}{q['spans']:>7.1f}"
-              f"{q['candidates']:>7.1f}{q['scored']:>7.1f}{q['blob_ids']:>9.1f}{q['blob_scores']:>8.1f}"
-              f"{q['exclusions']:>6.1f}{q['reasons']:>8.1f}{q['hops']:>6.1f}{q['receipts']:>9.1f}")
+        print(
+            f"{mode:<14}{r['p50_ms']:>8.1f}{r['p95_ms']:>8.1f}{ratio50:>7.2f}{ratio95:>7.2f}{r['cpu_ms']:>8.1f}{ratio_cpu:>7.2f}{q['spans']:>7.1f}"
+            f"{q['candidates']:>7.1f}{q['scored']:>7.1f}{q['blob_ids']:>9.1f}{q['blob_scores']:>8.1f}"
+            f"{q['exclusions']:>6.1f}{q['reasons']:>8.1f}{q['hops']:>6.1f}{q['receipts']:>9.1f}"
+        )
     in_budget = results.get("ragtrail", {}).get("mean_in_budget")
-    print("(counts are per query, from the exported spans; source_nodes per query:",
-          ", ".join(f"{m}={r['mean_source_nodes']:.1f}" for m, r in results.items())
-          + (f"; chunks kept whole or cut by the budget: {in_budget:.1f})" if in_budget is not None else ")"))
+    print(
+        "(counts are per query, from the exported spans; source_nodes per query:",
+        ", ".join(f"{m}={r['mean_source_nodes']:.1f}" for m, r in results.items())
+        + (f"; chunks kept whole or cut by the budget: {in_budget:.1f})" if in_budget is not None else ")"),
+    )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,11 @@ def main() -> None:
         for store, extra in ((a, []), (b, ["--fallback-every", "5"])):
             if store.exists():
                 continue
-            subprocess.run([sys.executable, str(HERE / "make_many_store.py"), str(store), "--traces", str(args.traces),
-                            *extra], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, str(HERE / "make_many_store.py"), str(store), "--traces", str(args.traces), *extra],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
         size = sum(p.stat().st_size for p in a.glob("*.jsonl")) / 2**20
         print(f"{args.traces} traces per store, {size:.0f} MiB each, load average {os.getloadavg()[0]:.1f}")
         print("| command | traces read | wall s | CPU s | traces/s (CPU) | peak RSS MiB |")

@@ -50,8 +50,7 @@ def cases(conn: Any) -> list[tuple[str, Callable[[], Any]]]:
     data = rng.standard_normal((2000, 64)).astype("float32")
     conn.execute("CREATE TABLE items (id bigint PRIMARY KEY, content text, category text, embedding vector(64))")
     with conn.cursor() as cur:
-        cur.executemany("INSERT INTO items VALUES (%s, %s, %s, %s)",
-                        [(i, f"doc {i}", "a" if i % 2 else "b", data[i]) for i in range(len(data))])
+        cur.executemany("INSERT INTO items VALUES (%s, %s, %s, %s)", [(i, f"doc {i}", "a" if i % 2 else "b", data[i]) for i in range(len(data))])
     q = rng.standard_normal(64).astype("float32")
     knn = "SELECT id, content, embedding <=> %s AS distance FROM items ORDER BY distance LIMIT %s"
     filtered = "SELECT id, content, embedding <-> %s AS distance FROM items WHERE category = %s ORDER BY distance LIMIT 10"
@@ -60,8 +59,7 @@ def cases(conn: Any) -> list[tuple[str, Callable[[], Any]]]:
         ("pgvector 2k x 64, cosine, k=10", lambda: conn.execute(knn, (q, 10)).fetchall()),
         ("pgvector 2k x 64, cosine, k=100", lambda: conn.execute(knn, (q, 100)).fetchall()),
         ("pgvector 2k x 64, L2 + WHERE, k=10", lambda: conn.execute(filtered, (q, "a")).fetchall()),
-        ("pgvector SELECT * README form, k=10",
-         lambda: conn.execute("SELECT * FROM items ORDER BY embedding <-> %s LIMIT 10", (q,)).fetchall()),
+        ("pgvector SELECT * README form, k=10", lambda: conn.execute("SELECT * FROM items ORDER BY embedding <-> %s LIMIT 10", (q,)).fetchall()),
     ]
 
 
@@ -88,6 +86,7 @@ def main() -> None:
         inst.instrument(tracer_provider=provider)
         print(f"{'case':40s} {'plain':>9s} {'recorded':>9s} {'added':>9s} {'sampled-out':>12s}")
         for name, fn in measured:
+
             def sampled_out(fn: Callable[[], Any] = fn) -> Any:
                 token = context.attach(sampled_out_ctx)
                 try:

@@ -48,10 +48,16 @@ def main() -> None:
         return docs
 
     stages = {
-        "retrieve (N out)": (search, ragtrail.retriever(search, tracer=on.get_tracer("bench")),
-                             ragtrail.retriever(search, tracer=off.get_tracer("bench"))),
-        "rerank (N in, N/2 out)": (rerank, ragtrail.reranker(rerank, tracer=on.get_tracer("bench")),
-                                   ragtrail.reranker(rerank, tracer=off.get_tracer("bench"))),
+        "retrieve (N out)": (
+            search,
+            ragtrail.retriever(search, tracer=on.get_tracer("bench")),
+            ragtrail.retriever(search, tracer=off.get_tracer("bench")),
+        ),
+        "rerank (N in, N/2 out)": (
+            rerank,
+            ragtrail.reranker(rerank, tracer=on.get_tracer("bench")),
+            ragtrail.reranker(rerank, tracer=off.get_tracer("bench")),
+        ),
     }
     print(f"{'stage':<24} {'N':>5} {'plain µs':>9} {'recorded µs':>12} {'overhead µs':>12} {'sampled-out µs':>15} {'s-o overhead µs':>16}")
     for label, (plain_fn, traced, sampled_out) in stages.items():

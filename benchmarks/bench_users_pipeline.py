@@ -87,8 +87,10 @@ def build_langchain(texts: list[str]) -> Callable[[str], Any]:
         def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
             scores = self.vectorizer.get_scores(self.preprocess_func(query))
             best = sorted(range(len(self.docs)), key=lambda i: -scores[i])[: self.k]
-            return [Document(page_content=self.docs[i].page_content, id=self.docs[i].id,
-                             metadata={**self.docs[i].metadata, "score": float(scores[i])}) for i in best]
+            return [
+                Document(page_content=self.docs[i].page_content, id=self.docs[i].id, metadata={**self.docs[i].metadata, "score": float(scores[i])})
+                for i in best
+            ]
 
     class ScoreCutoff(BaseDocumentCompressor):
         cutoff: float = CUTOFF
@@ -122,8 +124,8 @@ def build_langchain(texts: list[str]) -> Callable[[str], Any]:
     docs = [Document(page_content=t, id=f"c{i}", metadata={"source": f"doc{i // 10}"}) for i, t in enumerate(texts)]
     base = ScoredBM25Retriever.from_documents(docs, k=TOP_K)
     retriever = ContextualCompressionRetriever(
-        base_retriever=base,
-        base_compressor=DocumentCompressorPipeline(transformers=[ScoreCutoff(), OverlapReranker(), WordBudget()]))
+        base_retriever=base, base_compressor=DocumentCompressorPipeline(transformers=[ScoreCutoff(), OverlapReranker(), WordBudget()])
+    )
     return retriever.invoke
 
 
@@ -172,7 +174,8 @@ def build_llama_index(texts: list[str]) -> Callable[[str], Any]:
     engine = RetrieverQueryEngine(
         retriever=BM25NodeRetriever(),
         node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=CUTOFF), OverlapRerank(), WordBudget()],
-        response_synthesizer=get_response_synthesizer(response_mode="no_text", llm=MockLLM()))
+        response_synthesizer=get_response_synthesizer(response_mode="no_text", llm=MockLLM()),
+    )
     return lambda q: engine.query(q).source_nodes
 
 
@@ -249,7 +252,7 @@ def worker(framework: str, mode: str, queries: int, warmup: int, chunks: int) ->
     provider.force_flush()
     timings, out_sizes = [], []
     cpu_start = time.process_time()
-    for q in pool[warmup:warmup + queries]:
+    for q in pool[warmup : warmup + queries]:
         start = time.perf_counter()
         out = run(q)
         timings.append(time.perf_counter() - start)
@@ -257,14 +260,20 @@ def worker(framework: str, mode: str, queries: int, warmup: int, chunks: int) ->
     provider.force_flush()
     cpu_s = time.process_time() - cpu_start
     exporter.counting = True
-    counted = pool[warmup + queries:warmup + queries + COUNTED_QUERIES]
+    counted = pool[warmup + queries : warmup + queries + COUNTED_QUERIES]
     for q in counted:
         run(q)
     provider.force_flush()
     provider.shutdown()
-    return {"framework": framework, "mode": mode, "wall_s": timings, "cpu_s": cpu_s, "queries": queries,
-            "docs_out": statistics.mean(out_sizes),
-            "per_query": {k: v / len(counted) for k, v in exporter.counts.items()}}
+    return {
+        "framework": framework,
+        "mode": mode,
+        "wall_s": timings,
+        "cpu_s": cpu_s,
+        "queries": queries,
+        "docs_out": statistics.mean(out_sizes),
+        "per_query": {k: v / len(counted) for k, v in exporter.counts.items()},
+    }
 
 
 # --- the run ------------------------------------------------------------------------------------------
@@ -288,9 +297,15 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Pool one framework x mode's rounds: percentiles over every timed query, CPU summed."""
     wall = sorted(t for r in runs for t in r["wall_s"])
     n = sum(r["queries"] for r in runs)
-    return {"p50_ms": statistics.median(wall) * 1e3, "p95_ms": percentile(wall, 0.95) * 1e3,
-            "cpu_ms_per_query": sum(r["cpu_s"] for r in runs) * 1e3 / n, "queries": n, "rounds": len(runs),
-            "docs_out": statistics.mean(r["docs_out"] for r in runs), "per_query": runs[-1]["per_query"]}
+    return {
+        "p50_ms": statistics.median(wall) * 1e3,
+        "p95_ms": percentile(wall, 0.95) * 1e3,
+        "cpu_ms_per_query": sum(r["cpu_s"] for r in runs) * 1e3 / n,
+        "queries": n,
+        "rounds": len(runs),
+        "docs_out": statistics.mean(r["docs_out"] for r in runs),
+        "per_query": runs[-1]["per_query"],
+    }
 
 
 def with_ratios(results: dict[str, dict[str, dict[str, Any]]]) -> None:
@@ -306,18 +321,22 @@ def with_ratios(results: dict[str, dict[str, dict[str, Any]]]) -> None:
 
 
 def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
-    lines = ["| | p50 ms | added p50 | p95 ms | p95 x none | CPU ms/query | CPU/query x none | spans/query "
-             "| attributes/query | values/query | events/query | records/query | OTLP bytes/query |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| | p50 ms | added p50 | p95 ms | p95 x none | CPU ms/query | CPU/query x none | spans/query "
+        "| attributes/query | values/query | events/query | records/query | OTLP bytes/query |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for framework, modes in results.items():
         for mode, r in modes.items():
             q = r["per_query"]
             added = f"+{r['added_p50_ms']:.2f} ms (x{r['p50_x_none']:.2f})" if mode != "none" and "added_p50_ms" in r else "-"
             p95x = f"x{r['p95_x_none']:.2f}" if "p95_x_none" in r else "-"
             cpux = f"x{r['cpu_x_none']:.2f}" if "cpu_x_none" in r else "-"
-            lines.append(f"| {framework}, {mode} | {r['p50_ms']:.2f} | {added} | {r['p95_ms']:.2f} | {p95x} | {r['cpu_ms_per_query']:.2f} | {cpux}"
-                         f" | {q['spans']:.1f} | {q['attributes']:,.0f} | {q.get('values', 0):,.0f} | {q['events']:,.0f}"
-                         f" | {q.get('records', 0):,.0f} | {q['bytes']:,.0f} |")
+            lines.append(
+                f"| {framework}, {mode} | {r['p50_ms']:.2f} | {added} | {r['p95_ms']:.2f} | {p95x} | {r['cpu_ms_per_query']:.2f} | {cpux}"
+                f" | {q['spans']:.1f} | {q['attributes']:,.0f} | {q.get('values', 0):,.0f} | {q['events']:,.0f}"
+                f" | {q.get('records', 0):,.0f} | {q['bytes']:,.0f} |"
+            )
     return "\n".join(lines)
 
 
@@ -328,11 +347,19 @@ def verdict(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
         rt, oi = modes.get("ragtrail"), modes.get("openinference")
         if not rt or not oi or "added_p50_ms" not in rt:
             continue
-        checks = [("added p50 <= half of OpenInference's", rt["added_p50_ms"] <= 0.5 * oi["added_p50_ms"],
-                   f"{rt['added_p50_ms']:.2f} vs {oi['added_p50_ms']:.2f} ms"),
-                  ("p95 no worse", rt["p95_ms"] <= oi["p95_ms"], f"{rt['p95_ms']:.2f} vs {oi['p95_ms']:.2f} ms"),
-                  ("CPU/query no more", rt["cpu_ms_per_query"] <= oi["cpu_ms_per_query"],
-                   f"{rt['cpu_ms_per_query']:.2f} vs {oi['cpu_ms_per_query']:.2f} ms")]
+        checks = [
+            (
+                "added p50 <= half of OpenInference's",
+                rt["added_p50_ms"] <= 0.5 * oi["added_p50_ms"],
+                f"{rt['added_p50_ms']:.2f} vs {oi['added_p50_ms']:.2f} ms",
+            ),
+            ("p95 no worse", rt["p95_ms"] <= oi["p95_ms"], f"{rt['p95_ms']:.2f} vs {oi['p95_ms']:.2f} ms"),
+            (
+                "CPU/query no more",
+                rt["cpu_ms_per_query"] <= oi["cpu_ms_per_query"],
+                f"{rt['cpu_ms_per_query']:.2f} vs {oi['cpu_ms_per_query']:.2f} ms",
+            ),
+        ]
         out.append(f"{framework}: " + "; ".join(f"{name}: {'MET' if ok else 'NOT MET'} ({detail})" for name, ok, detail in checks))
     return out
 
@@ -362,9 +389,23 @@ def main() -> None:
     for _ in range(args.rounds):
         for framework in frameworks:
             for mode in modes:
-                proc = subprocess.run([sys.executable, __file__, "--worker", f"{framework}:{mode}", "--queries", str(args.queries),
-                                       "--warmup", str(args.warmup), "--chunks", str(args.chunks)],
-                                      capture_output=True, text=True, env=env)
+                proc = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--worker",
+                        f"{framework}:{mode}",
+                        "--queries",
+                        str(args.queries),
+                        "--warmup",
+                        str(args.warmup),
+                        "--chunks",
+                        str(args.chunks),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
                 if proc.returncode != 0:
                     failed.append(f"{framework}:{mode}")
                     print(f"{framework} {mode}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)

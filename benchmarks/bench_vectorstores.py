@@ -84,8 +84,7 @@ def cases() -> list[tuple[str, Callable[[], Any]]]:
 
     qdrant = QdrantClient(location=":memory:")
     qdrant.create_collection("bench", vectors_config=models.VectorParams(size=64, distance=models.Distance.COSINE))
-    qdrant.upsert("bench", points=[models.PointStruct(id=i, vector=data[i].tolist(), payload={"text": f"doc {i}"})
-                                   for i in range(2000)])
+    qdrant.upsert("bench", points=[models.PointStruct(id=i, vector=data[i].tolist(), payload={"text": f"doc {i}"}) for i in range(2000)])
     q = one[0].tolist()
     return [
         ("faiss IndexFlatL2 10k x 64, 1 query, k=10", lambda: flat.search(one, 10)),
@@ -116,6 +115,7 @@ def main() -> None:
 
     print(f"{'case':52s} {'bare':>9s} {'recorded':>9s} {'added':>9s} {'sampled-out':>12s}")
     for name, fn in cases():
+
         def bare(fn: Callable[[], Any] = fn) -> Any:
             with suppress_instrumentation():
                 return fn()

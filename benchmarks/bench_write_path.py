@@ -59,6 +59,7 @@ def main() -> None:
                 return step(*call)
             finally:
                 spent[0] += time.thread_time() - start
+
         return run
 
     # a stage's end: conclude the record, then write it (a tree before the split: write alone did both)
@@ -75,19 +76,21 @@ def main() -> None:
     for _ in range(args.rounds):
         spent[0] = 0.0
         start = time.perf_counter()
-        for query in pool[30:30 + n]:
+        for query in pool[30 : 30 + n]:
             run(query)
         host.append((time.perf_counter() - start) / n * 1e3)
         inside.append(spent[0] / n * 1e3)
     spans = list(keep.spans)
     start = time.process_time()
     for i in range(0, len(spans), 512):
-        encode_spans(spans[i:i + 512]).SerializeToString()
+        encode_spans(spans[i : i + 512]).SerializeToString()
     encode = (time.process_time() - start) / args.rounds / n * 1e3
     import ragtrail
 
-    print(f"{args.framework} ({os.path.dirname(ragtrail.__file__)}): host {min(host):.2f} ms/q, "
-          f"write {min(inside):.2f} ms/q (thread CPU), encode {encode:.2f} ms/q")
+    print(
+        f"{args.framework} ({os.path.dirname(ragtrail.__file__)}): host {min(host):.2f} ms/q, "
+        f"write {min(inside):.2f} ms/q (thread CPU), encode {encode:.2f} ms/q"
+    )
 
 
 if __name__ == "__main__":

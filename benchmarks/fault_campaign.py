@@ -50,8 +50,21 @@ TASKS = 200
 THREAD_PAUSE = 0.05  # seconds between traces in a thread: 400 traces/s from the threads
 TASK_PAUSE = 0.5  # and 400 traces/s from the tasks, to keep the campaign's CPU modest
 
-FAULTS = ["down", "slow-5s", "500", "503", "429+Retry-After", "413", "hang", "flapping",
-          "heal-after-down", "heal-after-500", "reset-connection", "400", "502"]
+FAULTS = [
+    "down",
+    "slow-5s",
+    "500",
+    "503",
+    "429+Retry-After",
+    "413",
+    "hang",
+    "flapping",
+    "heal-after-down",
+    "heal-after-500",
+    "reset-connection",
+    "400",
+    "502",
+]
 MODES = ["healthy", *FAULTS]
 
 
@@ -68,8 +81,7 @@ def app_main(endpoint: str, seconds: float, ids_path: str) -> None:
     """Produce traces for ``seconds`` from 20 threads and 200 asyncio tasks, then shut down."""
     from ragtrail.export import configure
 
-    provider = configure(service_name="fault-campaign", endpoint=endpoint, set_global=False,
-                         processor_options={"loss_report_interval_millis": 5000})
+    provider = configure(service_name="fault-campaign", endpoint=endpoint, set_global=False, processor_options={"loss_report_interval_millis": 5000})
     tracer = provider.get_tracer("fault-campaign")
     ids: list[str] = []
     latencies: list[float] = []  # thread traces: spans only, the application thread's own cost
@@ -128,9 +140,18 @@ def app_main(endpoint: str, seconds: float, ids_path: str) -> None:
     done.set()
     rss["peak"] = max(rss["peak"], _rss_bytes())
     Path(ids_path).write_text("\n".join(ids))
-    print(json.dumps({"p50_ms": statistics.median(latencies) * 1000,
-                      "task_p50_ms": statistics.median(task_latencies) * 1000, "shutdown_s": shutdown_s,
-                      "rss_start": rss["start"], "rss_peak": rss["peak"]}), flush=True)
+    print(
+        json.dumps(
+            {
+                "p50_ms": statistics.median(latencies) * 1000,
+                "task_p50_ms": statistics.median(task_latencies) * 1000,
+                "shutdown_s": shutdown_s,
+                "rss_start": rss["start"],
+                "rss_peak": rss["peak"],
+            }
+        ),
+        flush=True,
+    )
 
 
 # --- the receiver's behaviour per mode (this process) ---------------------------------------------
@@ -206,8 +227,15 @@ def _tally(server: Any, store: Path, sent: list[str]) -> dict[str, int]:
             read(parse_request(line), True)
     whole = sum(1 for t in sent if t in stamped and stamped[t] == arrived[t])
     partial = sum(1 for t in sent if t in arrived) - whole
-    return {"sent": len(sent), "whole": whole, "partial": partial, "counted": counted,
-            "uncounted": len(sent) - whole - counted, "records": records, "local_records": local}
+    return {
+        "sent": len(sent),
+        "whole": whole,
+        "partial": partial,
+        "counted": counted,
+        "uncounted": len(sent) - whole - counted,
+        "records": records,
+        "local_records": local,
+    }
 
 
 def run_mode(mode: str, seconds: float) -> dict[str, Any]:
@@ -221,8 +249,9 @@ def run_mode(mode: str, seconds: float) -> dict[str, Any]:
         env = {**os.environ, "RAGTRAIL_LOCAL_STORE_DIR": str(store), "PYTHONPATH": str(ROOT / "src")}
         setup()
         with open(Path(tmp) / "app.log", "w") as log:  # the SDK exporter's own complaints, one per failure
-            child = subprocess.Popen([sys.executable, __file__, "--app", server.url, str(seconds), str(ids_path)],
-                                     stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+            child = subprocess.Popen(
+                [sys.executable, __file__, "--app", server.url, str(seconds), str(ids_path)], stdout=subprocess.PIPE, stderr=log, text=True, env=env
+            )
             assert child.stdout is not None
             child.stdout.readline()  # "ready"
             stop = threading.Event()
@@ -263,15 +292,19 @@ def main() -> None:
     results = [run_mode(mode, args.seconds) for mode in modes]
     healthy = next((r for r in results if r["mode"] == "healthy"), None)
     print(f"\n{args.seconds:g} s per mode, {THREADS} threads + {TASKS} asyncio tasks\n")
-    print("| mode | sent | received whole | partial | counted lost | uncounted | loss records (local) "
-          "| RSS start → peak MiB | shutdown s | p50 µs thread trace (healthy) | p50 µs task trace (healthy) |")
+    print(
+        "| mode | sent | received whole | partial | counted lost | uncounted | loss records (local) "
+        "| RSS start → peak MiB | shutdown s | p50 µs thread trace (healthy) | p50 µs task trace (healthy) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         base = f" ({healthy['p50_ms'] * 1000:.0f})" if healthy else ""
         task_base = f" ({healthy['task_p50_ms'] * 1000:.0f})" if healthy else ""
-        print(f"| {r['mode']} | {r['sent']} | {r['whole']} | {r['partial']} | {r['counted']} | {r['uncounted']} "
-              f"| {r['records']} ({r['local_records']}) | {r['rss_start'] / 2**20:.0f} → {r['rss_peak'] / 2**20:.0f} "
-              f"| {r['shutdown_s']:.2f} | {r['p50_ms'] * 1000:.0f}{base} | {r['task_p50_ms'] * 1000:.0f}{task_base} |")
+        print(
+            f"| {r['mode']} | {r['sent']} | {r['whole']} | {r['partial']} | {r['counted']} | {r['uncounted']} "
+            f"| {r['records']} ({r['local_records']}) | {r['rss_start'] / 2**20:.0f} → {r['rss_peak'] / 2**20:.0f} "
+            f"| {r['shutdown_s']:.2f} | {r['p50_ms'] * 1000:.0f}{base} | {r['task_p50_ms'] * 1000:.0f}{task_base} |"
+        )
     bad = [r["mode"] for r in results if r["uncounted"] != 0 or r["exit"] != 0]
     if bad:
         print(f"\nUNCOUNTED LOSS or failed run in: {', '.join(bad)}")

@@ -34,8 +34,7 @@ def _templates(directory: Path, fallback_every: int) -> list[tuple[bytes, list[b
     """(line, [its trace id, its query sha256]) for TEMPLATES recorded runs per kind (falls back or not)."""
     rt.set_capture(query="hash")
     provider = TracerProvider()
-    provider.add_span_processor(WholeTraceSpanProcessor(LocalStoreSpanExporter(directory), schedule_delay_millis=5,
-                                                        grace_millis=5))
+    provider.add_span_processor(WholeTraceSpanProcessor(LocalStoreSpanExporter(directory), schedule_delay_millis=5, grace_millis=5))
     tracer = provider.get_tracer("bench.many")
 
     @rt.retriever(component="bench.hybrid", score_kind="similarity", tracer=tracer)

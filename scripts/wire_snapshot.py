@@ -88,28 +88,36 @@ def normalise(spans: Any) -> list[dict[str, Any]]:
             attributes = _pointers({k: _value(v) for k, v in sorted((event.attributes or {}).items())}, ids)
             if "exception.stacktrace" in attributes:
                 attributes["exception.stacktrace"] = str(attributes["exception.stacktrace"]).strip().splitlines()[-1]
-            events.append({"name": event.name, "attributes": attributes,
-                           "dropped_attributes": event.attributes.dropped if hasattr(event.attributes, "dropped") else 0})
-        out.append({
-            "trace": trace_id,
-            "span": ids[span.context.span_id],
-            "parent": parent,
-            "name": span.name,
-            "kind": span.kind.name,
-            "status": {"code": span.status.status_code.name, "description": span.status.description},
-            "attributes": _pointers({k: _value(v) for k, v in sorted((span.attributes or {}).items())}, ids),
-            "events": events,
-            "dropped_attributes": span.dropped_attributes,
-            "dropped_events": span.dropped_events,
-        })
+            events.append(
+                {
+                    "name": event.name,
+                    "attributes": attributes,
+                    "dropped_attributes": event.attributes.dropped if hasattr(event.attributes, "dropped") else 0,
+                }
+            )
+        out.append(
+            {
+                "trace": trace_id,
+                "span": ids[span.context.span_id],
+                "parent": parent,
+                "name": span.name,
+                "kind": span.kind.name,
+                "status": {"code": span.status.status_code.name, "description": span.status.description},
+                "attributes": _pointers({k: _value(v) for k, v in sorted((span.attributes or {}).items())}, ids),
+                "events": events,
+                "dropped_attributes": span.dropped_attributes,
+                "dropped_events": span.dropped_events,
+            }
+        )
     return out
 
 
 @contextmanager
 def _recording(limits: SpanLimits | None = None, **capture: Any) -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(span_limits=limits, id_generator=SequentialIds()) if limits is not None \
-        else TracerProvider(id_generator=SequentialIds())
+    provider = (
+        TracerProvider(span_limits=limits, id_generator=SequentialIds()) if limits is not None else TracerProvider(id_generator=SequentialIds())
+    )
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     settings.reset()
     if capture:
@@ -125,10 +133,11 @@ def demo() -> dict[str, Any]:
     from ragtrail.demo.pipeline import QUESTION, load_corpus, make_pipeline
 
     result = {}
-    for label, capture in (("defaults", {}),
-                           ("hash+preview+metadata", {"query": "hash", "content": "preview",
-                                                      "metadata": ["updated_at", "status", "version"]}),
-                           ("off+full", {"query": "off", "content": "full"})):
+    for label, capture in (
+        ("defaults", {}),
+        ("hash+preview+metadata", {"query": "hash", "content": "preview", "metadata": ["updated_at", "status", "version"]}),
+        ("off+full", {"query": "off", "content": "full"}),
+    ):
         with _recording(**capture) as (provider, exporter):
             answer = make_pipeline(load_corpus(), tracer=provider.get_tracer("ragtrail.demo"), budget_words=90)
             answer(QUESTION)
@@ -137,8 +146,15 @@ def demo() -> dict[str, Any]:
 
 
 def decorators() -> dict[str, Any]:
-    docs = [{"id": f"d{i}", "content": f"document {i} about refunds " + "x" * i, "score": 1.0 - i / 20,
-             "metadata": {"status": "superseded" if i == 3 else "current", "version": i}} for i in range(8)]
+    docs = [
+        {
+            "id": f"d{i}",
+            "content": f"document {i} about refunds " + "x" * i,
+            "score": 1.0 - i / 20,
+            "metadata": {"status": "superseded" if i == 3 else "current", "version": i},
+        }
+        for i in range(8)
+    ]
     docs.append(dict(docs[1]))  # a duplicate id
 
     def run(tracer: Any) -> None:
@@ -185,10 +201,11 @@ def decorators() -> dict[str, Any]:
 
     result = {}
     for label, capture, limits in (
-            ("defaults", {}, None),
-            ("spill+metadata", {"events_per_span": 4, "metadata": ["status", "version"], "content": "preview"}, None),
-            ("value-limit", {"content": "full"}, SpanLimits(max_attribute_length=12)),
-            ("hash", {"query": "hash"}, None)):
+        ("defaults", {}, None),
+        ("spill+metadata", {"events_per_span": 4, "metadata": ["status", "version"], "content": "preview"}, None),
+        ("value-limit", {"content": "full"}, SpanLimits(max_attribute_length=12)),
+        ("hash", {"query": "hash"}, None),
+    ):
         with _recording(limits, **capture) as (provider, exporter):
             run(provider.get_tracer("app"))
             result[label] = normalise(exporter.get_finished_spans())
@@ -203,8 +220,14 @@ def _hash_vector(text: str, dim: int = 32) -> list[float]:
     return [x / norm for x in vector]
 
 
-TEXTS = ["the cat sat on the mat", "dogs chase cats in the park", "a cat and a dog became friends",
-         "stock markets fell sharply today", "the park was full of dogs", "cats sleep most of the day"]
+TEXTS = [
+    "the cat sat on the mat",
+    "dogs chase cats in the park",
+    "a cat and a dog became friends",
+    "stock markets fell sharply today",
+    "the park was full of dogs",
+    "cats sleep most of the day",
+]
 
 
 def langchain() -> list[dict[str, Any]]:
@@ -234,8 +257,7 @@ def langchain() -> list[dict[str, Any]]:
             store = InMemoryVectorStore(embeddings)
             store.add_documents(docs)
             ensemble = EnsembleRetriever(retrievers=[bm25, store.as_retriever(search_kwargs={"k": 3})])
-            compressor = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=embeddings,
-                                                                                   similarity_threshold=0.2)])
+            compressor = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=embeddings, similarity_threshold=0.2)])
             retriever = ContextualCompressionRetriever(base_compressor=compressor, base_retriever=ensemble)
             with ragtrail.stage("pipeline", "app", tracer=provider.get_tracer("app")):
                 retriever.invoke("cats in the park")
@@ -271,8 +293,7 @@ def llama_index() -> list[dict[str, Any]]:
             retriever = index.as_retriever(similarity_top_k=4)
             with ragtrail.stage("pipeline", "app", tracer=provider.get_tracer("app")):
                 found = retriever.retrieve("cats in the park")
-                SimilarityPostprocessor(similarity_cutoff=0.3).postprocess_nodes(
-                    found, query_bundle=QueryBundle("cats in the park"))
+                SimilarityPostprocessor(similarity_cutoff=0.3).postprocess_nodes(found, query_bundle=QueryBundle("cats in the park"))
         finally:
             instrumentor.uninstrument()
         return normalise(exporter.get_finished_spans())
@@ -297,8 +318,7 @@ def haystack() -> list[dict[str, Any]]:
         instrumentor.instrument(tracer_provider=provider)
         try:
             store = InMemoryDocumentStore(embedding_similarity_function="cosine")
-            store.write_documents([Document(id=f"h{i}", content=t, meta={"i": i}, embedding=_hash_vector(t))
-                                   for i, t in enumerate(TEXTS)])
+            store.write_documents([Document(id=f"h{i}", content=t, meta={"i": i}, embedding=_hash_vector(t)) for i, t in enumerate(TEXTS)])
             p = Pipeline()
             p.add_component("bm25", InMemoryBM25Retriever(store, top_k=3))
             p.add_component("embedder", Embedder())
@@ -343,9 +363,13 @@ def vector_stores() -> dict[str, Any]:
             client = QdrantClient(location=":memory:")
             client.create_collection("docs", vectors_config=models.VectorParams(size=32, distance=models.Distance.COSINE))
             # one payload with both "content" and "text": the one content-key order decides its receipt
-            client.upsert("docs", points=[models.PointStruct(id=i, vector=_hash_vector(t),
-                                                             payload={"text": t, "content": t.upper()} if i == 0 else {"text": t})
-                                          for i, t in enumerate(TEXTS)])
+            client.upsert(
+                "docs",
+                points=[
+                    models.PointStruct(id=i, vector=_hash_vector(t), payload={"text": t, "content": t.upper()} if i == 0 else {"text": t})
+                    for i, t in enumerate(TEXTS)
+                ],
+            )
             client.query_points("docs", query=_hash_vector("the cat"), limit=3, with_payload=True)
         finally:
             instrumentor.uninstrument()
@@ -354,8 +378,12 @@ def vector_stores() -> dict[str, Any]:
 
 
 SECTIONS: dict[str, Callable[[], Any]] = {
-    "demo": demo, "decorators": decorators, "langchain": langchain, "llama_index": llama_index,
-    "haystack": haystack, "vector_stores": vector_stores,
+    "demo": demo,
+    "decorators": decorators,
+    "langchain": langchain,
+    "llama_index": llama_index,
+    "haystack": haystack,
+    "vector_stores": vector_stores,
 }
 
 

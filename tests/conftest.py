@@ -20,8 +20,13 @@ import spanutil  # installs the exported-span memory its records() follows schem
 
 # no library may phone home from the tests (chromadb's posthog, haystack's telemetry): the machine
 # has no network but the package registries, and test traffic goes to loopback only
-for _name, _value in (("ANONYMIZED_TELEMETRY", "False"), ("HAYSTACK_TELEMETRY_ENABLED", "False"),
-                      ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("DO_NOT_TRACK", "1")):
+for _name, _value in (
+    ("ANONYMIZED_TELEMETRY", "False"),
+    ("HAYSTACK_TELEMETRY_ENABLED", "False"),
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("DO_NOT_TRACK", "1"),
+):
     os.environ.setdefault(_name, _value)
 
 _EXPORTER = InMemorySpanExporter()
@@ -46,9 +51,15 @@ def span_exporter() -> Iterator[InMemorySpanExporter]:
 @pytest.fixture(autouse=True)
 def _fresh_ragtrail_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts from the environment defaults of ragtrail's capture config."""
-    for name in ("RAGTRAIL_CAPTURE_QUERY", "RAGTRAIL_CAPTURE_CONTENT", "RAGTRAIL_CAPTURE_METADATA",
-                 "RAGTRAIL_MIRROR_GENAI", "RAGTRAIL_MIRROR_OPENINFERENCE", "RAGTRAIL_MIRROR_DOCUMENTS",
-                 "RAGTRAIL_EVENTS_PER_SPAN"):
+    for name in (
+        "RAGTRAIL_CAPTURE_QUERY",
+        "RAGTRAIL_CAPTURE_CONTENT",
+        "RAGTRAIL_CAPTURE_METADATA",
+        "RAGTRAIL_MIRROR_GENAI",
+        "RAGTRAIL_MIRROR_OPENINFERENCE",
+        "RAGTRAIL_MIRROR_DOCUMENTS",
+        "RAGTRAIL_EVENTS_PER_SPAN",
+    ):
         monkeypatch.delenv(name, raising=False)
     try:
         from ragtrail import settings as config

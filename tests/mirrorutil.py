@@ -10,12 +10,13 @@ the recorder's mirror code.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Iterable
-
-from ragtrail.contract import semconv as sc
+from collections.abc import Iterable
+from typing import Any
 
 import spanutil
+from ragtrail.contract import semconv as sc
 
 _MIRROR_PREFIXES = ("gen_ai.", "openinference.", "input.", "output.", "retrieval.", "reranker.", "ragtrail.mirror.")
 NARROWING = {sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_FUSE, sc.KIND_BUDGET}
@@ -33,14 +34,12 @@ def _content(event: dict[str, Any]) -> str | None:
 
 
 def _meta(event: dict[str, Any], excluded: bool) -> dict[str, Any]:
-    meta = {k[len(sc.CANDIDATE_META_PREFIX):]: v for k, v in event.items() if k.startswith(sc.CANDIDATE_META_PREFIX)}
+    meta = {k[len(sc.CANDIDATE_META_PREFIX) :]: v for k, v in event.items() if k.startswith(sc.CANDIDATE_META_PREFIX)}
     meta = {k: list(v) if isinstance(v, tuple) else v for k, v in meta.items()}
     for k, v in list(meta.items()):
         if isinstance(v, str) and v[:1] in "[{":
-            try:
+            with contextlib.suppress(ValueError):
                 meta[k] = json.loads(v)
-            except ValueError:
-                pass
     if excluded:
         meta[sc.EXCLUSION_REASON] = event[sc.EXCLUSION_REASON]
         if sc.EXCLUSION_DETAIL in event:
@@ -63,8 +62,9 @@ def summary(kind_in: int, outputs: list[dict[str, Any]], exclusions: list[dict[s
     return text
 
 
-def _check_documents(a: dict[str, Any], own: dict[str, Any], prefix: str, expected: list[tuple[dict[str, Any], bool]],
-                     total: int, cap_keys: tuple[str, str]) -> None:
+def _check_documents(
+    a: dict[str, Any], own: dict[str, Any], prefix: str, expected: list[tuple[dict[str, Any], bool]], total: int, cap_keys: tuple[str, str]
+) -> None:
     """Every document the span carries under ``prefix`` (read from the span's own attributes, so a
     test that already popped some ids is still checked whole) equals its event; pop them from ``a``."""
     written = 0
@@ -77,7 +77,7 @@ def _check_documents(a: dict[str, Any], own: dict[str, Any], prefix: str, expect
             continue
         base = f"{prefix}.{index}.document."
         keys = [k for k in own if k.startswith(base)]
-        doc = {k[len(base):]: own[k] for k in keys}
+        doc = {k[len(base) :]: own[k] for k in keys}
         for k in keys:
             a.pop(k, None)
         assert doc.pop("id") == event[sc.CANDIDATE_ID], (prefix, index)
@@ -140,11 +140,23 @@ def pop_mirrors(a: dict[str, Any], span: Any, spans: Iterable[Any] | None = None
     # documents
     total_out = len(outputs)
     if oi_kind == "RETRIEVER":
-        _check_documents(a, own, sc.OI_RETRIEVAL_DOCUMENTS, [(e, False) for e in outputs], total_out,
-                         (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL))
+        _check_documents(
+            a,
+            own,
+            sc.OI_RETRIEVAL_DOCUMENTS,
+            [(e, False) for e in outputs],
+            total_out,
+            (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL),
+        )
     elif oi_kind == "RERANKER":
-        _check_documents(a, own, sc.OI_RERANKER_OUTPUT_DOCUMENTS, [(e, False) for e in outputs], total_out,
-                         (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL))
+        _check_documents(
+            a,
+            own,
+            sc.OI_RERANKER_OUTPUT_DOCUMENTS,
+            [(e, False) for e in outputs],
+            total_out,
+            (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL),
+        )
         _check_inputs(a, own, outputs, exclusions)
     # GenAI
     if sc.GEN_AI_OPERATION_NAME in a:
@@ -158,7 +170,7 @@ def pop_mirrors(a: dict[str, Any], span: Any, spans: Iterable[Any] | None = None
     if sc.GEN_AI_RETRIEVAL_DOCUMENTS in a:
         docs = json.loads(a.pop(sc.GEN_AI_RETRIEVAL_DOCUMENTS))
         assert len(docs) <= len(outputs)
-        for doc, event in zip(docs, outputs):
+        for doc, event in zip(docs, outputs, strict=False):
             want: dict[str, Any] = {"id": event[sc.CANDIDATE_ID]}
             if sc.CANDIDATE_SCORE in event:
                 want["score"] = event[sc.CANDIDATE_SCORE]
@@ -177,8 +189,7 @@ def pop_mirrors(a: dict[str, Any], span: Any, spans: Iterable[Any] | None = None
     assert left == [], left
 
 
-def _check_inputs(a: dict[str, Any], own: dict[str, Any], outputs: list[dict[str, Any]],
-                  exclusions: list[dict[str, Any]]) -> None:
+def _check_inputs(a: dict[str, Any], own: dict[str, Any], outputs: list[dict[str, Any]], exclusions: list[dict[str, Any]]) -> None:
     """Input order is not in the events for kept documents (their rank is the output rank), so: an
     excluded document sits at its input rank with its reason; a kept one matches its output event."""
     prefix = sc.OI_RERANKER_INPUT_DOCUMENTS
@@ -211,5 +222,4 @@ def _check_inputs(a: dict[str, Any], own: dict[str, Any], outputs: list[dict[str
                 event["_content_changed_later"] = True
             expected.append((event, False))
         index += 1
-    _check_documents(a, own, prefix, expected, own[sc.CANDIDATES_IN],
-                     (sc.MIRROR_INPUT_DOCUMENTS_MIRRORED, sc.MIRROR_INPUT_DOCUMENTS_TOTAL))
+    _check_documents(a, own, prefix, expected, own[sc.CANDIDATES_IN], (sc.MIRROR_INPUT_DOCUMENTS_MIRRORED, sc.MIRROR_INPUT_DOCUMENTS_TOTAL))

@@ -24,15 +24,17 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import socket
 import threading
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -101,7 +103,7 @@ class ReceivedRequest:
     headers: dict[str, str]
     body_bytes: int
     status: int
-    request: Optional[ExportTraceServiceRequest]
+    request: ExportTraceServiceRequest | None
     received_at: float
     body: bytes = b""  # the request body exactly as it arrived (before any decompression)
 
@@ -122,25 +124,25 @@ class OTLPServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         self.port = port
-        self._httpd: Optional[ThreadingHTTPServer] = None
-        self._thread: Optional[threading.Thread] = None
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
         self._lock = threading.Condition()
         self.requests: list[ReceivedRequest] = []
-        self._fail_status: Optional[int] = None
-        self._fail_times: Optional[int] = None
-        self._retry_after: Optional[float] = None
+        self._fail_status: int | None = None
+        self._fail_times: int | None = None
+        self._retry_after: float | None = None
         self._hang = threading.Event()  # set: requests hang
         self._release = threading.Event()  # set: hanging requests are let go (closed, not stored)
         self._reset = False
-        self._reject_over: Optional[int] = None
+        self._reject_over: int | None = None
         self._reject_status = 413
         self._delay = 0.0
-        self._truncate_over: Optional[int] = None
-        self._on_request: Optional[Callable[[ReceivedRequest], None]] = None
+        self._truncate_over: int | None = None
+        self._on_request: Callable[[ReceivedRequest], None] | None = None
         self._connections: set[socket.socket] = set()
 
     # --- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> "OTLPServer":
+    def start(self) -> OTLPServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -179,10 +181,8 @@ class OTLPServer:
         with self._lock:  # keep-alive connections would otherwise go on being served
             connections, self._connections = list(self._connections), set()
         for connection in connections:
-            try:
+            with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
@@ -200,7 +200,7 @@ class OTLPServer:
     def is_up(self) -> bool:
         return self._httpd is not None
 
-    def __enter__(self) -> "OTLPServer":
+    def __enter__(self) -> OTLPServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -215,7 +215,7 @@ class OTLPServer:
         return self.url + TRACES_PATH
 
     # --- failure modes ------------------------------------------------------------------------------
-    def fail_with(self, status: int = 500, times: Optional[int] = None, retry_after: Optional[float] = None) -> None:
+    def fail_with(self, status: int = 500, times: int | None = None, retry_after: float | None = None) -> None:
         """Answer ``status`` to the next ``times`` requests (every request when ``None``), with a
         ``Retry-After: <seconds>`` header when ``retry_after`` is given."""
         with self._lock:
@@ -233,13 +233,13 @@ class OTLPServer:
         """Read every request, then reset the connection (TCP RST) without answering or keeping it."""
         self._reset = on
 
-    def reject_over(self, max_body_bytes: Optional[int], status: int = 413) -> None:
+    def reject_over(self, max_body_bytes: int | None, status: int = 413) -> None:
         """Refuse bodies larger than ``max_body_bytes`` (``None`` to accept any size)."""
         with self._lock:
             self._reject_over = max_body_bytes
             self._reject_status = status
 
-    def truncate_strings_over(self, max_bytes: Optional[int]) -> None:
+    def truncate_strings_over(self, max_bytes: int | None) -> None:
         """Store string attribute values (span and event) cut to ``max_bytes`` UTF-8 bytes, silently,
         as Tempo's distributor does (2,048 bytes by default) and a Collector's ``truncate_all``."""
         self._truncate_over = max_bytes
@@ -260,7 +260,7 @@ class OTLPServer:
         self._hang.clear()
         self._release.set()
 
-    def on_request(self, callback: Optional[Callable[[ReceivedRequest], None]]) -> None:
+    def on_request(self, callback: Callable[[ReceivedRequest], None] | None) -> None:
         """Call ``callback`` with each request after it is recorded (in the server thread)."""
         self._on_request = callback
 
@@ -293,10 +293,7 @@ class OTLPServer:
                             kind=s.kind,
                             trace_state=s.trace_state,
                             attributes=attributes(s.attributes),
-                            events=[
-                                ReceivedEvent(e.name, attributes(e.attributes), e.time_unix_nano, e.dropped_attributes_count)
-                                for e in s.events
-                            ],
+                            events=[ReceivedEvent(e.name, attributes(e.attributes), e.time_unix_nano, e.dropped_attributes_count) for e in s.events],
                             dropped_attributes_count=s.dropped_attributes_count,
                             dropped_events_count=s.dropped_events_count,
                             dropped_links_count=s.dropped_links_count,
@@ -316,7 +313,7 @@ class OTLPServer:
             grouped.setdefault(span.trace_id, []).append(span)
         return grouped
 
-    def wait_for(self, predicate: Callable[["OTLPServer"], bool], timeout: float = 10.0) -> bool:
+    def wait_for(self, predicate: Callable[[OTLPServer], bool], timeout: float = 10.0) -> bool:
         """Wait until ``predicate(self)`` holds (re-checked at every request); False on timeout."""
         deadline = time.monotonic() + timeout
         while True:
@@ -353,7 +350,7 @@ class OTLPServer:
                     self._fail_times -= 1
             elif self._reject_over is not None and len(raw) > self._reject_over:
                 status = self._reject_status
-        request: Optional[ExportTraceServiceRequest] = None
+        request: ExportTraceServiceRequest | None = None
         if handler.path != TRACES_PATH:
             status = 404
         else:
@@ -448,14 +445,14 @@ class OTLPGrpcServer:
     """A real OTLP/gRPC trace receiver on loopback with gRPC's default 4 MiB receive limit (the
     limit that makes a backend keep a partial trace when a large export is refused)."""
 
-    def __init__(self, max_receive_bytes: Optional[int] = None) -> None:
+    def __init__(self, max_receive_bytes: int | None = None) -> None:
         self.max_receive_bytes = max_receive_bytes
         self.requests: list[ExportTraceServiceRequest] = []
         self._lock = threading.Lock()
         self._server: Any = None
         self.port = 0
 
-    def start(self) -> "OTLPGrpcServer":
+    def start(self) -> OTLPGrpcServer:
         from concurrent.futures import ThreadPoolExecutor
 
         import grpc

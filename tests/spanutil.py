@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def attrs(span: Any) -> dict[str, Any]:
@@ -100,8 +101,12 @@ def records(span: Any, parts: Iterable[Any] = ()) -> list[tuple[str, dict[str, A
     from ragtrail.contract import semconv as sc
     from ragtrail.inspect.columns import expand, resolve_content
 
-    wire = [(None, e.name, dict(e.attributes or {})) for part in [span, *parts] for e in part.events
-            if e.name in (sc.EVENT_QUERY, sc.EVENT_CANDIDATE, sc.EVENT_EXCLUSION)]
+    wire = [
+        (None, e.name, dict(e.attributes or {}))
+        for part in [span, *parts]
+        for e in part.events
+        if e.name in (sc.EVENT_QUERY, sc.EVENT_CANDIDATE, sc.EVENT_EXCLUSION)
+    ]
     schema = (span.attributes or {}).get(sc.SCHEMA, 1)
     if schema < sc.SCHEMA_COLUMNS:
         return [(name, a) for _, name, a in wire]
@@ -142,8 +147,9 @@ def pop_all(mapping: dict[str, Any], expected: dict[str, Any]) -> None:
             assert actual == value, f"{key}: {actual!r} != {value!r}"
 
 
-def run_under_opentelemetry_instrument(script: str, tmp_path: Any, entry_point: str, *, service: str = "app",
-                                       extra_env: dict[str, str] | None = None, timeout: float = 240) -> tuple[str, list[Any]]:
+def run_under_opentelemetry_instrument(
+    script: str, tmp_path: Any, entry_point: str, *, service: str = "app", extra_env: dict[str, str] | None = None, timeout: float = 240
+) -> tuple[str, list[Any]]:
     """Run ``script`` (dedented) in a real process under ``opentelemetry-instrument`` with only
     ``entry_point`` of ragtrail's instrumentors enabled, exporting through ragtrail's configurator to
     the local store. The script prints ``APP-OK`` when it finished. Returns its stdout and the
@@ -172,17 +178,17 @@ def stage_spans(exporter: Any, kind: str) -> list[Any]:
     """Finished stage spans of ``kind``, continuation spans left out."""
     from ragtrail.contract import semconv as sc
 
-    return [s for s in exporter.get_finished_spans() if s.attributes.get(sc.STAGE_KIND) == kind
-            and not s.attributes.get(sc.STAGE_CONTINUATION)]
+    return [s for s in exporter.get_finished_spans() if s.attributes.get(sc.STAGE_KIND) == kind and not s.attributes.get(sc.STAGE_CONTINUATION)]
 
 
 def stitched(span: Any, spans: Any) -> list[tuple[str, dict[str, Any]]]:
     """The stage's events followed by its continuation spans' events, in continuation order."""
     from ragtrail.contract import semconv as sc
 
-    parts = sorted((s for s in spans if s.parent is not None and s.parent.span_id == span.context.span_id
-                    and s.attributes.get(sc.STAGE_CONTINUATION)),
-                   key=lambda s: s.attributes[sc.STAGE_CONTINUATION_INDEX])
+    parts = sorted(
+        (s for s in spans if s.parent is not None and s.parent.span_id == span.context.span_id and s.attributes.get(sc.STAGE_CONTINUATION)),
+        key=lambda s: s.attributes[sc.STAGE_CONTINUATION_INDEX],
+    )
     return records(span, parts)
 
 
@@ -223,6 +229,7 @@ class CallSpy:
         original = getattr(cls, name)
         spy = self
         if asyncio.iscoroutinefunction(original):
+
             async def method(this: Any, *args: Any, **kwargs: Any) -> Any:
                 start = time.time_ns()
                 spy.current.append(trace.get_current_span())
@@ -232,6 +239,7 @@ class CallSpy:
                 spy.keep(result)
                 return result
         else:
+
             def method(this: Any, *args: Any, **kwargs: Any) -> Any:
                 start = time.time_ns()
                 spy.current.append(trace.get_current_span())
@@ -239,6 +247,7 @@ class CallSpy:
                 spy.window.append((start, time.time_ns()))
                 spy.keep(result)
                 return result
+
         monkeypatch.setattr(cls, name, method)
 
     def keep(self, result: Any) -> None:

@@ -3,35 +3,39 @@ real SDK: exact attributes under each content capture mode, and each case of the
 
 from __future__ import annotations
 
-import mirrorutil
-
 import logging
 
 import pytest
 
+import mirrorutil
 import ragtrail
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import sorted_events_digest, receipt
+from ragtrail.contract.receipts import receipt, sorted_events_digest
 from spanutil import attrs, by_name, pop_all
 
 ANSWER = "Enterprise customers have 14 days. " * 10  # 350 characters: longer than a preview
-DOCS = [{"id": "a", "content": "Refunds within 14 days.", "score": 0.9},
-        {"id": "b", "content": "Refunds within 30 days.", "score": 0.5}]
+DOCS = [{"id": "a", "content": "Refunds within 14 days.", "score": 0.9}, {"id": "b", "content": "Refunds within 30 days.", "score": 0.5}]
 
 
-def _pipeline_attributes(span, *, retrieved: int, run_status: str, status: str = sc.STATUS_OK,
-                         findings: list[str] | None = None) -> dict:
+def _pipeline_attributes(span, *, retrieved: int, run_status: str, status: str = sc.STATUS_OK, findings: list[str] | None = None) -> dict:
     """Pop every attribute a pipeline span with no query, no events and no citations carries (all
     but the answer's); returns what is left."""
     a = attrs(span)
     own = {
         sc.OPENINFERENCE_SPAN_KIND: sc.OI_CHAIN,
-        sc.SCHEMA: sc.SCHEMA_VERSION, sc.STAGE_KIND: sc.KIND_PIPELINE, sc.STAGE_COMPONENT: "app",
+        sc.SCHEMA: sc.SCHEMA_VERSION,
+        sc.STAGE_KIND: sc.KIND_PIPELINE,
+        sc.STAGE_COMPONENT: "app",
         sc.STAGE_STATUS: status,
-        sc.COVERAGE_RETRIEVED: retrieved, sc.COVERAGE_IN_CONTEXT: retrieved, sc.COVERAGE_CITED: 0,
+        sc.COVERAGE_RETRIEVED: retrieved,
+        sc.COVERAGE_IN_CONTEXT: retrieved,
+        sc.COVERAGE_CITED: 0,
         sc.RUN_STATUS: run_status,
-        sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 0, sc.CANDIDATES_EXCLUDED: 0,
-        sc.EVENTS_COUNT: 0, sc.EVENTS_DIGEST: sorted_events_digest([]),
+        sc.CANDIDATES_IN: 0,
+        sc.CANDIDATES_OUT: 0,
+        sc.CANDIDATES_EXCLUDED: 0,
+        sc.EVENTS_COUNT: 0,
+        sc.EVENTS_DIGEST: sorted_events_digest([]),
     }
     if status in (sc.STATUS_FAILED, sc.STATUS_DEGRADED):
         own[sc.STAGE_FAILURE_CLASS] = ...
@@ -53,11 +57,14 @@ def _run_with_answer(**answer_kwargs) -> None:
         ragtrail.answer(ANSWER, **answer_kwargs)
 
 
-@pytest.mark.parametrize("mode, shown", [
-    ("off", {}),
-    ("preview", {sc.ANSWER_PREVIEW: ANSWER[:256]}),
-    ("full", {sc.ANSWER_TEXT: ANSWER}),
-])
+@pytest.mark.parametrize(
+    "mode, shown",
+    [
+        ("off", {}),
+        ("preview", {sc.ANSWER_PREVIEW: ANSWER[:256]}),
+        ("full", {sc.ANSWER_TEXT: ANSWER}),
+    ],
+)
 def test_answer_receipt_under_each_content_mode(span_exporter, mode, shown):
     ragtrail.set_capture(content=mode)
     _run_with_answer(claim="presence")
@@ -101,9 +108,8 @@ def test_answer_outside_a_pipeline_does_nothing(span_exporter, caplog):
 
 
 def test_answer_of_the_inner_pipeline_only(span_exporter):
-    with ragtrail.stage("pipeline", "outer"):
-        with ragtrail.stage("pipeline", "inner"):
-            ragtrail.answer("inner answer")
+    with ragtrail.stage("pipeline", "outer"), ragtrail.stage("pipeline", "inner"):
+        ragtrail.answer("inner answer")
     spans = span_exporter.get_finished_spans()
     inner, outer = by_name(spans, "pipeline inner"), by_name(spans, "pipeline outer")
     assert inner.attributes[sc.ANSWER_SHA256] == receipt("inner answer").sha256
@@ -120,8 +126,7 @@ def _run(stages, *, raise_in_pipeline: bool = False) -> str:
                     if outputs is not None:
                         s.outputs(outputs)
                     if status is not None:
-                        s.set_status(status, failure_class="timeout", fallback="cache"
-                                     if status == sc.STATUS_DEGRADED else None)
+                        s.set_status(status, failure_class="timeout", fallback="cache" if status == sc.STATUS_DEGRADED else None)
             if raise_in_pipeline:
                 raise RuntimeError("the app failed after retrieval")
     except RuntimeError:

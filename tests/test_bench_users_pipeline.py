@@ -9,13 +9,23 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_users_pipeline.py"
-FIGURES = {"p50_ms", "p95_ms", "cpu_ms_per_query", "queries", "rounds", "docs_out", "per_query",
-           "added_p50_ms", "p50_x_none", "p95_x_none", "cpu_x_none"}
+FIGURES = {
+    "p50_ms",
+    "p95_ms",
+    "cpu_ms_per_query",
+    "queries",
+    "rounds",
+    "docs_out",
+    "per_query",
+    "added_p50_ms",
+    "p50_x_none",
+    "p95_x_none",
+    "cpu_x_none",
+}
 
 
 def test_smoke_run_reports_every_figure_per_framework_and_mode() -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--modes", "none,ragtrail", "--json"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--modes", "none,ragtrail", "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["failed"] == [] and out["verdict"] == []  # no OpenInference: no comparison is claimed

@@ -16,14 +16,21 @@ def test_show_prints_the_manifest(tmp_path):
     result = ragtrail("show", trace_id, "--source", str(tmp_path))
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for expected in (f"trace {trace_id}", 'hop 1  rewrite of hop 0  "enterprise refund window" → index',
-                     "policy-2026-01-draft", "superseded", "replaced by policy-2026-01", "below_rank_cutoff",
-                     "Cited: policy-2024-11", "Coverage: 2 of 1003 read: an absence claim is not supported",
-                     "Fidelity: faithful", "Sampling: no sampling recorded"):
+    for expected in (
+        f"trace {trace_id}",
+        'hop 1  rewrite of hop 0  "enterprise refund window" → index',
+        "policy-2026-01-draft",
+        "superseded",
+        "replaced by policy-2026-01",
+        "below_rank_cutoff",
+        "Cited: policy-2024-11",
+        "Coverage: 2 of 1003 read: an absence claim is not supported",
+        "Fidelity: faithful",
+        "Sampling: no sampling recorded",
+    ):
         assert expected in out, expected
     as_json = json.loads(ragtrail("show", trace_id, "--source", str(tmp_path), "--json").stdout)
-    for key in ("trace_id", "query_hops", "stages", "retrieved", "excluded", "cited", "survival", "coverage",
-                "fidelity", "sampling"):
+    for key in ("trace_id", "query_hops", "stages", "retrieved", "excluded", "cited", "survival", "coverage", "fidelity", "sampling"):
         assert key in as_json
     assert as_json["trace_id"] == trace_id
 
@@ -44,8 +51,10 @@ def test_verify_exits_nonzero_with_one_line_per_alarm(tmp_path):
     assert bad.returncode == 1
     lines = bad.stdout.strip().splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith(f"ALARM trace={trace_id} span=") and "stage=retrieve tests.bm25 candidate=- " \
-        "field=ragtrail.events.count: event count mismatch (4 received, 5 stamped)" in lines[0]
+    assert (
+        lines[0].startswith(f"ALARM trace={trace_id} span=")
+        and "stage=retrieve tests.bm25 candidate=- field=ragtrail.events.count: event count mismatch (4 received, 5 stamped)" in lines[0]
+    )
     assert "candidate=policy-2024-11 field=ragtrail.candidate.content.preview: changed_uncited" in lines[1]
     as_json = json.loads(ragtrail("verify", trace_id, "--source", str(path), "--json").stdout)
     assert [len(r["fidelity"]["alarms"]) for r in as_json] == [2]
@@ -55,12 +64,12 @@ def test_verify_search_over_tempo():
     with BackendServer() as server:
         server.route(f"/api/v2/traces/{TRACE_ID}", (FIXTURES / "tempo_v2_partial.json").read_text())
         server.route("/api/search", (FIXTURES / "tempo_search.json").read_text())
-        result = ragtrail("verify", "--search", "--source", f"tempo+{server.url}",
-                          "--query", '{ span.ragtrail.stage.status = "degraded" }')
+        result = ragtrail("verify", "--search", "--source", f"tempo+{server.url}", "--query", '{ span.ragtrail.stage.status = "degraded" }')
     assert result.returncode == 1
     assert result.stdout.strip() == (
         f"ALARM trace={TRACE_ID} span={_root_span_id()} stage=- candidate=- field=status: backend returned a partial "
-        "trace (Tempo returned status PARTIAL: trace exceeds max size (max bytes: 5000000), partial trace returned)")
+        "trace (Tempo returned status PARTIAL: trace exceeds max size (max bytes: 5000000), partial trace returned)"
+    )
 
 
 def _root_span_id() -> str:
@@ -131,6 +140,7 @@ def test_verify_strict_fails_on_findings(tmp_path):
 def test_show_summarises_huge_stages_and_all_or_json_show_everything(tmp_path):
     """A batch trace: the terminal view cuts each table to --limit rows and to 20 stages, and says so with
     '… N more' lines; --all prints every row and --json keeps every candidate and exclusion."""
+
     def run(tracer):
         with rt.stage("pipeline", "tests.batch", tracer=tracer):
             docs = [{"id": f"doc-{i:02d}", "content": f"passage {i}", "score": 1 - i / 100} for i in range(30)]
@@ -156,8 +166,7 @@ def test_show_summarises_huge_stages_and_all_or_json_show_everything(tmp_path):
     assert "… candidates of 3 more stages not shown (--all shows every one)" in text
     assert "r18-09" in text and "r18-10" not in text and "r19-00" not in text
     assert "doc-14" in text and "doc-15" not in text  # exclusions doc-05..doc-14 shown
-    assert ragtrail("show", trace_id, "--source", str(tmp_path), "--limit", "3").stdout.count(
-        "  … 9 more candidates (--all shows every one)") == 19
+    assert ragtrail("show", trace_id, "--source", str(tmp_path), "--limit", "3").stdout.count("  … 9 more candidates (--all shows every one)") == 19
 
     everything = ragtrail("show", trace_id, "--source", str(tmp_path), "--all").stdout
     assert "--all shows every one" not in everything and "… " not in everything
@@ -171,8 +180,7 @@ def test_show_summarises_huge_stages_and_all_or_json_show_everything(tmp_path):
     rerank = manifest["stages"][0]
     assert [c["id"] for c in rerank["candidates"]] == [f"doc-{i:02d}" for i in range(5)]
     assert [e["id"] for e in rerank["excluded"]] == [f"doc-{i:02d}" for i in range(5, 30)]
-    assert [[c["id"] for c in s["candidates"]] for s in manifest["stages"][1:]] == \
-        [[f"r{n:02d}-{i:02d}" for i in range(12)] for n in range(22)]
+    assert [[c["id"] for c in s["candidates"]] for s in manifest["stages"][1:]] == [[f"r{n:02d}-{i:02d}" for i in range(12)] for n in range(22)]
 
 
 def test_show_says_what_each_stage_ran_against_every_metadata_key_and_the_error(tmp_path):
@@ -187,8 +195,15 @@ def test_show_says_what_each_stage_ran_against_every_metadata_key_and_the_error(
                 s.query("refund window?")
                 s.set_attribute(sc.STAGE_FILTER, {"must": [{"key": "region", "match": {"value": "eu"}}]})
                 s.set_attribute(sc.STAGE_COLLECTION, "policies")
-                s.outputs([{"id": "p1", "content": "Refunds take 30 days.",
-                            "metadata": {"source": "policy.txt", "effective_date": "2026-01-12", "owner": "legal"}}])
+                s.outputs(
+                    [
+                        {
+                            "id": "p1",
+                            "content": "Refunds take 30 days.",
+                            "metadata": {"source": "policy.txt", "effective_date": "2026-01-12", "owner": "legal"},
+                        }
+                    ]
+                )
             try:
                 with rt.stage("rerank", "tests.cross_encoder", tracer=tracer) as s:
                     s.set_attribute(sc.STAGE_MODEL, "cross-encoder/ms-marco-MiniLM-L-6-v2")
@@ -204,17 +219,23 @@ def test_show_says_what_each_stage_ran_against_every_metadata_key_and_the_error(
     result = ragtrail("show", "last", "--source", str(tmp_path))
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for expected in ('filter {"must":[{"key":"region","match":{"value":"eu"}}]} · collection policies',
-                     "model cross-encoder/ms-marco-MiniLM-L-6-v2",
-                     "source=policy.txt effective_date=2026-01-12 owner=legal",
-                     "error: RuntimeError: model [bold]offline[/bold]\\x1b[2J",
-                     "pipeline tests.answer ok (run failed)", "Stages (run failed)"):
+    for expected in (
+        'filter {"must":[{"key":"region","match":{"value":"eu"}}]} · collection policies',
+        "model cross-encoder/ms-marco-MiniLM-L-6-v2",
+        "source=policy.txt effective_date=2026-01-12 owner=legal",
+        "error: RuntimeError: model [bold]offline[/bold]\\x1b[2J",
+        "pipeline tests.answer ok (run failed)",
+        "Stages (run failed)",
+    ):
         assert expected in out, (expected, out[:3000])
     assert "\x1b" not in out  # the escape sequence in the message is shown, never sent to the terminal
     manifest = json.loads(ragtrail("show", "last", "--source", str(tmp_path), "--json").stdout)
     retrieve, rerank = manifest["stages"]
     assert (retrieve["filter"], retrieve["collection"], retrieve["model"], retrieve["error"]) == (
-        '{"must":[{"key":"region","match":{"value":"eu"}}]}', "policies", None, None)
-    assert (rerank["model"], rerank["error"]) == ("cross-encoder/ms-marco-MiniLM-L-6-v2",
-                                                   "RuntimeError: model [bold]offline[/bold]\x1b[2J")
+        '{"must":[{"key":"region","match":{"value":"eu"}}]}',
+        "policies",
+        None,
+        None,
+    )
+    assert (rerank["model"], rerank["error"]) == ("cross-encoder/ms-marco-MiniLM-L-6-v2", "RuntimeError: model [bold]offline[/bold]\x1b[2J")
     assert manifest["run_status"] == "failed"

@@ -25,10 +25,13 @@ def test_demo_prints_answer_manifest_and_report(demo_dir):
     cwd, out = demo_dir
     lines = out.splitlines()
     assert lines[0] == ANSWER
-    for expected in ('hop 2  follow_up of hop 1  "refund exceptions for annual enterprise contracts" → index',
-                     "Coverage: the answer claims presence: supported by what was read (3 of 20 read; an absence claim would not be)",
-                     "Cited: policy-2024-11", "Sampling: sampled at p=1: this trace stands for 1 request",
-                     f"HTML report: {cwd / '.ragtrail' / 'demo-report.html'}"):
+    for expected in (
+        'hop 2  follow_up of hop 1  "refund exceptions for annual enterprise contracts" → index',
+        "Coverage: the answer claims presence: supported by what was read (3 of 20 read; an absence claim would not be)",
+        "Cited: policy-2024-11",
+        "Sampling: sampled at p=1: this trace stands for 1 request",
+        f"HTML report: {cwd / '.ragtrail' / 'demo-report.html'}",
+    ):
         assert expected in out, expected
     assert any(line.startswith("Fidelity: faithful") for line in lines)
     assert (cwd / ".ragtrail" / "demo-report.html").stat().st_size > 5000
@@ -39,17 +42,26 @@ def test_demo_prints_answer_manifest_and_report(demo_dir):
 def test_demo_trace_tells_the_story(demo_dir):
     cwd, _ = demo_dir
     m = json.loads(ragtrail("show", "last", "--json", cwd=cwd).stdout)
-    assert [(h["hop"], h["parent_hop"], h["transform"]) for h in m["query_hops"]] == [
-        (0, None, "none"), (1, 0, "rewrite"), (2, 1, "follow_up")]
+    assert [(h["hop"], h["parent_hop"], h["transform"]) for h in m["query_hops"]] == [(0, None, "none"), (1, 0, "rewrite"), (2, 1, "follow_up")]
     assert [(s["kind"], s["component"]) for s in m["stages"]] == [
-        ("query_transform", "demo.keyword_rewrite"), ("retrieve", "demo.bm25"), ("query_transform", "demo.follow_up"),
-        ("retrieve", "demo.bm25"), ("fuse", "demo.rrf"), ("filter", "demo.status_filter"), ("filter", "demo.dedupe"),
-        ("rerank", "demo.overlap_reranker"), ("budget", "demo.context_budget"), ("cite", "cite")]
+        ("query_transform", "demo.keyword_rewrite"),
+        ("retrieve", "demo.bm25"),
+        ("query_transform", "demo.follow_up"),
+        ("retrieve", "demo.bm25"),
+        ("fuse", "demo.rrf"),
+        ("filter", "demo.status_filter"),
+        ("filter", "demo.dedupe"),
+        ("rerank", "demo.overlap_reranker"),
+        ("budget", "demo.context_budget"),
+        ("cite", "cite"),
+    ]
     by_reason = {(e["stage"], e["reason"], e["id"]) for e in m["excluded"] if e["stage"] != "fuse"}
-    assert by_reason == {("filter", "superseded", "policy-2026-01-draft"),
-                         ("filter", "deduplicated", "wiki-refunds-mirror"),
-                         ("rerank", "below_rank_cutoff", "exceptions-annual-2026"),
-                         ("budget", "budget_exceeded", "policy-2026-01")}
+    assert by_reason == {
+        ("filter", "superseded", "policy-2026-01-draft"),
+        ("filter", "deduplicated", "wiki-refunds-mirror"),
+        ("rerank", "below_rank_cutoff", "exceptions-annual-2026"),
+        ("budget", "budget_exceeded", "policy-2026-01"),
+    }
     # the fourteen-month-old policy outranks the current one, and the current one never reaches the model
     rerank = next(s for s in m["stages"] if s["kind"] == "rerank")
     ranks = {c["id"]: (c["rank"], c["meta"]["updated_at"]) for c in rerank["candidates"]}
@@ -57,7 +69,10 @@ def test_demo_trace_tells_the_story(demo_dir):
     assert ranks["policy-2026-01"][1] == "2026-01-12" and ranks["policy-2026-01"][0] > 0
     budget = next(s for s in m["stages"] if s["kind"] == "budget")
     assert [(c["id"], c.get("transform_rule")) for c in budget["candidates"]] == [
-        ("policy-2024-11", None), ("sales-deck-q1", None), ("discount-policy", "budget_trim@1")]
+        ("policy-2024-11", None),
+        ("sales-deck-q1", None),
+        ("discount-policy", "budget_trim@1"),
+    ]
     assert budget["knobs"] == {"budget_limit": 90, "budget_used": 90, "budget_unit": "words"}
     assert m["cited"] == ["policy-2024-11"]
     assert m["coverage"]["corpus_size"] == 20 and m["coverage"]["exhaustive"] is False

@@ -36,8 +36,7 @@ def run_module(module: str, *args: str, cwd: Path, before: Path | None = None) -
 def without_extra(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory whose ``sitecustomize`` makes the ``cli`` extra's libraries absent."""
     path = tmp_path_factory.mktemp("no_cli_extra")
-    (path / "sitecustomize.py").write_text(
-        "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in CLI_LIBRARIES))
+    (path / "sitecustomize.py").write_text("import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in CLI_LIBRARIES))
     return path
 
 
@@ -64,8 +63,9 @@ def test_without_the_cli_extra_one_line_says_what_to_install(module: str, tmp_pa
     result = run_module(module, "--help", cwd=tmp_path, before=without_extra)
     assert result.returncode == EXIT_MISSING_EXTRA, (result.stdout, result.stderr)
     assert result.stdout == ""
-    assert result.stderr == ("ragtrail: the ragtrail command needs the inspector's libraries "
-                             f"({', '.join(CLI_LIBRARIES)} missing): pip install 'ragtrail[cli]'\n")
+    assert result.stderr == (
+        f"ragtrail: the ragtrail command needs the inspector's libraries ({', '.join(CLI_LIBRARIES)} missing): pip install 'ragtrail[cli]'\n"
+    )
 
 
 def test_the_simulation_really_hides_the_extra(tmp_path: Path, without_extra: Path) -> None:

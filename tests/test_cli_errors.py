@@ -81,23 +81,20 @@ def test_trace_without_ragtrail_spans(tmp_path):
 def test_unreachable_server():
     with BackendServer() as server:
         port = server.port
-    assert_one_line_error(ragtrail("show", TRACE_ID, "--source", f"jaeger+http://127.0.0.1:{port}"), 5,
-                          "cannot reach Jaeger", "start the server")
+    assert_one_line_error(ragtrail("show", TRACE_ID, "--source", f"jaeger+http://127.0.0.1:{port}"), 5, "cannot reach Jaeger", "start the server")
 
 
 def test_server_timing_out():
     with BackendServer() as server:
         server.route(f"/api/v2/traces/{TRACE_ID}", "{}", delay=3.0)
-        assert_one_line_error(ragtrail("verify", TRACE_ID, "--source", f"tempo+{server.url}", "--timeout", "0.5"), 5,
-                              "timed out", "--timeout")
+        assert_one_line_error(ragtrail("verify", TRACE_ID, "--source", f"tempo+{server.url}", "--timeout", "0.5"), 5, "timed out", "--timeout")
 
 
 @pytest.mark.parametrize("status", [400, 500, 503])
 def test_http_errors(status):
     with BackendServer() as server:
         server.route(f"/api/v3/traces/{TRACE_ID}", "backend says no", status=status)
-        assert_one_line_error(ragtrail("show", TRACE_ID, "--source", f"jaeger+{server.url}"), 6,
-                              f"HTTP {status}", "backend says no")
+        assert_one_line_error(ragtrail("show", TRACE_ID, "--source", f"jaeger+{server.url}"), 6, f"HTTP {status}", "backend says no")
 
 
 def test_usage_errors(store):
@@ -111,6 +108,13 @@ def test_usage_errors(store):
 def test_help_documents_exit_codes():
     result = ragtrail("--help")
     assert result.returncode == 0
-    for code, words in ((1, "alarms found"), (3, "trace not found"), (4, "malformed input"), (5, "unreachable"),
-                        (6, "HTTP error"), (7, "no ragtrail spans"), (8, "truncated file")):
+    for code, words in (
+        (1, "alarms found"),
+        (3, "trace not found"),
+        (4, "malformed input"),
+        (5, "unreachable"),
+        (6, "HTTP error"),
+        (7, "no ragtrail spans"),
+        (8, "truncated file"),
+    ):
         assert any(line.strip().startswith(f"{code} ") and words in line for line in result.stdout.splitlines()), code

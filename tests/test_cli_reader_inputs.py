@@ -42,8 +42,7 @@ def test_attribute_value_nested_too_deeply(store):
         span["attributes"].append({"key": "deep", "value": value})
 
     tampered = rewrite_store(path, edit)
-    assert_one_line_error(ragtrail("show", trace_id, "--source", str(tampered)), 4,
-                          "an attribute value nests deeper than 32 levels")
+    assert_one_line_error(ragtrail("show", trace_id, "--source", str(tampered)), 4, "an attribute value nests deeper than 32 levels")
 
 
 def test_deep_lines_among_good_ones_are_skipped(store):
@@ -60,8 +59,7 @@ def test_numeric_attribute_key(store):
         span["attributes"][0]["key"] = 5
 
     tampered = rewrite_store(path, edit)
-    assert_one_line_error(ragtrail("show", trace_id, "--source", str(tampered)), 4,
-                          "attribute key 5 is a int, not a string", "not OTLP JSON")
+    assert_one_line_error(ragtrail("show", trace_id, "--source", str(tampered)), 4, "attribute key 5 is a int, not a string", "not OTLP JSON")
     assert_one_line_error(ragtrail("verify", trace_id, "--source", str(tampered)), 4, "attribute key 5")
 
 
@@ -73,8 +71,7 @@ def test_object_as_event_name(store):
             event["name"] = {"nested": "object"}
 
     tampered = rewrite_store(path, edit)
-    assert_one_line_error(ragtrail("show", trace_id, "--source", str(tampered)), 4,
-                          "an event name is a dict, not a string")
+    assert_one_line_error(ragtrail("show", trace_id, "--source", str(tampered)), 4, "an event name is a dict, not a string")
 
 
 @pytest.mark.parametrize("length", [256, 5_000])

@@ -23,11 +23,25 @@ from ragtrail.inspect.sources import resolve
 from test_cli_errors import ragtrail
 
 FORGED = "0" * 31 + "1"
-HOSTILE_IDS = ["a[/]", "[black on black]secret[/]", "osc\x1b]8;;http://evil.example\x07click\x1b]8;;\x07",
-               "clear\x1b[2J", f"nl\n ok trace={FORGED}: intact 9", "bidi\u202eevil", "tab\there\rcr"]
+HOSTILE_IDS = [
+    "a[/]",
+    "[black on black]secret[/]",
+    "osc\x1b]8;;http://evil.example\x07click\x1b]8;;\x07",
+    "clear\x1b[2J",
+    f"nl\n ok trace={FORGED}: intact 9",
+    "bidi\u202eevil",
+    "tab\there\rcr",
+]
 # the same ids as the terminal must show them: literally, escapes written out, one line each
-SHOWN_IDS = ["a[/]", "[black on black]secret[/]", r"osc\x1b]8;;http://evil.example\x07click\x1b]8;;\x07",
-             r"clear\x1b[2J", rf"nl\n ok trace={FORGED}: intact 9", r"bidi\u202eevil", r"tab\there\rcr"]
+SHOWN_IDS = [
+    "a[/]",
+    "[black on black]secret[/]",
+    r"osc\x1b]8;;http://evil.example\x07click\x1b]8;;\x07",
+    r"clear\x1b[2J",
+    rf"nl\n ok trace={FORGED}: intact 9",
+    r"bidi\u202eevil",
+    r"tab\there\rcr",
+]
 QUERY = "[/] [black on black]hidden[/] \x1b[2J \u202eevil"
 SHOWN_QUERY = r"[/] [black on black]hidden[/] \x1b[2J \u202eevil"
 DETAIL = "see [/] \x1b[31mred\x1b[0m\nFINDING forged"
@@ -99,8 +113,7 @@ def test_verify_ok_line_cannot_be_forged(hostile):
     store, trace_id = hostile
     result = ragtrail("verify", trace_id, "--source", str(store))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
-        f"ok trace={trace_id}: intact 16, changed_cited 0, not captured 0, 16 events and 4 spans checked"]
+    assert result.stdout.splitlines() == [f"ok trace={trace_id}: intact 16, changed_cited 0, not captured 0, 16 events and 4 spans checked"]
 
 
 def test_verify_names_every_hostile_id_and_still_exits_1(hostile):
@@ -120,7 +133,8 @@ def test_verify_names_every_hostile_id_and_still_exits_1(hostile):
     assert result.stdout.splitlines() == [
         f"ALARM trace={trace_id} span={span_id} stage=retrieve tests.r[bold] candidate={shown} "
         f"field=ragtrail.candidate.content.preview: changed_uncited (received 8 chars, receipt 13 chars)"
-        for shown in SHOWN_IDS]
+        for shown in SHOWN_IDS
+    ]
     as_json = json.loads(ragtrail("verify", trace_id, "--source", str(path), "--json").stdout)
     assert [a["candidate"] for a in as_json[0]["fidelity"]["alarms"]] == HOSTILE_IDS
 
@@ -138,7 +152,8 @@ def test_verify_strict_findings_are_one_line_each(tmp_path):
     result = ragtrail("verify", trace_id, "--source", str(tmp_path), "--strict")
     assert result.returncode == 1
     assert result.stdout.splitlines()[1:] == [
-        f"FINDING trace={trace_id}: rerank tests.rr: degraded (parse\\n ok trace={FORGED}, fallback [/]\\x1b[2J)"]
+        f"FINDING trace={trace_id}: rerank tests.rr: degraded (parse\\n ok trace={FORGED}, fallback [/]\\x1b[2J)"
+    ]
 
 
 def test_diff_shows_hostile_ids_literally(tmp_path):
@@ -149,6 +164,7 @@ def test_diff_shows_hostile_ids_literally(tmp_path):
                     s.query("q")
                     s.outputs([{"id": i, "content": i} for i in ids])
                 return trace_id_now()
+
         return body
 
     a = record(tmp_path, run(HOSTILE_IDS[:3]))
@@ -170,8 +186,8 @@ def test_error_lines_are_escaped(tmp_path):
     assert result.returncode == 4
     _no_raw_controls(result.stderr)
     assert result.stderr.splitlines() == [
-        f"ragtrail: error: {tmp_path}/bad\\x1b[2J.json is not valid JSON (Expecting value): "
-        "pass OTLP JSON (lines), Jaeger or Tempo JSON"]
+        f"ragtrail: error: {tmp_path}/bad\\x1b[2J.json is not valid JSON (Expecting value): pass OTLP JSON (lines), Jaeger or Tempo JSON"
+    ]
 
 
 class _Elements(HTMLParser):
@@ -196,8 +212,12 @@ class _Elements(HTMLParser):
 
 
 def test_html_report_keeps_script_and_textarea_payloads_inert(tmp_path):
-    payloads = ['<script>alert("id")</script>', "</textarea><img src=x onerror=alert(1)>",
-                '</script><script>alert(2)</script>', "\"' onmouseover=alert(3) x='"]
+    payloads = [
+        '<script>alert("id")</script>',
+        "</textarea><img src=x onerror=alert(1)>",
+        "</script><script>alert(2)</script>",
+        "\"' onmouseover=alert(3) x='",
+    ]
 
     def run(tracer):
         with rt.stage("pipeline", "tests.p", tracer=tracer) as p:

@@ -75,21 +75,26 @@ def test_gateway_keeps_every_finding_before_the_probabilistic_share() -> None:
     policies = ts.pop("policies")
     # with the record-policy gate the FIRST matching policy is recorded: findings must come first
     assert [p["name"] for p in policies] == [
-        "finding-stage-status", "finding-unexplained-exclusion", "finding-error", "finding-recorder",
-        "ragtrail-loss-record", "baseline-probabilistic"]
+        "finding-stage-status",
+        "finding-unexplained-exclusion",
+        "finding-error",
+        "finding-recorder",
+        "ragtrail-loss-record",
+        "baseline-probabilistic",
+    ]
     status, unexplained, error, recorder, loss, share = policies
     assert status["type"] == "string_attribute"
-    assert status["string_attribute"] == {"key": semconv.STAGE_STATUS,
-                                          "values": [semconv.STATUS_FAILED, semconv.STATUS_DEGRADED]}
+    assert status["string_attribute"] == {"key": semconv.STAGE_STATUS, "values": [semconv.STATUS_FAILED, semconv.STATUS_DEGRADED]}
     assert unexplained["type"] == "ottl_condition"
     assert unexplained["ottl_condition"]["spanevent"] == [
-        f'name == "{semconv.EVENT_EXCLUSION}" and attributes["{semconv.EXCLUSION_REASON}"] == '
-        f'"{semconv.REASON_UNEXPLAINED}"']
+        f'name == "{semconv.EVENT_EXCLUSION}" and attributes["{semconv.EXCLUSION_REASON}"] == "{semconv.REASON_UNEXPLAINED}"'
+    ]
     assert error == {"name": "finding-error", "type": "status_code", "status_code": {"status_codes": ["ERROR"]}}
     assert recorder["ottl_condition"]["span"] == [
         f'attributes["{semconv.STAGE_FINDINGS}"] != nil',
         f'attributes["{semconv.STAGE_INSTRUMENTATION_ERRORS}"] != nil',
-        f'attributes["{semconv.QUERY_TRANSFORM}"] == "{semconv.TRANSFORM_UNTRACKED}"']
+        f'attributes["{semconv.QUERY_TRANSFORM}"] == "{semconv.TRANSFORM_UNTRACKED}"',
+    ]
     assert loss["ottl_condition"]["span"] == [f'name == "{semconv.LOSS_SPAN_NAME}"']
     assert share["type"] == "probabilistic"
     assert set(share["probabilistic"]) == {"sampling_percentage", "hash_salt"}
@@ -138,8 +143,9 @@ def _loopback_env() -> dict[str, str]:
     """Every endpoint variable of collector-config/*.yaml on a free 127.0.0.1 port."""
     names = set()
     for name in COLLECTOR_CONFIGS:
-        names |= {m.group(1) for m in ENV_REF.finditer((CONFIG_DIR / name).read_text())
-                  if m.group(1).endswith(("_ENDPOINT", "GATEWAY_1", "GATEWAY_2"))}
+        names |= {
+            m.group(1) for m in ENV_REF.finditer((CONFIG_DIR / name).read_text()) if m.group(1).endswith(("_ENDPOINT", "GATEWAY_1", "GATEWAY_2"))
+        }
     return {n: f"127.0.0.1:{rb.free_port()}" for n in sorted(names)}
 
 
@@ -148,8 +154,7 @@ def _loopback_env() -> dict[str, str]:
 def test_collector_starts_with_config(tmp_path: Path, name: str) -> None:
     # `validate` does not build the pipelines (see below): start each config for real on loopback
     binary = rb.require_binaries(rb.OTELCOL_BIN)[rb.OTELCOL_BIN]
-    collector = rb.Collector(binary, CONFIG_DIR / name, tmp_path, env=_loopback_env(),
-                             feature_gates=[rb.RECORD_POLICY_GATE], name=name)
+    collector = rb.Collector(binary, CONFIG_DIR / name, tmp_path, env=_loopback_env(), feature_gates=[rb.RECORD_POLICY_GATE], name=name)
     collector.start()
     try:
         assert "Everything is ready" in collector.log_text()
@@ -171,12 +176,16 @@ def test_collector_validate_rejects_an_undefined_component(tmp_path: Path) -> No
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize(("mutate", "message"), [
-    (lambda c: c["processors"]["tail_sampling"]["policies"][0].update(type="string_attributes"),
-     "unknown sampling policy type string_attributes"),
-    (lambda c: c["processors"]["tail_sampling"]["policies"][1]["ottl_condition"].update(spanevent=["name =="]),
-     "finding-unexplained-exclusion"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda c: c["processors"]["tail_sampling"]["policies"][0].update(type="string_attributes"),
+            "unknown sampling policy type string_attributes",
+        ),
+        (lambda c: c["processors"]["tail_sampling"]["policies"][1]["ottl_condition"].update(spanevent=["name =="]), "finding-unexplained-exclusion"),
+    ],
+)
 def test_tail_sampling_policy_errors_pass_validate_but_fail_at_start(tmp_path: Path, mutate: Any, message: str) -> None:
     # collector v0.161.0: tail_sampling builds its policies at start, so `validate` accepts a typo'd
     # policy. This is why CI also starts every config (test_collector_starts_with_config).

@@ -33,10 +33,17 @@ KEYS = ("lang", "n", "tags")
 KINDS = (None, "", *sc.SCORE_KINDS)
 ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=6)  # lone surrogates, NUL, RTL marks ...
 PLAIN_TEXT = st.text(max_size=6)
-META_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), PLAIN_TEXT,
-                       st.lists(PLAIN_TEXT, max_size=3), st.lists(st.integers(), max_size=3),
-                       st.lists(st.one_of(st.integers(), PLAIN_TEXT), max_size=3),
-                       st.dictionaries(PLAIN_TEXT, st.integers(), max_size=2))
+META_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    PLAIN_TEXT,
+    st.lists(PLAIN_TEXT, max_size=3),
+    st.lists(st.integers(), max_size=3),
+    st.lists(st.one_of(st.integers(), PLAIN_TEXT), max_size=3),
+    st.dictionaries(PLAIN_TEXT, st.integers(), max_size=2),
+)
 CANDIDATE = st.builds(
     Candidate,
     id=ANY_TEXT,
@@ -78,8 +85,9 @@ def _score_text(value: Any) -> str:
         return type(value).__name__
 
 
-def _expected(c: Candidate, rank: int | None, default_kind: str | None, config: CaptureSettings,
-              reason: str | None = None, detail: str | None = None) -> dict[str, Any]:
+def _expected(
+    c: Candidate, rank: int | None, default_kind: str | None, config: CaptureSettings, reason: str | None = None, detail: str | None = None
+) -> dict[str, Any]:
     row: dict[str, Any] = {sc.CANDIDATE_ID: _wire(c.id)}
     if rank is not None and rank >= 0:
         row[sc.CANDIDATE_RANK] = rank
@@ -117,27 +125,31 @@ def _same(rows: list[dict[str, Any]]) -> list[list[tuple[str, str]]]:
     return [sorted((k, repr(v)) for k, v in row.items()) for row in rows]
 
 
-def _build(schema: int, config: CaptureSettings, default_kind: str | None, outputs: list[Candidate],
-           excluded: list[Exclusion], state: PipelineState | None = None, span_id: str | None = None) -> Columns:
+def _build(
+    schema: int,
+    config: CaptureSettings,
+    default_kind: str | None,
+    outputs: list[Candidate],
+    excluded: list[Exclusion],
+    state: PipelineState | None = None,
+    span_id: str | None = None,
+) -> Columns:
     return EventBuilder(config, default_kind, state, span_id, schema=schema).build([], outputs, excluded)
 
 
 def _decoded(schema: int, built: Columns) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     outputs = columns.records(built.span_attributes, None, schema)
-    by_reason = {a[sc.EXCLUSION_REASON]: columns.records(a, a[sc.EXCLUSION_REASON], schema)
-                 for name, a in built.events if name == sc.EVENT_EXCLUSION}
+    by_reason = {a[sc.EXCLUSION_REASON]: columns.records(a, a[sc.EXCLUSION_REASON], schema) for name, a in built.events if name == sc.EVENT_EXCLUSION}
     return outputs, by_reason
 
 
-CONFIG = st.builds(CaptureSettings, content=st.sampled_from(sc.CAPTURE_CONTENT_MODES),
-                   metadata=st.sampled_from(((), KEYS, ("tags",))))
+CONFIG = st.builds(CaptureSettings, content=st.sampled_from(sc.CAPTURE_CONTENT_MODES), metadata=st.sampled_from(((), KEYS, ("tags",))))
 
 
 @pytest.mark.parametrize("schema", SCHEMAS)
 @settings(max_examples=150, deadline=None)
 @given(config=CONFIG, default_kind=st.sampled_from(KINDS), outputs=st.lists(CANDIDATE, max_size=6), excluded=exclusions())
-def test_rows_round_trip(schema: int, config: CaptureSettings, default_kind: str | None, outputs: list[Candidate],
-                         excluded: list[Exclusion]) -> None:
+def test_rows_round_trip(schema: int, config: CaptureSettings, default_kind: str | None, outputs: list[Candidate], excluded: list[Exclusion]) -> None:
     built = _build(schema, config, default_kind, outputs, excluded)
     got_outputs, got_excluded = _decoded(schema, built)
     assert _same(got_outputs) == _same([_expected(c, i, default_kind, config) for i, c in enumerate(outputs)])
@@ -150,8 +162,7 @@ def test_rows_round_trip(schema: int, config: CaptureSettings, default_kind: str
 @pytest.mark.parametrize("schema", SCHEMAS)
 @settings(max_examples=100, deadline=None)
 @given(rows=st.lists(CANDIDATE, min_size=1, max_size=6), excluded=exclusions())
-def test_rows_pointing_to_an_upstream_stage_read_back_its_receipts(schema: int, rows: list[Candidate],
-                                                                   excluded: list[Exclusion]) -> None:
+def test_rows_pointing_to_an_upstream_stage_read_back_its_receipts(schema: int, rows: list[Candidate], excluded: list[Exclusion]) -> None:
     """Schema 4 on, a later stage whose rows carry exactly an earlier stage's content points to it
     (``content.from``); its rows, resolved by the reader, are the rows that went in. Schema 3 never
     points: its rows state their receipts."""
@@ -184,7 +195,8 @@ def _one_form(attributes: dict[str, Any], single: str, column: str, said_once: b
 @settings(max_examples=150, deadline=None)
 @given(outputs=st.lists(CANDIDATE, min_size=1, max_size=6), excluded=exclusions())
 def test_a_rule_that_holds_for_every_row_is_said_once_else_the_column_is_written(
-        schema: int, outputs: list[Candidate], excluded: list[Exclusion]) -> None:
+    schema: int, outputs: list[Candidate], excluded: list[Exclusion]
+) -> None:
     once = schema >= sc.SCHEMA_SAID_ONCE
     config = CaptureSettings(content="off")
     built = _build(schema, config, None, outputs, excluded)
@@ -199,12 +211,12 @@ def test_a_rule_that_holds_for_every_row_is_said_once_else_the_column_is_written
         _one_form(attributes, sc.COLUMN_HOP, sc.COLUMN_HOPS, None if set(hops) == {-1} else len(set(hops)) == 1)
         receipts = [c.receipt for c in rows]
         ascii_rows = all(r is None or r.bytes == r.chars for r in receipts)
-        _one_form(attributes, sc.COLUMN_CONTENT_ENCODING, sc.COLUMN_CONTENT_BYTES,
-                  None if receipts.count(None) == len(receipts) else once and ascii_rows)
+        _one_form(
+            attributes, sc.COLUMN_CONTENT_ENCODING, sc.COLUMN_CONTENT_BYTES, None if receipts.count(None) == len(receipts) else once and ascii_rows
+        )
     for attributes, group in zip(events, groups.values(), strict=True):
         ranks = [max(e.rank, -1) for e in group]
         run = ranks[0] >= 0 and ranks == list(range(ranks[0], ranks[0] + len(ranks)))
         _one_form(attributes, sc.COLUMN_RANK_FIRST, sc.COLUMN_RANKS, once and run)
         details = [_wire(e.detail) if e.detail is not None else "" for e in group]
-        _one_form(attributes, sc.EXCLUSION_DETAIL, sc.COLUMN_EXCLUSION_DETAILS,
-                  None if not any(details) else once and len(set(details)) == 1)
+        _one_form(attributes, sc.EXCLUSION_DETAIL, sc.COLUMN_EXCLUSION_DETAILS, None if not any(details) else once and len(set(details)) == 1)

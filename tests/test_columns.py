@@ -62,44 +62,87 @@ def test_odd_rows_round_trip_exactly() -> None:
     assert a[sc.COLUMN_META_PREFIX + "n"] == ("", "3", "", "")
     got = records(span)
     assert got[:4] == [
-        (sc.EVENT_CANDIDATE, {sc.CANDIDATE_ID: "a", sc.CANDIDATE_RANK: 0, sc.CANDIDATE_SCORE: 0.5,
-                              sc.CANDIDATE_SCORE_KIND: "bm25", sc.CANDIDATE_HOP: 0, sc.CANDIDATE_CONTENT_CHARS: 5,
-                              sc.CANDIDATE_CONTENT_BYTES: 5, sc.CANDIDATE_CONTENT_SHA256: _sha("alpha"),
-                              sc.CANDIDATE_CONTENT_PREVIEW: "alpha", sc.CANDIDATE_META_PREFIX + "lang": "en",
-                              sc.CANDIDATE_META_PREFIX + "tags": ("x", "y")}),
-        (sc.EVENT_CANDIDATE, {sc.CANDIDATE_ID: "b", sc.CANDIDATE_RANK: 1, sc.CANDIDATE_SCORE_RAW: "nan",
-                              sc.CANDIDATE_SCORE_KIND: "rerank", sc.CANDIDATE_HOP: 1, sc.CANDIDATE_CONTENT_CHARS: 4,
-                              sc.CANDIDATE_CONTENT_BYTES: 4, sc.CANDIDATE_CONTENT_SHA256: _sha("beta"),
-                              sc.CANDIDATE_CONTENT_PREVIEW: "beta", sc.CANDIDATE_META_PREFIX + "n": 3}),
+        (
+            sc.EVENT_CANDIDATE,
+            {
+                sc.CANDIDATE_ID: "a",
+                sc.CANDIDATE_RANK: 0,
+                sc.CANDIDATE_SCORE: 0.5,
+                sc.CANDIDATE_SCORE_KIND: "bm25",
+                sc.CANDIDATE_HOP: 0,
+                sc.CANDIDATE_CONTENT_CHARS: 5,
+                sc.CANDIDATE_CONTENT_BYTES: 5,
+                sc.CANDIDATE_CONTENT_SHA256: _sha("alpha"),
+                sc.CANDIDATE_CONTENT_PREVIEW: "alpha",
+                sc.CANDIDATE_META_PREFIX + "lang": "en",
+                sc.CANDIDATE_META_PREFIX + "tags": ("x", "y"),
+            },
+        ),
+        (
+            sc.EVENT_CANDIDATE,
+            {
+                sc.CANDIDATE_ID: "b",
+                sc.CANDIDATE_RANK: 1,
+                sc.CANDIDATE_SCORE_RAW: "nan",
+                sc.CANDIDATE_SCORE_KIND: "rerank",
+                sc.CANDIDATE_HOP: 1,
+                sc.CANDIDATE_CONTENT_CHARS: 4,
+                sc.CANDIDATE_CONTENT_BYTES: 4,
+                sc.CANDIDATE_CONTENT_SHA256: _sha("beta"),
+                sc.CANDIDATE_CONTENT_PREVIEW: "beta",
+                sc.CANDIDATE_META_PREFIX + "n": 3,
+            },
+        ),
         (sc.EVENT_CANDIDATE, {sc.CANDIDATE_ID: "c", sc.CANDIDATE_RANK: 2, sc.CANDIDATE_SCORE_KIND: "none"}),
-        (sc.EVENT_CANDIDATE, {sc.CANDIDATE_ID: "d", sc.CANDIDATE_RANK: 3, sc.CANDIDATE_SCORE: 2.0,
-                              sc.CANDIDATE_SCORE_KIND: "none", sc.CANDIDATE_CONTENT_CHARS: 10,
-                              sc.CANDIDATE_CONTENT_BYTES: 10, sc.CANDIDATE_CONTENT_SHA256: _sha("delta text"),
-                              sc.CANDIDATE_CONTENT_PREVIEW: "delta text",
-                              sc.CANDIDATE_TRANSFORM_RULE: "budget_trim@1",
-                              sc.CANDIDATE_TRANSFORM_DERIVED_FROM: "f" * 64}),
+        (
+            sc.EVENT_CANDIDATE,
+            {
+                sc.CANDIDATE_ID: "d",
+                sc.CANDIDATE_RANK: 3,
+                sc.CANDIDATE_SCORE: 2.0,
+                sc.CANDIDATE_SCORE_KIND: "none",
+                sc.CANDIDATE_CONTENT_CHARS: 10,
+                sc.CANDIDATE_CONTENT_BYTES: 10,
+                sc.CANDIDATE_CONTENT_SHA256: _sha("delta text"),
+                sc.CANDIDATE_CONTENT_PREVIEW: "delta text",
+                sc.CANDIDATE_TRANSFORM_RULE: "budget_trim@1",
+                sc.CANDIDATE_TRANSFORM_DERIVED_FROM: "f" * 64,
+            },
+        ),
     ]
     assert got[4:] == [
-        (sc.EVENT_EXCLUSION, {sc.CANDIDATE_ID: "e", sc.CANDIDATE_RANK: 4, sc.CANDIDATE_SCORE: 0.1,
-                              sc.CANDIDATE_SCORE_KIND: "none", sc.CANDIDATE_CONTENT_CHARS: 4,
-                              sc.CANDIDATE_CONTENT_BYTES: 4, sc.CANDIDATE_CONTENT_SHA256: _sha("echo"),
-                              sc.CANDIDATE_CONTENT_PREVIEW: "echo", sc.EXCLUSION_DETAIL: "old edition",
-                              sc.EXCLUSION_REASON: "stale"}),
-        (sc.EVENT_EXCLUSION, {sc.CANDIDATE_ID: "zz-never-seen", sc.CANDIDATE_SCORE_KIND: "none",
-                              sc.EXCLUSION_REASON: "superseded"}),
+        (
+            sc.EVENT_EXCLUSION,
+            {
+                sc.CANDIDATE_ID: "e",
+                sc.CANDIDATE_RANK: 4,
+                sc.CANDIDATE_SCORE: 0.1,
+                sc.CANDIDATE_SCORE_KIND: "none",
+                sc.CANDIDATE_CONTENT_CHARS: 4,
+                sc.CANDIDATE_CONTENT_BYTES: 4,
+                sc.CANDIDATE_CONTENT_SHA256: _sha("echo"),
+                sc.CANDIDATE_CONTENT_PREVIEW: "echo",
+                sc.EXCLUSION_DETAIL: "old edition",
+                sc.EXCLUSION_REASON: "stale",
+            },
+        ),
+        (sc.EVENT_EXCLUSION, {sc.CANDIDATE_ID: "zz-never-seen", sc.CANDIDATE_SCORE_KIND: "none", sc.EXCLUSION_REASON: "superseded"}),
     ]
     assert a[sc.EVENTS_COUNT] == 6
     # one event per reason, the reason last (the SDK evicts the oldest first)
     assert [(e.name, list(e.attributes)[-1], e.attributes[sc.EXCLUSION_REASON]) for e in span.events] == [
-        (sc.EVENT_EXCLUSION, sc.EXCLUSION_REASON, "stale"), (sc.EVENT_EXCLUSION, sc.EXCLUSION_REASON, "superseded")]
+        (sc.EVENT_EXCLUSION, sc.EXCLUSION_REASON, "stale"),
+        (sc.EVENT_EXCLUSION, sc.EXCLUSION_REASON, "superseded"),
+    ]
 
 
 def _jaeger_text(value: object) -> object:
     """An array as Jaeger's v1 API returns it: its JSON text from Go (a whole float without ".0")."""
     if not isinstance(value, tuple):
         return value
-    return json.dumps([int(v) if isinstance(v, float) and math.isfinite(v) and v.is_integer() else v for v in value],
-                      separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(
+        [int(v) if isinstance(v, float) and math.isfinite(v) and v.is_integer() else v for v in value], separators=(",", ":"), ensure_ascii=False
+    )
 
 
 @pytest.mark.parametrize("shape", ["sdk tuples", "otlp lists", "jaeger v1 json text"])
@@ -107,8 +150,7 @@ def test_every_array_shape_decodes_to_the_same_records_and_receipt(shape: str) -
     span, _ = _record()
     reference = records(span)
     stamped = span.attributes[sc.STAGE_RECEIPT]
-    convert = {"sdk tuples": lambda v: v, "otlp lists": lambda v: list(v) if isinstance(v, tuple) else v,
-               "jaeger v1 json text": _jaeger_text}[shape]
+    convert = {"sdk tuples": lambda v: v, "otlp lists": lambda v: list(v) if isinstance(v, tuple) else v, "jaeger v1 json text": _jaeger_text}[shape]
     attributes = {k: convert(v) for k, v in span.attributes.items()}
     events = [(e.name, {k: convert(v) for k, v in e.attributes.items()}) for e in span.events]
     columns.normalize(attributes)

@@ -33,8 +33,11 @@ def _sha(text: str) -> str:
 
 
 def _candidates() -> tuple[Candidate, Candidate, Candidate]:
-    return (Candidate(id="a", content="alpha", score=0.9), Candidate(id="b", content="beta", score=0.5),
-            Candidate(id="c", content="gamma", score=0.2))
+    return (
+        Candidate(id="a", content="alpha", score=0.9),
+        Candidate(id="b", content="beta", score=0.5),
+        Candidate(id="c", content="gamma", score=0.2),
+    )
 
 
 def _written(record: StageRecord, name: str) -> Any:
@@ -58,41 +61,77 @@ def _pop_receipt(left: dict[str, Any], span: Any) -> None:
 def test_a_filter_record_concludes_and_is_written_exactly() -> None:
     a, b, c = _candidates()
     state = PipelineState()
-    record = StageRecord(sc.KIND_FILTER, "app.fresh", NO_MIRRORS, {}, state, owns_state=True, knobs=Knobs(top_k=2),
-                         inputs=[a, b, c], outputs=[a, c], explicit={"b": Explicit(sc.REASON_SUPERSEDED, "newer", None)})
+    record = StageRecord(
+        sc.KIND_FILTER,
+        "app.fresh",
+        NO_MIRRORS,
+        {},
+        state,
+        owns_state=True,
+        knobs=Knobs(top_k=2),
+        inputs=[a, b, c],
+        outputs=[a, c],
+        explicit={"b": Explicit(sc.REASON_SUPERSEDED, "newer", None)},
+    )
 
     concluded = conclude(record, None)
     assert concluded is record.conclusion
-    assert concluded == Conclusion(raised=None, status=sc.STATUS_OK, failure_class=None,
-                                   exclusions=[Exclusion(rank=1, candidate=b, reason=sc.REASON_SUPERSEDED, detail="newer")],
-                                   count_in=3, inputs_unrecorded=False, run={}, answer=None)
+    assert concluded == Conclusion(
+        raised=None,
+        status=sc.STATUS_OK,
+        failure_class=None,
+        exclusions=[Exclusion(rank=1, candidate=b, reason=sc.REASON_SUPERSEDED, detail="newer")],
+        count_in=3,
+        inputs_unrecorded=False,
+        run={},
+        answer=None,
+    )
     assert (state.in_context, state.stage_statuses, record.findings) == (["a", "c"], [sc.STATUS_OK], [])
 
     span = _written(record, "filter fresh")
     left = dict(span.attributes)
-    pop_all(left, {
-        sc.SCHEMA: sc.SCHEMA_VERSION, sc.STAGE_KIND: sc.KIND_FILTER, sc.STAGE_COMPONENT: "app.fresh",
-        sc.STAGE_STATUS: sc.STATUS_OK, sc.STAGE_TOP_K: 2,
-        sc.CANDIDATES_IN: 3, sc.CANDIDATES_OUT: 2, sc.CANDIDATES_EXCLUDED: 1,
-        sc.COLUMN_IDS: ("a", "c"), sc.COLUMN_SCORES: (0.9, 0.2), sc.COLUMN_SCORE_KIND: sc.SCORE_NONE,
-        sc.COLUMN_CONTENT_CHARS: (5, 5), sc.COLUMN_CONTENT_ENCODING: sc.CONTENT_ASCII,
-        sc.COLUMN_CONTENT_SHA256: (_sha("alpha"), _sha("gamma")),
-        sc.EVENTS_COUNT: 3,
-        sc.EVENTS_DIGEST: sorted_events_digest([(sc.EVENT_CANDIDATE, "a", _sha("alpha")),
-                                                (sc.EVENT_CANDIDATE, "c", _sha("gamma")),
-                                                (sc.EVENT_EXCLUSION, "b", _sha("beta"))]),
-    })
+    pop_all(
+        left,
+        {
+            sc.SCHEMA: sc.SCHEMA_VERSION,
+            sc.STAGE_KIND: sc.KIND_FILTER,
+            sc.STAGE_COMPONENT: "app.fresh",
+            sc.STAGE_STATUS: sc.STATUS_OK,
+            sc.STAGE_TOP_K: 2,
+            sc.CANDIDATES_IN: 3,
+            sc.CANDIDATES_OUT: 2,
+            sc.CANDIDATES_EXCLUDED: 1,
+            sc.COLUMN_IDS: ("a", "c"),
+            sc.COLUMN_SCORES: (0.9, 0.2),
+            sc.COLUMN_SCORE_KIND: sc.SCORE_NONE,
+            sc.COLUMN_CONTENT_CHARS: (5, 5),
+            sc.COLUMN_CONTENT_ENCODING: sc.CONTENT_ASCII,
+            sc.COLUMN_CONTENT_SHA256: (_sha("alpha"), _sha("gamma")),
+            sc.EVENTS_COUNT: 3,
+            sc.EVENTS_DIGEST: sorted_events_digest(
+                [(sc.EVENT_CANDIDATE, "a", _sha("alpha")), (sc.EVENT_CANDIDATE, "c", _sha("gamma")), (sc.EVENT_EXCLUSION, "b", _sha("beta"))]
+            ),
+        },
+    )
     _pop_receipt(left, span)
     assert left == {}
     (event,) = span.events
     assert event.name == sc.EVENT_EXCLUSION
     said = dict(event.attributes)
-    pop_all(said, {
-        sc.COLUMN_IDS: ("b",), sc.COLUMN_RANK_FIRST: 1, sc.COLUMN_SCORES: (0.5,), sc.COLUMN_SCORE_KIND: sc.SCORE_NONE,
-        sc.COLUMN_CONTENT_CHARS: (4,), sc.COLUMN_CONTENT_ENCODING: sc.CONTENT_ASCII,
-        sc.COLUMN_CONTENT_SHA256: (_sha("beta"),), sc.EXCLUSION_DETAIL: "newer",
-        sc.EXCLUSION_REASON: sc.REASON_SUPERSEDED,
-    })
+    pop_all(
+        said,
+        {
+            sc.COLUMN_IDS: ("b",),
+            sc.COLUMN_RANK_FIRST: 1,
+            sc.COLUMN_SCORES: (0.5,),
+            sc.COLUMN_SCORE_KIND: sc.SCORE_NONE,
+            sc.COLUMN_CONTENT_CHARS: (4,),
+            sc.COLUMN_CONTENT_ENCODING: sc.CONTENT_ASCII,
+            sc.COLUMN_CONTENT_SHA256: (_sha("beta"),),
+            sc.EXCLUSION_DETAIL: "newer",
+            sc.EXCLUSION_REASON: sc.REASON_SUPERSEDED,
+        },
+    )
     assert said == {}
 
 
@@ -113,27 +152,51 @@ def test_a_pipeline_record_says_the_run_and_takes_no_answer_once_closed() -> Non
     assert pipeline.findings == [invalid]
 
     concluded = conclude(pipeline, None)
-    run = {sc.COVERAGE_RETRIEVED: 2, sc.COVERAGE_IN_CONTEXT: 2, sc.COVERAGE_CITED: 0, sc.RUN_STATUS: sc.RUN_AVAILABLE,
-           **receipt("Refunds take 30 days.").as_attributes(sc.ANSWER_RECEIPT_PREFIX), sc.ANSWER_REFUSED: False}
+    run = {
+        sc.COVERAGE_RETRIEVED: 2,
+        sc.COVERAGE_IN_CONTEXT: 2,
+        sc.COVERAGE_CITED: 0,
+        sc.RUN_STATUS: sc.RUN_AVAILABLE,
+        **receipt("Refunds take 30 days.").as_attributes(sc.ANSWER_RECEIPT_PREFIX),
+        sc.ANSWER_REFUSED: False,
+    }
     assert (concluded.status, concluded.count_in, concluded.exclusions, concluded.run) == (sc.STATUS_OK, 0, [], run)
     assert concluded.answer == given
 
     span = _written(pipeline, "pipeline app")
     left = dict(span.attributes)
-    pop_all(left, {
-        sc.SCHEMA: sc.SCHEMA_VERSION, sc.STAGE_KIND: sc.KIND_PIPELINE, sc.STAGE_COMPONENT: "app",
-        sc.STAGE_STATUS: sc.STATUS_OK, **run, sc.STAGE_FINDINGS: (invalid,),
-        sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 0, sc.CANDIDATES_EXCLUDED: 0,
-        sc.EVENTS_COUNT: 0, sc.EVENTS_DIGEST: sorted_events_digest([]),
-    })
+    pop_all(
+        left,
+        {
+            sc.SCHEMA: sc.SCHEMA_VERSION,
+            sc.STAGE_KIND: sc.KIND_PIPELINE,
+            sc.STAGE_COMPONENT: "app",
+            sc.STAGE_STATUS: sc.STATUS_OK,
+            **run,
+            sc.STAGE_FINDINGS: (invalid,),
+            sc.CANDIDATES_IN: 0,
+            sc.CANDIDATES_OUT: 0,
+            sc.CANDIDATES_EXCLUDED: 0,
+            sc.EVENTS_COUNT: 0,
+            sc.EVENTS_DIGEST: sorted_events_digest([]),
+        },
+    )
     _pop_receipt(left, span)
     assert left == {} and not span.events
 
 
 def test_a_narrowing_record_without_inputs_says_so_where_its_attributes_are_written() -> None:
     a, _, c = _candidates()
-    record = StageRecord(sc.KIND_RERANK, "app.rerank", NO_MIRRORS, {}, PipelineState(), owns_state=True,
-                         outputs=[a, c], explicit={"b": Explicit(sc.REASON_BELOW_RANK_CUTOFF, None, None)})
+    record = StageRecord(
+        sc.KIND_RERANK,
+        "app.rerank",
+        NO_MIRRORS,
+        {},
+        PipelineState(),
+        owns_state=True,
+        outputs=[a, c],
+        explicit={"b": Explicit(sc.REASON_BELOW_RANK_CUTOFF, None, None)},
+    )
     concluded = conclude(record, None)
     assert (concluded.count_in, concluded.inputs_unrecorded) == (3, True)
     assert record.findings == []  # said by the writer, after anything found while building the events

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import ragtrail
 from opentelemetry import trace
 
+import ragtrail
 from fixtures.ragtrail_traces import DOCS, attr, rag_run, record, rewrite_store, trace_id_now
 from fixtures.ragtrail_traces import manifest_stage as _stage
 from fixtures.ragtrail_traces import spans_by_name as _spans
@@ -60,8 +60,10 @@ def _changing_run(tracer: trace.Tracer) -> str:
         with ragtrail.stage("retrieve", "tests.r", tracer=tracer) as s:
             s.query("q")
             s.outputs(docs)
-        trimmed = [Candidate(id="a", content=docs[0]["content"][:12], transform_rule="budget_trim@1",
-                             derived_from=receipt(docs[0]["content"]).sha256), docs[1]]
+        trimmed = [
+            Candidate(id="a", content=docs[0]["content"][:12], transform_rule="budget_trim@1", derived_from=receipt(docs[0]["content"]).sha256),
+            docs[1],
+        ]
         with ragtrail.stage("budget", "tests.budget", tracer=tracer) as s:
             s.inputs(docs)
             s.outputs(trimmed)
@@ -97,14 +99,13 @@ def test_a_pointer_to_a_span_that_did_not_arrive_is_an_alarm_not_a_match(tmp_pat
     trace_id = record(tmp_path, rag_run)
     gone = rewrite_store(tmp_path, lambda span: span["attributes"].clear() if span["name"] == "retrieve bm25" else None)
     m = build(FileSource(gone).get(trace_id)).as_dict()
-    pointer = [(a["stage"], a["candidate"], a["problem"]) for a in m["fidelity"]["alarms"]
-               if a["field"] == sc.CANDIDATE_CONTENT_FROM]
+    pointer = [(a["stage"], a["candidate"], a["problem"]) for a in m["fidelity"]["alarms"] if a["field"] == sc.CANDIDATE_CONTENT_FROM]
     # the retrieval span arrived without its attributes: it is no ragtrail stage, so nothing holds the
     # receipts the filter's 5 rows and the rerank's 4 point to
-    filt = [("filter tests.status", i, "unverifiable") for i in
-            ("policy-2024-11", "policy-2026-01", "sales-deck-q1", "sla-2025", "policy-2026-01-draft")]
-    rerank = [("rerank tests.rerank", i, "unverifiable") for i in
-              ("policy-2024-11", "policy-2026-01", "sales-deck-q1", "sla-2025")]
+    filt = [
+        ("filter tests.status", i, "unverifiable") for i in ("policy-2024-11", "policy-2026-01", "sales-deck-q1", "sla-2025", "policy-2026-01-draft")
+    ]
+    rerank = [("rerank tests.rerank", i, "unverifiable") for i in ("policy-2024-11", "policy-2026-01", "sales-deck-q1", "sla-2025")]
     assert sorted(pointer) == sorted(filt + rerank)
     f = m["fidelity"]
     # the 4 query receipts that did arrive and the cite stage's id-only record; no content row reads as intact

@@ -8,13 +8,15 @@ import base64
 import copy
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 import ragtrail
-from fixtures.ragtrail_traces import all_spans, multi_query_run as mq_run, record, store_lines
+from fixtures.ragtrail_traces import all_spans, record, store_lines
+from fixtures.ragtrail_traces import multi_query_run as mq_run
 from ragtrail.cli.app import main as cli_main
 from ragtrail.contract import semconv as sc
 from ragtrail.inspect.manifest import build
@@ -23,8 +25,9 @@ from ragtrail.inspect.sources import resolve
 KEY = "correct horse battery staple"
 
 
-def _record(tmp_path: Path, run: Callable[[Any], str] = mq_run, env: dict[str, str] | None = None,
-            monkeypatch: pytest.MonkeyPatch | None = None) -> dict[str, Any]:
+def _record(
+    tmp_path: Path, run: Callable[[Any], str] = mq_run, env: dict[str, str] | None = None, monkeypatch: pytest.MonkeyPatch | None = None
+) -> dict[str, Any]:
     """Record ``run``; the trace as one OTLP JSON document (all lines merged)."""
     for k, v in (env or {}).items():
         assert monkeypatch is not None
@@ -65,7 +68,7 @@ def _verdict(path: str, key: bytes | None = None) -> dict[str, Any]:
 
 # --- backend shapes ----------------------------------------------------------------------------
 def _otlp_value_to_jaeger(key: str, value: dict[str, Any]) -> dict[str, Any]:
-    (kind, v), = value.items()
+    ((kind, v),) = value.items()
     if kind == "stringValue":
         return {"key": key, "type": "string", "value": v}
     if kind == "intValue":
@@ -76,11 +79,14 @@ def _otlp_value_to_jaeger(key: str, value: dict[str, Any]) -> dict[str, Any]:
         return {"key": key, "type": "bool", "value": v}
     if kind == "arrayValue":  # Jaeger keeps an OTLP array as its JSON text
         items = [list(x.values())[0] for x in v.get("values", [])]
-        items = [int(x) if isinstance(x, str) and x.lstrip("-").isdigit() and "intValue" in y else x
-                 for x, y in zip(items, v.get("values", []))]
+        items = [
+            int(x) if isinstance(x, str) and x.lstrip("-").isdigit() and "intValue" in y else x
+            for x, y in zip(items, v.get("values", []), strict=False)
+        ]
         # Go's encoding/json, as Jaeger writes the array's text: a whole float 1.0 is written 1
-        items = [int(x) if isinstance(x, float) and x.is_integer() and "doubleValue" in y else x
-                 for x, y in zip(items, v.get("values", []))]
+        items = [
+            int(x) if isinstance(x, float) and x.is_integer() and "doubleValue" in y else x for x, y in zip(items, v.get("values", []), strict=False)
+        ]
         return {"key": key, "type": "string", "value": json.dumps(items, separators=(",", ":"))}
     raise AssertionError(kind)
 
@@ -91,22 +97,36 @@ def to_jaeger_v1(doc: dict[str, Any]) -> dict[str, Any]:
     for n, rs in enumerate(doc["resourceSpans"]):
         pid = f"p{n + 1}"
         res = {kv["key"]: kv["value"] for kv in rs["resource"]["attributes"]}
-        processes[pid] = {"serviceName": res["service.name"]["stringValue"],
-                          "tags": [_otlp_value_to_jaeger(k, v) for k, v in res.items() if k != "service.name"]}
+        processes[pid] = {
+            "serviceName": res["service.name"]["stringValue"],
+            "tags": [_otlp_value_to_jaeger(k, v) for k, v in res.items() if k != "service.name"],
+        }
         for ss in rs["scopeSpans"]:
             for s in ss["spans"]:
                 start = int(s["startTimeUnixNano"]) // 1000
-                spans.append({
-                    "traceID": s["traceId"], "spanID": s["spanId"], "operationName": s["name"],
-                    "references": ([{"refType": "CHILD_OF", "traceID": s["traceId"], "spanID": s["parentSpanId"]}]
-                                   if s.get("parentSpanId") else []),
-                    "startTime": start, "duration": int(s["endTimeUnixNano"]) // 1000 - start,
-                    "tags": [_otlp_value_to_jaeger(kv["key"], kv["value"]) for kv in s.get("attributes", [])],
-                    "logs": [{"timestamp": int(e["timeUnixNano"]) // 1000,
-                              "fields": [{"key": "event", "type": "string", "value": e["name"]}]
-                              + [_otlp_value_to_jaeger(kv["key"], kv["value"]) for kv in e.get("attributes", [])]}
-                             for e in s.get("events", [])],
-                    "processID": pid, "warnings": None})
+                spans.append(
+                    {
+                        "traceID": s["traceId"],
+                        "spanID": s["spanId"],
+                        "operationName": s["name"],
+                        "references": (
+                            [{"refType": "CHILD_OF", "traceID": s["traceId"], "spanID": s["parentSpanId"]}] if s.get("parentSpanId") else []
+                        ),
+                        "startTime": start,
+                        "duration": int(s["endTimeUnixNano"]) // 1000 - start,
+                        "tags": [_otlp_value_to_jaeger(kv["key"], kv["value"]) for kv in s.get("attributes", [])],
+                        "logs": [
+                            {
+                                "timestamp": int(e["timeUnixNano"]) // 1000,
+                                "fields": [{"key": "event", "type": "string", "value": e["name"]}]
+                                + [_otlp_value_to_jaeger(kv["key"], kv["value"]) for kv in e.get("attributes", [])],
+                            }
+                            for e in s.get("events", [])
+                        ],
+                        "processID": pid,
+                        "warnings": None,
+                    }
+                )
     return {"data": [{"traceID": spans[0]["traceID"], "spans": spans, "processes": processes}]}
 
 
@@ -150,8 +170,10 @@ def shapes(tmp_path: Path, doc: dict[str, Any]) -> dict[str, str]:
 
 
 def _order_free_manifest(m: dict[str, Any]) -> list[Any]:
-    return [[(s["kind"], s["component"], [c["id"] for c in s["candidates"]], [e["id"] for e in s["excluded"]])
-             for s in m["stages"]], [(h["hop"], h["text"]) for h in m["query_hops"]]]
+    return [
+        [(s["kind"], s["component"], [c["id"] for c in s["candidates"]], [e["id"] for e in s["excluded"]]) for s in m["stages"]],
+        [(h["hop"], h["text"]) for h in m["query_hops"]],
+    ]
 
 
 def test_every_backend_shape_gives_the_same_verdict_whatever_the_event_order(tmp_path: Path) -> None:
@@ -170,8 +192,7 @@ def test_every_backend_shape_gives_the_same_verdict_whatever_the_event_order(tmp
     assert reference["alarms"] == []
     assert (reference["intact"], reference["changed_uncited"], reference["unverifiable"]) == (23, 0, 0)
     for name, verdict in verdicts.items():
-        assert verdict == {**reference, "dropped_attributes": verdict["dropped_attributes"],
-                           "dropped_events": verdict["dropped_events"]}, name
+        assert verdict == {**reference, "dropped_attributes": verdict["dropped_attributes"], "dropped_events": verdict["dropped_events"]}, name
     # the reader restores emission order for display, whatever order the backend served
     manifests = {name: _order_free_manifest(build(resolve(p, None)).as_dict()) for name, p in paths.items()}
     for name, m in manifests.items():
@@ -226,8 +247,7 @@ def test_missing_stage_span_alarms(tmp_path: Path) -> None:
     gone = _drop(doc, lambda s: s["name"] != "fuse rrf")
     assert _alarms(_write(tmp_path, "gone.json", gone)) == [(sc.TRACE_SPAN_COUNT, "missing spans")]
     both = _drop(gone, lambda s: _attr(s, sc.TRACE_SPAN_COUNT) is None)
-    assert _alarms(_write(tmp_path, "both.json", both)) == [(sc.TRACE_SEGMENT_ROOT, "root span missing"),
-                                                            (sc.TRACE_SPAN_COUNT, "missing spans")]
+    assert _alarms(_write(tmp_path, "both.json", both)) == [(sc.TRACE_SEGMENT_ROOT, "root span missing"), (sc.TRACE_SPAN_COUNT, "missing spans")]
 
 
 def test_lowered_count_is_an_alarm_not_a_note(tmp_path: Path) -> None:
@@ -264,13 +284,14 @@ def _on_event(name: str, event: str, key: str, value: dict[str, Any], n: int = 0
     return lambda doc: _set(_event(_span(doc, name), event, n)["attributes"], key, value)
 
 
-def _on_column(name: str, key: str, index: int, value: dict[str, Any],
-               event: str | None = None) -> Callable[[dict[str, Any]], None]:
+def _on_column(name: str, key: str, index: int, value: dict[str, Any], event: str | None = None) -> Callable[[dict[str, Any]], None]:
     """Change one row of a column: on the stage span, or on its first ``event``."""
+
     def edit(doc: dict[str, Any]) -> None:
         span = _span(doc, name)
         attrs = _event(span, event)["attributes"] if event else span["attributes"]
         next(kv for kv in attrs if kv["key"] == key)["value"]["arrayValue"]["values"][index] = value
+
     return edit
 
 
@@ -284,38 +305,40 @@ TAMPERING = {  # what was changed -> the field the alarm names (the 18 kinds the
     "rank (two outputs swapped)": (_swap_ids, sc.COLUMN_IDS),
     "id": (_on_column("fuse rrf", sc.COLUMN_IDS, 2, {"stringValue": "sla-2025"}), sc.COLUMN_IDS),
     # schema 5: the fuse's excluded rows are a run of consecutive input ranks, said by the first
-    "exclusion rank": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.COLUMN_RANK_FIRST, {"intValue": "6"}),
-                       sc.COLUMN_RANK_FIRST),
+    "exclusion rank": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.COLUMN_RANK_FIRST, {"intValue": "6"}), sc.COLUMN_RANK_FIRST),
     "score kind": (_on_span("fuse rrf", sc.COLUMN_SCORE_KIND, {"stringValue": "rerank"}), sc.COLUMN_SCORE_KIND),
     "hop": (_on_column("fuse rrf", sc.COLUMN_HOPS, 0, {"intValue": "3"}), sc.COLUMN_HOPS),
-    "exclusion reason": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.EXCLUSION_REASON, {"stringValue": "stale"}),
-                         sc.EXCLUSION_REASON),
-    "exclusion detail": (_on_column("fuse rrf", sc.COLUMN_EXCLUSION_DETAILS, 1, {"stringValue": "old"},
-                                    sc.EVENT_EXCLUSION), sc.COLUMN_EXCLUSION_DETAILS),
+    "exclusion reason": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.EXCLUSION_REASON, {"stringValue": "stale"}), sc.EXCLUSION_REASON),
+    "exclusion detail": (
+        _on_column("fuse rrf", sc.COLUMN_EXCLUSION_DETAILS, 1, {"stringValue": "old"}, sc.EVENT_EXCLUSION),
+        sc.COLUMN_EXCLUSION_DETAILS,
+    ),
     "stage status": (_on_span("filter status", sc.STAGE_STATUS, {"stringValue": "ok"}), sc.STAGE_STATUS),
-    "failure class": (_on_span("filter status", sc.STAGE_FAILURE_CLASS, {"stringValue": "parse_error"}),
-                      sc.STAGE_FAILURE_CLASS),
+    "failure class": (_on_span("filter status", sc.STAGE_FAILURE_CLASS, {"stringValue": "parse_error"}), sc.STAGE_FAILURE_CLASS),
     "fallback": (_on_span("filter status", sc.STAGE_FALLBACK, {"stringValue": "none"}), sc.STAGE_FALLBACK),
     "candidates in": (_on_span("fuse rrf", sc.CANDIDATES_IN, {"intValue": "4"}), sc.CANDIDATES_IN),
     "candidates out": (_on_span("fuse rrf", sc.CANDIDATES_OUT, {"intValue": "3"}), sc.CANDIDATES_OUT),
     "candidates excluded": (_on_span("fuse rrf", sc.CANDIDATES_EXCLUDED, {"intValue": "0"}), sc.CANDIDATES_EXCLUDED),
-    "cited ids": (_on_span("pipeline mq", sc.CITED_IDS, {"arrayValue": {"values": [{"stringValue": "sla-2025"}]}}),
-                  sc.CITED_IDS),
+    "cited ids": (_on_span("pipeline mq", sc.CITED_IDS, {"arrayValue": {"values": [{"stringValue": "sla-2025"}]}}), sc.CITED_IDS),
     "component": (_on_span("fuse rrf", sc.STAGE_COMPONENT, {"stringValue": "tests.other"}), sc.STAGE_COMPONENT),
     "threshold knob": (_on_span("filter status", sc.STAGE_THRESHOLD, {"doubleValue": 0.1}), sc.STAGE_THRESHOLD),
     "coverage": (_on_span("pipeline mq", sc.COVERAGE_RETRIEVED, {"intValue": "9"}), sc.COVERAGE_RETRIEVED),
-    "content chars (no payload)": (_on_column("fuse rrf", sc.COLUMN_CONTENT_CHARS, 0, {"intValue": "3"}),
-                                   sc.COLUMN_CONTENT_CHARS),
+    "content chars (no payload)": (_on_column("fuse rrf", sc.COLUMN_CONTENT_CHARS, 0, {"intValue": "3"}), sc.COLUMN_CONTENT_CHARS),
     # schema 5: ASCII content says its bytes are its chars once, instead of a bytes column
-    "content bytes (no payload)": (_on_span("fuse rrf", sc.COLUMN_CONTENT_ENCODING, {"stringValue": "utf-16"}),
-                                   sc.COLUMN_CONTENT_ENCODING),
+    "content bytes (no payload)": (_on_span("fuse rrf", sc.COLUMN_CONTENT_ENCODING, {"stringValue": "utf-16"}), sc.COLUMN_CONTENT_ENCODING),
     # schema 4: the fuse stage's excluded rows point to the retrieval that wrote their receipts
-    "excluded content pointer": (_on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.COLUMN_CONTENT_FROM,
-                                           {"stringValue": "00000000000000ff"}), sc.COLUMN_CONTENT_FROM),
-    "query hop event text": (_on_event("retrieve multi_query", sc.EVENT_QUERY, sc.QUERY_TRANSFORM,
-                                       {"stringValue": "rewrite"}, 1), sc.QUERY_TRANSFORM),
-    "transform rule added": (_on_span("fuse rrf", sc.COLUMN_TRANSFORM_RULE, {"arrayValue": {"values": [
-        {"stringValue": "budget_trim@1"}] + [{"stringValue": ""}] * 3}}), sc.COLUMN_TRANSFORM_RULE),
+    "excluded content pointer": (
+        _on_event("fuse rrf", sc.EVENT_EXCLUSION, sc.COLUMN_CONTENT_FROM, {"stringValue": "00000000000000ff"}),
+        sc.COLUMN_CONTENT_FROM,
+    ),
+    "query hop event text": (
+        _on_event("retrieve multi_query", sc.EVENT_QUERY, sc.QUERY_TRANSFORM, {"stringValue": "rewrite"}, 1),
+        sc.QUERY_TRANSFORM,
+    ),
+    "transform rule added": (
+        _on_span("fuse rrf", sc.COLUMN_TRANSFORM_RULE, {"arrayValue": {"values": [{"stringValue": "budget_trim@1"}] + [{"stringValue": ""}] * 3}}),
+        sc.COLUMN_TRANSFORM_RULE,
+    ),
 }
 
 
@@ -343,8 +366,7 @@ def test_same_length_preview_replaced_is_changed_uncited(tmp_path: Path, monkeyp
     assert len(preview["stringValue"]) == 256
     preview["stringValue"] = "X" * 256
     f = build(resolve(_write(tmp_path, "p.json", doc), None)).as_dict()["fidelity"]
-    assert [(a["stage"], a["field"], a["problem"]) for a in f["alarms"]] == [
-        ("fuse tests.rrf", sc.COLUMN_CONTENT_PREVIEW, "changed_uncited")]
+    assert [(a["stage"], a["field"], a["problem"]) for a in f["alarms"]] == [("fuse tests.rrf", sc.COLUMN_CONTENT_PREVIEW, "changed_uncited")]
     assert f["changed_uncited"] == 1
 
 
@@ -402,8 +424,7 @@ def test_keyed_receipts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: 
             kv["value"]["stringValue"] = kv["value"]["stringValue"].replace("hmac-sha256:", "")
     result = _cli(capfd, "verify", _write(tmp_path, "downgraded.json", doc), "--key-file", str(key_file))
     assert result.exit_code == 1 and result.output.count("ALARM") == 1
-    assert "field=ragtrail.stage.receipt: changed_uncited (the receipt is unkeyed (sha256) but a key was given" \
-        in result.output
+    assert "field=ragtrail.stage.receipt: changed_uncited (the receipt is unkeyed (sha256) but a key was given" in result.output
     # the same restamp on an unkeyed trace passes: what the key is for
     plain = _record(tmp_path / "plain")
     _restamp(plain, "fuse rrf")
@@ -435,7 +456,7 @@ def test_field_digests_cut_by_a_value_limit_name_only_what_they_cover() -> None:
     assert changed_fields(fields, parse_field_digests(stamped)) == []
     changed = dict(fields, **{"a.one": "9"})
     assert changed_fields(changed, parse_field_digests(stamped)) == ["a.one"]
-    cut = stamped[:stamped.index("c.three=") + 11]  # a collector's truncate_all, mid-digest
+    cut = stamped[: stamped.index("c.three=") + 11]  # a collector's truncate_all, mid-digest
     assert changed_fields(changed, parse_field_digests(cut)) == ["a.one"]
     assert changed_fields(dict(fields, **{"b.two": "x"}), parse_field_digests(cut)) == ["b.two"]
     # uncut, a field the producer never wrote is named as added

@@ -6,6 +6,7 @@ empty result, a failed retrieval and a context failure."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
@@ -102,6 +103,7 @@ def test_corpus_is_the_sum_over_stores_each_counted_once(span_exporter):
         def search(query: str) -> list[dict[str, Any]]:
             ragtrail.current_stage().corpus_size(len(store.chunks), store=store)
             return store.search(query, 7)
+
         return search
 
     first, second = searcher(compliance), searcher(portfolio_store)
@@ -171,8 +173,9 @@ def test_a_retriever_that_trims_every_inner_hit_excludes_them_all(span_exporter)
     assert (outer["in"], outer["out"]) == (4, 0)
     assert [(e["id"], e["reason"]) for e in outer["excluded"]] == [(i, "unexplained") for i in found]
     assert m["coverage"]["retrieved"] == 0
-    assert m["coverage"]["statement"] == ("nothing handed on: 4 found, all excluded before they were retrieved "
-                                          "(not an empty result): no claim is supported")
+    assert m["coverage"]["statement"] == (
+        "nothing handed on: 4 found, all excluded before they were retrieved (not an empty result): no claim is supported"
+    )
 
 
 def test_a_pipeline_called_from_another_rolls_its_reads_into_the_outer_one(span_exporter):
@@ -223,19 +226,20 @@ def test_empty_failed_and_context_failure_runs_get_different_words(span_exporter
     statements = {}
     for query in ("zzz qqq", "boom", "travel expenses"):
         span_exporter.clear()
-        try:
+        with contextlib.suppress(ConnectionError):
             ask(query)
-        except ConnectionError:
-            pass
         m = manifest_of(span_exporter)
-        statements[query] = (m["coverage"]["statement"],
-                             [s.attributes[sc.RUN_STATUS] for s in span_exporter.get_finished_spans()
-                              if sc.RUN_STATUS in s.attributes])
+        statements[query] = (
+            m["coverage"]["statement"],
+            [s.attributes[sc.RUN_STATUS] for s in span_exporter.get_finished_spans() if sc.RUN_STATUS in s.attributes],
+        )
     assert statements == {
         "zzz qqq": ("empty result: the search found nothing (not a failure): no claim is supported", ["empty"]),
         "boom": ("retrieval failed: nothing retrieved: no claim is supported", ["failed"]),
-        "travel expenses": (f"context failure: {len(store.search('travel expenses', 3))} retrieved, none reached the model: "
-                            "no claim is supported", ["available"]),
+        "travel expenses": (
+            f"context failure: {len(store.search('travel expenses', 3))} retrieved, none reached the model: no claim is supported",
+            ["available"],
+        ),
     }
 
 

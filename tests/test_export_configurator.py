@@ -51,9 +51,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 def _run(tmp_path: Path, args: list[str], env: dict[str, str], n: int) -> dict:
     script = tmp_path / "app.py"
     script.write_text(APP)
-    done = subprocess.run(
-        [*args, sys.executable, str(script), str(n)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([*args, sys.executable, str(script), str(n)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     (line,) = [x for x in done.stdout.splitlines() if x.startswith('{"ids"')]
     return json.loads(line)
@@ -84,7 +82,8 @@ def test_opentelemetry_instrument_defaults_to_the_local_store_with_whole_traces(
 
 
 def test_opentelemetry_instrument_with_an_endpoint_samples_consistently_and_exports_otlp(
-    tmp_path: Path, otlp_server: OTLPServer  # noqa: F811
+    tmp_path: Path,
+    otlp_server: OTLPServer,  # noqa: F811
 ) -> None:
     env = _clean_env(
         OTEL_EXPORTER_OTLP_ENDPOINT=otlp_server.url,
@@ -117,13 +116,8 @@ def test_an_explicit_traces_exporter_and_sampler_are_honoured(tmp_path: Path) ->
 
 def test_configure_in_code_flushes_at_process_exit(tmp_path: Path, otlp_server: OTLPServer) -> None:  # noqa: F811
     script = tmp_path / "app.py"
-    script.write_text(
-        "import ragtrail\n"
-        f"ragtrail.configure(endpoint={otlp_server.url!r}, service_name='coded')\n" + APP
-    )
-    done = subprocess.run(
-        [sys.executable, str(script), "30"], cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=120
-    )
+    script.write_text(f"import ragtrail\nragtrail.configure(endpoint={otlp_server.url!r}, service_name='coded')\n" + APP)
+    done = subprocess.run([sys.executable, str(script), "30"], cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["processors"] == ["WholeTraceSpanProcessor"]
@@ -145,8 +139,12 @@ def test_configure_without_an_endpoint_writes_the_local_store(tmp_path: Path, mo
 
 
 def test_default_exporter_choice_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
-                 "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+    for name in (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert default_trace_exporter_name() == "ragtrail_file"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:1/v1/traces")

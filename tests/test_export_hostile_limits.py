@@ -21,12 +21,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 
 import ragtrail
-from otlp_server import OTLPServer, ReceivedSpan, otlp_server  # noqa: F401  (fixture)
 import spanutil
+from otlp_server import OTLPServer, ReceivedSpan, otlp_server  # noqa: F401  (fixture)
 from ragtrail.contract import semconv as sc
-from ragtrail.inspect.columns import expand
-from ragtrail.recorder.candidates import Candidate
-from ragtrail.export.whole_trace import WholeTraceSpanProcessor
 from ragtrail.contract.receipts import (
     CHANGED_CITED,
     CHANGED_UNCITED,
@@ -35,9 +32,12 @@ from ragtrail.contract.receipts import (
     UNVERIFIABLE,
     Receipt,
     classify,
-    sorted_events_digest,
     receipt,
+    sorted_events_digest,
 )
+from ragtrail.export.whole_trace import WholeTraceSpanProcessor
+from ragtrail.inspect.columns import expand
+from ragtrail.recorder.candidates import Candidate
 from ragtrail.sampling import RagtrailSampler
 
 HOSTILE = {
@@ -54,8 +54,7 @@ def corpus(n: int) -> list[Candidate]:
     docs = []
     for i in range(n):
         doc_id = f"doc-{i}" if i % 2 else f"https://intranet.example.org/policies/travel/{i}"
-        docs.append(Candidate(id=doc_id, content=f"Policy text number {i}: " + "reimbursement " * (3 + i % 7),
-                              score=round(1.0 - i / (n + 1), 6)))
+        docs.append(Candidate(id=doc_id, content=f"Policy text number {i}: " + "reimbursement " * (3 + i % 7), score=round(1.0 - i / (n + 1), 6)))
     return docs
 
 
@@ -66,8 +65,7 @@ def run_pipeline(tracer: Any, docs: list[Candidate]) -> dict[str, Any]:
         with ragtrail.stage("query_transform", "tests.rewriter", tracer=tracer) as qt:
             qt.query(QUERY)
             rewritten = qt.add_query_variant("travel reimbursement policy 2024", transform="rewrite")
-        with ragtrail.stage("retrieve", "langchain_community.retrievers.BM25Retriever", tracer=tracer,
-                            top_k=len(docs), score_kind="bm25") as r:
+        with ragtrail.stage("retrieve", "langchain_community.retrievers.BM25Retriever", tracer=tracer, top_k=len(docs), score_kind="bm25") as r:
             r.query("travel reimbursement policy 2024", transform="rewrite", parent_hop=0)
             r.outputs(docs)
         kept = docs[: max(1, len(docs) // 2)]
@@ -120,8 +118,7 @@ def span_records(span: ReceivedSpan, head: bool = True) -> list[Record]:
     """The records one span carries: a stage span its outputs (columns) and its events' records, a
     continuation span (``head`` False) only its events' records (the reader's decoding)."""
     wire = [(e.dropped_attributes_count, e.name, e.attributes) for e in span.events if e.name in RAGTRAIL_EVENTS]
-    return [Record(name, dict(a), dropped or 0)
-            for dropped, name, a in expand(span.attributes if head else {}, wire, 0)]
+    return [Record(name, dict(a), dropped or 0) for dropped, name, a in expand(span.attributes if head else {}, wire, 0)]
 
 
 def ragtrail_events(group: list[ReceivedSpan]) -> list[Record]:
@@ -138,11 +135,15 @@ def damage_signals(group: list[ReceivedSpan]) -> list[str]:
         if span.dropped_events_count:
             signals.append(f"{span.name}: {span.dropped_events_count} events dropped")
         for key, value in span.attributes.items():
-            if (key.endswith(".sha256") or key == sc.EVENTS_DIGEST) and not _HEX64.fullmatch(str(value)) \
-                    and key != sc.COLUMN_CONTENT_SHA256:
+            if (key.endswith(".sha256") or key == sc.EVENTS_DIGEST) and not _HEX64.fullmatch(str(value)) and key != sc.COLUMN_CONTENT_SHA256:
                 signals.append(f"{span.name}: {key} damaged ({len(str(value))} chars)")
-        if span is head and sc.CANDIDATES_OUT in span.attributes and sc.EVENTS_COUNT in span.attributes \
-                and span.attributes[sc.CANDIDATES_OUT] and sc.COLUMN_IDS not in span.attributes:
+        if (
+            span is head
+            and sc.CANDIDATES_OUT in span.attributes
+            and sc.EVENTS_COUNT in span.attributes
+            and span.attributes[sc.CANDIDATES_OUT]
+            and sc.COLUMN_IDS not in span.attributes
+        ):
             signals.append(f"{span.name}: candidate columns missing")
         for event in span_records(span, span is head):
             if event.dropped_attributes_count:
@@ -196,7 +197,9 @@ def _differences(reference: list[ReceivedSpan], hostile: list[ReceivedSpan]) -> 
 
 @pytest.mark.parametrize("content", ["off", "preview"])
 def test_every_loss_under_hostile_limits_is_detectable_from_what_arrives(
-    otlp_server: OTLPServer, monkeypatch: pytest.MonkeyPatch, content: str  # noqa: F811
+    otlp_server: OTLPServer,
+    monkeypatch: pytest.MonkeyPatch,
+    content: str,  # noqa: F811
 ) -> None:
     ragtrail.set_capture(content=content)
     docs = corpus(12)
@@ -222,7 +225,7 @@ def test_every_loss_under_hostile_limits_is_detectable_from_what_arrives(
 
     # every stage that changed in transit says so, from what arrived alone
     changed_stages = 0
-    for ref_group, group in zip(ref_groups, hostile_groups):
+    for ref_group, group in zip(ref_groups, hostile_groups, strict=False):
         changed = _differences(ref_group, group)
         signals = damage_signals(group)
         if changed:
@@ -269,7 +272,7 @@ def test_default_limits_and_a_thousand_candidates_lose_nothing(otlp_server: OTLP
     events = [e for e in ragtrail_events(retrieve) if e.name == sc.EVENT_CANDIDATE]
     assert [e.attributes[sc.CANDIDATE_ID] for e in events] == [d.id for d in docs]
     assert [e.attributes[sc.CANDIDATE_RANK] for e in events] == list(range(1000))
-    for event, doc in zip(events, docs):
+    for event, doc in zip(events, docs, strict=False):
         rec = Receipt.from_attributes(event.attributes, "ragtrail.candidate.content")
         assert classify(doc.content, rec) == INTACT
     (rerank,) = [g for g in groups if g[0].name.startswith("rerank")]
@@ -286,9 +289,7 @@ def test_a_backend_that_cuts_values_like_tempo_is_caught_by_the_receipts(otlp_se
     short_doc = Candidate(id="memo", content="A short memo.")
     otlp_server.truncate_strings_over(2048)
     provider = TracerProvider(sampler=RagtrailSampler(1.0))
-    provider.add_span_processor(
-        WholeTraceSpanProcessor(OTLPSpanExporter(endpoint=otlp_server.traces_url), schedule_delay_millis=20)
-    )
+    provider.add_span_processor(WholeTraceSpanProcessor(OTLPSpanExporter(endpoint=otlp_server.traces_url), schedule_delay_millis=20))
     tracer = provider.get_tracer("tests.backend_cut")
     with ragtrail.stage("retrieve", "tests.store", tracer=tracer) as r:
         r.query("travel handbook " * 200)  # 3,200 characters

@@ -25,7 +25,7 @@ def _finished_spans(n_traces: int = 1, payload: str = "") -> list:
     provider = TracerProvider(sampler=RagtrailSampler(1.0))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("ragtrail.test", "1.2")
-    for i in range(n_traces):
+    for _i in range(n_traces):
         with tracer.start_as_current_span("retrieve BM25", attributes={"ragtrail.candidates.out": 2, "p": payload}) as s:
             s.add_event("ragtrail.candidate", {"ragtrail.candidate.id": "doc-1", "ragtrail.candidate.score": 0.5})
             with tracer.start_as_current_span("child", links=[]):
@@ -69,9 +69,7 @@ def test_parse_request_also_reads_base64_ids_as_tempo_serves_them() -> None:
     assert parse_request(json.dumps(spans_to_dict(spans))) == request
 
 
-def test_files_rotate_at_the_size_limit_and_the_oldest_are_deleted_over_the_cap(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_files_rotate_at_the_size_limit_and_the_oldest_are_deleted_over_the_cap(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     spans = _finished_spans(payload="x" * 3000)
     exporter = LocalStoreSpanExporter(tmp_path, max_file_bytes=10_000, max_total_bytes=25_000)
     line_bytes = len(json.dumps(spans_to_dict(spans), separators=(",", ":")).encode()) + 1

@@ -86,8 +86,7 @@ def tally(server: OTLPServer, store_dir: Path, sent: list[str]) -> dict[str, int
     backend = [s.attributes for s in server.spans() if s.name == semconv.LOSS_SPAN_NAME]
     local = store_records(store_dir)
     counted = sum(r[key] for r in backend + local for key in LOST_KEYS)
-    return {"sent": len(sent), "whole": whole, "partial": partial, "counted": counted,
-            "backend_records": len(backend), "local_records": len(local)}
+    return {"sent": len(sent), "whole": whole, "partial": partial, "counted": counted, "backend_records": len(backend), "local_records": len(local)}
 
 
 def assert_every_trace_accounted(processor: WholeTraceSpanProcessor, t: dict[str, int]) -> None:
@@ -112,7 +111,10 @@ def test_backend_down_for_good_the_final_record_goes_to_the_local_store(otlp_ser
 
 @pytest.mark.parametrize("status,retry_after", [(500, None), (503, None), (429, 1), (413, None)])
 def test_a_refusing_backend_loses_only_counted_traces_at_shutdown(
-    otlp_server: OTLPServer, store: Path, status: int, retry_after: Any  # noqa: F811
+    otlp_server: OTLPServer,
+    store: Path,
+    status: int,
+    retry_after: Any,  # noqa: F811
 ) -> None:
     provider, processor, tracer = pipeline(otlp_server)
     kept = [make_trace(tracer) for _ in range(5)]
@@ -214,7 +216,8 @@ def test_a_span_ending_after_shutdown_is_counted_in_a_record_of_its_own(otlp_ser
 
 
 def test_a_split_segment_sends_the_root_first_and_a_failed_later_part_is_counted(
-    otlp_server: OTLPServer, store: Path  # noqa: F811
+    otlp_server: OTLPServer,
+    store: Path,  # noqa: F811
 ) -> None:
     def fail_after_first(request: Any) -> None:
         if request.index == 0:

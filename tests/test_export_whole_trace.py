@@ -41,9 +41,7 @@ def pipeline(server: OTLPServer, exporter_timeout: float = 5.0, **options: Any):
     options.setdefault("grace_millis", 100)
     options.setdefault("loss_report_interval_millis", 3_600_000)  # only the one at shutdown
     provider = TracerProvider()
-    processor = WholeTraceSpanProcessor(
-        OTLPSpanExporter(endpoint=server.traces_url, timeout=exporter_timeout), **options
-    )
+    processor = WholeTraceSpanProcessor(OTLPSpanExporter(endpoint=server.traces_url, timeout=exporter_timeout), **options)
     provider.add_span_processor(processor)
     return provider, processor, provider.get_tracer("test")
 
@@ -84,9 +82,8 @@ def assert_whole(traces: dict[str, list[ReceivedSpan]]) -> None:
 def test_a_trace_leaves_whole_in_one_request_root_last_and_counted(otlp_server: OTLPServer) -> None:  # noqa: F811
     provider, processor, tracer = pipeline(otlp_server)
     with tracer.start_as_current_span("root", attributes={"app.key": "v"}) as root:
-        with tracer.start_as_current_span("child"):
-            with tracer.start_as_current_span("grandchild"):
-                pass
+        with tracer.start_as_current_span("child"), tracer.start_as_current_span("grandchild"):
+            pass
         with tracer.start_as_current_span("child2"):
             pass
     assert provider.force_flush()
@@ -173,7 +170,7 @@ def test_memory_stays_within_max_bytes(otlp_server: OTLPServer) -> None:  # noqa
     otlp_server.set_delay(0.05)
     provider, processor, tracer = pipeline(otlp_server, max_bytes=200_000)
     peak = 0
-    for i in range(300):
+    for _i in range(300):
         make_trace(tracer, children=3, payload="x" * 2000)
         peak = max(peak, processor.buffered_bytes)
     assert 0 < peak <= 200_000
@@ -396,13 +393,10 @@ def test_spans_started_under_a_remote_parent_form_their_own_segment(otlp_server:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     provider, processor, tracer = pipeline(otlp_server)
-    ctx = TraceContextTextMapPropagator().extract(
-        {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-    )
+    ctx = TraceContextTextMapPropagator().extract({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
     for name in ("server-a", "server-b"):
-        with tracer.start_as_current_span(name, context=ctx):
-            with tracer.start_as_current_span(name + "-child"):
-                pass
+        with tracer.start_as_current_span(name, context=ctx), tracer.start_as_current_span(name + "-child"):
+            pass
     provider.shutdown()
     spans = otlp_server.spans()
     roots = {s.name: s for s in spans if s.parent_span_id == "b7ad6b7169203331"}
@@ -468,8 +462,8 @@ def test_an_exporter_that_raises_is_counted_and_the_worker_survives(otlp_server:
 
 def test_a_trace_over_grpcs_4_mib_limit_arrives_whole_through_a_real_grpc_receiver() -> None:
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from otlp_server import OTLPGrpcServer
 
@@ -486,9 +480,7 @@ def test_a_trace_over_grpcs_4_mib_limit_arrives_whole_through_a_real_grpc_receiv
         assert server.spans() == []
         # the processor splits the segment under the limit: everything arrives, root part first
         provider = TracerProvider()
-        processor = WholeTraceSpanProcessor(
-            GrpcExporter(endpoint=server.endpoint, insecure=True, timeout=5), schedule_delay_millis=20
-        )
+        processor = WholeTraceSpanProcessor(GrpcExporter(endpoint=server.endpoint, insecure=True, timeout=5), schedule_delay_millis=20)
         provider.add_span_processor(processor)
         _big_trace(provider.get_tracer("t"), children=24, payload_chars=250_000)
         provider.shutdown()
@@ -541,9 +533,11 @@ def test_two_processors_on_one_provider_keep_their_own_segments(otlp_server: OTL
     object; two processors on one provider must each find their own (a tee to two backends)."""
     provider = TracerProvider()
     for _ in range(2):
-        provider.add_span_processor(WholeTraceSpanProcessor(
-            OTLPSpanExporter(endpoint=otlp_server.traces_url), schedule_delay_millis=20, grace_millis=100,
-            loss_report_interval_millis=3_600_000))
+        provider.add_span_processor(
+            WholeTraceSpanProcessor(
+                OTLPSpanExporter(endpoint=otlp_server.traces_url), schedule_delay_millis=20, grace_millis=100, loss_report_interval_millis=3_600_000
+            )
+        )
     tracer = provider.get_tracer("test")
     with tracer.start_as_current_span("root") as root:
         mid = tracer.start_span("mid")

@@ -41,8 +41,8 @@ def documented() -> dict[str, Documented]:
     """The doc's list: module -> names; an indented ```Class`: ...`` line lists the class's members, and
     any other indented line continues the line before it."""
     text = DOC.read_text(encoding="utf-8")
-    section = text[text.index(SECTION):]
-    section = section[:section.index("\n## ", len(SECTION))]
+    section = text[text.index(SECTION) :]
+    section = section[: section.index("\n## ", len(SECTION))]
     blocks: list[list[str]] = []  # [module, class or "", what the lines say]
     current: list[str] | None = None
     for line in section.splitlines():
@@ -108,9 +108,13 @@ def _assigned_in_init(cls: type) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
-            return {target.attr for sub in ast.walk(node) if isinstance(sub, (ast.Assign, ast.AnnAssign))
-                    for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
-                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"}
+            return {
+                target.attr
+                for sub in ast.walk(node)
+                if isinstance(sub, (ast.Assign, ast.AnnAssign))
+                for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+            }
     return set()
 
 
@@ -137,10 +141,16 @@ def test_every_recorder_module_declares_what_it_exports(path: Path) -> None:
     assert exported is not None, f"{path.name} declares no __all__"
     tree = ast.parse(path.read_text(encoding="utf-8"))
     defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    defined |= {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
-    defined |= {(alias.asname or alias.name).split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
-                for alias in node.names}
+    defined |= {
+        t.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    }
+    defined |= {
+        (alias.asname or alias.name).split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names
+    }
     assert not [name for name in exported if name not in defined], f"{path.name} exports names it does not define"
     assert not [name for name in exported if name.startswith("_")], f"{path.name} exports a private name"
 
@@ -148,8 +158,11 @@ def test_every_recorder_module_declares_what_it_exports(path: Path) -> None:
 def _hook_files() -> list[Path]:
     """The hooks: every integration, the decorators, and the hook skeleton wherever it lives."""
     files = sorted((SRC / "instrumentation").rglob("*.py")) + [SRC / "api.py"]
-    return files + [p for p in (SRC / "hooks.py", SRC / "hooks") if p.exists() and p.is_file()] \
+    return (
+        files
+        + [p for p in (SRC / "hooks.py", SRC / "hooks") if p.exists() and p.is_file()]
         + (sorted((SRC / "hooks").rglob("*.py")) if (SRC / "hooks").is_dir() else [])
+    )
 
 
 @pytest.mark.parametrize("path", _hook_files(), ids=lambda p: str(p.relative_to(SRC)))
@@ -165,6 +178,5 @@ def test_hooks_import_only_the_documented_surface(path: Path) -> None:
                 continue
             offences += [f"{node.module}.{alias.name}" for alias in node.names if alias.name not in entry.hook]
         elif isinstance(node, ast.Import):
-            offences += [alias.name for alias in node.names
-                         if alias.name.startswith("ragtrail.recorder.") and alias.name not in DOCUMENTED]
+            offences += [alias.name for alias in node.names if alias.name.startswith("ragtrail.recorder.") and alias.name not in DOCUMENTED]
     assert not offences, f"{path.relative_to(SRC)} imports from the recorder beyond its documented surface: {offences}"

@@ -59,9 +59,15 @@ def _fixture(name: str) -> Any:
     return json.loads((FIXTURES / name).read_text())
 
 
-SEEDS = ("local_store", "jaeger_recorded/whole_trace.v3.json", "jaeger_recorded/whole_trace.v1.json",
-         "jaeger_recorded/truncated_by_collector.v3.json", "jaeger_recorded/tail_sampled_degraded.v1.json",
-         "tempo_v1_trace.json", "tempo_v2_partial.json")
+SEEDS = (
+    "local_store",
+    "jaeger_recorded/whole_trace.v3.json",
+    "jaeger_recorded/whole_trace.v1.json",
+    "jaeger_recorded/truncated_by_collector.v3.json",
+    "jaeger_recorded/tail_sampled_degraded.v1.json",
+    "tempo_v1_trace.json",
+    "tempo_v2_partial.json",
+)
 
 
 def _seed(name: str) -> tuple[str, list[Any], bool]:
@@ -75,11 +81,32 @@ def _seed(name: str) -> tuple[str, list[Any], bool]:
 
 
 HOSTILE = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
-    st.sampled_from([2**63, 2**64, -1, 10**30, "NaN", "Infinity", "-Infinity", "", "0" * 40, "1e400", "ab" * 8,
-                     "AAAAAAAAAAAAAAAAAAAAAA==", "[" * 20, "[1,2]", {"stringValue": {"x": 1}}, {"intValue": "x"},
-                     {"arrayValue": {"values": {"k": 1}}}, {"kvlistValue": {"values": [{"key": 1}]}}, [[[]]]]),
+    st.sampled_from(
+        [
+            2**63,
+            2**64,
+            -1,
+            10**30,
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "",
+            "0" * 40,
+            "1e400",
+            "ab" * 8,
+            "AAAAAAAAAAAAAAAAAAAAAA==",
+            "[" * 20,
+            "[1,2]",
+            {"stringValue": {"x": 1}},
+            {"intValue": "x"},
+            {"arrayValue": {"values": {"k": 1}}},
+            {"kvlistValue": {"values": [{"key": 1}]}},
+            [[[]]],
+        ]
+    ),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=12),
     st.lists(st.one_of(st.integers(), st.text(max_size=4)), max_size=3),
@@ -118,8 +145,9 @@ def _mutate(doc: Any, data: st.DataObject) -> Any:
         if isinstance(parent, list):
             parent.insert(key, copy.deepcopy(value))
         else:
-            parent[data.draw(st.sampled_from(["name", "key", "value", "events", "spans", "attributes",
-                                              "traceId", "spanId", "dup"]))] = copy.deepcopy(value)
+            parent[data.draw(st.sampled_from(["name", "key", "value", "events", "spans", "attributes", "traceId", "spanId", "dup"]))] = copy.deepcopy(
+                value
+            )
     elif op == "retype":
         parent[key] = copy.deepcopy(data.draw(HOSTILE, label="value"))  # sampled values are shared objects
     elif op == "nest":
@@ -144,8 +172,11 @@ def _mutated_bytes(data: st.DataObject) -> tuple[str, bytes, str]:
     target = data.draw(st.integers(0, len(docs) - 1), label="document")
     for _ in range(data.draw(st.integers(1, 4), label="mutations")):
         docs[target] = _mutate(docs[target], data)
-    text = "".join(json.dumps(d, ensure_ascii=data.draw(st.booleans())) + "\n" for d in docs) if per_line \
+    text = (
+        "".join(json.dumps(d, ensure_ascii=data.draw(st.booleans())) + "\n" for d in docs)
+        if per_line
         else json.dumps(docs[0], indent=data.draw(st.sampled_from([None, 1])))
+    )
     raw = text.encode("utf-8", "surrogatepass")
     if data.draw(st.integers(0, 9), label="truncate?") == 0:
         raw = raw[: data.draw(st.integers(0, len(raw)), label="cut at")]
@@ -174,9 +205,13 @@ def _read_everything(ref: str, source: str | None) -> None:
     report.render(manifest)
 
 
-FUZZ = settings(max_examples=EXAMPLES or 250, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=EXAMPLES or 250,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 
 
 @FUZZ
@@ -186,7 +221,7 @@ def test_readers_never_fail_with_a_bug(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("fuzz") / f"trace{suffix}"
     path.write_bytes(raw)
     for ref, source in ((str(path), None), (trace_id, str(path)), (trace_id, str(path.parent))):
-        code = _outcome(lambda: _read_everything(ref, source))
+        code = _outcome(lambda ref=ref, source=source: _read_everything(ref, source))
         SEEN_CODES["readers"][code] = SEEN_CODES["readers"].get(code, 0) + 1
 
 
@@ -204,7 +239,7 @@ def test_http_readers_never_fail_with_a_bug(backend, data):
     trace_id, raw, _ = _mutated_bytes(data)
     body = raw.decode("utf-8", "replace")
     kind = data.draw(st.sampled_from(["jaeger", "tempo"]), label="backend")
-    first, fallback = (("/api/v3/traces/", "/api/traces/") if kind == "jaeger" else ("/api/v2/traces/", "/api/traces/"))
+    first, fallback = ("/api/v3/traces/", "/api/traces/") if kind == "jaeger" else ("/api/v2/traces/", "/api/traces/")
     backend.routes.clear()
     for prefix in data.draw(st.sampled_from([(first,), (fallback,), (first, fallback)]), label="routes"):
         backend.route(prefix + trace_id, body, status=data.draw(st.sampled_from([200, 200, 200, 404, 500])))
@@ -229,9 +264,17 @@ def test_cli_show_and_verify_never_exit_70(tmp_path_factory, data):
     trace_id, raw, suffix = _mutated_bytes(data)
     path = tmp_path_factory.mktemp("fuzz-cli") / f"trace{suffix}"
     path.write_bytes(raw)
-    command = data.draw(st.sampled_from([("show", str(path)), ("show", trace_id, "--source", str(path), "--json"),
-                                         ("verify", str(path)), ("verify", trace_id, "--source", str(path), "--strict"),
-                                         ("report", str(path), "-o", str(path.with_suffix(".html")))]))
+    command = data.draw(
+        st.sampled_from(
+            [
+                ("show", str(path)),
+                ("show", trace_id, "--source", str(path), "--json"),
+                ("verify", str(path)),
+                ("verify", trace_id, "--source", str(path), "--strict"),
+                ("report", str(path), "-o", str(path.with_suffix(".html"))),
+            ]
+        )
+    )
     code, out, err = _cli(*command)
     SEEN_CODES["cli"][code] = SEEN_CODES["cli"].get(code, 0) + 1
     assert code in DOCUMENTED, (code, err)
@@ -244,5 +287,4 @@ def test_cli_show_and_verify_never_exit_70(tmp_path_factory, data):
 def _report_codes():
     yield
     if EXAMPLES:  # the long campaign says what it saw
-        print(f"\nfuzz exit codes: readers {dict(sorted(SEEN_CODES['readers'].items()))}, "
-              f"cli {dict(sorted(SEEN_CODES['cli'].items()))}")
+        print(f"\nfuzz exit codes: readers {dict(sorted(SEEN_CODES['readers'].items()))}, cli {dict(sorted(SEEN_CODES['cli'].items()))}")

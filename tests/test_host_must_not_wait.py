@@ -5,6 +5,7 @@ subclasses read once, and cancellation said as cancellation."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sys
 
@@ -53,10 +54,10 @@ def test_an_exception_whose_str_raises_keeps_the_stage_whole(span_exporter, mode
     assert span.status.status_code is StatusCode.ERROR and span.status.description == "Unreadable"
     exception_events = [e for e in span.events if e.name == "exception"]
     if mode == "text":
-        assert a[sc.STAGE_FINDINGS] == [
-            "the Unreadable raised by the stage has a message that could not be read (its __str__ raised)"]
+        assert a[sc.STAGE_FINDINGS] == ["the Unreadable raised by the stage has a message that could not be read (its __str__ raised)"]
         assert [dict(e.attributes) for e in exception_events] == [
-            {"exception.type": f"{__name__}.Unreadable", "exception.message": "<unreadable: __str__ raised>"}]
+            {"exception.type": f"{__name__}.Unreadable", "exception.message": "<unreadable: __str__ raised>"}
+        ]
     else:  # hash mode: the type only, never a message or an exception event
         assert sc.STAGE_FINDINGS not in a and exception_events == []
 
@@ -104,10 +105,8 @@ def _deepest(fn) -> int:
         return call(n + 1)
 
     call = fn(probe) if fn else probe
-    try:
+    with contextlib.suppress(RecursionError):
         call(0)
-    except RecursionError:
-        pass
     return reached[0]
 
 
@@ -231,8 +230,7 @@ def test_exclude_text_with_content_off_exports_a_content_id(span_exporter) -> No
     assert "private document" not in dumped
     excluded = events(span, sc.EVENT_EXCLUSION)
     assert [e[sc.CANDIDATE_ID] for e in excluded] == [content_id(text)]
-    assert span.attributes[sc.STAGE_FINDINGS] == (
-        f"exclusion of {content_id(text)} that was not among the recorded inputs",)
+    assert span.attributes[sc.STAGE_FINDINGS] == (f"exclusion of {content_id(text)} that was not among the recorded inputs",)
 
 
 def test_exclude_by_id_and_string_candidates_still_resolve_with_content_off(span_exporter) -> None:
@@ -245,13 +243,18 @@ def test_exclude_by_id_and_string_candidates_still_resolve_with_content_off(span
     drop([{"id": "a"}, "plain string candidate"])
     excluded = events(_one(span_exporter), sc.EVENT_EXCLUSION)
     assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON]) for e in excluded] == [
-        ("a", "superseded"), (content_id("plain string candidate"), "custom:dup")]
+        ("a", "superseded"),
+        (content_id("plain string candidate"), "custom:dup"),
+    ]
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("text", '{"$contains":"quokka","topic":{"$in":["a b",3]}}'),
-    ("off", '{"$contains":null,"topic":{"$in":[null,null]}}'),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("text", '{"$contains":"quokka","topic":{"$in":["a b",3]}}'),
+        ("off", '{"$contains":null,"topic":{"$in":[null,null]}}'),
+    ],
+)
 def test_filters_follow_the_query_mode(mode, expected) -> None:
     capture = settings.CaptureSettings(query=mode)
     assert capture.filter_for('{"$contains":"quokka","topic":{"$in":["a b",3]}}') == expected
@@ -266,8 +269,7 @@ def test_hash_mode_filters_keep_keys_operators_and_field_names() -> None:
         return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
 
     haystack = '{"conditions":[{"field":"meta.topic","operator":"==","value":"quokka"}],"operator":"AND"}'
-    assert capture.filter_for(haystack) == (
-        '{"conditions":[{"field":"meta.topic","operator":"==","value":"%s"}],"operator":"AND"}' % h('"quokka"'))
+    assert capture.filter_for(haystack) == ('{"conditions":[{"field":"meta.topic","operator":"==","value":"%s"}],"operator":"AND"}' % h('"quokka"'))
     # a "field" or "operator" carrying free text is a value like any other
     odd = capture.filter_for('{"field":"secret words here","operator":"=="}')
     assert odd == '{"field":"%s","operator":"=="}' % h('"secret words here"')

@@ -51,8 +51,7 @@ def module_names() -> dict[str, Path]:
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _walk(node: ast.AST, type_checking: bool = False) -> Iterator[tuple[ast.AST, bool]]:
@@ -178,8 +177,11 @@ def offends(importer: str, target: str) -> bool:
 def private_offences() -> list[str]:
     """Imports of a private name by a module outside the module or package that owns the name."""
     modules = module_names()
-    return [f"{modules[imp.importer].relative_to(ROOT.parent)}:{imp.line}: {imp.importer} imports {imp.target}"
-            for imp in all_imports() if offends(imp.importer, imp.target)]
+    return [
+        f"{modules[imp.importer].relative_to(ROOT.parent)}:{imp.line}: {imp.importer} imports {imp.target}"
+        for imp in all_imports()
+        if offends(imp.importer, imp.target)
+    ]
 
 
 def test_no_import_cycle() -> None:
@@ -214,11 +216,14 @@ def test_import_reader_sees_lazy_and_relative_imports_and_skips_type_checking(tm
     assert ("ragtrail.up.name", False) in found
 
 
-@pytest.mark.parametrize(("importer", "target", "offence"), [
-    ("ragtrail.a.x", "ragtrail.a.y._z", True),       # a sibling module's private name
-    ("ragtrail.b", "ragtrail.a._mod.name", True),     # a package's private module, from outside it
-    ("ragtrail.a.x", "ragtrail.a._mod.name", False),  # ... from inside it
-    ("ragtrail.a.x", "ragtrail.a.y.__version__", False),
-])
+@pytest.mark.parametrize(
+    ("importer", "target", "offence"),
+    [
+        ("ragtrail.a.x", "ragtrail.a.y._z", True),  # a sibling module's private name
+        ("ragtrail.b", "ragtrail.a._mod.name", True),  # a package's private module, from outside it
+        ("ragtrail.a.x", "ragtrail.a._mod.name", False),  # ... from inside it
+        ("ragtrail.a.x", "ragtrail.a.y.__version__", False),
+    ],
+)
 def test_private_rule(importer: str, target: str, offence: bool) -> None:
     assert offends(importer, target) is offence

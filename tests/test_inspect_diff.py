@@ -43,11 +43,18 @@ def test_a_different_rewrite_differs_first_at_the_transform(tmp_path):
     assert d["first_difference"] == {"kind": "query_transform", "component": "tests.rewrite"}
     assert d["verdict"] == "evidence first differs at query_transform (tests.rewrite): query"
     changed = [(s["kind"], s["query_a"], s["query_b"]) for s in d["stages"] if s["query_changed"]]
-    assert changed == [("query_transform", "enterprise refund window", "enterprise refund policy"),
-                       ("retrieve", "enterprise refund window", "enterprise refund policy"),
-                       ("rerank", "enterprise refund window", "enterprise refund policy")]
-    assert d["query_hops"] == [{"hop": 1, "a": {"transform": "rewrite", "text": "enterprise refund window"},
-                                "b": {"transform": "rewrite", "text": "enterprise refund policy"}}]
+    assert changed == [
+        ("query_transform", "enterprise refund window", "enterprise refund policy"),
+        ("retrieve", "enterprise refund window", "enterprise refund policy"),
+        ("rerank", "enterprise refund window", "enterprise refund policy"),
+    ]
+    assert d["query_hops"] == [
+        {
+            "hop": 1,
+            "a": {"transform": "rewrite", "text": "enterprise refund window"},
+            "b": {"transform": "rewrite", "text": "enterprise refund policy"},
+        }
+    ]
 
 
 def test_thousand_candidates_by_id(tmp_path):

@@ -23,17 +23,14 @@ def test_manifest_of_a_pipeline(tmp_path):
     trace_id = record(tmp_path, rag_run)
     m = _manifest(tmp_path, trace_id)
     # ragtrail.cite's input count is the recorder's business: the manifest must carry what the wire says
-    cite_in = next(s.attributes["ragtrail.candidates.in"] for s in FileSource(tmp_path).get(trace_id).spans
-                   if s.name == "cite cite")
+    cite_in = next(s.attributes["ragtrail.candidates.in"] for s in FileSource(tmp_path).get(trace_id).spans if s.name == "cite cite")
     assert m["trace_id"] == trace_id
     # contract v2: candidates as columns, content receipts said once, rules said once
     assert m["schema"] == 5  # (schema 1 traces: tests/test_contract_v2.py)
     assert m["pipeline"]["component"] == "tests.answer" and m["pipeline"]["status"] == "ok"
-    assert [(h["hop"], h["parent_hop"], h["transform"], h["text"], h["used_by"], h["produced_by"], h["hit_index"])
-            for h in m["query_hops"]] == [
+    assert [(h["hop"], h["parent_hop"], h["transform"], h["text"], h["used_by"], h["produced_by"], h["hit_index"]) for h in m["query_hops"]] == [
         (0, None, "none", "refund window?", ["query_transform tests.rewrite"], None, False),
-        (1, 0, "rewrite", "enterprise refund window", ["retrieve tests.bm25", "rerank tests.rerank"],
-         "query_transform tests.rewrite", True),
+        (1, 0, "rewrite", "enterprise refund window", ["retrieve tests.bm25", "rerank tests.rerank"], "query_transform tests.rewrite", True),
     ]
     assert [(s["kind"], s["component"], s["status"], s["in"], s["out"], s["excluded_count"]) for s in m["stages"]] == [
         ("query_transform", "tests.rewrite", "ok", 0, 0, 0),
@@ -45,24 +42,28 @@ def test_manifest_of_a_pipeline(tmp_path):
     retrieve = m["stages"][1]
     assert retrieve["knobs"] == {"top_k": 5}
     assert [(c["id"], c["rank"], c["score"], c["score_kind"], c["hop"], c["meta"]) for c in retrieve["candidates"]] == [
-        (d["id"], i, d["score"], "bm25", 1, d["metadata"]) for i, d in enumerate(DOCS)]
+        (d["id"], i, d["score"], "bm25", 1, d["metadata"]) for i, d in enumerate(DOCS)
+    ]
     assert all(len(c["sha256"]) == 64 and "preview" not in c for c in retrieve["candidates"])
     rerank = m["stages"][3]
-    assert [(c["id"], c["rank"], c["score"]) for c in rerank["candidates"]] == [
-        ("policy-2024-11", 0, 1.0), ("policy-2026-01", 1, 0.9)]
+    assert [(c["id"], c["rank"], c["score"]) for c in rerank["candidates"]] == [("policy-2024-11", 0, 1.0), ("policy-2026-01", 1, 0.9)]
     assert [(e["id"], e["rank"], e["reason"], e["detail"]) for e in rerank["excluded"]] == [
-        ("sales-deck-q1", 2, "below_rank_cutoff", "top_k=2"), ("sla-2025", 3, "below_rank_cutoff", "top_k=2")]
+        ("sales-deck-q1", 2, "below_rank_cutoff", "top_k=2"),
+        ("sla-2025", 3, "below_rank_cutoff", "top_k=2"),
+    ]
     assert m["excluded"] == [
-        {"id": "policy-2026-01-draft", "stage": "filter", "component": "tests.status", "reason": "superseded",
-         "detail": "replaced by policy-2026-01"},
-        {"id": "sales-deck-q1", "stage": "rerank", "component": "tests.rerank", "reason": "below_rank_cutoff",
-         "detail": "top_k=2"},
-        {"id": "sla-2025", "stage": "rerank", "component": "tests.rerank", "reason": "below_rank_cutoff",
-         "detail": "top_k=2"},
+        {
+            "id": "policy-2026-01-draft",
+            "stage": "filter",
+            "component": "tests.status",
+            "reason": "superseded",
+            "detail": "replaced by policy-2026-01",
+        },
+        {"id": "sales-deck-q1", "stage": "rerank", "component": "tests.rerank", "reason": "below_rank_cutoff", "detail": "top_k=2"},
+        {"id": "sla-2025", "stage": "rerank", "component": "tests.rerank", "reason": "below_rank_cutoff", "detail": "top_k=2"},
     ]
     assert m["cited"] == ["policy-2024-11"]
-    assert [(r["id"], r["score"], r["cited"]) for r in m["retrieved"]] == [
-        (d["id"], d["score"], d["id"] == "policy-2024-11") for d in DOCS]
+    assert [(r["id"], r["score"], r["cited"]) for r in m["retrieved"]] == [(d["id"], d["score"], d["id"] == "policy-2024-11") for d in DOCS]
     assert m["in_context"] == ["policy-2024-11", "policy-2026-01"]
     assert m["survival"] == [
         {"stage": "retrieve", "component": "tests.bm25", "in": 0, "out": 5, "excluded": 0},
@@ -74,7 +75,12 @@ def test_manifest_of_a_pipeline(tmp_path):
     assert (cov["corpus_size"], cov["retrieved"], cov["in_context"], cov["cited"], cov["exhaustive"]) == (1003, 5, 2, 1, False)
     assert cov["statement"] == "2 of 1003 read: an absence claim is not supported"
     assert {c["claim"]: c["supported"] for c in cov["claims"]} == {
-        "quote": True, "absence": False, "universal": False, "latest": False, "count": False}
+        "quote": True,
+        "absence": False,
+        "universal": False,
+        "latest": False,
+        "count": False,
+    }
     f = m["fidelity"]
     assert (f["alarms"], f["missing_events"], f["missing_spans"], f["changed_uncited"], f["unverifiable"]) == ([], 0, 0, 0, 0)
     # capture off: no payloads; the filter/rerank/cite receipts are checked against the stage upstream
@@ -145,12 +151,15 @@ def test_a_trace_without_ragtrail_spans(tmp_path):
         build(source.get(source.latest()))
 
 
-@pytest.mark.parametrize("corpus, read, statement", [
-    (1003, 6, "6 of 1003 read: an absence claim is not supported"),
-    (20, 20, "all 20 of 20 read: absence, universal, latest and count claims are supported"),
-    (None, 6, "6 read of a corpus of unknown size: an absence claim is not supported"),
-    (1003, 0, "context failure: 8 retrieved, none reached the model: no claim is supported"),
-])
+@pytest.mark.parametrize(
+    "corpus, read, statement",
+    [
+        (1003, 6, "6 of 1003 read: an absence claim is not supported"),
+        (20, 20, "all 20 of 20 read: absence, universal, latest and count claims are supported"),
+        (None, 6, "6 read of a corpus of unknown size: an absence claim is not supported"),
+        (1003, 0, "context failure: 8 retrieved, none reached the model: no claim is supported"),
+    ],
+)
 def test_coverage_statements(corpus, read, statement):
     c = coverage(corpus, 8, read, 2).as_dict()
     assert c["statement"] == statement
@@ -160,22 +169,27 @@ def test_coverage_statements(corpus, read, statement):
     assert supported["absence"] is c["exhaustive"]
 
 
-@pytest.mark.parametrize("args, kwargs, statement", [
-    # seed 003: an empty result is not a failure; seed 004: zero retrieved in a failed run is
-    ((1003, 0, 0, 0), {"run_status": "empty"}, "empty result: the search found nothing (not a failure): no claim is supported"),
-    ((1003, 0, 0, 0), {"run_status": "failed"}, "retrieval failed: nothing retrieved: no claim is supported"),
-    ((1003, 6, 0, 0), {"run_status": "available"}, "context failure: 6 retrieved, none reached the model: no claim is supported"),
-    ((1003, 6, 6, 1), {"run_status": "degraded"}, "run degraded: 6 of 1003 read: an absence claim is not supported"),
-    ((1003, 6, 6, 1), {"claim": "absence"}, "the answer claims absence: not supported (6 of 1003 read, 997 never read)"),
-    ((20, 20, 20, 0), {"claim": "absence"}, "the answer claims absence: supported (all 20 of 20 read)"),
-    ((None, 6, 6, 0), {"claim": "absence"}, "the answer claims absence: not supported (6 read of a corpus of unknown size)"),
-    ((1003, 6, 6, 2), {"claim": "presence"},
-     "the answer claims presence: supported by what was read (6 of 1003 read; an absence claim would not be)"),
-    ((1003, 6, 6, 2), {"claim": "none"}, "the answer makes no claim about the corpus (6 read of 1003)"),
-    ((20, 20, 20, 0), {"approximate": True}, "20 of ~20 (approximate) read: an absence claim is not supported"),
-    ((20, 20, 20, 0), {"approximate": True, "claim": "absence"},
-     "the answer claims absence: not supported (20 of ~20 (approximate) read)"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, statement",
+    [
+        # seed 003: an empty result is not a failure; seed 004: zero retrieved in a failed run is
+        ((1003, 0, 0, 0), {"run_status": "empty"}, "empty result: the search found nothing (not a failure): no claim is supported"),
+        ((1003, 0, 0, 0), {"run_status": "failed"}, "retrieval failed: nothing retrieved: no claim is supported"),
+        ((1003, 6, 0, 0), {"run_status": "available"}, "context failure: 6 retrieved, none reached the model: no claim is supported"),
+        ((1003, 6, 6, 1), {"run_status": "degraded"}, "run degraded: 6 of 1003 read: an absence claim is not supported"),
+        ((1003, 6, 6, 1), {"claim": "absence"}, "the answer claims absence: not supported (6 of 1003 read, 997 never read)"),
+        ((20, 20, 20, 0), {"claim": "absence"}, "the answer claims absence: supported (all 20 of 20 read)"),
+        ((None, 6, 6, 0), {"claim": "absence"}, "the answer claims absence: not supported (6 read of a corpus of unknown size)"),
+        (
+            (1003, 6, 6, 2),
+            {"claim": "presence"},
+            "the answer claims presence: supported by what was read (6 of 1003 read; an absence claim would not be)",
+        ),
+        ((1003, 6, 6, 2), {"claim": "none"}, "the answer makes no claim about the corpus (6 read of 1003)"),
+        ((20, 20, 20, 0), {"approximate": True}, "20 of ~20 (approximate) read: an absence claim is not supported"),
+        ((20, 20, 20, 0), {"approximate": True, "claim": "absence"}, "the answer claims absence: not supported (20 of ~20 (approximate) read)"),
+    ],
+)
 def test_coverage_statement_says_the_claim_and_the_run(args, kwargs, statement):
     c = coverage(*args, **kwargs).as_dict()
     assert c["statement"] == statement

@@ -34,8 +34,7 @@ def experiment(store: Path, *, new_reranker: bool, questions: int = 103, version
     parse on 21 questions, falls back to input order and says so; the budget then evicts the evidence."""
     resource = Resource.create({"service.name": "tests.rag", "service.version": version or "0"})
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(WholeTraceSpanProcessor(LocalStoreSpanExporter(store), schedule_delay_millis=10,
-                                                        grace_millis=10))
+    provider.add_span_processor(WholeTraceSpanProcessor(LocalStoreSpanExporter(store), schedule_delay_millis=10, grace_millis=10))
     tracer = provider.get_tracer("tests.experiment")
 
     @rt.retriever(component="exp.hybrid", score_kind="similarity", tracer=tracer)
@@ -101,8 +100,10 @@ def test_compare_finds_the_refusals_and_names_the_stage_per_question(tmp_path):
         assert rerank["order"] == "same documents, other order"
         assert budget["stage"] == "budget exp.budget"
         assert budget["left"] == [{"id": f"q{i}-evidence", "reason": "budget_exceeded"}]
-        assert p["cause"].startswith("rerank exp.llm_rerank ok → degraded (parse_error, fallback input_order); "
-                                     "same documents, other order → budget exp.budget left: 1 budget_exceeded")
+        assert p["cause"].startswith(
+            "rerank exp.llm_rerank ok → degraded (parse_error, fallback input_order); "
+            "same documents, other order → budget exp.budget left: 1 budget_exceeded"
+        )
     # survival: A's cited evidence is all there after retrieval in B, 82 of 102 after B's budget
     survival = {s["stage"]: s for s in result["b"]["survival"]}
     assert survival["retrieve exp.hybrid"]["other_cited_present"] == 1.0
@@ -130,8 +131,9 @@ def test_compare_finds_the_refusals_and_names_the_stage_per_question(tmp_path):
     # ls: pushed-down filters done locally on the store, and the query receipt typed in as text
     ls = ragtrail("ls", "--source", str(new), "--status", "degraded")
     assert ls.returncode == 0 and len(ls.stdout.splitlines()) == 21
-    assert all("run=degraded" in line and "rerank exp.llm_rerank=degraded (parse_error, fallback input_order)" in line
-               for line in ls.stdout.splitlines())
+    assert all(
+        "run=degraded" in line and "rerank exp.llm_rerank=degraded (parse_error, fallback input_order)" in line for line in ls.stdout.splitlines()
+    )
     one = json.loads(ragtrail("ls", "--source", str(new), "--query-text", QUESTIONS[10], "--json").stdout)
     assert [r["refused"] for r in one] == [True] and one[0]["query_sha256"] == query_receipt(QUESTIONS[10])
     doc = json.loads(ragtrail("ls", "--source", str(old), "--doc", "q5-evidence", "--json").stdout)
@@ -140,8 +142,10 @@ def test_compare_finds_the_refusals_and_names_the_stage_per_question(tmp_path):
     # one document's fate in the refused run: kept at retrieval and rerank, evicted by the budget
     fate = json.loads(ragtrail("show", one[0]["trace_id"], "--source", str(new), "--doc", "q10-evidence", "--json").stdout)
     assert [(s["stage"], s["state"], s.get("rank"), s.get("reason")) for s in fate["steps"]] == [
-        ("retrieve exp.hybrid", "kept", 3, None), ("rerank exp.llm_rerank", "kept", 3, None),
-        ("budget exp.budget", "excluded", 3, "budget_exceeded")]
+        ("retrieve exp.hybrid", "kept", 3, None),
+        ("rerank exp.llm_rerank", "kept", 3, None),
+        ("budget exp.budget", "excluded", 3, "budget_exceeded"),
+    ]
     assert fate["verdict"] == "excluded at budget exp.budget (budget_exceeded)" and fate["cited"] is False
 
 
@@ -156,7 +160,8 @@ def test_compare_two_service_versions_in_one_store(tmp_path):
     assert result["newly_refused_first_difference"] == {"rerank exp.llm_rerank": 2}  # questions 0 and 5
     missing = ragtrail("compare", "version:1.3.0", "version:9", "--source", str(tmp_path))
     assert missing.returncode == 3 and missing.stderr.strip() == (
-        "ragtrail: error: side B (version:9) has no ragtrail trace: check the source or selection")
+        "ragtrail: error: side B (version:9) has no ragtrail trace: check the source or selection"
+    )
     assert ragtrail("compare", "tag:nokey", "version:9", "--source", str(tmp_path)).returncode == 2
 
 
@@ -167,7 +172,8 @@ def test_ls_local_store_filters_and_one_line_errors(tmp_path):
     assert out.returncode == 0 and [line.split()[0] for line in out.stdout.splitlines() if not line.startswith(" ")] == ids
     none = ragtrail("ls", "--source", str(tmp_path), "--reason", "stale")
     assert none.returncode == 3 and none.stderr.strip() == (
-        "ragtrail: error: no trace matches: loosen the filters (ragtrail ls --help) or check --source")
+        "ragtrail: error: no trace matches: loosen the filters (ragtrail ls --help) or check --source"
+    )
     bad = ragtrail("ls", "--source", str(tmp_path), "--reason", "nope")
     assert bad.returncode == 2 and "unknown exclusion reason 'nope'" in bad.stderr
     assert ragtrail("ls", "--source", str(tmp_path), "--limit", "1", "--json").stdout.count('"trace_id"') == 1
@@ -183,8 +189,10 @@ def test_insight_stale_citation_seed_000(tmp_path):
     (row,) = json.loads(ragtrail("ls", "--source", str(tmp_path), "--finding", "stale_citation", "--json").stdout)
     (stale,) = [i for i in row["insights"] if i["insight"] == "stale_citation"]
     assert row["trace_id"] == trace_id
-    assert stale["said"] == ("cited policy-2024-11 (updated_at 2024-11-04, rank 0) outranked the newer policy-2026-01 "
-                             "(updated_at 2026-01-12, rank 1) at retrieve tests.bm25, which was not cited")
+    assert stale["said"] == (
+        "cited policy-2024-11 (updated_at 2024-11-04, rank 0) outranked the newer policy-2026-01 "
+        "(updated_at 2026-01-12, rank 1) at retrieve tests.bm25, which was not cited"
+    )
     # the date key is configurable; a key no candidate carries finds nothing (and guesses nothing)
     assert ragtrail("ls", "--source", str(tmp_path), "--finding", "stale_citation", "--date-key", "reviewed_at").returncode == 3
 
@@ -198,19 +206,22 @@ def test_insight_echo_seed_001_and_self_citation(tmp_path):
             p.query(question)
             with rt.stage("retrieve", "chat.history", score_kind="similarity", tracer=tracer) as s:
                 s.query(question)
-                s.outputs([{"id": "msg-991", "content": question, "score": 0.99, "metadata": {"author": "user"}},
-                           {"id": "msg-512", "content": "arm64 images need qemu", "score": 0.71,
-                            "metadata": {"author": "assistant"}}])
+                s.outputs(
+                    [
+                        {"id": "msg-991", "content": question, "score": 0.99, "metadata": {"author": "user"}},
+                        {"id": "msg-512", "content": "arm64 images need qemu", "score": 0.71, "metadata": {"author": "assistant"}},
+                    ]
+                )
             rt.cite(["msg-512"], tracer=tracer)
 
     record(tmp_path, run)
-    (row,) = json.loads(ragtrail("ls", "--source", str(tmp_path), "--finding", "echo", "--json",
-                                 "--self-author", "author=assistant").stdout)
+    (row,) = json.loads(ragtrail("ls", "--source", str(tmp_path), "--finding", "echo", "--json", "--self-author", "author=assistant").stdout)
     found = {i["insight"]: i["said"] for i in row["insights"]}
     assert found == {
         "echo": "candidate msg-991 (rank 0 at retrieve chat.history) has the same content sha256 as query hop 0: "
-                "the question came back as its own evidence",
-        "self_citation": "the answer cited msg-512, whose author is assistant: content the system wrote itself"}
+        "the question came back as its own evidence",
+        "self_citation": "the answer cited msg-512, whose author is assistant: content the system wrote itself",
+    }
     plain_ls = json.loads(ragtrail("ls", "--source", str(tmp_path), "--json").stdout)
     assert [i["insight"] for i in plain_ls[0]["insights"]] == ["echo"]  # self-citation needs --self-author
 
@@ -238,7 +249,8 @@ def test_insight_silent_fallback_only_when_order_and_scores_are_handed_on(tmp_pa
     (row,) = json.loads(ragtrail("ls", "--source", str(tmp_path / "silent"), "--json").stdout)
     assert [i["said"] for i in row["insights"]] == [
         "rerank t.rerank handed on its input order from retrieve t.r unchanged, scores too (4 of 4 kept) and "
-        "reported no fallback: a reranker that fell back silently looks exactly like this"]
+        "reported no fallback: a reranker that fell back silently looks exactly like this"
+    ]
     (row,) = json.loads(ragtrail("ls", "--source", str(tmp_path / "agrees"), "--json").stdout)
     assert row["insights"] == []  # the same order with its own scores is a reranker that agrees
 
@@ -266,14 +278,14 @@ def test_diff_says_status_answer_and_the_retriever_under_a_fuse(tmp_path):
     record(tmp_path / "a", lambda t: run(t, degraded=False, answer="yes", vector_ids=["c"]))
     record(tmp_path / "b", lambda t: run(t, degraded=True, answer="yes", vector_ids=["d"]))
     record(tmp_path / "c", lambda t: run(t, degraded=False, answer="no", vector_ids=["c"]))
-    d = json.loads(ragtrail("diff", "last", "last", "--source", str(tmp_path / "a"), "--source-b", str(tmp_path / "b"),
-                            "--json").stdout)
+    d = json.loads(ragtrail("diff", "last", "last", "--source", str(tmp_path / "a"), "--source-b", str(tmp_path / "b"), "--json").stdout)
     assert d["status_changes"] == ["rerank t.rerank: ok → degraded (parse_error, fallback input_order)"]
     assert d["first_difference"] == {"kind": "retrieve", "component": "t.vector", "under": {"kind": "fuse", "component": "t.rrf"}}
-    assert d["verdict"] == ("rerank t.rerank: ok → degraded (parse_error, fallback input_order); evidence first differs "
-                            "at retrieve (t.vector): +1 -1 candidates, underneath fuse (t.rrf); same answer")
-    d = json.loads(ragtrail("diff", "last", "last", "--source", str(tmp_path / "a"), "--source-b", str(tmp_path / "c"),
-                            "--json").stdout)
+    assert d["verdict"] == (
+        "rerank t.rerank: ok → degraded (parse_error, fallback input_order); evidence first differs "
+        "at retrieve (t.vector): +1 -1 candidates, underneath fuse (t.rrf); same answer"
+    )
+    d = json.loads(ragtrail("diff", "last", "last", "--source", str(tmp_path / "a"), "--source-b", str(tmp_path / "c"), "--json").stdout)
     assert d["same_evidence"] and d["verdict"] == "same evidence, different answer: look at the model"
 
 
@@ -283,8 +295,7 @@ def test_stats_weights_by_adjusted_count(tmp_path):
     stats = json.loads(ragtrail("stats", "--source", str(tmp_path), "--json").stdout)
     n = stats["traces"]
     assert n > 0 and stats["weighted_traces"] == n and stats["requests"] == 2 * n
-    assert stats["sampling"] == (f"{n} traces standing for {2 * n:g} requests: weighted by "
-                                 f"ragtrail.sampling.adjusted_count ({n} traces carry it)")
+    assert stats["sampling"] == (f"{n} traces standing for {2 * n:g} requests: weighted by ragtrail.sampling.adjusted_count ({n} traces carry it)")
     rerank = next(s for s in stats["stages"] if s["kind"] == "rerank")
     assert rerank["traces"] == 2 * n and rerank["spans"] == n
     assert rerank["exclusion_reasons"] == {"below_rank_cutoff": 2 * 2 * n}
@@ -295,8 +306,11 @@ def test_stream_reads_a_trace_split_far_apart_as_parts_and_says_so(tmp_path):
     (path,) = list(tmp_path.glob("*.jsonl"))
     content = path.read_bytes().splitlines(keepends=True)
     filler = [record(tmp_path / "other", rag_run) for _ in range(3)]
-    other = [line for p in sorted((tmp_path / "other").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-             for line in p.read_bytes().splitlines(keepends=True)]
+    other = [
+        line
+        for p in sorted((tmp_path / "other").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+        for line in p.read_bytes().splitlines(keepends=True)
+    ]
     # the first trace's segment, then the others, then the first again (a duplicate late segment)
     (tmp_path / "mixed").mkdir()
     (tmp_path / "mixed" / "traces-1.jsonl").write_bytes(b"".join(content + other + content))
@@ -309,8 +323,11 @@ def test_stream_reads_a_trace_split_far_apart_as_parts_and_says_so(tmp_path):
 
 def test_tempo_and_jaeger_push_down():
     f = Filter(run_status="degraded", reason="budget_exceeded", query_sha256="ab" * 32)
-    assert f.traceql() == ('{ span.ragtrail.run.status = "degraded" } && { span.ragtrail.query.sha256 = "' + "ab" * 32
-                           + '" } && { event.ragtrail.exclusion.reason = "budget_exceeded" }')
+    assert f.traceql() == (
+        '{ span.ragtrail.run.status = "degraded" } && { span.ragtrail.query.sha256 = "'
+        + "ab" * 32
+        + '" } && { event.ragtrail.exclusion.reason = "budget_exceeded" }'
+    )
     assert json.loads(f.jaeger_tags()) == {"ragtrail.run.status": "degraded", "ragtrail.query.sha256": "ab" * 32}
     with BackendServer() as server:
         server.route("/api/search", {"traces": []})
@@ -349,7 +366,8 @@ def test_hostile_ids_stay_on_one_line_and_print_no_escape(tmp_path):
     lines = out.stdout.splitlines()
     assert len(lines) == 2 and lines[1] == (
         "    echo: candidate evil\\n\\x1b[2J[bold]id\\u202e (rank 0 at retrieve t.r) has the same content sha256 as "
-        "query hop 0: the question came back as its own evidence")
+        "query hop 0: the question came back as its own evidence"
+    )
     fate = ragtrail("show", "last", "--source", str(tmp_path), "--doc", hostile)
     assert fate.returncode == 0 and "\x1b" not in fate.stdout and "\u202e" not in fate.stdout
     assert fate.stdout.splitlines()[0] == "document evil\\n\\x1b[2J[bold]id\\u202e  in trace " + out.stdout.split()[0]

@@ -13,8 +13,8 @@ from fixtures.backend_server import BackendServer
 from ragtrail.contract import semconv as sc
 from ragtrail.inspect.errors import TraceNotFound, UsageError
 from ragtrail.inspect.manifest import build
-from ragtrail.inspect.sources.phoenix import NOTE_NO_DROPPED_COUNTS, PhoenixSource, split_project
 from ragtrail.inspect.sources import open_source
+from ragtrail.inspect.sources.phoenix import NOTE_NO_DROPPED_COUNTS, PhoenixSource, split_project
 from ragtrail.inspect.stages import stitch
 from ragtrail.inspect.verify import check
 

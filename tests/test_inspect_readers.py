@@ -11,8 +11,7 @@ import pytest
 from fixtures.backend_server import BackendServer
 from fixtures.ragtrail_traces import rag_run, record
 from ragtrail.contract import semconv as sc
-from ragtrail.inspect.errors import (HttpStatusError, MalformedInput, SourceUnreachable, TraceNotFound,
-                                     TruncatedInput)
+from ragtrail.inspect.errors import HttpStatusError, MalformedInput, SourceUnreachable, TraceNotFound, TruncatedInput
 from ragtrail.inspect.manifest import build
 from ragtrail.inspect.otlp import decode_document, decode_id, decode_value
 from ragtrail.inspect.sources import FileSource, JaegerSource, TempoSource, open_source, resolve
@@ -34,11 +33,20 @@ def _fixture(name: str) -> dict:
 def _evidence(m: dict) -> list:
     """What must survive every source: stage kinds, candidate ids/ranks/scores, exclusions, hops, cited."""
     return [
-        [(s["kind"], s["component"], s["in"], s["out"],
-          [(c["id"], c["rank"], c["score"], c["hop"], c.get("meta")) for c in s["candidates"]],
-          [(e["id"], e["rank"], e["reason"], e["detail"]) for e in s["excluded"]]) for s in m["stages"]],
+        [
+            (
+                s["kind"],
+                s["component"],
+                s["in"],
+                s["out"],
+                [(c["id"], c["rank"], c["score"], c["hop"], c.get("meta")) for c in s["candidates"]],
+                [(e["id"], e["rank"], e["reason"], e["detail"]) for e in s["excluded"]],
+            )
+            for s in m["stages"]
+        ],
         [(h["hop"], h["parent_hop"], h["transform"], h["text"]) for h in m["query_hops"]],
-        m["cited"], m["coverage"]["statement"],
+        m["cited"],
+        m["coverage"]["statement"],
     ]
 
 
@@ -73,8 +81,14 @@ def test_local_store_round_trip(tmp_path):
     assert source.latest() == trace_id
     trace = source.get(trace_id)
     assert trace.trace_id == trace_id
-    assert sorted(s.name for s in trace.spans) == ["cite cite", "filter status", "pipeline answer",
-                                                    "query_transform rewrite", "rerank rerank", "retrieve bm25"]
+    assert sorted(s.name for s in trace.spans) == [
+        "cite cite",
+        "filter status",
+        "pipeline answer",
+        "query_transform rewrite",
+        "rerank rerank",
+        "retrieve bm25",
+    ]
     assert all(s.dropped_events == 0 and s.dropped_attributes == 0 for s in trace.spans)
     root = next(s for s in trace.spans if s.parent_span_id is None)
     assert root.attributes[sc.TRACE_SPAN_COUNT] == 6
@@ -85,14 +99,20 @@ def test_local_store_round_trip(tmp_path):
 def test_every_backend_shape_gives_the_same_manifest():
     """The recorded Jaeger v1/v3 bodies of one trace and the Tempo v1/v2 shapes derived from it rebuild the
     same evidence."""
-    manifests = {name: build(resolve(str(FIXTURES / name), None)).as_dict() for name in
-                 (JAEGER_V1, JAEGER_V3, "tempo_v1_trace.json", "tempo_v2_partial.json")}
+    manifests = {
+        name: build(resolve(str(FIXTURES / name), None)).as_dict() for name in (JAEGER_V1, JAEGER_V3, "tempo_v1_trace.json", "tempo_v2_partial.json")
+    }
     reference = _evidence(manifests[JAEGER_V3])
     stages, hops, cited, coverage = reference
     # what the recorded trace holds (tests/e2e's gateway scenario), to be sure the evidence is not empty
     assert [(s[0], s[1], s[2], s[3]) for s in stages] == [
-        ("query_transform", "e2e.rewrite", 0, 0), ("retrieve", "e2e.search", 0, 12), ("rerank", "e2e.rerank", 12, 8),
-        ("filter", "e2e.filter", 8, 7), ("budget", "e2e.budget", 7, 7), ("cite", "cite", 2, 2)]
+        ("query_transform", "e2e.rewrite", 0, 0),
+        ("retrieve", "e2e.search", 0, 12),
+        ("rerank", "e2e.rerank", 12, 8),
+        ("filter", "e2e.filter", 8, 7),
+        ("budget", "e2e.budget", 7, 7),
+        ("cite", "cite", 2, 2),
+    ]
     assert stages[1][4][0] == ("doc-00", 0, 1.0, 1, None)  # retrieve's top hit
     assert stages[2][4][:2] == [("doc-10", 0, 0.9, 1, None), ("doc-11", 1, 0.85, 1, None)]
     assert stages[2][5] == [(f"doc-0{i}", i, "below_rank_cutoff", "top_k=8") for i in (6, 7, 8, 9)]
@@ -112,8 +132,7 @@ def test_every_backend_shape_gives_the_same_manifest():
     assert manifests[JAEGER_V3]["fidelity"]["dropped_events"] == 0
     assert manifests["tempo_v1_trace.json"]["fidelity"]["dropped_events"] == 0
     assert manifests["tempo_v2_partial.json"]["fidelity"]["partial"] is True
-    assert [a["problem"] for a in manifests["tempo_v2_partial.json"]["fidelity"]["alarms"]] == [
-        "backend returned a partial trace"]
+    assert [a["problem"] for a in manifests["tempo_v2_partial.json"]["fidelity"]["alarms"]] == ["backend returned a partial trace"]
     for name in (JAEGER_V1, JAEGER_V3, "tempo_v1_trace.json"):
         assert manifests[name]["fidelity"]["alarms"] == [], name
         assert manifests[name]["fidelity"]["partial"] is False, name
@@ -134,8 +153,13 @@ def test_jaeger_v1_keeps_tracestate_and_status():
         for key in ("w3c.tracestate", "otel.scope.name", "span.kind", "otel.status_code"):
             assert key not in span.attributes, (span.name, key)  # Jaeger's tags, turned back into fields
         assert span.attributes == other.attributes, span.name
-        assert (span.name, span.parent_span_id, span.trace_state, span.scope_name, span.resource) == \
-            (other.name, other.parent_span_id, other.trace_state, other.scope_name, other.resource)
+        assert (span.name, span.parent_span_id, span.trace_state, span.scope_name, span.resource) == (
+            other.name,
+            other.parent_span_id,
+            other.trace_state,
+            other.scope_name,
+            other.resource,
+        )
         assert (span.status_code, span.status_message) == (other.status_code, other.status_message) == (None, None)
         assert [(e.name, e.attributes) for e in span.events] == [(e.name, e.attributes) for e in other.events]
         assert span.start_ns == other.start_ns // 1000 * 1000  # v1 speaks microseconds
@@ -189,7 +213,7 @@ def test_jaeger_search_by_tag():
         query = [r for r in server.requests if r.startswith("/api/traces?")]
         # Jaeger matches a tag exactly: one search per schema version the reader knows (5, 4, 3, 2, then 1)
         assert len(query) == 5 and all(f"service={service}" in q for q in query)
-        assert [f"%22ragtrail.schema%22%3A+%22{v}%22" in q for v, q in zip((5, 4, 3, 2, 1), query)] == [True] * 5
+        assert [f"%22ragtrail.schema%22%3A+%22{v}%22" in q for v, q in zip((5, 4, 3, 2, 1), query, strict=False)] == [True] * 5
 
 
 def test_http_errors_are_typed():
@@ -231,8 +255,14 @@ def test_truncated_and_malformed_files(tmp_path):
 def test_decode_document_filters_by_trace():
     doc = _fixture(JAEGER_V3)["result"]
     assert sorted(s.name for s in decode_document(doc, TRACE_ID)) == [
-        "budget budget", "cite cite", "filter filter", "pipeline pipeline", "query_transform rewrite",
-        "rerank rerank", "retrieve search"]
+        "budget budget",
+        "cite cite",
+        "filter filter",
+        "pipeline pipeline",
+        "query_transform rewrite",
+        "rerank rerank",
+        "retrieve search",
+    ]
     assert list(decode_document(doc, "f" * 32)) == []
 
 
@@ -256,8 +286,7 @@ def test_fast_line_decoder_matches_the_general_decoder_or_steps_aside(tmp_path):
     def run(tracer):
         trace_id = rag_run(tracer)
         with tracer.start_as_current_span("app.other") as span:  # every OTel attribute type, an error status
-            span.set_attributes({"b": True, "f": 0.25, "i": -3, "s": "x", "ls": ["a", "b"], "li": [1, 2],
-                                 "lf": [0.5, 1.5], "lb": [True, False]})
+            span.set_attributes({"b": True, "f": 0.25, "i": -3, "s": "x", "ls": ["a", "b"], "li": [1, 2], "lf": [0.5, 1.5], "lb": [True, False]})
             span.add_event("app.event", {"n": 1, "ok": False})
             span.set_status(Status(StatusCode.ERROR, "boom"))
         return trace_id
@@ -274,16 +303,20 @@ def test_fast_line_decoder_matches_the_general_decoder_or_steps_aside(tmp_path):
         assert decode_line(line, some) == [s for s in general if s.trace_id == some]
     other = [s for line in lines for s in decode_line(line) if s.name == "app.other"][0]
     assert other.attributes.pop(sc.TRACE_SPAN_COUNT) == 1  # its own trace: the whole-trace processor stamps it
-    assert other.attributes == {"b": True, "f": 0.25, "i": -3, "s": "x", "ls": ["a", "b"], "li": [1, 2],
-                                "lf": [0.5, 1.5], "lb": [True, False]}
+    assert other.attributes == {"b": True, "f": 0.25, "i": -3, "s": "x", "ls": ["a", "b"], "li": [1, 2], "lf": [0.5, 1.5], "lb": [True, False]}
     assert (other.status_code, other.status_message) == ("ERROR", "boom")
     assert other.events[0].attributes == {"n": 1, "ok": False}
 
     doc = json.loads(lines[0])
     snake = json.loads(json.dumps(doc).replace('"startTimeUnixNano"', '"start_time_unix_nano"'))
-    for refused in (json.dumps(snake), json.dumps({"result": doc}), json.dumps({"batches": doc["resourceSpans"]}),
-                    (FIXTURES / JAEGER_V3).read_text(), (FIXTURES / "tempo_v2_partial.json").read_text(),
-                    lines[0][:-20].decode(), "not json"):
+    for refused in (
+        json.dumps(snake),
+        json.dumps({"result": doc}),
+        json.dumps({"batches": doc["resourceSpans"]}),
+        (FIXTURES / JAEGER_V3).read_text(),
+        (FIXTURES / "tempo_v2_partial.json").read_text(),
+        lines[0][:-20].decode(),
+        "not json",
+    ):
         assert decode_line(refused.encode()) is None
-    assert decode_line(json.dumps(snake).encode()) is None and \
-        spans_from_document(snake, "x")[0] == spans_from_document(doc, "x")[0]
+    assert decode_line(json.dumps(snake).encode()) is None and spans_from_document(snake, "x")[0] == spans_from_document(doc, "x")[0]

@@ -7,15 +7,15 @@ candidate and field.
 
 from __future__ import annotations
 
-import ragtrail
 from opentelemetry.sdk.trace import SpanLimits
 
+import ragtrail
 from fixtures.ragtrail_traces import attr, column, multi_query_run, rag_run, record, rewrite_store, row, trace_id_now
 from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate
+from ragtrail.contract.receipts import receipt
 from ragtrail.inspect.manifest import build
 from ragtrail.inspect.sources import FileSource
-from ragtrail.contract.receipts import receipt
+from ragtrail.recorder.candidates import Candidate
 
 
 def _run(tmp_path, **capture):
@@ -57,9 +57,17 @@ def test_cut_preview_is_changed_uncited(tmp_path):
     path = rewrite_store(tmp_path, edit)
     f = _fidelity(path, trace_id)
     assert f["changed_uncited"] == 1
-    assert f["alarms"] == [{"trace_id": trace_id, "span_id": rerank_id, "stage": "rerank tests.rerank",
-                            "candidate": "policy-2026-01", "field": sc.CANDIDATE_CONTENT_PREVIEW,
-                            "problem": "changed_uncited", "detail": "received 10 chars, receipt 45 chars"}]
+    assert f["alarms"] == [
+        {
+            "trace_id": trace_id,
+            "span_id": rerank_id,
+            "stage": "rerank tests.rerank",
+            "candidate": "policy-2026-01",
+            "field": sc.CANDIDATE_CONTENT_PREVIEW,
+            "problem": "changed_uncited",
+            "detail": "received 10 chars, receipt 45 chars",
+        }
+    ]
 
 
 def test_sha256_cut_in_transit_is_never_a_match(tmp_path):
@@ -128,7 +136,8 @@ def test_lost_span_is_counted_against_span_count(tmp_path):
     f = _fidelity(path, trace_id)
     assert f["missing_spans"] == 1
     assert [(a["span_id"], a["field"], a["problem"], a["detail"]) for a in f["alarms"]] == [
-        (root_id, sc.TRACE_SPAN_COUNT, "missing spans", "5 received, 6 stamped")]
+        (root_id, sc.TRACE_SPAN_COUNT, "missing spans", "5 received, 6 stamped")
+    ]
 
 
 def test_dropped_counts_are_alarms(tmp_path):
@@ -141,19 +150,22 @@ def test_dropped_counts_are_alarms(tmp_path):
 
     f = _fidelity(rewrite_store(tmp_path, edit), trace_id)
     assert (f["dropped_events"], f["dropped_attributes"]) == (3, 2)
-    assert _alarms(f) == [("retrieve tests.bm25", "", "droppedEventsCount", "events evicted by the SDK"),
-                          ("retrieve tests.bm25", "", "droppedAttributesCount", "attributes evicted by the SDK")]
+    assert _alarms(f) == [
+        ("retrieve tests.bm25", "", "droppedEventsCount", "events evicted by the SDK"),
+        ("retrieve tests.bm25", "", "droppedAttributesCount", "attributes evicted by the SDK"),
+    ]
 
 
 def test_sdk_truncation_of_the_query_is_caught(tmp_path):
     """A real SDK limit (span attribute values cut at 64 code points) is caught by the query receipts."""
     ragtrail.set_capture(content="off")
     long_query = "what is the refund window for enterprise customers on annual contracts signed before 2026?"
-    trace_id = record(tmp_path, lambda t: rag_run(t, query=long_query),
-                      span_limits=SpanLimits(max_span_attribute_length=64))
+    trace_id = record(tmp_path, lambda t: rag_run(t, query=long_query), span_limits=SpanLimits(max_span_attribute_length=64))
     f = _fidelity(tmp_path, trace_id)
-    assert _alarms(f) == [("pipeline tests.answer", "", sc.QUERY_TEXT, "changed_uncited"),
-                          ("query_transform tests.rewrite", "", sc.QUERY_TEXT, "changed_uncited")]
+    assert _alarms(f) == [
+        ("pipeline tests.answer", "", sc.QUERY_TEXT, "changed_uncited"),
+        ("query_transform tests.rewrite", "", sc.QUERY_TEXT, "changed_uncited"),
+    ]
     assert f["alarms"][0]["detail"] == f"received 64 chars, receipt {len(long_query)} chars"
     assert f["changed_uncited"] == 2
 
@@ -170,9 +182,12 @@ def test_a_receipt_cut_below_64_hex_digits_is_unverifiable(tmp_path):
     assert (f["intact"], f["unverifiable"], f["changed_uncited"]) == (1, 18, 0)
     assert sum(a["field"] == sc.CANDIDATE_CONTENT_FROM for a in f["alarms"]) == 8
     assert {(a["field"], a["problem"]) for a in f["alarms"]} == {
-        (sc.EVENTS_DIGEST, "unverifiable"), (sc.QUERY_SHA256, "unverifiable"),
-        (sc.CANDIDATE_CONTENT_SHA256, "unverifiable"), (sc.CANDIDATE_CONTENT_FROM, "unverifiable"),
-        (sc.STAGE_RECEIPT, "unverifiable")}  # schema 2 on: the stage receipt is cut too
+        (sc.EVENTS_DIGEST, "unverifiable"),
+        (sc.QUERY_SHA256, "unverifiable"),
+        (sc.CANDIDATE_CONTENT_SHA256, "unverifiable"),
+        (sc.CANDIDATE_CONTENT_FROM, "unverifiable"),
+        (sc.STAGE_RECEIPT, "unverifiable"),
+    }  # schema 2 on: the stage receipt is cut too
 
 
 def _budget_run(rule: str | None, derived_from_right: bool):
@@ -185,9 +200,9 @@ def _budget_run(rule: str | None, derived_from_right: bool):
             with ragtrail.stage("budget", "tests.trim", budget_limit=10, budget_unit="words", tracer=tracer) as s:
                 s.inputs([doc])
                 source_sha = receipt(doc["content"]).sha256 if derived_from_right else "0" * 64
-                s.outputs([Candidate(id="long", content="word " * 10, transform_rule=rule,
-                                     derived_from=source_sha if rule else None)])
+                s.outputs([Candidate(id="long", content="word " * 10, transform_rule=rule, derived_from=source_sha if rule else None)])
             return trace_id_now()
+
     return run
 
 
@@ -237,6 +252,8 @@ def test_missing_continuation_span(tmp_path):
     f = _fidelity(tmp_path, trace_id)
     assert f["missing_events"] == 2  # 10 events in chunks of 4, 4, 2: the last continuation is gone
     assert [(a["field"], a["problem"]) for a in f["alarms"]] == [
-        (sc.EVENTS_SPANS, "missing continuation spans"), (sc.EVENTS_COUNT, "event count mismatch"),
-        (sc.TRACE_SPAN_COUNT, "missing spans")]
+        (sc.EVENTS_SPANS, "missing continuation spans"),
+        (sc.EVENTS_COUNT, "event count mismatch"),
+        (sc.TRACE_SPAN_COUNT, "missing spans"),
+    ]
     assert f["missing_spans"] == 2  # counted once per check: the stage's announcement and the trace's span count

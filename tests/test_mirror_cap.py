@@ -13,14 +13,13 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import mirrorutil
 import ragtrail
+from fixtures.ragtrail_traces import all_spans, attr, rag_run, record, rewrite_store, store_lines
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.inspect.manifest import build
 from ragtrail.inspect.sources import FileSource
-
-import mirrorutil
-from fixtures.ragtrail_traces import all_spans, attr, rag_run, record, rewrite_store, store_lines
 
 HITS = [{"id": f"d{i}", "content": f"text {i}", "score": round(0.9 - i / 10, 2)} for i in range(5)]
 ENV = sc.ENV_MIRROR_DOCUMENTS
@@ -56,16 +55,14 @@ def _rerank() -> ReadableSpan:
         s.inputs([dict(h) for h in HITS])
         s.exclude(HITS[3], "below_rank_cutoff")
         s.exclude(HITS[4], "below_rank_cutoff")
-        s.outputs([dict(HITS[2], score=0.99), dict(HITS[0], score=0.8), dict(HITS[1], score=0.7)],
-                  score_kind="rerank")
+        s.outputs([dict(HITS[2], score=0.99), dict(HITS[0], score=0.8), dict(HITS[1], score=0.7)], score_kind="rerank")
     (span,) = exporter.get_finished_spans()
     return span
 
 
 def _mirror_attributes(span: ReadableSpan) -> dict[str, Any]:
     """Every mirror attribute: the non-ragtrail keys and ragtrail's mirrored/total pairs."""
-    return {k: v for k, v in span.attributes.items()
-            if not k.startswith("ragtrail.") or k.startswith("ragtrail.mirror.")}
+    return {k: v for k, v in span.attributes.items() if not k.startswith("ragtrail.") or k.startswith("ragtrail.mirror.")}
 
 
 def _cards(prefix: str, docs: list[tuple[str, float, str | None]]) -> dict[str, Any]:
@@ -96,11 +93,16 @@ def _pop_exactly(span: ReadableSpan, expected: dict[str, Any], against_events: b
 def _retrieve_expected(n: int | None) -> dict[str, Any]:
     shown = HITS if n is None else HITS[:n]
     expected: dict[str, Any] = {
-        sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER", sc.OI_INPUT_VALUE: "q", sc.OI_INPUT_MIME_TYPE: "text/plain",
-        sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: "app.search", sc.GEN_AI_REQUEST_TOP_K: 5,
+        sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
+        sc.OI_INPUT_VALUE: "q",
+        sc.OI_INPUT_MIME_TYPE: "text/plain",
+        sc.GEN_AI_OPERATION_NAME: "retrieval",
+        sc.GEN_AI_DATA_SOURCE_ID: "app.search",
+        sc.GEN_AI_REQUEST_TOP_K: 5,
         sc.GEN_AI_RETRIEVAL_QUERY_TEXT: "q",
-        sc.GEN_AI_RETRIEVAL_DOCUMENTS: json.dumps([{"content": h["content"], "id": h["id"], "score": h["score"]}
-                                                   for h in shown], separators=(",", ":")),
+        sc.GEN_AI_RETRIEVAL_DOCUMENTS: json.dumps(
+            [{"content": h["content"], "id": h["id"], "score": h["score"]} for h in shown], separators=(",", ":")
+        ),
         **_cards(sc.OI_RETRIEVAL_DOCUMENTS, [(h["id"], h["score"], None) for h in shown]),
     }
     if n is not None and n < len(HITS):
@@ -116,7 +118,9 @@ def test_a_retrieve_list_carries_the_first_n_and_says_so(monkeypatch):
     span = _retrieve()
     expected = _retrieve_expected(2)
     assert json.loads(expected[sc.GEN_AI_RETRIEVAL_DOCUMENTS]) == [
-        {"id": "d0", "score": 0.9, "content": "text 0"}, {"id": "d1", "score": 0.8, "content": "text 1"}]
+        {"id": "d0", "score": 0.9, "content": "text 0"},
+        {"id": "d1", "score": 0.8, "content": "text 1"},
+    ]
     assert (expected[sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED], expected[sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL]) == (2, 5)
     _pop_exactly(span, expected)
     # ragtrail's own columns and events still hold every candidate
@@ -131,10 +135,16 @@ def _rerank_expected(n: int | None) -> dict[str, Any]:
     outputs = [("d2", 0.99, None), ("d0", 0.8, None), ("d1", 0.7, None)]
     inputs = [("d0", 0.9, None), ("d1", 0.8, None), ("d2", 0.7, None), ("d3", 0.6, _REASON), ("d4", 0.5, _REASON)]
     expected: dict[str, Any] = {
-        sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: "q", sc.OI_INPUT_MIME_TYPE: "text/plain",
-        sc.OI_RERANKER_QUERY: "q", sc.OI_RERANKER_TOP_K: 3,
-        sc.OI_OUTPUT_VALUE: "kept 3 of 5; excluded: d3 below_rank_cutoff; d4 below_rank_cutoff", sc.OI_OUTPUT_MIME_TYPE: "text/plain",
-        sc.GEN_AI_RERANK_CANDIDATE_COUNT: 5, sc.GEN_AI_RERANK_TOP_N: 3, sc.GEN_AI_RERANK_SCORES: (0.99, 0.8, 0.7),
+        sc.OPENINFERENCE_SPAN_KIND: "RERANKER",
+        sc.OI_INPUT_VALUE: "q",
+        sc.OI_INPUT_MIME_TYPE: "text/plain",
+        sc.OI_RERANKER_QUERY: "q",
+        sc.OI_RERANKER_TOP_K: 3,
+        sc.OI_OUTPUT_VALUE: "kept 3 of 5; excluded: d3 below_rank_cutoff; d4 below_rank_cutoff",
+        sc.OI_OUTPUT_MIME_TYPE: "text/plain",
+        sc.GEN_AI_RERANK_CANDIDATE_COUNT: 5,
+        sc.GEN_AI_RERANK_TOP_N: 3,
+        sc.GEN_AI_RERANK_SCORES: (0.99, 0.8, 0.7),
         **_cards(sc.OI_RERANKER_OUTPUT_DOCUMENTS, outputs if n is None else outputs[:n]),
         **_cards(sc.OI_RERANKER_INPUT_DOCUMENTS, inputs if n is None else inputs[:n]),
     }
@@ -149,8 +159,15 @@ def test_a_rerank_stage_cuts_both_lists_and_says_so_for_each():
     ragtrail.set_capture(content="full", mirror_documents=2)
     span = _rerank()
     expected = _rerank_expected(2)
-    assert [expected[k] for k in (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL,
-                                  sc.MIRROR_INPUT_DOCUMENTS_MIRRORED, sc.MIRROR_INPUT_DOCUMENTS_TOTAL)] == [2, 3, 2, 5]
+    assert [
+        expected[k]
+        for k in (
+            sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED,
+            sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL,
+            sc.MIRROR_INPUT_DOCUMENTS_MIRRORED,
+            sc.MIRROR_INPUT_DOCUMENTS_TOTAL,
+        )
+    ] == [2, 3, 2, 5]
     assert "reranker.input_documents.2.document.id" not in expected
     _pop_exactly(span, expected)
     assert span.attributes[sc.CANDIDATES_IN] == 5 and span.attributes[sc.COLUMN_IDS] == ("d2", "d0", "d1")
@@ -165,15 +182,21 @@ def test_zero_writes_no_document_and_keeps_every_other_mirror():
     _pop_exactly(retrieve, expected)
     expected = _rerank_expected(0)
     assert not [k for k in expected if k.startswith("reranker.") and ".document." in k]
-    assert [expected[k] for k in (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL,
-                                  sc.MIRROR_INPUT_DOCUMENTS_MIRRORED, sc.MIRROR_INPUT_DOCUMENTS_TOTAL)] == [0, 3, 0, 5]
+    assert [
+        expected[k]
+        for k in (
+            sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED,
+            sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL,
+            sc.MIRROR_INPUT_DOCUMENTS_MIRRORED,
+            sc.MIRROR_INPUT_DOCUMENTS_TOTAL,
+        )
+    ] == [0, 3, 0, 5]
     _pop_exactly(rerank, expected)
 
 
 def _everything(span: ReadableSpan) -> dict[str, Any]:
     """The span's attributes and events as they would be compared between two runs."""
-    return {"attributes": dict(span.attributes),
-            "events": [(e.name, dict(e.attributes)) for e in span.events]}
+    return {"attributes": dict(span.attributes), "events": [(e.name, dict(e.attributes)) for e in span.events]}
 
 
 @pytest.mark.parametrize("n", ["5", "6", "100", "all", "ALL", ""])
@@ -223,8 +246,7 @@ def test_in_code_the_cap_is_set_and_lifted_and_a_bad_one_raises():
 
 def test_the_genai_mirror_alone_is_cut_the_same_way():
     ragtrail.set_capture(content="full", mirror_openinference=False, mirror_documents=2)
-    expected = {k: v for k, v in _retrieve_expected(2).items()
-                if k.startswith(("gen_ai.", "ragtrail.mirror."))}
+    expected = {k: v for k, v in _retrieve_expected(2).items() if k.startswith(("gen_ai.", "ragtrail.mirror."))}
     _pop_exactly(_retrieve(), expected, against_events=False)
 
 
@@ -250,9 +272,23 @@ def test_the_cap_and_the_room_together_the_smaller_wins(n, mirrored):
 
 def _fidelity(store, trace_id):
     f = build(FileSource(store).get(trace_id)).as_dict()["fidelity"]
-    return {k: f[k] for k in ("intact", "changed_cited", "changed_uncited", "unverifiable", "not_captured",
-                              "missing_events", "missing_spans", "dropped_events", "dropped_attributes",
-                              "partial", "alarms", "notes")}
+    return {
+        k: f[k]
+        for k in (
+            "intact",
+            "changed_cited",
+            "changed_uncited",
+            "unverifiable",
+            "not_captured",
+            "missing_events",
+            "missing_spans",
+            "dropped_events",
+            "dropped_attributes",
+            "partial",
+            "alarms",
+            "notes",
+        )
+    }
 
 
 def test_verify_reads_a_capped_trace_as_it_reads_an_uncapped_one(tmp_path):
@@ -271,7 +307,8 @@ def test_verify_reads_a_capped_trace_as_it_reads_an_uncapped_one(tmp_path):
     assert "mirror.input_documents.mirrored" in fields and "reranker." not in fields
 
     def strip(span):
-        span["attributes"] = [kv for kv in span["attributes"]
-                              if not kv["key"].startswith(("retrieval.documents.", "reranker.", "gen_ai.retrieval.documents"))]
+        span["attributes"] = [
+            kv for kv in span["attributes"] if not kv["key"].startswith(("retrieval.documents.", "reranker.", "gen_ai.retrieval.documents"))
+        ]
 
     assert _fidelity(rewrite_store(store, strip), trace_id) == uncapped

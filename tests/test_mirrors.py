@@ -12,16 +12,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+import mirrorutil
 import ragtrail
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import preview
 
-import mirrorutil
-
 LONG = "x" * 300
-DOCS = [{"id": "a", "content": "alpha text", "score": 0.9, "metadata": {"lang": "en", "secret": "s", "tags": ["p", "q"]}},
-        {"id": "b", "content": LONG, "score": 0.5, "metadata": {"lang": "de"}},
-        {"id": "c", "content": "gamma text", "score": 0.2, "metadata": {}}]
+DOCS = [
+    {"id": "a", "content": "alpha text", "score": 0.9, "metadata": {"lang": "en", "secret": "s", "tags": ["p", "q"]}},
+    {"id": "b", "content": LONG, "score": 0.5, "metadata": {"lang": "de"}},
+    {"id": "c", "content": "gamma text", "score": 0.2, "metadata": {}},
+]
 
 
 def _record(provider: TracerProvider) -> None:
@@ -60,17 +61,20 @@ def test_narrowing_stage_cards_follow_the_capture_modes(recorded, mode):
     a = dict(spans["filter lang"].attributes)
     content = {"off": lambda t: None, "preview": preview, "full": lambda t: t}[mode]
     expected = {
-        sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: "what?", sc.OI_INPUT_MIME_TYPE: "text/plain",
+        sc.OPENINFERENCE_SPAN_KIND: "RERANKER",
+        sc.OI_INPUT_VALUE: "what?",
+        sc.OI_INPUT_MIME_TYPE: "text/plain",
         sc.OI_RERANKER_QUERY: "what?",
-        sc.OI_OUTPUT_VALUE: "kept 2 of 3; excluded: b filtered_by_metadata (lang=de)", sc.OI_OUTPUT_MIME_TYPE: "text/plain",
+        sc.OI_OUTPUT_VALUE: "kept 2 of 3; excluded: b filtered_by_metadata (lang=de)",
+        sc.OI_OUTPUT_MIME_TYPE: "text/plain",
     }
     cards = {
-        "reranker.output_documents": [("a", 0.9, "alpha text", {"lang": "en", "tags": ["p", "q"]}),
-                                      ("c", 0.2, "gamma text", None)],
-        "reranker.input_documents": [("a", 0.9, "alpha text", {"lang": "en", "tags": ["p", "q"]}),
-                                     ("b", 0.5, LONG, {"lang": "de", sc.EXCLUSION_REASON: "filtered_by_metadata",
-                                                       sc.EXCLUSION_DETAIL: "lang=de"}),
-                                     ("c", 0.2, "gamma text", None)],
+        "reranker.output_documents": [("a", 0.9, "alpha text", {"lang": "en", "tags": ["p", "q"]}), ("c", 0.2, "gamma text", None)],
+        "reranker.input_documents": [
+            ("a", 0.9, "alpha text", {"lang": "en", "tags": ["p", "q"]}),
+            ("b", 0.5, LONG, {"lang": "de", sc.EXCLUSION_REASON: "filtered_by_metadata", sc.EXCLUSION_DETAIL: "lang=de"}),
+            ("c", 0.2, "gamma text", None),
+        ],
     }
     for prefix, docs in cards.items():
         for i, (ident, score, text, meta) in enumerate(docs):
@@ -148,8 +152,7 @@ def test_the_cap_leaves_room_for_every_attribute_ragtrail_writes():
     provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=80))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     keys = [f"k{j}" for j in range(20)]
-    hits = [{"id": f"d{i}", "content": f"text {i}", "score": 1 - i / 100, "metadata": {k: i for k in keys}}
-            for i in range(40)]
+    hits = [{"id": f"d{i}", "content": f"text {i}", "score": 1 - i / 100, "metadata": {k: i for k in keys}} for i in range(40)]
     ragtrail.set_capture(content="full", metadata=keys)
     with ragtrail.stage("retrieve", "app.search", tracer=provider.get_tracer("t")) as s:
         s.query("q")
@@ -196,8 +199,7 @@ def test_rerank_genai_and_continuation_spans():
     assert sc.GEN_AI_OPERATION_NAME not in stage.attributes
     assert {k: v for k, v in part.attributes.items() if not k.startswith("ragtrail.")} == {
         sc.OPENINFERENCE_SPAN_KIND: "RERANKER",
-        sc.OI_OUTPUT_VALUE: "continuation 1 of 1: ragtrail events 2-2 of 2 of this stage "
-                            "(the stage span holds the rest, its counts and digest)",
+        sc.OI_OUTPUT_VALUE: "continuation 1 of 1: ragtrail events 2-2 of 2 of this stage (the stage span holds the rest, its counts and digest)",
         sc.OI_OUTPUT_MIME_TYPE: "text/plain",
     }
 
@@ -206,10 +208,13 @@ def test_names_match_the_released_semantic_conventions():
     """GenAI names as the released opentelemetry-semantic-conventions package spells them."""
     from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as g
 
-    assert (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_DATA_SOURCE_ID, sc.GEN_AI_REQUEST_TOP_K,
-            sc.GEN_AI_RETRIEVAL_QUERY_TEXT, sc.GEN_AI_RETRIEVAL_DOCUMENTS) == (
-        g.GEN_AI_OPERATION_NAME, g.GEN_AI_DATA_SOURCE_ID, g.GEN_AI_REQUEST_TOP_K,
-        g.GEN_AI_RETRIEVAL_QUERY_TEXT, g.GEN_AI_RETRIEVAL_DOCUMENTS)
+    assert (
+        sc.GEN_AI_OPERATION_NAME,
+        sc.GEN_AI_DATA_SOURCE_ID,
+        sc.GEN_AI_REQUEST_TOP_K,
+        sc.GEN_AI_RETRIEVAL_QUERY_TEXT,
+        sc.GEN_AI_RETRIEVAL_DOCUMENTS,
+    ) == (g.GEN_AI_OPERATION_NAME, g.GEN_AI_DATA_SOURCE_ID, g.GEN_AI_REQUEST_TOP_K, g.GEN_AI_RETRIEVAL_QUERY_TEXT, g.GEN_AI_RETRIEVAL_DOCUMENTS)
     assert g.GenAiOperationNameValues.RETRIEVAL.value == sc.GEN_AI_OPERATION_RETRIEVAL
     # the rerank names are a proposal (semantic-conventions-genai #253): in no released package yet
     assert not [n for n in dir(g) if "RERANK" in n]

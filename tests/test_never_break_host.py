@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragtrail
-from ragtrail.contract import semconv as sc
-from ragtrail.recorder.candidates import Candidate, register_adapter, unregister_adapter
-from ragtrail.contract.receipts import sorted_events_digest, receipt
 import spanutil
+from ragtrail.contract import semconv as sc
+from ragtrail.contract.receipts import receipt, sorted_events_digest
+from ragtrail.recorder.candidates import Candidate, register_adapter, unregister_adapter
 from spanutil import attrs, events, records
 
 
@@ -118,8 +118,10 @@ def test_generators_are_never_consumed(span_exporter):
     out = lazy("q")
     assert list(out) == [{"id": "z"}]  # the host still gets every item
     first, second = span_exporter.get_finished_spans()
-    assert first.attributes[sc.STAGE_FINDINGS] == ("inputs are a generator, not a list: not snapshotted",
-                                                   "inputs not recorded: candidates.in is out + excluded")
+    assert first.attributes[sc.STAGE_FINDINGS] == (
+        "inputs are a generator, not a list: not snapshotted",
+        "inputs not recorded: candidates.in is out + excluded",
+    )
     assert first.attributes[sc.CANDIDATES_IN] == 1
     assert second.attributes[sc.STAGE_FINDINGS] == ("stage returned a generator, not a candidate list: outputs not recorded",)
     # the manual API materialises an iterator the user hands it explicitly
@@ -129,12 +131,15 @@ def test_generators_are_never_consumed(span_exporter):
     assert attrs(span_exporter.get_finished_spans()[-1])[sc.CANDIDATES_EXCLUDED] == 1
 
 
-@pytest.mark.parametrize("returned, finding", [
-    ("a string", "stage returned a str, not a candidate list: outputs not recorded"),
-    ({"id": "a"}, "stage returned a dict, not a candidate list: outputs not recorded"),
-    (None, "stage returned None"),
-    (42, "stage returned a int, not a candidate list: outputs not recorded"),
-])
+@pytest.mark.parametrize(
+    "returned, finding",
+    [
+        ("a string", "stage returned a str, not a candidate list: outputs not recorded"),
+        ({"id": "a"}, "stage returned a dict, not a candidate list: outputs not recorded"),
+        (None, "stage returned None"),
+        (42, "stage returned a int, not a candidate list: outputs not recorded"),
+    ],
+)
 def test_a_stage_that_returns_a_non_list_is_a_finding(span_exporter, returned, finding):
     @ragtrail.retriever
     def search(query):
@@ -165,8 +170,16 @@ def test_odd_scores_ids_and_contents(span_exporter):
     span = _one(span_exporter)
     got = events(span, sc.EVENT_CANDIDATE)
     assert [e[sc.CANDIDATE_ID] for e in got] == [
-        receipt("no id").sha256 and "sha256:" + receipt("no id").sha256, "3", str(uid), "inf", "neg", "meta",
-        "sha256:" + receipt("tuple doc").sha256, "explicit", "sha256:" + receipt(None).sha256]
+        receipt("no id").sha256 and "sha256:" + receipt("no id").sha256,
+        "3",
+        str(uid),
+        "inf",
+        "neg",
+        "meta",
+        "sha256:" + receipt("tuple doc").sha256,
+        "explicit",
+        "sha256:" + receipt(None).sha256,
+    ]
     assert got[1][sc.CANDIDATE_SCORE] == 0.5 and got[1][sc.CANDIDATE_CONTENT_BYTES] == 6
     assert got[2][sc.CANDIDATE_SCORE_RAW] == "nan" and sc.CANDIDATE_SCORE not in got[2]
     assert got[3][sc.CANDIDATE_SCORE_RAW] == "inf" and got[3][sc.CANDIDATE_CONTENT_BYTES] == 20 * 1024 * 1024
@@ -204,8 +217,10 @@ def test_unknown_reason_and_status_are_findings(span_exporter):
 
 
 ids = st.sampled_from(["a", "b", "c", "d", "e", "f"]) | st.integers(0, 5)
-docs = st.lists(st.fixed_dictionaries({"id": ids, "content": st.text(max_size=8),
-                                       "score": st.floats(allow_nan=True, allow_infinity=True) | st.none()}), max_size=12)
+docs = st.lists(
+    st.fixed_dictionaries({"id": ids, "content": st.text(max_size=8), "score": st.floats(allow_nan=True, allow_infinity=True) | st.none()}),
+    max_size=12,
+)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -223,8 +238,7 @@ def test_manifest_invariants_hold_for_any_subset(span_exporter, inputs, data):
     received = records(span)  # schema 3: outputs as columns, exclusions one event per reason, read back
     assert a[sc.EVENTS_COUNT] == len(received) == len(inputs) == len(outputs) + len(events(span, sc.EVENT_EXCLUSION))
     assert len({e.attributes[sc.EXCLUSION_REASON] for e in span.events}) == len(span.events)  # one per reason
-    assert a[sc.EVENTS_DIGEST] == sorted_events_digest(
-        (name, e[sc.CANDIDATE_ID], spanutil.content_part(e)) for name, e in received)
+    assert a[sc.EVENTS_DIGEST] == sorted_events_digest((name, e[sc.CANDIDATE_ID], spanutil.content_part(e)) for name, e in received)
     for e in events(span, sc.EVENT_EXCLUSION):
         assert sc.is_valid_reason(e[sc.EXCLUSION_REASON])
 
@@ -240,8 +254,10 @@ def test_a_narrowing_stage_with_unknown_outputs_derives_no_exclusions(span_expor
     a = attrs(span)
     assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (3, 0, 0)
     assert events(span, sc.EVENT_EXCLUSION) == []
-    assert a[sc.STAGE_FINDINGS] == ["stage returned a list_iterator, not a candidate list: outputs not recorded",
-                                    "outputs not recorded: no exclusions derived"]
+    assert a[sc.STAGE_FINDINGS] == [
+        "stage returned a list_iterator, not a candidate list: outputs not recorded",
+        "outputs not recorded: no exclusions derived",
+    ]
 
 
 def test_strings_on_the_wire_survive_otlp_encoding(span_exporter):

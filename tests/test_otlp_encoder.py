@@ -92,7 +92,9 @@ sdk_values = st.one_of(
     st.lists(st.booleans(), max_size=4).map(tuple),
 )
 attribute_keys = st.one_of(
-    st.text(max_size=12), st.sampled_from(["ragtrail.stage", "k", ""]), st.text(st.one_of(st.characters(), surrogates), max_size=3),
+    st.text(max_size=12),
+    st.sampled_from(["ragtrail.stage", "k", ""]),
+    st.text(st.one_of(st.characters(), surrogates), max_size=3),
 )
 
 
@@ -117,8 +119,13 @@ counts_limits = st.one_of(st.none(), st.integers(min_value=0, max_value=3))
 
 @st.composite
 def span_contexts(draw: st.DrawFn) -> SpanContext:
-    return SpanContext(draw(trace_ids), draw(span_ids), is_remote=draw(st.booleans()),
-                       trace_flags=TraceFlags(draw(st.sampled_from([0, 1]))), trace_state=draw(trace_states))
+    return SpanContext(
+        draw(trace_ids),
+        draw(span_ids),
+        is_remote=draw(st.booleans()),
+        trace_flags=TraceFlags(draw(st.sampled_from([0, 1]))),
+        trace_state=draw(trace_states),
+    )
 
 
 @st.composite
@@ -194,8 +201,29 @@ def test_every_attribute_value_as_the_stock_encodes_or_drops_it(values: dict[Any
     assert_same_as_stock([span])
 
 
-@pytest.mark.parametrize("value", [*SPECIAL_FLOATS, *EDGE_INTS, "\ud800", "a\udfffb", b"", b"\x00\xff", [], (), {}, [1, "a", 2.5, None, True],
-                                   [[], {}], {"k": {"n": [None]}}, {1: "one", None: 2}, bytearray(b"ab"), range(3), None, {1, 2}, object()])
+@pytest.mark.parametrize(
+    "value",
+    [
+        *SPECIAL_FLOATS,
+        *EDGE_INTS,
+        "\ud800",
+        "a\udfffb",
+        b"",
+        b"\x00\xff",
+        [],
+        (),
+        {},
+        [1, "a", 2.5, None, True],
+        [[], {}],
+        {"k": {"n": [None]}},
+        {1: "one", None: 2},
+        bytearray(b"ab"),
+        range(3),
+        None,
+        {1, 2},
+        object(),
+    ],
+)
 def test_each_listed_value(value: Any) -> None:
     span = ReadableSpan("s", context=SpanContext(1, 2, False), attributes={"v": value, "after": "kept"}, start_time=1, end_time=2)
     assert_same_as_stock([span])
@@ -205,8 +233,10 @@ def test_each_listed_value(value: Any) -> None:
 def test_a_span_field_the_stock_refuses_raises_the_same(fault: str) -> None:
     context = SpanContext(2**128 if fault == "trace_id" else 1, 2, False)
     span = ReadableSpan(
-        "\ud800" if fault == "name" else "s", context=context,
-        start_time=-1 if fault == "start" else 1, end_time=2**64 if fault == "end" else 2,
+        "\ud800" if fault == "name" else "s",
+        context=context,
+        start_time=-1 if fault == "start" else 1,
+        end_time=2**64 if fault == "end" else 2,
         events=[Event("\udc00" if fault == "event_name" else "e", timestamp=-5 if fault == "event_time" else 3)],
         links=[Link(SpanContext(1, 2**64 if fault == "link_span_id" else 3, True))],
         status=Status(StatusCode.ERROR, "\ud800" if fault == "status" else "boom"),

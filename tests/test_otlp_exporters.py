@@ -106,8 +106,9 @@ class GrpcReceiver:
         self.lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         service, method = EXPORT_METHOD.rsplit("/", 1)
-        handler = grpc.unary_unary_rpc_method_handler(self.export, request_deserializer=None,
-                                                      response_serializer=ExportTraceServiceResponse.SerializeToString)
+        handler = grpc.unary_unary_rpc_method_handler(
+            self.export, request_deserializer=None, response_serializer=ExportTraceServiceResponse.SerializeToString
+        )
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.lstrip("/"), {method: handler}),))
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()

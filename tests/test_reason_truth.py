@@ -8,7 +8,6 @@ from typing import Any
 
 import ragtrail
 from ragtrail.contract import semconv as sc
-
 from spanutil import attrs, by_name, events, pop_all
 
 
@@ -17,13 +16,11 @@ def _doc(ident: str, score: float) -> dict[str, Any]:
 
 
 def _exclusions(span: Any) -> list[tuple]:
-    return [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e.get(sc.EXCLUSION_DETAIL))
-            for e in events(span, sc.EVENT_EXCLUSION)]
+    return [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e.get(sc.EXCLUSION_DETAIL)) for e in events(span, sc.EVENT_EXCLUSION)]
 
 
 def _candidates(span: Any) -> list[tuple]:
-    return [(e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_SCORE), e[sc.CANDIDATE_SCORE_KIND])
-            for e in events(span, sc.EVENT_CANDIDATE)]
+    return [(e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_SCORE), e[sc.CANDIDATE_SCORE_KIND]) for e in events(span, sc.EVENT_CANDIDATE)]
 
 
 GATE_INPUTS = [_doc("a", 0.74), _doc("b", 0.42), _doc("c", 0.39), _doc("d", 0.388), _doc("e", 0.2)]
@@ -42,10 +39,21 @@ def test_gate_that_kept_past_its_threshold_cut_by_rank(span_exporter):
     assert [d["id"] for d in kept] == ["a", "b", "c"]
     (span,) = span_exporter.get_finished_spans()
     a = attrs(span)
-    pop_all(a, {sc.STAGE_THRESHOLD: 0.5, sc.STAGE_TOP_K: 3, sc.CANDIDATES_IN: 5, sc.CANDIDATES_OUT: 3,
-                sc.CANDIDATES_EXCLUDED: 2, sc.STAGE_STATUS: "ok",
-                sc.STAGE_FINDINGS: ["kept_past_threshold: 2 kept output(s) score < threshold=0.5 (b=0.42, c=0.39): "
-                                    "the threshold did not decide what was kept, so no exclusion is explained by it"]})
+    pop_all(
+        a,
+        {
+            sc.STAGE_THRESHOLD: 0.5,
+            sc.STAGE_TOP_K: 3,
+            sc.CANDIDATES_IN: 5,
+            sc.CANDIDATES_OUT: 3,
+            sc.CANDIDATES_EXCLUDED: 2,
+            sc.STAGE_STATUS: "ok",
+            sc.STAGE_FINDINGS: [
+                "kept_past_threshold: 2 kept output(s) score < threshold=0.5 (b=0.42, c=0.39): "
+                "the threshold did not decide what was kept, so no exclusion is explained by it"
+            ],
+        },
+    )
     assert _exclusions(span) == [("d", "below_rank_cutoff", "top_k=3"), ("e", "below_rank_cutoff", "top_k=3")]
 
 
@@ -55,10 +63,12 @@ def test_threshold_that_held_explains_its_drops(span_exporter):
         s.outputs(GATE_INPUTS[:1])  # only 0.74 passes: fewer than top_k kept, the threshold cut
     (span,) = span_exporter.get_finished_spans()
     assert sc.STAGE_FINDINGS not in attrs(span)
-    assert _exclusions(span) == [("b", "below_score_threshold", "score=0.42 < threshold=0.5"),
-                                 ("c", "below_score_threshold", "score=0.39 < threshold=0.5"),
-                                 ("d", "below_score_threshold", "score=0.388 < threshold=0.5"),
-                                 ("e", "below_score_threshold", "score=0.2 < threshold=0.5")]
+    assert _exclusions(span) == [
+        ("b", "below_score_threshold", "score=0.42 < threshold=0.5"),
+        ("c", "below_score_threshold", "score=0.39 < threshold=0.5"),
+        ("d", "below_score_threshold", "score=0.388 < threshold=0.5"),
+        ("e", "below_score_threshold", "score=0.2 < threshold=0.5"),
+    ]
 
 
 def test_no_knob_explains_a_drop_the_kept_outputs_contradict(span_exporter):
@@ -110,7 +120,8 @@ def test_reranker_threshold_is_not_applied_to_upstream_scores(span_exporter):
     assert [e[sc.CANDIDATE_SCORE_KIND] for e in events(span, sc.EVENT_EXCLUSION)] == ["similarity", "similarity"]
     assert attrs(span)[sc.STAGE_FINDINGS] == [
         "kept_past_threshold: 2 kept output(s) score < threshold=0.5 (b=0.47, c=0.44): the threshold did not "
-        "decide what was kept, so no exclusion is explained by it"]
+        "decide what was kept, so no exclusion is explained by it"
+    ]
 
 
 def test_reranker_that_returns_its_inputs_is_a_finding_and_keeps_their_kind(span_exporter):
@@ -133,10 +144,19 @@ def test_reranker_that_returns_its_inputs_is_a_finding_and_keeps_their_kind(span
     spans = span_exporter.get_finished_spans()
     span = by_name(spans, "rerank rerank")
     a = attrs(span)
-    pop_all(a, {sc.STAGE_STATUS: "ok", sc.CANDIDATES_IN: 3, sc.CANDIDATES_OUT: 2, sc.CANDIDATES_EXCLUDED: 1,
-                sc.STAGE_FINDINGS: [
-                    "rerank_is_identity: the stage handed on 2 of its 3 inputs in their input order with their input "
-                    "scores: nothing was reranked (a silent fallback?); the scores keep their upstream kind (rrf)"]})
+    pop_all(
+        a,
+        {
+            sc.STAGE_STATUS: "ok",
+            sc.CANDIDATES_IN: 3,
+            sc.CANDIDATES_OUT: 2,
+            sc.CANDIDATES_EXCLUDED: 1,
+            sc.STAGE_FINDINGS: [
+                "rerank_is_identity: the stage handed on 2 of its 3 inputs in their input order with their input "
+                "scores: nothing was reranked (a silent fallback?); the scores keep their upstream kind (rrf)"
+            ],
+        },
+    )
     assert _candidates(span) == [("p", 0.0328, "rrf"), ("q", 0.0323, "rrf")]
     assert _exclusions(span) == [("r", "below_rank_cutoff", "top_k=2")]
 
@@ -149,8 +169,8 @@ def test_reordered_pass_through_scores_keep_their_kind_without_identity(span_exp
     (span,) = span_exporter.get_finished_spans()
     assert _candidates(span) == [("q", 0.7, "similarity"), ("p", 0.8, "similarity")]
     assert attrs(span)[sc.STAGE_FINDINGS] == [
-        "2 output score(s) are the inputs' own scores, not produced by this stage: recorded with their upstream "
-        "kind (similarity)"]
+        "2 output score(s) are the inputs' own scores, not produced by this stage: recorded with their upstream kind (similarity)"
+    ]
 
 
 def test_a_real_rerank_is_no_finding(span_exporter):

@@ -57,8 +57,7 @@ def test_non_string_payloads_are_canonical_json():
 
 
 def test_numpy_and_odd_values_are_deterministic():
-    value = {"score": np.float32(0.5), "vec": np.arange(3), "when": __import__("datetime").date(2024, 11, 1),
-             "tags": {"b", "a"}, "obj": object()}
+    value = {"score": np.float32(0.5), "vec": np.arange(3), "when": __import__("datetime").date(2024, 11, 1), "tags": {"b", "a"}, "obj": object()}
     first = canonical_bytes(value)
     assert first == canonical_bytes(value)
     assert b'"score":0.5' in first and b'"vec":[0,1,2]' in first and b'"when":"2024-11-01"' in first
@@ -66,10 +65,11 @@ def test_numpy_and_odd_values_are_deterministic():
 
 
 def test_receipts_are_identical_across_processes():
-    code = ("from ragtrail.contract.receipts import receipt;"
-            "print(receipt({'k': [1, 'x\\udc80', 2.5], 'z': None}).sha256, receipt('pólicy').sha256)")
-    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={"PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    code = "from ragtrail.contract.receipts import receipt;print(receipt({'k': [1, 'x\\udc80', 2.5], 'z': None}).sha256, receipt('pólicy').sha256)"
+    runs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": seed}).stdout
+        for seed in ("1", "2")
+    }
     assert len(runs) == 1
     assert runs.pop().split() == [receipt({"k": [1, "x\udc80", 2.5], "z": None}).sha256, receipt("pólicy").sha256]
 

@@ -40,8 +40,7 @@ def test_deep_nesting_is_cut_at_max_depth():
     assert cuts == ("depth",)
     assert text == '{"k":' * receipts.MAX_DEPTH + '"<cut:depth>"' + "}" * receipts.MAX_DEPTH
     within = _nested(receipts.MAX_DEPTH - 1)
-    assert canonical_json_bounded(within) == Canonical('{"k":' * (receipts.MAX_DEPTH - 1) + '{"leaf":1}'
-                                                       + "}" * (receipts.MAX_DEPTH - 1), ())
+    assert canonical_json_bounded(within) == Canonical('{"k":' * (receipts.MAX_DEPTH - 1) + '{"leaf":1}' + "}" * (receipts.MAX_DEPTH - 1), ())
 
 
 def test_a_cycle_is_cut_by_depth_not_an_error():
@@ -90,8 +89,7 @@ def test_mock_candidates_through_a_decorated_stage(span_exporter):
     a = attrs(span)
     assert a[sc.STAGE_FINDINGS] == [f"canonical form cut ({MOCK_CUT}): the id or receipt covers only what was kept"]
     ids = [e[sc.CANDIDATE_ID] for e in events(span, sc.EVENT_CANDIDATE)]
-    assert ids[1] == "real" and ids[0] == ids[2] == "sha256:" + receipts.sha256_hex(
-        b'"<cut:opaque:unittest.mock.MagicMock>"')
+    assert ids[1] == "real" and ids[0] == ids[2] == "sha256:" + receipts.sha256_hex(b'"<cut:opaque:unittest.mock.MagicMock>"')
     assert a[sc.CANDIDATES_OUT] == 3
     assert sc.STAGE_INSTRUMENTATION_ERRORS not in a
 

@@ -18,13 +18,23 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
     reason="LOUD SKIP: headless Chromium is not installed, so the HTML report was NOT tested in a browser. "
-           "Lead: add `apt-get update && apt-get install -y chromium` to .ci/run.")
+    "Lead: add `apt-get update && apt-get install -y chromium` to .ci/run.",
+)
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
 
 
@@ -54,8 +64,7 @@ class _Collect(HTMLParser):
                 self.text_by_id[ident] += data
 
     def count(self, tag: str, **attrs: str) -> int:
-        return sum(1 for t, a in self.elements if t == tag and all(v in a.get(k, "").split() or a.get(k) == v
-                                                                    for k, v in attrs.items()))
+        return sum(1 for t, a in self.elements if t == tag and all(v in a.get(k, "").split() or a.get(k) == v for k, v in attrs.items()))
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +87,9 @@ def test_report_renders_in_chromium(report, tmp_path):
     assert dom.count("li", **{"class": "hop"}) == 3
     assert dom.count("table", **{"class": "candidate-table"}) == 8
     assert dom.count("table", **{"class": "exclusion-table"}) == 5
-    assert ("the answer claims presence: supported by what was read (3 of 20 read; an absence claim would not be)"
-            in dom.text_by_id["coverage-statement"])
+    assert (
+        "the answer claims presence: supported by what was read (3 of 20 read; an absence claim would not be)" in dom.text_by_id["coverage-statement"]
+    )
     assert "faithful" in dom.text_by_id["fidelity-verdict"]
     assert "policy-2026-01" in dom.text_by_id["candidates"] and "budget_exceeded" in dom.text_by_id["candidates"]
 

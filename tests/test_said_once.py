@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import ragtrail
 from opentelemetry import trace
 
+import ragtrail
 from fixtures.ragtrail_traces import event_attr, record, rewrite_store, trace_id_now
 from fixtures.ragtrail_traces import manifest_stage as _stage
 from fixtures.ragtrail_traces import spans_by_name as _spans
@@ -73,14 +73,18 @@ def test_rules_that_hold_for_every_row_are_said_once_and_read_back_as_the_rows(t
 
     m = build(FileSource(tmp_path).get(trace_id)).as_dict()
     rows = [(r["id"], r["rank"], r["reason"], r["detail"]) for r in _stage(m, "budget tests.b")["excluded"]]
-    assert rows == [("d2", 1, "budget_exceeded", "budget=60 words"), ("d4", 2, "budget_exceeded", "budget=60 words"),
-                    ("d5", 3, "budget_exceeded", "budget=60 words")]
+    assert rows == [
+        ("d2", 1, "budget_exceeded", "budget=60 words"),
+        ("d4", 2, "budget_exceeded", "budget=60 words"),
+        ("d5", 3, "budget_exceeded", "budget=60 words"),
+    ]
     rows = [(r["id"], r["rank"], r["detail"]) for r in _stage(m, "filter tests.f")["excluded"]]
     assert rows == [("d1", 1, "replaced by d0"), ("d3", 3, "replaced by d2")]
     # every row's bytes read back as its chars (the reader's records, what verify checks receipts on)
     decoded = columns.records(dict(retrieve.attributes), None, retrieve.attributes[sc.SCHEMA])
-    assert [(r[sc.CANDIDATE_CONTENT_CHARS], r[sc.CANDIDATE_CONTENT_BYTES]) for r in decoded] == \
-        [(len(d["content"]), len(d["content"])) for d in _DOCS]
+    assert [(r[sc.CANDIDATE_CONTENT_CHARS], r[sc.CANDIDATE_CONTENT_BYTES]) for r in decoded] == [
+        (len(d["content"]), len(d["content"])) for d in _DOCS
+    ]
     f = m["fidelity"]
     assert f["alarms"] == [] and f["notes"] == []
     # 1 query receipt, the 6 retrieved first seen (not captured), then the filter's 4 outputs and 2
@@ -116,9 +120,11 @@ def _budget_exclusion(span: dict[str, Any]) -> dict[str, Any] | None:
     return event
 
 
-@pytest.mark.parametrize("key, kind, value", [(sc.COLUMN_RANK_FIRST, "intValue", "2"),
-                                              (sc.EXCLUSION_DETAIL, "stringValue", "budget=6000 words")],
-                         ids=["first rank", "shared detail"])
+@pytest.mark.parametrize(
+    "key, kind, value",
+    [(sc.COLUMN_RANK_FIRST, "intValue", "2"), (sc.EXCLUSION_DETAIL, "stringValue", "budget=6000 words")],
+    ids=["first rank", "shared detail"],
+)
 def test_a_changed_single_form_on_an_exclusion_event_is_named(tmp_path, key: str, kind: str, value: str) -> None:
     def edit(span: dict[str, Any]) -> None:
         event = _budget_exclusion(span)
@@ -139,23 +145,30 @@ def test_a_removed_encoding_is_named(tmp_path) -> None:
         ("budget tests.b", sc.CANDIDATE_CONTENT_SHA256, "unverifiable"),
         ("filter tests.f", sc.CANDIDATE_CONTENT_SHA256, "unverifiable"),
         ("retrieve tests.r", sc.CANDIDATE_CONTENT_SHA256, "unverifiable"),
-        ("retrieve tests.r", sc.COLUMN_CONTENT_ENCODING, "changed_uncited")]
+        ("retrieve tests.r", sc.COLUMN_CONTENT_ENCODING, "changed_uncited"),
+    ]
 
 
-_EVENT = {sc.COLUMN_IDS: ["a", "b"], sc.COLUMN_RANK_FIRST: 4, sc.EXCLUSION_DETAIL: "top_k=3",
-          sc.COLUMN_CONTENT_CHARS: [5, 6], sc.COLUMN_CONTENT_ENCODING: sc.CONTENT_ASCII,
-          sc.COLUMN_CONTENT_SHA256: ["0" * 64, "1" * 64]}
+_EVENT = {
+    sc.COLUMN_IDS: ["a", "b"],
+    sc.COLUMN_RANK_FIRST: 4,
+    sc.EXCLUSION_DETAIL: "top_k=3",
+    sc.COLUMN_CONTENT_CHARS: [5, 6],
+    sc.COLUMN_CONTENT_ENCODING: sc.CONTENT_ASCII,
+    sc.COLUMN_CONTENT_SHA256: ["0" * 64, "1" * 64],
+}
 
 
 def test_each_schema_is_read_by_its_own_rules() -> None:
     five = columns.records(_EVENT, "below_rank_cutoff", 5)
-    assert [(r[sc.CANDIDATE_RANK], r[sc.EXCLUSION_DETAIL], r[sc.CANDIDATE_CONTENT_BYTES]) for r in five] == \
-        [(4, "top_k=3", 5), (5, "top_k=3", 6)]
+    assert [(r[sc.CANDIDATE_RANK], r[sc.EXCLUSION_DETAIL], r[sc.CANDIDATE_CONTENT_BYTES]) for r in five] == [(4, "top_k=3", 5), (5, "top_k=3", 6)]
     # a schema 4 event never said these once: its single forms are not read (and with no ranks column,
     # which a schema 4 writer always wrote on an exclusion event, its rows have no rank)
     four = columns.records(_EVENT, "below_rank_cutoff", 4)
-    assert [(sc.CANDIDATE_RANK in r, sc.EXCLUSION_DETAIL in r, sc.CANDIDATE_CONTENT_BYTES in r) for r in four] == \
-        [(False, False, False), (False, False, False)]
+    assert [(sc.CANDIDATE_RANK in r, sc.EXCLUSION_DETAIL in r, sc.CANDIDATE_CONTENT_BYTES in r) for r in four] == [
+        (False, False, False),
+        (False, False, False),
+    ]
 
 
 def test_an_exclusion_event_without_ranks_gives_no_rank() -> None:

@@ -87,9 +87,8 @@ def test_root_decision_is_consistent_with_trace_id_randomness() -> None:
 def test_sampled_root_is_stamped_and_children_are_not() -> None:
     provider, exporter = _memory_provider(RagtrailSampler(1.0))
     tracer = provider.get_tracer("t")
-    with tracer.start_as_current_span("root"):
-        with tracer.start_as_current_span("child"):
-            pass
+    with tracer.start_as_current_span("root"), tracer.start_as_current_span("child"):
+        pass
     child, root = exporter.get_finished_spans()
     attrs = dict(root.attributes)
     assert attrs.pop(semconv.SAMPLING_PROBABILITY) == 1.0
@@ -108,10 +107,8 @@ def test_remote_parent_tracestate_is_kept_by_children_and_grandchildren() -> Non
     header = "congo=t61rcWkgMzE,ot=th:c;rv:0123456789abcd;x:y,rojo=00f067aa0ba902b7"
     carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": header}
     ctx = TraceContextTextMapPropagator().extract(carrier)
-    with tracer.start_as_current_span("server", context=ctx):
-        with tracer.start_as_current_span("child"):
-            with tracer.start_as_current_span("grandchild"):
-                pass
+    with tracer.start_as_current_span("server", context=ctx), tracer.start_as_current_span("child"), tracer.start_as_current_span("grandchild"):
+        pass
     spans = exporter.get_finished_spans()
     assert [s.name for s in spans] == ["grandchild", "child", "server"]
     for span in spans:
@@ -148,9 +145,7 @@ def test_explicit_rv_randomness_wins_over_the_trace_id_and_other_members_survive
     keep = sampler.should_sample(_context_with_tracestate("vendor=v1,ot=rv:ffffffffffffff;zz:1"), 5, "root")
     assert keep.decision.is_sampled()
     assert keep.trace_state.to_header() == "ot=th:fd70a3d70a3d71;rv:ffffffffffffff;zz:1,vendor=v1"
-    drop = sampler.should_sample(
-        _context_with_tracestate("vendor=v1,ot=rv:00000000000000"), trace_id_that_would_sample, "root"
-    )
+    drop = sampler.should_sample(_context_with_tracestate("vendor=v1,ot=rv:00000000000000"), trace_id_that_would_sample, "root")
     assert not drop.decision.is_sampled()
     assert drop.attributes == {}
 
@@ -187,9 +182,7 @@ def test_ten_thousand_traces_rate_within_bounds_and_all_whole(otlp_server) -> No
     p = 0.1
     n = 10_000
     provider = TracerProvider(sampler=RagtrailSampler(p))
-    processor = WholeTraceSpanProcessor(
-        OTLPSpanExporter(endpoint=otlp_server.traces_url), schedule_delay_millis=50, max_traces=n
-    )
+    processor = WholeTraceSpanProcessor(OTLPSpanExporter(endpoint=otlp_server.traces_url), schedule_delay_millis=50, max_traces=n)
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("t")
     trace_ids = []
@@ -208,7 +201,7 @@ def test_ten_thousand_traces_rate_within_bounds_and_all_whole(otlp_server) -> No
     k = len(received)
     sd = math.sqrt(n * p * (1 - p))
     assert abs(k - n * p) < 5 * sd, k
-    for trace_id, spans in received.items():
+    for _trace_id, spans in received.items():
         assert sorted(s.name for s in spans) == ["a", "b", "root"]
         (root,) = [s for s in spans if s.parent_span_id == ""]
         attrs = dict(root.attributes)
@@ -222,9 +215,8 @@ def test_ten_thousand_traces_rate_within_bounds_and_all_whole(otlp_server) -> No
 def test_the_callers_start_attributes_are_kept_on_roots_and_children() -> None:
     provider, exporter = _memory_provider(RagtrailSampler(1.0))
     tracer = provider.get_tracer("t")
-    with tracer.start_as_current_span("root", attributes={"app.a": 1}):
-        with tracer.start_as_current_span("child", attributes={"app.b": "x"}):
-            pass
+    with tracer.start_as_current_span("root", attributes={"app.a": 1}), tracer.start_as_current_span("child", attributes={"app.b": "x"}):
+        pass
     child, root = exporter.get_finished_spans()
     assert dict(root.attributes) == {"app.a": 1, **_root_attributes(1.0)}
     assert dict(child.attributes) == {"app.b": "x"}

@@ -134,23 +134,32 @@ def test_seed_001_echo_and_self_citation_are_said_and_the_gate_reads_kept0(span_
     search = stage_of(m, "retrieve", "chat.search")
     # the raw top hit is the question itself (score 1.0), the bot's reply is retrieved as evidence
     assert rows(search["candidates"], "id", "score", "score_kind") == [
-        ("m8", 1.0, "similarity"), ("m1", 0.6761, "similarity"), ("m2", 0.4243, "similarity"),
-        ("m3", 0.3651, "similarity"), ("m6", 0.3651, "similarity"), ("m4", 0.3162, "similarity"),
-        ("m5", 0.2697, "similarity"), ("m7", 0.169, "similarity")]
+        ("m8", 1.0, "similarity"),
+        ("m1", 0.6761, "similarity"),
+        ("m2", 0.4243, "similarity"),
+        ("m3", 0.3651, "similarity"),
+        ("m6", 0.3651, "similarity"),
+        ("m4", 0.3162, "similarity"),
+        ("m5", 0.2697, "similarity"),
+        ("m7", 0.169, "similarity"),
+    ]
     assert (search["in"], search["out"], m["coverage"]["corpus_size"]) == (0, 8, 8)
     keep = stage_of(m, "filter", "chat.keep")
     assert rows(keep["excluded"], "id", "score", "reason", "detail") == [
         ("m8", 1.0, "self_reference", "the asking message: an echo of the query"),
         ("m4", 0.3162, "self_reference", "the bot's own reply"),
-        ("m7", 0.169, "below_score_threshold", "score=0.169 < threshold=0.2")]
+        ("m7", 0.169, "below_score_threshold", "score=0.169 < threshold=0.2"),
+    ]
     assert keep["findings"] == []
     context = stage_of(m, "filter", "chat.context")
     # a filter hands the retriever's similarities on: same kind, never "none"
     assert rows(context["candidates"], "id", "score", "score_kind") == [
-        ("m1", 0.6761, "similarity"), ("m2", 0.4243, "similarity"), ("m3", 0.3651, "similarity")]
+        ("m1", 0.6761, "similarity"),
+        ("m2", 0.4243, "similarity"),
+        ("m3", 0.3651, "similarity"),
+    ]
     # m6 ties the kept m3 (0.3651) and came after it: a top-3 cut is consistent with every kept output
-    assert rows(context["excluded"], "id", "reason", "detail") == [
-        ("m6", "below_rank_cutoff", "top_k=3"), ("m5", "below_rank_cutoff", "top_k=3")]
+    assert rows(context["excluded"], "id", "reason", "detail") == [("m6", "below_rank_cutoff", "top_k=3"), ("m5", "below_rank_cutoff", "top_k=3")]
     # the gate passed on kept[0] = m1 (0.61), the best real evidence, not on the echo (1.0)
     assert m["answer"]["claim"] == "presence" and m["answer"]["refused"] is False
     assert m["cited"] == ["m1"]
@@ -168,9 +177,15 @@ def test_seed_001_a_question_the_room_cannot_answer_is_refused_in_code(span_expo
     keep = stage_of(m, "filter", "chat.keep")
     assert (keep["status"], keep["out"]) == ("empty", 0)
     assert rows(keep["excluded"], "id", "reason") == [
-        ("m8", "self_reference"), ("m3", "below_score_threshold"), ("m1", "below_score_threshold"),
-        ("m7", "below_score_threshold"), ("m4", "self_reference"), ("m2", "below_score_threshold"),
-        ("m5", "below_score_threshold"), ("m6", "below_score_threshold")]
+        ("m8", "self_reference"),
+        ("m3", "below_score_threshold"),
+        ("m1", "below_score_threshold"),
+        ("m7", "below_score_threshold"),
+        ("m4", "self_reference"),
+        ("m2", "below_score_threshold"),
+        ("m5", "below_score_threshold"),
+        ("m6", "below_score_threshold"),
+    ]
     # the gate read kept[0] (nothing real) and refused; gating on hits[0] (1.0) would have answered
     assert (m["answer"]["claim"], m["answer"]["refused"]) == ("none", True)
     assert m["cited"] == []
@@ -186,8 +201,10 @@ def test_seed_001_an_unannotated_self_filter_is_unexplained_not_a_threshold(span
     m = manifest_of(span_exporter)
     keep = stage_of(m, "filter", "chat.keep")
     assert rows(keep["excluded"], "id", "reason", "detail") == [
-        ("m8", "unexplained", None), ("m4", "unexplained", None),
-        ("m7", "below_score_threshold", "score=0.169 < threshold=0.2")]
+        ("m8", "unexplained", None),
+        ("m4", "unexplained", None),
+        ("m7", "below_score_threshold", "score=0.169 < threshold=0.2"),
+    ]
     assert m["findings"] == ["filter chat.keep: 2 candidates vanished unexplained (m8, m4)"]
 
 
@@ -252,8 +269,7 @@ def hybrid_app(declare: bool):
             return [candidates[i] for i in order][:2]
         except ValueError:
             if declare:
-                ragtrail.current_stage().set_status(sc.STATUS_DEGRADED, failure_class="rerank_unparsable",
-                                                    fallback="hybrid_order")
+                ragtrail.current_stage().set_status(sc.STATUS_DEGRADED, failure_class="rerank_unparsable", fallback="hybrid_order")
             return candidates[:2]  # fall back to the hybrid order, scores as they came
 
     @ragtrail.pipeline(component="kb.ask")
@@ -263,8 +279,10 @@ def hybrid_app(declare: bool):
     return ask
 
 
-IDENTITY = ("rerank_is_identity: the stage handed on 2 of its 3 inputs in their input order with their input "
-            "scores: nothing was reranked (a silent fallback?); the scores keep their upstream kind (rrf)")
+IDENTITY = (
+    "rerank_is_identity: the stage handed on 2 of its 3 inputs in their input order with their input "
+    "scores: nothing was reranked (a silent fallback?); the scores keep their upstream kind (rrf)"
+)
 
 
 def test_seed_002_silent_rerank_fallback_is_a_finding_with_rrf_scores(span_exporter):
@@ -274,17 +292,19 @@ def test_seed_002_silent_rerank_fallback_is_a_finding_with_rrf_scores(span_expor
     m = manifest_of(span_exporter)
     fuse = stage_of(m, "fuse", "search.hybrid")
     assert rows(fuse["candidates"], "id", "score", "score_kind") == [
-        ("kb-1", 0.032266, "rrf"), ("kb-4", 0.032266, "rrf"), ("kb-2", 0.032258, "rrf"), ("kb-3", 0.03125, "rrf")]
+        ("kb-1", 0.032266, "rrf"),
+        ("kb-4", 0.032266, "rrf"),
+        ("kb-2", 0.032258, "rrf"),
+        ("kb-3", 0.03125, "rrf"),
+    ]
     assert {e["reason"] for e in fuse["excluded"]} == {"deduplicated"} and len(fuse["excluded"]) == 4
     budget = stage_of(m, "budget", "context.budget")
     assert rows(budget["candidates"], "id", "score_kind") == [("kb-1", "rrf"), ("kb-4", "rrf"), ("kb-2", "rrf")]
-    assert rows(budget["excluded"], "id", "reason", "detail") == [
-        ("kb-3", "budget_exceeded", "limit=180 chars used=174")]
+    assert rows(budget["excluded"], "id", "reason", "detail") == [("kb-3", "budget_exceeded", "limit=180 chars used=174")]
     rerank = stage_of(m, "rerank", "rerank.llm")
     assert rerank["status"] == "ok"
     # the upstream RRF values are not relabelled rerank scores
-    assert rows(rerank["candidates"], "id", "score", "score_kind") == [
-        ("kb-1", 0.032266, "rrf"), ("kb-4", 0.032266, "rrf")]
+    assert rows(rerank["candidates"], "id", "score", "score_kind") == [("kb-1", 0.032266, "rrf"), ("kb-4", 0.032266, "rrf")]
     assert rows(rerank["excluded"], "id", "reason", "detail") == [("kb-2", "below_rank_cutoff", "top_k=2")]
     assert rerank["findings"] == [IDENTITY]
     assert m["findings"] == [f"rerank rerank.llm: {IDENTITY}"]
@@ -298,8 +318,6 @@ def test_seed_002_declared_fallback_degrades_the_run(span_exporter):
     ask("why did the messages survive while the persister was down")
     m = manifest_of(span_exporter)
     rerank = stage_of(m, "rerank", "rerank.llm")
-    assert (rerank["status"], rerank["failure_class"], rerank["fallback"]) == (
-        "degraded", "rerank_unparsable", "hybrid_order")
+    assert (rerank["status"], rerank["failure_class"], rerank["fallback"]) == ("degraded", "rerank_unparsable", "hybrid_order")
     assert m["run_status"] == "degraded"
-    assert m["findings"] == ["rerank rerank.llm: degraded (rerank_unparsable, fallback hybrid_order)",
-                             f"rerank rerank.llm: {IDENTITY}"]
+    assert m["findings"] == ["rerank rerank.llm: degraded (rerank_unparsable, fallback hybrid_order)", f"rerank rerank.llm: {IDENTITY}"]

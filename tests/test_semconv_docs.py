@@ -10,13 +10,15 @@ DOCS = (Path(__file__).resolve().parents[1] / "docs" / "semconv.md").read_text(e
 
 
 def _names() -> dict[str, str]:
-    return {k: v for k, v in vars(semconv).items()
-            if k.isupper() and isinstance(v, str) and v.startswith(("ragtrail.", "gen_ai.", "openinference.", "sampler."))}
+    return {
+        k: v
+        for k, v in vars(semconv).items()
+        if k.isupper() and isinstance(v, str) and v.startswith(("ragtrail.", "gen_ai.", "openinference.", "sampler."))
+    }
 
 
 def test_every_attribute_and_event_name_is_documented():
-    missing = sorted(f"{k} = {v}" for k, v in _names().items()
-                     if v not in DOCS and not v.endswith(".") and f"`{v}" not in DOCS)
+    missing = sorted(f"{k} = {v}" for k, v in _names().items() if v not in DOCS and not v.endswith(".") and f"`{v}" not in DOCS)
     assert missing == []
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import mirrorutil
-
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import importlib
 import json
@@ -19,9 +18,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+import mirrorutil
 import ragtrail
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import sorted_events_digest, receipt
+from ragtrail.contract.receipts import receipt, sorted_events_digest
 from spanutil import attrs, by_name, content_part, events, pop_all, records
 
 DOCS = [
@@ -71,8 +71,11 @@ def test_retrieve_stage_exact_attributes_and_events(span_exporter):
     assert span.kind == trace.SpanKind.CLIENT
     # schema 3: the candidates are columns on the stage span, one homogeneous array per field, what
     # is the same for every candidate said once; no per-candidate event
-    columns = {k: v for k, v in span.attributes.items() if k.startswith(sc.COLUMNS_PREFIX)
-               and k not in (sc.CANDIDATES_IN, sc.CANDIDATES_OUT, sc.CANDIDATES_EXCLUDED)}
+    columns = {
+        k: v
+        for k, v in span.attributes.items()
+        if k.startswith(sc.COLUMNS_PREFIX) and k not in (sc.CANDIDATES_IN, sc.CANDIDATES_OUT, sc.CANDIDATES_EXCLUDED)
+    }
     assert columns == {
         sc.COLUMN_IDS: tuple(d["id"] for d in DOCS),
         sc.COLUMN_SCORES: tuple(d["score"] for d in DOCS),
@@ -85,17 +88,33 @@ def test_retrieve_stage_exact_attributes_and_events(span_exporter):
     }
     assert [len(d["content"].encode()) for d in DOCS] == [len(d["content"]) for d in DOCS]
     a = attrs(span)
-    pop_all(a, {
-        sc.SCHEMA: 5, sc.STAGE_KIND: "retrieve", sc.STAGE_COMPONENT: "my_app.search", sc.STAGE_STATUS: "ok",
-        sc.STAGE_TOP_K: 4,
-        sc.QUERY_HOP: 0, sc.QUERY_TRANSFORM: "none", sc.QUERY_TEXT: query, sc.QUERY_CHARS: len(query),
-        sc.QUERY_BYTES: len(query), sc.QUERY_SHA256: _sha(query),
-        sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 4, sc.CANDIDATES_EXCLUDED: 0,
-        sc.EVENTS_COUNT: 4, sc.EVENTS_DIGEST: _digest(span),
-        # mirrors (docs/semconv.md §6)
-        sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: "my_app.search", sc.GEN_AI_REQUEST_TOP_K: 4,
-        sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER", sc.OI_INPUT_VALUE: query,
-    })
+    pop_all(
+        a,
+        {
+            sc.SCHEMA: 5,
+            sc.STAGE_KIND: "retrieve",
+            sc.STAGE_COMPONENT: "my_app.search",
+            sc.STAGE_STATUS: "ok",
+            sc.STAGE_TOP_K: 4,
+            sc.QUERY_HOP: 0,
+            sc.QUERY_TRANSFORM: "none",
+            sc.QUERY_TEXT: query,
+            sc.QUERY_CHARS: len(query),
+            sc.QUERY_BYTES: len(query),
+            sc.QUERY_SHA256: _sha(query),
+            sc.CANDIDATES_IN: 0,
+            sc.CANDIDATES_OUT: 4,
+            sc.CANDIDATES_EXCLUDED: 0,
+            sc.EVENTS_COUNT: 4,
+            sc.EVENTS_DIGEST: _digest(span),
+            # mirrors (docs/semconv.md §6)
+            sc.GEN_AI_OPERATION_NAME: "retrieval",
+            sc.GEN_AI_DATA_SOURCE_ID: "my_app.search",
+            sc.GEN_AI_REQUEST_TOP_K: 4,
+            sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
+            sc.OI_INPUT_VALUE: query,
+        },
+    )
     for i, doc in enumerate(DOCS):
         pop_all(a, {f"retrieval.documents.{i}.document.id": doc["id"], f"retrieval.documents.{i}.document.score": doc["score"]})
     mirrorutil.pop_mirrors(a, span)
@@ -137,11 +156,15 @@ def test_reasons_derived_from_the_knobs(span_exporter):
         s.outputs(DOCS[:1])
     rerank, threshold, budget = span_exporter.get_finished_spans()
     assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(rerank, sc.EVENT_EXCLUSION)] == [
-        ("policy-2026-05-draft", "below_rank_cutoff", "top_k=2"), ("sales-deck-q1", "below_rank_cutoff", "top_k=2")]
+        ("policy-2026-05-draft", "below_rank_cutoff", "top_k=2"),
+        ("sales-deck-q1", "below_rank_cutoff", "top_k=2"),
+    ]
     assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(threshold, sc.EVENT_EXCLUSION)] == [
-        ("sales-deck-q1", "below_score_threshold", "score=0.41 < threshold=0.5")]
+        ("sales-deck-q1", "below_score_threshold", "score=0.41 < threshold=0.5")
+    ]
     assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(budget, sc.EVENT_EXCLUSION)] == [
-        ("policy-2026-05", "budget_exceeded", "limit=12 tokens used=11")]
+        ("policy-2026-05", "budget_exceeded", "limit=12 tokens used=11")
+    ]
     assert attrs(budget)[sc.STAGE_BUDGET_USED] == 11 and attrs(budget)[sc.STAGE_BUDGET_UNIT] == "tokens"
     # output scores of a reranker are rerank scores; its excluded inputs keep no borrowed kind
     assert {e[sc.CANDIDATE_SCORE_KIND] for e in events(rerank, sc.EVENT_CANDIDATE)} == {"rerank"}
@@ -155,7 +178,8 @@ def test_distance_threshold_is_upper_bound(span_exporter):
         s.outputs(hits[:1])
     (span,) = span_exporter.get_finished_spans()
     assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
-        ("b", "below_score_threshold", "score=0.9 > threshold=0.5")]
+        ("b", "below_score_threshold", "score=0.9 > threshold=0.5")
+    ]
 
 
 def test_duplicates_by_id_and_by_content_are_deduplicated(span_exporter):
@@ -167,7 +191,9 @@ def test_duplicates_by_id_and_by_content_are_deduplicated(span_exporter):
         s.outputs([a])
     (span,) = span_exporter.get_finished_spans()
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
-        ("a", 1, "deduplicated", "duplicate id of a"), ("b", 2, "deduplicated", "same content as a")]
+        ("a", 1, "deduplicated", "duplicate id of a"),
+        ("b", 2, "deduplicated", "same content as a"),
+    ]
     assert attrs(span)[sc.CANDIDATES_IN] == attrs(span)[sc.CANDIDATES_OUT] + attrs(span)[sc.CANDIDATES_EXCLUDED]
 
 
@@ -198,18 +224,32 @@ def test_query_hops_chain_through_a_pipeline(span_exporter):
     assert (pipe.attributes[sc.QUERY_HOP], pipe.attributes[sc.QUERY_TRANSFORM]) == (0, "none")
     rw = by_name(spans, "query_transform rewrite")
     assert rw.attributes[sc.QUERY_HOP] == 0
-    assert events(rw, sc.EVENT_QUERY) == [{
-        sc.QUERY_HOP: 1, sc.QUERY_PARENT_HOP: 0, sc.QUERY_TRANSFORM: "rewrite", sc.QUERY_TEXT: "enterprise refund window policy",
-        **receipt("enterprise refund window policy").as_attributes("ragtrail.query")}]
+    assert events(rw, sc.EVENT_QUERY) == [
+        {
+            sc.QUERY_HOP: 1,
+            sc.QUERY_PARENT_HOP: 0,
+            sc.QUERY_TRANSFORM: "rewrite",
+            sc.QUERY_TEXT: "enterprise refund window policy",
+            **receipt("enterprise refund window policy").as_attributes("ragtrail.query"),
+        }
+    ]
     mq = by_name(spans, "query_transform variants")
     assert [(e[sc.QUERY_HOP], e[sc.QUERY_PARENT_HOP], e[sc.QUERY_TRANSFORM]) for e in events(mq, sc.EVENT_QUERY)] == [
-        (2, 1, "multi_query"), (3, 1, "multi_query")]
+        (2, 1, "multi_query"),
+        (3, 1, "multi_query"),
+    ]
     searches = [s for s in spans if s.name == "retrieve search"]
     # the untracked hop's parent is not known (issue 12: never "the previous hop", here variant 3)
     assert [(s.attributes[sc.QUERY_HOP], s.attributes.get(sc.QUERY_PARENT_HOP), s.attributes[sc.QUERY_TRANSFORM]) for s in searches] == [
-        (2, 1, "multi_query"), (3, 1, "multi_query"), (4, None, "untracked")]
+        (2, 1, "multi_query"),
+        (3, 1, "multi_query"),
+        (4, None, "untracked"),
+    ]
     assert [s.attributes.get(sc.STAGE_FINDINGS) for s in searches] == [
-        None, None, ("query hop 4 was changed by no instrumented transform (untracked)",)]
+        None,
+        None,
+        ("query hop 4 was changed by no instrumented transform (untracked)",),
+    ]
     assert [{e[sc.CANDIDATE_HOP] for e in events(s, sc.EVENT_CANDIDATE)} for s in searches] == [{2}, {3}, {4}]
     # every stage is a child of the pipeline span, in one trace
     assert {s.context.trace_id for s in spans} == {pipe.context.trace_id}
@@ -237,8 +277,10 @@ def test_pipeline_coverage_and_citations(span_exporter):
     spans = span_exporter.get_finished_spans()
     pipe = by_name(spans, "pipeline answer")
     a = attrs(pipe)
-    pop_all(a, {sc.COVERAGE_CORPUS_SIZE: 1003, sc.COVERAGE_RETRIEVED: 4, sc.COVERAGE_IN_CONTEXT: 2,
-                sc.COVERAGE_CITED: 1, sc.CITED_IDS: ["policy-2024-11"]})
+    pop_all(
+        a,
+        {sc.COVERAGE_CORPUS_SIZE: 1003, sc.COVERAGE_RETRIEVED: 4, sc.COVERAGE_IN_CONTEXT: 2, sc.COVERAGE_CITED: 1, sc.CITED_IDS: ["policy-2024-11"]},
+    )
     cite = by_name(spans, "cite cite")
     assert [e[sc.CANDIDATE_ID] for e in events(cite, sc.EVENT_CANDIDATE)] == ["policy-2024-11"]
     budget = by_name(spans, "budget fit")
@@ -248,16 +290,14 @@ def test_pipeline_coverage_and_citations(span_exporter):
 def test_statuses_empty_failed_degraded(span_exporter):
     with ragtrail.stage("retrieve", "empty") as s:
         s.outputs([])
-    with pytest.raises(KeyError, match="boom") as raised:
-        with ragtrail.stage("rerank", "api"):
-            raise KeyError("boom")
+    with pytest.raises(KeyError, match="boom") as raised, ragtrail.stage("rerank", "api"):
+        raise KeyError("boom")
     with ragtrail.stage("rerank", "llm") as s:
         s.inputs(DOCS[:2])
         s.outputs(DOCS[:2])
         s.set_status("degraded", failure_class="parse_error", fallback="input_order")
-    with pytest.raises(TimeoutError):
-        with ragtrail.stage("retrieve", "slow"):
-            raise TimeoutError()
+    with pytest.raises(TimeoutError), ragtrail.stage("retrieve", "slow"):
+        raise TimeoutError()
     empty, failed, degraded, timeout = span_exporter.get_finished_spans()
     assert empty.attributes[sc.STAGE_STATUS] == "empty" and sc.STAGE_FAILURE_CLASS not in empty.attributes
     assert (failed.attributes[sc.STAGE_STATUS], failed.attributes[sc.STAGE_FAILURE_CLASS]) == ("failed", "exception:KeyError")
@@ -312,10 +352,8 @@ def test_hash_mode_keeps_the_query_out_of_every_exported_byte(span_exporter, mon
     def answer(query):
         q = rewrite(query)
         rerank(q, DOCS)
-        try:
+        with contextlib.suppress(ValueError):
             search(q)
-        except ValueError:
-            pass
 
     answer(secret)
     spans = span_exporter.get_finished_spans()
@@ -399,16 +437,15 @@ def test_many_exclusion_reasons_spill_into_continuation_spans_and_nothing_is_los
         s.outputs(hits[:1])
     spans = exporter.get_finished_spans()
     main = [x for x in spans if not x.attributes.get(sc.STAGE_CONTINUATION)][0]
-    continuations = sorted((x for x in spans if x.attributes.get(sc.STAGE_CONTINUATION)),
-                           key=lambda x: x.attributes[sc.STAGE_CONTINUATION_INDEX])
+    continuations = sorted((x for x in spans if x.attributes.get(sc.STAGE_CONTINUATION)), key=lambda x: x.attributes[sc.STAGE_CONTINUATION_INDEX])
     assert all(x.dropped_events == 0 for x in spans)
     assert main.attributes[sc.EVENTS_COUNT] == 301
     assert main.attributes[sc.EVENTS_SPANS] == 1 + len(continuations) == 3
     assert all(c.parent.span_id == main.context.span_id and c.name == main.name for c in continuations)
     stitched = records(main, continuations)
-    assert [(n, e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_RANK), e.get(sc.EXCLUSION_REASON), e.get(sc.EXCLUSION_DETAIL))
-            for n, e in stitched] == [(sc.EVENT_CANDIDATE, "doc-0", 0, None, None)] + [
-        (sc.EVENT_EXCLUSION, f"doc-{i}", i, f"custom:rule_{i:03d}", f"rule {i}") for i in range(1, 301)]
+    assert [(n, e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_RANK), e.get(sc.EXCLUSION_REASON), e.get(sc.EXCLUSION_DETAIL)) for n, e in stitched] == [
+        (sc.EVENT_CANDIDATE, "doc-0", 0, None, None)
+    ] + [(sc.EVENT_EXCLUSION, f"doc-{i}", i, f"custom:rule_{i:03d}", f"rule {i}") for i in range(1, 301)]
     digest = sorted_events_digest((n, e[sc.CANDIDATE_ID], e[sc.CANDIDATE_CONTENT_SHA256]) for n, e in stitched)
     assert main.attributes[sc.EVENTS_DIGEST] == digest
     assert main.dropped_attributes == 0
@@ -484,12 +521,11 @@ def test_context_crosses_threads_and_tasks(span_exporter):
 
 
 def test_a_budget_trim_is_recorded_with_its_rule_and_lineage(span_exporter):
-    from ragtrail.recorder.candidates import Candidate
     from ragtrail.contract.receipts import CHANGED_CITED, classify
+    from ragtrail.recorder.candidates import Candidate
 
     original = {"id": "long", "content": "word " * 50}
-    trimmed = Candidate(id="long", content="word " * 20, transform_rule="budget_trim@1",
-                        derived_from=receipt(original["content"]).sha256)
+    trimmed = Candidate(id="long", content="word " * 20, transform_rule="budget_trim@1", derived_from=receipt(original["content"]).sha256)
     with ragtrail.stage("budget", "trim", budget_limit=20, budget_unit="words") as s:
         s.inputs([original])
         s.outputs([trimmed])
@@ -511,22 +547,22 @@ def test_the_copy_that_left_is_matched_by_object_then_score(span_exporter):
         s.inputs([low, high, {"id": "b", "content": "b", "score": 0.1}, {"id": "b", "content": "b", "score": 0.1}])
         s.outputs([high])  # the best-scored copy (a later one) is kept, as Haystack's joiner does
     (span,) = span_exporter.get_finished_spans()
-    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e.get(sc.CANDIDATE_SCORE), e[sc.EXCLUSION_REASON])
-            for e in events(span, sc.EVENT_EXCLUSION)] == [
-        ("a", 0, 0.2, "deduplicated"), ("b", 2, 0.1, "unexplained"), ("b", 3, 0.1, "deduplicated")]
+    assert [
+        (e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e.get(sc.CANDIDATE_SCORE), e[sc.EXCLUSION_REASON]) for e in events(span, sc.EVENT_EXCLUSION)
+    ] == [("a", 0, 0.2, "deduplicated"), ("b", 2, 0.1, "unexplained"), ("b", 3, 0.1, "deduplicated")]
 
 
 def test_a_failed_stage_excluded_nothing(span_exporter):
-    with pytest.raises(RuntimeError):
-        with ragtrail.stage("rerank", "api", top_k=2) as s:
-            s.inputs(DOCS)
-            s.exclude(DOCS[3], "not_permitted")
-            raise RuntimeError("HTTP 500")
+    with pytest.raises(RuntimeError), ragtrail.stage("rerank", "api", top_k=2) as s:
+        s.inputs(DOCS)
+        s.exclude(DOCS[3], "not_permitted")
+        raise RuntimeError("HTTP 500")
     (span,) = span_exporter.get_finished_spans()
     a = attrs(span)
     assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED], a[sc.STAGE_STATUS]) == (4, 0, 1, "failed")
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e[sc.EXCLUSION_REASON]) for e in events(span, sc.EVENT_EXCLUSION)] == [
-        ("sales-deck-q1", 3, "not_permitted")]
+        ("sales-deck-q1", 3, "not_permitted")
+    ]
 
 
 def test_a_produced_query_that_is_already_known_keeps_its_hop(span_exporter):
@@ -575,8 +611,9 @@ def test_the_fast_event_path_exports_exactly_what_add_event_would():
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     ragtrail.set_capture(content="preview", metadata=["tags", "updated_at"])
-    docs = [{"id": f"d{i}", "content": f"chunk é {i}", "score": i / 7,
-             "metadata": {"tags": ["a", "b"], "updated_at": "2026-01-01"}} for i in range(300)]
+    docs = [
+        {"id": f"d{i}", "content": f"chunk é {i}", "score": i / 7, "metadata": {"tags": ["a", "b"], "updated_at": "2026-01-01"}} for i in range(300)
+    ]
 
     def exported(limits: SpanLimits | None) -> list:
         provider, exporter = _provider(limits)
@@ -586,19 +623,29 @@ def test_the_fast_event_path_exports_exactly_what_add_event_would():
                 s.exclude(doc, f"custom:rule_{i}")
             s.outputs(docs[:100])
         spans = sorted(exporter.get_finished_spans(), key=lambda x: x.attributes.get(sc.STAGE_CONTINUATION_INDEX, 0))
-        return [(e.name, dict(e.attributes), e.dropped_attributes, type(e.attributes).__name__)
-                for span in spans for e in span.events], encode_spans(spans)
+        return [(e.name, dict(e.attributes), e.dropped_attributes, type(e.attributes).__name__) for span in spans for e in span.events], encode_spans(
+            spans
+        )
 
     fast_events, fast_otlp = exported(None)  # default limits: the fast path
     slow_events, slow_otlp = exported(SpanLimits(max_attribute_length=10**9))  # a length limit: add_event
     assert len(fast_events) == 200 and fast_events == slow_events
     assert fast_events[0][3] == "BoundedAttributes" and fast_events[0][1]["ragtrail.candidates.meta.tags"] == ('["a","b"]',)
-    strip = lambda request: [[(e.name, list(e.attributes), e.dropped_attributes_count) for e in span.events]  # noqa: E731
-                             for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+
+    def strip(request):
+        return [
+            [(e.name, list(e.attributes), e.dropped_attributes_count) for e in span.events]
+            for rs in request.resource_spans
+            for ss in rs.scope_spans
+            for span in ss.spans
+        ]
+
     assert strip(fast_otlp) == strip(slow_otlp)
+
     # the span attributes too (sdk_events.set_attributes: columns, mirrors, counts, receipt)
-    spans_of = lambda request: [(list(span.attributes), span.dropped_attributes_count)  # noqa: E731
-                                for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+    def spans_of(request):
+        return [(list(span.attributes), span.dropped_attributes_count) for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+
     assert spans_of(fast_otlp) == spans_of(slow_otlp)
 
 
@@ -616,8 +663,7 @@ def test_the_fast_attribute_path_evicts_and_counts_exactly_as_set_attributes_wou
             s.inputs(docs)
             s.outputs(docs[:10])
         request = encode_spans(exporter.get_finished_spans())
-        return [(list(span.attributes), span.dropped_attributes_count)
-                for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+        return [(list(span.attributes), span.dropped_attributes_count) for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
 
     fast = exported(SpanLimits(max_span_attributes=20))
     slow = exported(SpanLimits(max_span_attributes=20, max_attribute_length=10**9))  # the public path

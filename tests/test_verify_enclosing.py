@@ -24,9 +24,9 @@ def compression(handed_on: str):
                 base.outputs([{"id": "k", "content": ORIGINAL}])
             with rt.stage("filter", "tests.extractor", tracer=tracer) as extractor:
                 extractor.inputs([{"id": "k", "content": ORIGINAL}])
-                extractor.outputs([rt.Candidate(id="k", content=EXTRACT, transform_rule=sc.RULE_LLM_EXTRACT,
-                                                derived_from=receipt(ORIGINAL).sha256)])
+                extractor.outputs([rt.Candidate(id="k", content=EXTRACT, transform_rule=sc.RULE_LLM_EXTRACT, derived_from=receipt(ORIGINAL).sha256)])
             outer.outputs([{"id": "k", "content": handed_on}])
+
     return run
 
 
@@ -47,5 +47,4 @@ def test_an_enclosing_retrieval_that_changed_the_extract_alarms(tmp_path):
     f = fidelity(tmp_path, EXTRACT[:-1])
     assert f["changed_uncited"] == 1
     [alarm] = f["alarms"]
-    assert (alarm["stage"], alarm["candidate"], alarm["field"]) == (
-        "retrieve tests.compression", "k", "ragtrail.candidate.content.sha256")
+    assert (alarm["stage"], alarm["candidate"], alarm["field"]) == ("retrieve tests.compression", "k", "ragtrail.candidate.content.sha256")

@@ -14,7 +14,8 @@ import hmac
 import json
 from typing import Any
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from ragtrail.contract import receipts
@@ -40,10 +41,31 @@ TRICKY_FLOATS = [0.0, -0.0, 1.5, -2.25, 1e300, 5e-324, float("nan"), float("inf"
 
 def test_field_text_of_tricky_values_is_the_general_rule() -> None:
     values: list[object] = [
-        *TRICKY_TEXT, 0, -7, 10**30, True, False, None, 1.5, float("nan"), -0.0,
-        tuple(TRICKY_TEXT), [t for t in TRICKY_TEXT if t.isascii()], ("", ""), ("a",), (),
-        tuple(TRICKY_FLOATS), [-0.0, 0.0, -0.0], (1, 2, 3), (True, False), (1, True), (1, 1.0),
-        ("a", 1), (Level.LOW, Level.LOW), [Level.LOW], ("x" * 10, None),
+        *TRICKY_TEXT,
+        0,
+        -7,
+        10**30,
+        True,
+        False,
+        None,
+        1.5,
+        float("nan"),
+        -0.0,
+        tuple(TRICKY_TEXT),
+        [t for t in TRICKY_TEXT if t.isascii()],
+        ("", ""),
+        ("a",),
+        (),
+        tuple(TRICKY_FLOATS),
+        [-0.0, 0.0, -0.0],
+        (1, 2, 3),
+        (True, False),
+        (1, True),
+        (1, 1.0),
+        ("a", 1),
+        (Level.LOW, Level.LOW),
+        [Level.LOW],
+        ("x" * 10, None),
     ]
     for value in values:
         assert digests.field_json(value) == general(value), repr(value)
@@ -58,22 +80,32 @@ def test_a_score_text_read_back_from_the_memo_is_its_own() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(
-    st.lists(st.text(max_size=6), max_size=6),
-    st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6),
-    st.lists(st.integers(), max_size=6),
-    st.lists(st.booleans(), max_size=4),
-    st.lists(st.one_of(st.text(max_size=3), st.integers(), st.floats(), st.booleans()), max_size=5),
-    st.text(max_size=8), st.integers(), st.floats(), st.booleans(), st.none(),
-))
+@given(
+    st.one_of(
+        st.lists(st.text(max_size=6), max_size=6),
+        st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6),
+        st.lists(st.integers(), max_size=6),
+        st.lists(st.booleans(), max_size=4),
+        st.lists(st.one_of(st.text(max_size=3), st.integers(), st.floats(), st.booleans()), max_size=5),
+        st.text(max_size=8),
+        st.integers(),
+        st.floats(),
+        st.booleans(),
+        st.none(),
+    )
+)
 def test_field_text_is_the_general_rule(value: object) -> None:
     assert digests.field_json(value) == general(value)
     assert digests.field_json(tuple(value) if isinstance(value, list) else value) == general(value)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["ragtrail.candidate", "ragtrail.exclusion", "ragtrail.query"]),
-                          st.text(max_size=5), st.text(max_size=5)), max_size=12))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["ragtrail.candidate", "ragtrail.exclusion", "ragtrail.query"]), st.text(max_size=5), st.text(max_size=5)),
+        max_size=12,
+    )
+)
 def test_events_digest_is_the_documented_rule(items: list[tuple[str, str, str]]) -> None:
     # docs/semconv.md §3: sha256 of the compact JSON array of the items in sorted order
     payload = json.dumps([list(i) for i in sorted(items)], separators=(",", ":"), ensure_ascii=False)
@@ -84,8 +116,7 @@ def test_events_digest_is_the_documented_rule(items: list[tuple[str, str, str]])
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=12), max_size=8),
-       st.one_of(st.none(), st.binary(min_size=1, max_size=8)))
+@given(st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=12), max_size=8), st.one_of(st.none(), st.binary(min_size=1, max_size=8)))
 def test_stage_receipt_is_the_documented_rule(fields: dict[str, str], key: bytes | None) -> None:
     ordered = sorted(fields.items())
 
@@ -98,7 +129,7 @@ def test_stage_receipt_is_the_documented_rule(fields: dict[str, str], key: bytes
     whole = mac(json.dumps([[k, v] for k, v in ordered], sort_keys=True, separators=(",", ":"), ensure_ascii=False))
     stamp = receipts.stage_receipt(fields, key)
     assert stamp.receipt == (whole if key is None else f"hmac-sha256:{whole}")
-    assert stamp.fields == ";".join(f"{k}={mac(v)[:receipts.FIELD_DIGEST_HEX]}" for k, v in ordered)
+    assert stamp.fields == ";".join(f"{k}={mac(v)[: receipts.FIELD_DIGEST_HEX]}" for k, v in ordered)
 
 
 def _span(max_attributes: int | None = None) -> Any:
@@ -154,5 +185,4 @@ def test_an_output_id_given_twice_takes_its_input_score_once() -> None:
     findings = unproduced_scores("rerank", inputs, outputs)
     # the first "a" is its input's own score handed on; the second has no input left to match
     assert [c.score_kind for c in outputs] == ["bm25", "rerank"]
-    assert findings == ["1 output score(s) are the inputs' own scores, not produced by this stage: "
-                        "recorded with their upstream kind (bm25)"]
+    assert findings == ["1 output score(s) are the inputs' own scores, not produced by this stage: recorded with their upstream kind (bm25)"]

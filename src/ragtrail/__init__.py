@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragtrail.api import budgeter, cite, filter, pipeline, query_transform, reranker, retriever  # noqa: A004, F401 (filter: see below)
+from ragtrail.api import budgeter, cite, pipeline, query_transform, reranker, retriever
+from ragtrail.api import filter as filter  # noqa: A004 (an attribute, not in __all__: see below)
 from ragtrail.recorder.answer import answer
 from ragtrail.recorder.candidates import Candidate, register_adapter
 from ragtrail.recorder.corpus import set_corpus_size as corpus_size

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 from opentelemetry import trace
 
@@ -23,6 +23,14 @@ from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.stage import Stage, current_stage, stage
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class StageDecorator(Protocol):
+    """What a decorator factory called with options returns: it hands back the function's own type."""
+
+    def __call__(self, fn: F, /) -> F: ...
+
+
 _QUERY_NAMES = ("query", "query_str", "question", "q", "text", "prompt", "query_text")
 _INPUT_NAMES = ("candidates", "documents", "docs", "nodes", "results", "hits", "passages", "chunks", "items", "contexts")
 
@@ -88,9 +96,17 @@ class _Decorated(Call):
 class _Spec:
     """How one decorated function maps onto a stage: which argument is the query, which the inputs."""
 
-    def __init__(self, fn: Callable[..., Any], kind: str, component: str | None, options: dict[str, Any],
-                 query_arg: str | None, inputs_arg: str | None, takes_inputs: bool,
-                 transform: str = sc.TRANSFORM_REWRITE) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        kind: str,
+        component: str | None,
+        options: dict[str, Any],
+        query_arg: str | None,
+        inputs_arg: str | None,
+        takes_inputs: bool,
+        transform: str = sc.TRANSFORM_REWRITE,
+    ) -> None:
         self.fn = fn
         self.kind = kind
         self.transform = transform
@@ -119,60 +135,194 @@ def _decorate(fn: Callable[..., Any], spec: _Spec) -> Callable[..., Any]:
     return decorated(fn, make_call)
 
 
-def _factory(kind: str, takes_inputs: bool, fn: Callable[..., Any] | None, component: str | None,
-             query_arg: str | None, inputs_arg: str | None, transform: str | None = None, **options: Any) -> Any:
+def _factory(
+    kind: str,
+    takes_inputs: bool,
+    fn: Callable[..., Any] | None,
+    component: str | None,
+    query_arg: str | None,
+    inputs_arg: str | None,
+    transform: str | None = None,
+    **options: Any,
+) -> Any:
     options = {k: v for k, v in options.items() if v is not None}
 
     def decorator(func: F) -> F:
-        spec = _Spec(func, kind, component, options, query_arg, inputs_arg, takes_inputs,
-                     transform or sc.TRANSFORM_REWRITE)
+        spec = _Spec(func, kind, component, options, query_arg, inputs_arg, takes_inputs, transform or sc.TRANSFORM_REWRITE)
         return _decorate(func, spec)  # type: ignore[return-value]
 
     return decorator(fn) if fn is not None else decorator
 
 
-def pipeline(fn: Callable[..., Any] | None = None, *, component: str | None = None, query_arg: str | None = None,
-             tracer: trace.Tracer | None = None) -> Any:
+@overload
+def pipeline(fn: F, /) -> F: ...
+
+
+@overload
+def pipeline(
+    fn: None = None, *, component: str | None = None, query_arg: str | None = None, tracer: trace.Tracer | None = None
+) -> StageDecorator: ...
+
+
+def pipeline(
+    fn: Callable[..., Any] | None = None, *, component: str | None = None, query_arg: str | None = None, tracer: trace.Tracer | None = None
+) -> Any:
     """The root of one RAG request: hop numbering, coverage and citations are per pipeline."""
     return _factory(sc.KIND_PIPELINE, False, fn, component, query_arg, None, tracer=tracer)
 
 
-def retriever(fn: Callable[..., Any] | None = None, *, component: str | None = None, top_k: int | None = None,
-              threshold: float | None = None, score_kind: str | None = None, query_arg: str | None = None,
-              tracer: trace.Tracer | None = None) -> Any:
+@overload
+def retriever(fn: F, /) -> F: ...
+
+
+@overload
+def retriever(
+    fn: None = None,
+    *,
+    component: str | None = None,
+    top_k: int | None = None,
+    threshold: float | None = None,
+    score_kind: str | None = None,
+    query_arg: str | None = None,
+    tracer: trace.Tracer | None = None,
+) -> StageDecorator: ...
+
+
+def retriever(
+    fn: Callable[..., Any] | None = None,
+    *,
+    component: str | None = None,
+    top_k: int | None = None,
+    threshold: float | None = None,
+    score_kind: str | None = None,
+    query_arg: str | None = None,
+    tracer: trace.Tracer | None = None,
+) -> Any:
     """A function ``(query, ...) -> list of candidates``: a ``retrieve`` stage."""
-    return _factory(sc.KIND_RETRIEVE, False, fn, component, query_arg, None, top_k=top_k, threshold=threshold,
-                    score_kind=score_kind, tracer=tracer)
+    return _factory(sc.KIND_RETRIEVE, False, fn, component, query_arg, None, top_k=top_k, threshold=threshold, score_kind=score_kind, tracer=tracer)
 
 
-def reranker(fn: Callable[..., Any] | None = None, *, component: str | None = None, top_k: int | None = None,
-             threshold: float | None = None, score_kind: str | None = sc.SCORE_RERANK, query_arg: str | None = None,
-             inputs_arg: str | None = None, tracer: trace.Tracer | None = None) -> Any:
+@overload
+def reranker(fn: F, /) -> F: ...
+
+
+@overload
+def reranker(
+    fn: None = None,
+    *,
+    component: str | None = None,
+    top_k: int | None = None,
+    threshold: float | None = None,
+    score_kind: str | None = sc.SCORE_RERANK,
+    query_arg: str | None = None,
+    inputs_arg: str | None = None,
+    tracer: trace.Tracer | None = None,
+) -> StageDecorator: ...
+
+
+def reranker(
+    fn: Callable[..., Any] | None = None,
+    *,
+    component: str | None = None,
+    top_k: int | None = None,
+    threshold: float | None = None,
+    score_kind: str | None = sc.SCORE_RERANK,
+    query_arg: str | None = None,
+    inputs_arg: str | None = None,
+    tracer: trace.Tracer | None = None,
+) -> Any:
     """A function ``(query, candidates, ...) -> candidates``: a ``rerank`` stage; a top-k cut is
     ``below_rank_cutoff``, a threshold ``below_score_threshold``."""
-    return _factory(sc.KIND_RERANK, True, fn, component, query_arg, inputs_arg, top_k=top_k, threshold=threshold,
-                    score_kind=score_kind, tracer=tracer)
+    return _factory(
+        sc.KIND_RERANK, True, fn, component, query_arg, inputs_arg, top_k=top_k, threshold=threshold, score_kind=score_kind, tracer=tracer
+    )
 
 
-def filter(fn: Callable[..., Any] | None = None, *, component: str | None = None, threshold: float | None = None,
-           query_arg: str | None = None, inputs_arg: str | None = None, tracer: trace.Tracer | None = None) -> Any:  # noqa: A001
+@overload
+def filter(fn: F, /) -> F: ...  # noqa: A001
+
+
+@overload
+def filter(
+    fn: None = None,
+    *,
+    component: str | None = None,
+    threshold: float | None = None,
+    query_arg: str | None = None,
+    inputs_arg: str | None = None,
+    tracer: trace.Tracer | None = None,
+) -> StageDecorator: ...  # noqa: A001
+
+
+def filter(
+    fn: Callable[..., Any] | None = None,
+    *,
+    component: str | None = None,
+    threshold: float | None = None,
+    query_arg: str | None = None,
+    inputs_arg: str | None = None,
+    tracer: trace.Tracer | None = None,
+) -> Any:  # noqa: A001
     """A function ``(candidates, ...) -> candidates`` that drops some: a ``filter`` stage. Say why
     with ``ragtrail.current_stage().exclude(doc, reason)``; what vanished unexplained is said too."""
     return _factory(sc.KIND_FILTER, True, fn, component, query_arg, inputs_arg, threshold=threshold, tracer=tracer)
 
 
-def budgeter(fn: Callable[..., Any] | None = None, *, component: str | None = None, limit: float | None = None,
-             unit: str | None = None, query_arg: str | None = None, inputs_arg: str | None = None,
-             tracer: trace.Tracer | None = None) -> Any:
+@overload
+def budgeter(fn: F, /) -> F: ...
+
+
+@overload
+def budgeter(
+    fn: None = None,
+    *,
+    component: str | None = None,
+    limit: float | None = None,
+    unit: str | None = None,
+    query_arg: str | None = None,
+    inputs_arg: str | None = None,
+    tracer: trace.Tracer | None = None,
+) -> StageDecorator: ...
+
+
+def budgeter(
+    fn: Callable[..., Any] | None = None,
+    *,
+    component: str | None = None,
+    limit: float | None = None,
+    unit: str | None = None,
+    query_arg: str | None = None,
+    inputs_arg: str | None = None,
+    tracer: trace.Tracer | None = None,
+) -> Any:
     """A function ``(candidates, ...) -> candidates`` that fits a context budget: a ``budget`` stage;
     what it drops is ``budget_exceeded``."""
-    return _factory(sc.KIND_BUDGET, True, fn, component, query_arg, inputs_arg, budget_limit=limit,
-                    budget_unit=unit, tracer=tracer)
+    return _factory(sc.KIND_BUDGET, True, fn, component, query_arg, inputs_arg, budget_limit=limit, budget_unit=unit, tracer=tracer)
 
 
-def query_transform(fn: Callable[..., Any] | None = None, *, transform: str = sc.TRANSFORM_REWRITE,
-                    component: str | None = None, query_arg: str | None = None,
-                    tracer: trace.Tracer | None = None) -> Any:
+@overload
+def query_transform(fn: F, /) -> F: ...
+
+
+@overload
+def query_transform(
+    fn: None = None,
+    *,
+    transform: str = sc.TRANSFORM_REWRITE,
+    component: str | None = None,
+    query_arg: str | None = None,
+    tracer: trace.Tracer | None = None,
+) -> StageDecorator: ...
+
+
+def query_transform(
+    fn: Callable[..., Any] | None = None,
+    *,
+    transform: str = sc.TRANSFORM_REWRITE,
+    component: str | None = None,
+    query_arg: str | None = None,
+    tracer: trace.Tracer | None = None,
+) -> Any:
     """A function ``(query, ...) -> str | list[str]``: each output query becomes a new hop whose
     parent is the input query's hop."""
     return _factory(sc.KIND_QUERY_TRANSFORM, False, fn, component, query_arg, None, transform=transform, tracer=tracer)

@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> None:
     """Run the inspector CLI, or say which extra to install."""
     missing = missing_libraries()
     if missing:
-        sys.stderr.write(f"ragtrail: the ragtrail command needs the inspector's libraries "
-                         f"({', '.join(missing)} missing): pip install 'ragtrail[cli]'\n")
+        sys.stderr.write(
+            f"ragtrail: the ragtrail command needs the inspector's libraries ({', '.join(missing)} missing): pip install 'ragtrail[cli]'\n"
+        )
         sys.exit(EXIT_MISSING_EXTRA)
     from ragtrail.cli.app import main as cli_main
 

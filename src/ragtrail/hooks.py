@@ -345,6 +345,7 @@ def decorated(fn: Callable[..., Any], make_call: Callable[[Args, Kwargs], Call])
     decorated call costs one frame more than the bare call and no more (a recursive decorated
     function keeps its recursion headroom). Near the recursion limit the stage machinery may find
     no room: that is caught and counted inside it, and the call runs unrecorded."""
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         call = make_call(args, kwargs)
@@ -365,6 +366,7 @@ def decorated(fn: Callable[..., Any], make_call: Callable[[Args, Kwargs], Call])
 def decorated_async(fn: Callable[..., Any], make_call: Callable[[Args, Kwargs], Call]) -> Callable[..., Any]:
     """:func:`decorated` for a coroutine function (a real coroutine function: the stage covers the
     awaited work)."""
+
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         call = make_call(args, kwargs)
@@ -387,6 +389,7 @@ CallFactory = Callable[[Any, Callable[..., Any], Any, Args, Kwargs], Call]
 
 def sync_wrapper(call_cls: CallFactory, tracer_of: Callable[[], Any]) -> Callable[..., Any]:
     """A wrapt wrapper recording each call of a sync method as ``call_cls`` says."""
+
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return run(call_cls(tracer_of(), wrapped, instance, args, kwargs))
 
@@ -395,6 +398,7 @@ def sync_wrapper(call_cls: CallFactory, tracer_of: Callable[[], Any]) -> Callabl
 
 def async_wrapper(call_cls: CallFactory, tracer_of: Callable[[], Any]) -> Callable[..., Awaitable[Any]]:
     """A wrapt wrapper (a real coroutine function) for an ``async def`` method."""
+
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return await run_async(call_cls(tracer_of(), wrapped, instance, args, kwargs))
 
@@ -402,6 +406,21 @@ def async_wrapper(call_cls: CallFactory, tracer_of: Callable[[], Any]) -> Callab
 
 
 __all__ = [
-    "Args", "Call", "CallFactory", "Kwargs", "active_call", "argument", "async_wrapper", "bind", "component_name", "decorated",
-    "decorated_async", "enabled", "guard", "is_active", "run", "run_async", "sync_wrapper",
+    "Args",
+    "Call",
+    "CallFactory",
+    "Kwargs",
+    "active_call",
+    "argument",
+    "async_wrapper",
+    "bind",
+    "component_name",
+    "decorated",
+    "decorated_async",
+    "enabled",
+    "guard",
+    "is_active",
+    "run",
+    "run_async",
+    "sync_wrapper",
 ]

@@ -207,10 +207,10 @@ def from_environment() -> CaptureSettings:
     """Build the capture settings from ``RAGTRAIL_CAPTURE_*`` and friends; bad values are logged
     once and replaced by a safe default (never raised into the app)."""
     invalid: list[str] = []
-    query = _choice(semconv.ENV_CAPTURE_QUERY, semconv.CAPTURE_QUERY_MODES, DEFAULT_QUERY_MODE, invalid,
-                    unsafe="hash")  # an unknown query mode must not leak text
-    content = _choice(semconv.ENV_CAPTURE_CONTENT, semconv.CAPTURE_CONTENT_MODES, DEFAULT_CONTENT_MODE,
-                      invalid, unsafe=DEFAULT_CONTENT_MODE)
+    query = _choice(
+        semconv.ENV_CAPTURE_QUERY, semconv.CAPTURE_QUERY_MODES, DEFAULT_QUERY_MODE, invalid, unsafe="hash"
+    )  # an unknown query mode must not leak text
+    content = _choice(semconv.ENV_CAPTURE_CONTENT, semconv.CAPTURE_CONTENT_MODES, DEFAULT_CONTENT_MODE, invalid, unsafe=DEFAULT_CONTENT_MODE)
     metadata = tuple(k.strip() for k in os.environ.get(semconv.ENV_CAPTURE_METADATA, "").split(",") if k.strip())
     events_raw = os.environ.get(semconv.ENV_EVENTS_PER_SPAN, "").strip()
     events_per_span = None
@@ -267,8 +267,7 @@ def set_capture(
     an integer >= 0, or ``"all"`` for no cap). Raises ``ValueError`` on an unknown mode or a bad
     count: this is the app's own configuration call, not an instrumented path."""
     global _current
-    if mirror_documents is not None and mirror_documents != _ALL and (
-            type(mirror_documents) is not int or mirror_documents < 0):
+    if mirror_documents is not None and mirror_documents != _ALL and (type(mirror_documents) is not int or mirror_documents < 0):
         raise ValueError(f"mirror_documents must be an integer >= 0 or {_ALL!r}, not {mirror_documents!r}")
     if query is not None and query not in semconv.CAPTURE_QUERY_MODES:
         raise ValueError(f"query capture must be one of {semconv.CAPTURE_QUERY_MODES}, not {query!r}")
@@ -283,11 +282,9 @@ def set_capture(
             metadata=base.metadata if metadata is None else tuple(metadata),
             mirror_genai=base.mirror_genai if mirror_genai is None else mirror_genai,
             mirror_openinference=base.mirror_openinference if mirror_openinference is None else mirror_openinference,
-            mirror_documents=(base.mirror_documents if mirror_documents is None
-                              else None if mirror_documents == _ALL else int(mirror_documents)),
+            mirror_documents=(base.mirror_documents if mirror_documents is None else None if mirror_documents == _ALL else int(mirror_documents)),
             events_per_span=base.events_per_span if events_per_span is None else events_per_span,
-            vectorstore_max_queries=(base.vectorstore_max_queries if vectorstore_max_queries is None
-                                     else vectorstore_max_queries),
+            vectorstore_max_queries=(base.vectorstore_max_queries if vectorstore_max_queries is None else vectorstore_max_queries),
         )
         return _current
 

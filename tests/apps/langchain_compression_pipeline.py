@@ -33,7 +33,7 @@ class WordEmbeddings(Embeddings):
 
 
 def pretty_print_docs(docs):
-    print(f"\n{'-' * 100}\n".join([f"Document {i+1}:\n\n" + d.page_content for i, d in enumerate(docs)]))
+    print(f"\n{'-' * 100}\n".join([f"Document {i + 1}:\n\n" + d.page_content for i, d in enumerate(docs)]))
 
 
 texts = [
@@ -41,10 +41,8 @@ texts = [
     "the country for decades. Justice Breyer thank you for your service. We are grateful.",
     "One of the most serious constitutional responsibilities is nominating a Justice. I "
     "nominated Judge Ketanji Brown Jackson. She will continue Justice Breyer's legacy.",
-    "We will lower the cost of prescription drugs. Insulin costs ten dollars to make. Families "
-    "pay far more than that.",
-    "We will secure the border and fix the immigration system. We are putting in new "
-    "technology. We are setting up joint patrols.",
+    "We will lower the cost of prescription drugs. Insulin costs ten dollars to make. Families pay far more than that.",
+    "We will secure the border and fix the immigration system. We are putting in new technology. We are setting up joint patrols.",
 ]
 embeddings = WordEmbeddings()
 retriever = FAISS.from_documents([Document(page_content=t) for t in texts], embeddings).as_retriever()
@@ -52,14 +50,8 @@ retriever = FAISS.from_documents([Document(page_content=t) for t in texts], embe
 splitter = CharacterTextSplitter(chunk_size=100, chunk_overlap=0, separator=". ")
 redundant_filter = EmbeddingsRedundantFilter(embeddings=embeddings)
 relevant_filter = EmbeddingsFilter(embeddings=embeddings, similarity_threshold=0.3)
-pipeline_compressor = DocumentCompressorPipeline(
-    transformers=[splitter, redundant_filter, relevant_filter]
-)
-compression_retriever = ContextualCompressionRetriever(
-    base_compressor=pipeline_compressor, base_retriever=retriever
-)
+pipeline_compressor = DocumentCompressorPipeline(transformers=[splitter, redundant_filter, relevant_filter])
+compression_retriever = ContextualCompressionRetriever(base_compressor=pipeline_compressor, base_retriever=retriever)
 
-compressed_docs = compression_retriever.invoke(
-    "What did the president say about Ketanji Jackson Brown"
-)
+compressed_docs = compression_retriever.invoke("What did the president say about Ketanji Jackson Brown")
 pretty_print_docs(compressed_docs)

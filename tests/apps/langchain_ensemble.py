@@ -32,9 +32,7 @@ doc_list_1 = [
 ]
 
 # initialize the bm25 retriever and faiss retriever
-bm25_retriever = BM25Retriever.from_texts(
-    doc_list_1, metadatas=[{"source": 1}] * len(doc_list_1)
-)
+bm25_retriever = BM25Retriever.from_texts(doc_list_1, metadatas=[{"source": 1}] * len(doc_list_1))
 bm25_retriever.k = 2
 
 doc_list_2 = [
@@ -43,15 +41,11 @@ doc_list_2 = [
 ]
 
 embedding = WordEmbeddings()
-faiss_vectorstore = FAISS.from_texts(
-    doc_list_2, embedding, metadatas=[{"source": 2}] * len(doc_list_2)
-)
+faiss_vectorstore = FAISS.from_texts(doc_list_2, embedding, metadatas=[{"source": 2}] * len(doc_list_2))
 faiss_retriever = faiss_vectorstore.as_retriever(search_kwargs={"k": 2})
 
 # initialize the ensemble retriever
-ensemble_retriever = EnsembleRetriever(
-    retrievers=[bm25_retriever, faiss_retriever], weights=[0.5, 0.5]
-)
+ensemble_retriever = EnsembleRetriever(retrievers=[bm25_retriever, faiss_retriever], weights=[0.5, 0.5])
 
 docs = ensemble_retriever.invoke("apples")
 for doc in docs:

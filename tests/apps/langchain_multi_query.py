@@ -41,11 +41,11 @@ embedding = WordEmbeddings()
 vectordb = InMemoryVectorStore.from_documents(documents=splits, embedding=embedding)
 
 question = "What are the approaches to Task Decomposition?"
-llm = FakeListChatModel(responses=[
-    "1. How can a task be decomposed by an LLM?\n"
-    "2. Which instructions help task decomposition?\n"
-    "3. How do humans break a task into subgoals?"
-])
+llm = FakeListChatModel(
+    responses=[
+        "1. How can a task be decomposed by an LLM?\n2. Which instructions help task decomposition?\n3. How do humans break a task into subgoals?"
+    ]
+)
 retriever_from_llm = MultiQueryRetriever.from_llm(retriever=vectordb.as_retriever(), llm=llm)
 
 logging.basicConfig()

@@ -34,13 +34,18 @@ class WordEmbeddings(Embeddings):
 
 
 docs = [
-    Document(page_content="Task decomposition breaks a hard task into smaller and simpler steps. "
-                          "Chain of thought prompts the model to think step by step.",
-             metadata={"source": "agent-post#planning"}),
-    Document(page_content="Memory gives an agent short-term context and long-term storage "
-                          "through an external vector store.", metadata={"source": "agent-post#memory"}),
-    Document(page_content="Tool use lets the model call external APIs for information missing "
-                          "from its weights.", metadata={"source": "agent-post#tools"}),
+    Document(
+        page_content="Task decomposition breaks a hard task into smaller and simpler steps. "
+        "Chain of thought prompts the model to think step by step.",
+        metadata={"source": "agent-post#planning"},
+    ),
+    Document(
+        page_content="Memory gives an agent short-term context and long-term storage through an external vector store.",
+        metadata={"source": "agent-post#memory"},
+    ),
+    Document(
+        page_content="Tool use lets the model call external APIs for information missing from its weights.", metadata={"source": "agent-post#tools"}
+    ),
 ]
 text_splitter = RecursiveCharacterTextSplitter(chunk_size=1000, chunk_overlap=200)
 splits = text_splitter.split_documents(docs)

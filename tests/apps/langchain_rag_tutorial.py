@@ -33,13 +33,18 @@ class WordEmbeddings(Embeddings):
 
 
 docs = [
-    Document(page_content="Task decomposition breaks a hard task into smaller and simpler steps. "
-                          "Chain of thought prompts the model to think step by step.",
-             metadata={"source": "agent-post#planning"}),
-    Document(page_content="Memory gives an agent short-term context and long-term storage "
-                          "through an external vector store.", metadata={"source": "agent-post#memory"}),
-    Document(page_content="Tool use lets the model call external APIs for information missing "
-                          "from its weights.", metadata={"source": "agent-post#tools"}),
+    Document(
+        page_content="Task decomposition breaks a hard task into smaller and simpler steps. "
+        "Chain of thought prompts the model to think step by step.",
+        metadata={"source": "agent-post#planning"},
+    ),
+    Document(
+        page_content="Memory gives an agent short-term context and long-term storage through an external vector store.",
+        metadata={"source": "agent-post#memory"},
+    ),
+    Document(
+        page_content="Tool use lets the model call external APIs for information missing from its weights.", metadata={"source": "agent-post#tools"}
+    ),
 ]
 text_splitter = RecursiveCharacterTextSplitter(chunk_size=1000, chunk_overlap=200)
 all_splits = text_splitter.split_documents(docs)
@@ -52,7 +57,8 @@ prompt = ChatPromptTemplate.from_template(
     "You are an assistant for question-answering tasks. Use the following pieces of retrieved "
     "context to answer the question. If you don't know the answer, just say that you don't know. "
     "Use three sentences maximum and keep the answer concise.\n"
-    "Question: {question} \nContext: {context} \nAnswer:")
+    "Question: {question} \nContext: {context} \nAnswer:"
+)
 llm = FakeListChatModel(responses=["Task decomposition splits a task into smaller steps."])
 
 
@@ -60,11 +66,6 @@ def format_docs(docs):
     return "\n\n".join(doc.page_content for doc in docs)
 
 
-rag_chain = (
-    {"context": retriever | format_docs, "question": RunnablePassthrough()}
-    | prompt
-    | llm
-    | StrOutputParser()
-)
+rag_chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | llm | StrOutputParser()
 
 print(rag_chain.invoke("What is Task Decomposition?"))

@@ -25,8 +25,6 @@ processor = SimilarityPostprocessor(similarity_cutoff=0.3)
 filtered_nodes = processor.postprocess_nodes(nodes)
 print(len(nodes), len(filtered_nodes))
 
-query_engine = index.as_query_engine(
-    similarity_top_k=4, node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=0.3)]
-)
+query_engine = index.as_query_engine(similarity_top_k=4, node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=0.3)])
 response = query_engine.query("refund window for enterprise contracts")
 print(response)

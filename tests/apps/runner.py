@@ -64,8 +64,14 @@ class AppRun:
 
     def ragtrail(self, *args: str, ok_codes: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
         """The installed ``ragtrail`` console script against this app's store."""
-        proc = subprocess.run([str(BIN / "ragtrail"), *args, "--source", str(self.store)], capture_output=True,
-                              text=True, env=_clean_env(), timeout=120, cwd=self.workdir)
+        proc = subprocess.run(
+            [str(BIN / "ragtrail"), *args, "--source", str(self.store)],
+            capture_output=True,
+            text=True,
+            env=_clean_env(),
+            timeout=120,
+            cwd=self.workdir,
+        )
         assert proc.returncode in ok_codes, f"ragtrail {' '.join(args)} -> {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         return proc
 
@@ -100,15 +106,17 @@ def instrumented_env(store: Path, enabled: list[str] | None, service: str) -> di
     names = sorted(ep.name for ep in entry_points(group="opentelemetry_instrumentor"))
     others = [n for n in names if enabled is not None and n not in enabled]
     env = _clean_env()
-    env.update({
-        "OTEL_PYTHON_CONFIGURATOR": "ragtrail",
-        "OTEL_TRACES_EXPORTER": "ragtrail_file",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        "OTEL_SERVICE_NAME": service,
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others),
-        "RAGTRAIL_LOCAL_STORE_DIR": str(store),
-    })
+    env.update(
+        {
+            "OTEL_PYTHON_CONFIGURATOR": "ragtrail",
+            "OTEL_TRACES_EXPORTER": "ragtrail_file",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            "OTEL_SERVICE_NAME": service,
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others),
+            "RAGTRAIL_LOCAL_STORE_DIR": str(store),
+        }
+    )
     return env
 
 
@@ -116,8 +124,13 @@ def read_store(store: Path) -> list[Any]:
     """Every span in a local store, through the inspector's OTLP JSON reader."""
     from ragtrail.inspect.otlp import decode_document
 
-    return [span for file in sorted(store.glob("traces-*.jsonl")) for line in file.read_text().splitlines()
-            if line.strip() for span in decode_document(json.loads(line))]
+    return [
+        span
+        for file in sorted(store.glob("traces-*.jsonl"))
+        for line in file.read_text().splitlines()
+        if line.strip()
+        for span in decode_document(json.loads(line))
+    ]
 
 
 def run_process(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
@@ -126,8 +139,15 @@ def run_process(argv: list[str], env: dict[str, str], cwd: Path, timeout: float)
     return proc
 
 
-def run_app(app: str | Path, tmp_path: Path, *, enabled: list[str] | None = None, data: str | None = None,
-            extra_env: dict[str, str] | None = None, timeout: float = 300) -> AppRun:
+def run_app(
+    app: str | Path,
+    tmp_path: Path,
+    *,
+    enabled: list[str] | None = None,
+    data: str | None = None,
+    extra_env: dict[str, str] | None = None,
+    timeout: float = 300,
+) -> AppRun:
     """Run the app file ``app`` (a path, or a name under tests/apps/) plain and instrumented, each in
     its own working directory under ``tmp_path`` (with ``data/`` copied from tests/apps/data/<data>),
     and return both outputs and the instrumented run's spans. ``enabled`` names the ragtrail
@@ -156,8 +176,16 @@ def run_app(app: str | Path, tmp_path: Path, *, enabled: list[str] | None = None
             assert not store.exists(), "the plain run wrote a store"
             workdir.rename(Path(tmp_path) / "plain")
     plain, inst = outputs["plain"], outputs["instrumented"]
-    return AppRun(name=name, workdir=workdir, store=store, plain_stdout=plain.stdout, plain_stderr=plain.stderr,
-                  stdout=inst.stdout, stderr=inst.stderr, spans=read_store(store))
+    return AppRun(
+        name=name,
+        workdir=workdir,
+        store=store,
+        plain_stdout=plain.stdout,
+        plain_stderr=plain.stderr,
+        stdout=inst.stdout,
+        stderr=inst.stderr,
+        spans=read_store(store),
+    )
 
 
 def assert_host_untouched(run: AppRun, *, stderr_empty: bool = True) -> None:

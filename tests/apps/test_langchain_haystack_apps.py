@@ -9,7 +9,6 @@ import hashlib
 from typing import Any
 
 import pytest
-
 from tests.apps.runner import AppRun, assert_host_untouched, run_app
 
 COMMUNITY_WARNING = "DeprecationWarning: `langchain-community` is being sunset"
@@ -18,9 +17,9 @@ NO_BARS = {"TQDM_DISABLE": "1"}
 
 def assert_untouched_but_bars(run: AppRun) -> None:
     """sentence-transformers' progress bars carry timings (never equal twice): compare the rest."""
+
     def strip(text: str) -> list[str]:
-        return [line for line in text.replace("\r", "\n").splitlines() if "it/s]" not in line and "s/it]" not in line
-                and line.strip()]
+        return [line for line in text.replace("\r", "\n").splitlines() if "it/s]" not in line and "s/it]" not in line and line.strip()]
 
     assert run.stdout == run.plain_stdout
     assert strip(run.stderr) == strip(run.plain_stderr)
@@ -39,8 +38,7 @@ def manifests(run: AppRun) -> list[dict[str, Any]]:
 
 
 def stages_of(manifest: dict[str, Any]) -> list[tuple[str, str, int, int, int]]:
-    return [(s["kind"], s["component"].rsplit(".", 1)[-1], s["in"], s["out"], s["excluded_count"])
-            for s in manifest["stages"]]
+    return [(s["kind"], s["component"].rsplit(".", 1)[-1], s["in"], s["out"], s["excluded_count"]) for s in manifest["stages"]]
 
 
 def hits(manifest: dict[str, Any]) -> dict[int, bool]:
@@ -59,8 +57,13 @@ def test_rag_tutorial(tmp_path):
     # both documents format_docs put in the prompt reached it, under the ids the retriever gave them
     assert [c["id"] for c in generate["candidates"]] == [c["id"] for c in retrieve["candidates"]]
     assert [c["sha256"] for c in generate["candidates"]] == [c["sha256"] for c in retrieve["candidates"]]
-    assert m["answer"] == {"sha256": hashlib.sha256(b"Task decomposition splits a task into smaller steps.").hexdigest(),
-                           "chars": 52, "refused": None, "claim": None, "preview": None}
+    assert m["answer"] == {
+        "sha256": hashlib.sha256(b"Task decomposition splits a task into smaller steps.").hexdigest(),
+        "chars": 52,
+        "refused": None,
+        "claim": None,
+        "preview": None,
+    }
     assert m["cited"] == []  # the chain does not say which documents the answer used
     assert hits(m) == {0: True}
     # InMemoryVectorStore.similarity_search goes through similarity_search_with_score: cosine similarity
@@ -89,10 +92,14 @@ def test_compression_pipeline(tmp_path):
     assert_host_untouched(run, stderr_empty=False)
     assert COMMUNITY_WARNING in run.stderr  # the app's own import warning is not swallowed
     [m] = manifests(run)
-    assert stages_of(m) == [("retrieve", "ContextualCompressionRetriever", 0, 1, 0),
-                            ("retrieve", "VectorStoreRetriever", 4, 4, 0), ("retrieve", "IndexFlatL2", 0, 4, 0),
-                            ("split", "CharacterTextSplitter", 4, 9, 0), ("filter", "EmbeddingsRedundantFilter", 9, 9, 0),
-                            ("filter", "EmbeddingsFilter", 9, 1, 8)]
+    assert stages_of(m) == [
+        ("retrieve", "ContextualCompressionRetriever", 0, 1, 0),
+        ("retrieve", "VectorStoreRetriever", 4, 4, 0),
+        ("retrieve", "IndexFlatL2", 0, 4, 0),
+        ("split", "CharacterTextSplitter", 4, 9, 0),
+        ("filter", "EmbeddingsRedundantFilter", 9, 9, 0),
+        ("filter", "EmbeddingsFilter", 9, 1, 8),
+    ]
     retrieve, faiss, split = m["stages"][1:4]
     # one document, one id: the nested faiss stage records LangChain's docstore ids, not row positions
     parents = [c["id"] for c in retrieve["candidates"]]
@@ -181,8 +188,7 @@ def test_haystack_hybrid(tmp_path):
     assert_untouched_but_bars(run)
     [m] = manifests(run)
     kinds = sorted((k, c) for k, c, *_ in stages_of(m))
-    assert kinds == [("fuse", "DocumentJoiner"), ("retrieve", "InMemoryBM25Retriever"),
-                     ("retrieve", "InMemoryEmbeddingRetriever")]
+    assert kinds == [("fuse", "DocumentJoiner"), ("retrieve", "InMemoryBM25Retriever"), ("retrieve", "InMemoryEmbeddingRetriever")]
     assert hits(m) == {0: True}
 
 

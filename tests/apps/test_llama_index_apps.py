@@ -11,7 +11,6 @@ through ``HuggingFaceEmbedding``, so they are in the ``torch`` tier.
 
 from __future__ import annotations
 
-
 import pytest
 
 from apps.runner import DATA, assert_host_untouched, run_app
@@ -60,8 +59,11 @@ def coverage(manifest: dict) -> tuple:
 
 
 def query_engine_stages(top_k: int, extra: list | None = None) -> list:
-    return [("retrieve", RETRIEVER, 0, top_k, 0), *(extra or []), ("generate", SYNTH, top_k if not extra else extra[-1][3],
-            top_k if not extra else extra[-1][3], 0)]
+    return [
+        ("retrieve", RETRIEVER, 0, top_k, 0),
+        *(extra or []),
+        ("generate", SYNTH, top_k if not extra else extra[-1][3], top_k if not extra else extra[-1][3], 0),
+    ]
 
 
 def test_starter_tutorial(tmp_path):
@@ -84,8 +86,7 @@ def test_metadata_filters(tmp_path):
     assert_host_untouched(run)
     [trace] = run.traces()
     # CompactAndRefine truncates then repacks: two budget stages
-    assert stages(trace) == [("retrieve", RETRIEVER, 0, 1, 0), ("generate", SYNTH, 1, 1, 0),
-                             ("budget", BUDGET, 1, 1, 0), ("budget", BUDGET, 1, 1, 0)]
+    assert stages(trace) == [("retrieve", RETRIEVER, 0, 1, 0), ("generate", SYNTH, 1, 1, 0), ("budget", BUDGET, 1, 1, 0), ("budget", BUDGET, 1, 1, 0)]
     manifest = check_trace(run, trace)
     assert coverage(manifest) == (3, 1, 1, "1 of 3 read: an absence claim is not supported")
 
@@ -97,9 +98,13 @@ def test_node_postprocessors(tmp_path):
     alone, processor, engine = run.traces()
     assert stages(alone) == [("retrieve", RETRIEVER, 0, 4, 0)]
     assert stages(processor) == [("filter", LI + "postprocessor.node.SimilarityPostprocessor", 4, 1, 3)]
-    assert stages(engine) == [("retrieve", RETRIEVER, 0, 4, 0),
-                              ("filter", LI + "postprocessor.node.SimilarityPostprocessor", 4, 1, 3),
-                              ("generate", SYNTH, 1, 1, 0), ("budget", BUDGET, 1, 1, 0), ("budget", BUDGET, 1, 1, 0)]
+    assert stages(engine) == [
+        ("retrieve", RETRIEVER, 0, 4, 0),
+        ("filter", LI + "postprocessor.node.SimilarityPostprocessor", 4, 1, 3),
+        ("generate", SYNTH, 1, 1, 0),
+        ("budget", BUDGET, 1, 1, 0),
+        ("budget", BUDGET, 1, 1, 0),
+    ]
     for trace in (alone, processor, engine):
         check_trace(run, trace)
     # a bare retrieval of every node read all of them: exhaustive, and it says so
@@ -115,8 +120,7 @@ def test_simple_fusion_retriever_over_two_indexes(tmp_path):
     [trace] = run.traces()
     fusion = LI + "retrievers.fusion_retriever.QueryFusionRetriever"
     # 4 queries (the original + 3 generated) x 2 indexes, 2 hits each: 16 in, 2 out
-    assert stages(trace) == [("fuse", fusion, 16, 2, 14), ("query_transform", fusion, 0, 0, 0)] + \
-        [("retrieve", RETRIEVER, 0, 2, 0)] * 8
+    assert stages(trace) == [("fuse", fusion, 16, 2, 14), ("query_transform", fusion, 0, 0, 0)] + [("retrieve", RETRIEVER, 0, 2, 0)] * 8
     manifest = check_trace(run, trace)
     truth = handbook_nodes(["refunds.txt", "shipping.txt"]) + handbook_nodes(["security.md", "support.txt"])
     assert truth == 4
@@ -129,8 +133,12 @@ def test_hyde_query_transform(tmp_path):
     run = run_app("llama_hyde.py", tmp_path, enabled=ENABLED, data="handbook")
     assert_host_untouched(run)
     [trace] = run.traces()
-    assert stages(trace) == [("query_transform", LI + "indices.query.query_transform.base.HyDEQueryTransform", 0, 0, 0),
-                             ("retrieve", RETRIEVER, 0, 2, 0), ("generate", SYNTH, 2, 2, 0), ("budget", BUDGET, 2, 2, 0)]
+    assert stages(trace) == [
+        ("query_transform", LI + "indices.query.query_transform.base.HyDEQueryTransform", 0, 0, 0),
+        ("retrieve", RETRIEVER, 0, 2, 0),
+        ("generate", SYNTH, 2, 2, 0),
+        ("budget", BUDGET, 2, 2, 0),
+    ]
     manifest = check_trace(run, trace)
     assert [(h["hop"], h["parent_hop"], h["transform"]) for h in manifest["query_hops"]] == [(0, None, "none"), (1, 0, "hyde")]
     assert coverage(manifest) == (4, 2, 2, "2 of 4 read: an absence claim is not supported")
@@ -143,8 +151,12 @@ def test_sentence_window_with_metadata_replacement(tmp_path):
     assert_host_untouched(run)
     [trace] = run.traces()
     replace = LI + "postprocessor.metadata_replacement.MetadataReplacementPostProcessor"
-    assert stages(trace) == [("retrieve", RETRIEVER, 0, 2, 0), ("filter", replace, 2, 2, 0),
-                             ("generate", SYNTH, 2, 2, 0), ("budget", BUDGET, 2, 2, 0)]
+    assert stages(trace) == [
+        ("retrieve", RETRIEVER, 0, 2, 0),
+        ("filter", replace, 2, 2, 0),
+        ("generate", SYNTH, 2, 2, 0),
+        ("budget", BUDGET, 2, 2, 0),
+    ]
     manifest = check_trace(run, trace)
     corpus = handbook_nodes(parser=SentenceWindowNodeParser.from_defaults(window_size=3))
     assert coverage(manifest) == (corpus, 2, 2, f"2 of {corpus} read: an absence claim is not supported")
@@ -158,9 +170,12 @@ def test_condense_question_chat_engine(tmp_path):
     first, second = run.traces()
     chat = LI + "chat_engine.condense_question.CondenseQuestionChatEngine"
     for trace in (first, second):
-        assert stages(trace) == [("query_transform", chat, 0, 0, 0), ("retrieve", RETRIEVER, 0, 2, 0),
-                                 ("generate", SYNTH, 2, 2, 0), ("budget", BUDGET, 2, 2, 0)]
+        assert stages(trace) == [
+            ("query_transform", chat, 0, 0, 0),
+            ("retrieve", RETRIEVER, 0, 2, 0),
+            ("generate", SYNTH, 2, 2, 0),
+            ("budget", BUDGET, 2, 2, 0),
+        ]
         assert coverage(check_trace(run, trace)) == (4, 2, 2, "2 of 4 read: an absence claim is not supported")
     hops = run.show(second["trace_id"])["query_hops"]
-    assert [(h["hop"], h["parent_hop"], h["transform"], h["hit_index"]) for h in hops] == [
-        (0, None, "none", False), (1, 0, "rewrite", True)]
+    assert [(h["hop"], h["parent_hop"], h["transform"], h["hit_index"]) for h in hops] == [(0, None, "none", False), (1, 0, "rewrite", True)]

@@ -78,7 +78,8 @@ def test_pgvector_readme_app(pg: Postgres, tmp_path: Path) -> None:
     l2, cosine = manifests(run)  # one trace per search: the app runs no pipeline around them
     for m, statement in ((l2, "SELECT *"), (cosine, "SELECT id, content, distance")):
         assert [(s["kind"], s["component"], s["in"], s["out"], s["excluded_count"]) for s in m["stages"]] == [
-            ("retrieve", "psycopg.Cursor", 0, len(m["stages"][0]["candidates"]), 0)], statement
+            ("retrieve", "psycopg.Cursor", 0, len(m["stages"][0]["candidates"]), 0)
+        ], statement
         [stage] = m["stages"]
         assert stage["collection"] == "documents" and stage["findings"] == [] and stage["status"] == "ok"
         assert stage["query"] is None and m["query_hops"] == []  # the query reached the database as a vector only
@@ -87,7 +88,10 @@ def test_pgvector_readme_app(pg: Postgres, tmp_path: Path) -> None:
     # SELECT * ... ORDER BY embedding <-> %s LIMIT 3: the table's ids in the app's order, no distance selected
     assert l2_stage["knobs"] == {"top_k": 3} and l2_stage["filter"] is None
     assert [(c["id"], c["rank"], c["score"], c["score_kind"]) for c in l2_stage["candidates"]] == [
-        ("4", 0, None, "none"), ("3", 1, None, "none"), ("1", 2, None, "none")]
+        ("4", 0, None, "none"),
+        ("3", 1, None, "none"),
+        ("1", 2, None, "none"),
+    ]
     # the cosine distances the app printed, lower is better, under the WHERE filter
     assert cos_stage["knobs"] == {"top_k": 2}
     assert cos_stage["filter"] == '{"params":["animals"],"where":"category = %s"}'

@@ -7,11 +7,11 @@ ragtrail_backends.py); without them the tests fail under CI and skip loudly else
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
-
 import ragtrail_backends as rb
 
 _HERE = Path(__file__).resolve().parent
@@ -57,11 +57,9 @@ def start_collector(binaries: dict[str, Path], tmp_path: Path) -> Iterator[Calla
     """Start the built collector with one of collector-config/*.yaml; all are stopped after the test."""
     started: list[rb.Collector] = []
 
-    def start(config: str, env: dict[str, str] | None = None, *, record_policy: bool = True,
-              name: str = "collector") -> rb.Collector:
+    def start(config: str, env: dict[str, str] | None = None, *, record_policy: bool = True, name: str = "collector") -> rb.Collector:
         gates = [rb.RECORD_POLICY_GATE] if record_policy else []
-        c = rb.Collector(binaries[rb.OTELCOL_BIN], rb.CONFIG_DIR / config, tmp_path, env=env,
-                         feature_gates=gates, name=name)
+        c = rb.Collector(binaries[rb.OTELCOL_BIN], rb.CONFIG_DIR / config, tmp_path, env=env, feature_gates=gates, name=name)
         started.append(c)
         return c.start()  # type: ignore[return-value]
 
@@ -77,10 +75,7 @@ def jaeger(start_jaeger: Callable[..., rb.Jaeger]) -> rb.Jaeger:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Say it again at the end, in red: skipped e2e tests are not passed e2e tests."""
-    skipped = [r for r in terminalreporter.stats.get("skipped", [])
-               if "real backend binaries not found" in str(getattr(r, "longrepr", ""))]
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "real backend binaries not found" in str(getattr(r, "longrepr", ""))]
     if skipped:
-        terminalreporter.write_sep("!", f"{len(skipped)} ragtrail e2e tests SKIPPED: no real Jaeger/Collector",
-                                   red=True, bold=True)
-        terminalreporter.write_line(rb.missing_message(rb.missing_binaries(rb.JAEGER_BIN, rb.OTELCOL_BIN)),
-                                    red=True)
+        terminalreporter.write_sep("!", f"{len(skipped)} ragtrail e2e tests SKIPPED: no real Jaeger/Collector", red=True, bold=True)
+        terminalreporter.write_line(rb.missing_message(rb.missing_binaries(rb.JAEGER_BIN, rb.OTELCOL_BIN)), red=True)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
@@ -30,13 +31,17 @@ from ragtrail.sampling import RagtrailSampler
 
 # a small corpus; contents are 40..400 bytes so a 128-byte collector cut hits some and not others
 CORPUS = [
-    {"id": f"doc-{i:02d}",
-     "content": f"Document {i:02d} about retrieval pipelines. " + ("Evidence sentence number %d. " % i) * (1 + i % 12),
-     "score": round(1.0 - i / 40, 4)}
+    {
+        "id": f"doc-{i:02d}",
+        "content": f"Document {i:02d} about retrieval pipelines. " + ("Evidence sentence number %d. " % i) * (1 + i % 12),
+        "score": round(1.0 - i / 40, 4),
+    }
     for i in range(30)
 ]
-LONG_QUERY = ("Which retrieval stages dropped the evidence that the quarterly revenue figure was restated, "
-              "and did the reranker fall back to input order when its output could not be parsed? ") * 2
+LONG_QUERY = (
+    "Which retrieval stages dropped the evidence that the quarterly revenue figure was restated, "
+    "and did the reranker fall back to input order when its output could not be parsed? "
+) * 2
 
 FINDINGS = ("degraded", "failed", "unexplained", "error", "untracked")
 #: the tail-sampling policy (collector-config/gateway.yaml) that must keep each kind of finding
@@ -77,20 +82,18 @@ class App:
 
     def __post_init__(self) -> None:
         self.recorder = RootRecorder()
-        self.provider = TracerProvider(sampler=RagtrailSampler(self.probability),
-                                       resource=Resource.create({"service.name": self.service}))
+        self.provider = TracerProvider(sampler=RagtrailSampler(self.probability), resource=Resource.create({"service.name": self.service}))
         self.provider.add_span_processor(self.recorder)
         # what the process produced, to compare byte for byte with what the backend returns
         self.local = InMemorySpanExporter()
         self.provider.add_span_processor(SimpleSpanProcessor(self.local))
         self.exporter = OTLPSpanExporter(endpoint=self.traces_url, timeout=self.exporter_timeout)
-        self.processor = WholeTraceSpanProcessor(self.exporter, **{
-            "grace_millis": 100, "schedule_delay_millis": 100, **self.processor_options})
+        self.processor = WholeTraceSpanProcessor(self.exporter, **{"grace_millis": 100, "schedule_delay_millis": 100, **self.processor_options})
         self.provider.add_span_processor(self.processor)
         self.tracer = self.provider.get_tracer("ragtrail.e2e")
         self.run = build_pipeline(self.tracer)
 
-    def run_many(self, n: int, finding: Optional[str] = None, query: str = "what changed in the Q3 report?") -> list[str]:
+    def run_many(self, n: int, finding: str | None = None, query: str = "what changed in the Q3 report?") -> list[str]:
         """Run the pipeline ``n`` times; return the trace ids that were sampled (and so exported)."""
         sampled = []
         for _ in range(n):
@@ -109,8 +112,7 @@ class App:
         self.provider.shutdown()
 
 
-def build_pipeline(tracer: Any, remote_retriever: Optional[Callable[[str, dict[str, str]], list[dict]]] = None
-                   ) -> Callable[..., Optional[str]]:
+def build_pipeline(tracer: Any, remote_retriever: Callable[[str, dict[str, str]], list[dict]] | None = None) -> Callable[..., str | None]:
     """A decorated pipeline bound to ``tracer``. ``run(query, finding=None)`` returns the trace id
     (hex) when the trace was sampled, else None. ``remote_retriever(query, carrier)`` runs the
     retrieve step in another "service" (context propagated through W3C headers)."""
@@ -155,8 +157,7 @@ def build_pipeline(tracer: Any, remote_retriever: Optional[Callable[[str, dict[s
 
     def fit_budget(candidates: list[dict]) -> list[dict]:
         # the context-manager form of the recorder (the other stages use the decorators)
-        with ragtrail.stage(semconv.KIND_BUDGET, "e2e.budget", budget_limit=1200, budget_unit="chars",
-                            tracer=tracer) as stage:
+        with ragtrail.stage(semconv.KIND_BUDGET, "e2e.budget", budget_limit=1200, budget_unit="chars", tracer=tracer) as stage:
             stage.inputs(candidates)
             out, used = [], 0
             for d in candidates:
@@ -169,7 +170,7 @@ def build_pipeline(tracer: Any, remote_retriever: Optional[Callable[[str, dict[s
         return out
 
     @ragtrail.pipeline(component="e2e.pipeline", tracer=tracer)
-    def answer(query: str, finding: Optional[str] = None) -> Optional[str]:
+    def answer(query: str, finding: str | None = None) -> str | None:
         root = ragtrail.current_stage()
         tid = None
         if root is not None and root.span is not None and root.span.get_span_context().trace_flags.sampled:
@@ -182,8 +183,7 @@ def build_pipeline(tracer: Any, remote_retriever: Optional[Callable[[str, dict[s
         else:
             try:
                 # an uninstrumented step changed the query: the recorder flags an untracked hop
-                docs = search(q + " [expanded elsewhere]" if finding == "untracked" else q,
-                              failing=finding == "failed")
+                docs = search(q + " [expanded elsewhere]" if finding == "untracked" else q, failing=finding == "failed")
             except TimeoutError:
                 docs = []
         docs = rerank(q, docs, degraded=finding == "degraded")
@@ -196,7 +196,7 @@ def build_pipeline(tracer: Any, remote_retriever: Optional[Callable[[str, dict[s
         ragtrail.cite([d["id"] for d in docs[:2]], tracer=tracer)
         return tid
 
-    def run(query: str, finding: Optional[str] = None) -> Optional[str]:
+    def run(query: str, finding: str | None = None) -> str | None:
         return answer(query, finding=finding)
 
     return run
@@ -206,8 +206,7 @@ def remote_search_service(app: App) -> Callable[[str, dict[str, str]], list[dict
     """The retrieve step as a separate service: it continues the caller's trace from W3C headers
     and exports its spans through its OWN provider (so one trace reaches the collector in parts)."""
 
-    @ragtrail.retriever(component="e2e.remote_search", top_k=12, score_kind=semconv.SCORE_SIMILARITY,
-                        tracer=app.tracer)
+    @ragtrail.retriever(component="e2e.remote_search", top_k=12, score_kind=semconv.SCORE_SIMILARITY, tracer=app.tracer)
     def search(query: str) -> list[dict]:
         return [dict(d) for d in CORPUS[:12]]
 

@@ -19,8 +19,9 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -55,8 +56,7 @@ def missing_message(missing: Sequence[Path]) -> str:
         "ragtrail e2e: real backend binaries not found:\n"
         + "".join(f"    {p}\n" for p in missing)
         + f"  Build them (needs Go >= 1.26 and the Go module proxy):  {BUILD_SCRIPT.relative_to(REPO)}\n"
-        f"  or point {BACKENDS_ENV} at a directory holding bin/{JAEGER_BIN} and bin/{OTELCOL_BIN}.\n"
-        + "!" * 78
+        f"  or point {BACKENDS_ENV} at a directory holding bin/{JAEGER_BIN} and bin/{OTELCOL_BIN}.\n" + "!" * 78
     )
 
 
@@ -99,8 +99,7 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
 class ManagedProcess:
     """A server process with its log in a file, started and stopped by the test that owns it."""
 
-    def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], ports: Sequence[int],
-                 log_dir: Path) -> None:
+    def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], ports: Sequence[int], log_dir: Path) -> None:
         self.name = name
         self.argv = list(argv)
         self.env = {**os.environ, **env}
@@ -109,13 +108,12 @@ class ManagedProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def start(self, timeout: float = 60.0) -> "ManagedProcess":
+    def start(self, timeout: float = 60.0) -> ManagedProcess:
         self.starts += 1
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start #{self.starts}: {' '.join(self.argv)}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_until(self._ready, timeout, what=f"{self.name} to listen on {self.ports}")
         except TimeoutError:
@@ -186,8 +184,7 @@ class Jaeger(ManagedProcess):
             "RAGTRAIL_JAEGER_QUERY_GRPC_ENDPOINT": f"127.0.0.1:{self.query_grpc_port}",
         }
         argv = [str(binary), "--config", str(CONFIG_DIR / "jaeger.yaml")]
-        super().__init__(name, argv, env,
-                         [self.otlp_grpc_port, self.otlp_http_port, self.query_http_port], log_dir)
+        super().__init__(name, argv, env, [self.otlp_grpc_port, self.otlp_http_port, self.query_http_port], log_dir)
 
     @property
     def otlp_grpc_endpoint(self) -> str:
@@ -230,15 +227,26 @@ class Jaeger(ManagedProcess):
 
     def wait_for_spans(self, trace_id: str, count: int, timeout: float = 30.0) -> list[tuple[dict, dict, dict]]:
         """Wait until the trace holds at least ``count`` spans; return them."""
-        return wait_until(lambda: (lambda s: s if len(s) >= count else None)(self.v3_spans(trace_id)),
-                          timeout, interval=0.3, what=f"{count} spans of trace {trace_id} in {self.name}")
+        return wait_until(
+            lambda: (lambda s: s if len(s) >= count else None)(self.v3_spans(trace_id)),
+            timeout,
+            interval=0.3,
+            what=f"{count} spans of trace {trace_id} in {self.name}",
+        )
 
 
 class Collector(ManagedProcess):
     """The custom collector (otelcol-ragtrail) with one of collector-config/*.yaml on free ports."""
 
-    def __init__(self, binary: Path, config: Path, log_dir: Path, env: Mapping[str, str] | None = None,
-                 feature_gates: Sequence[str] = (), name: str = "collector") -> None:
+    def __init__(
+        self,
+        binary: Path,
+        config: Path,
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+        feature_gates: Sequence[str] = (),
+        name: str = "collector",
+    ) -> None:
         self.otlp_grpc_port, self.otlp_http_port = free_port(), free_port()
         full_env = {  # the collector's own listen endpoints always win: the ports are ours
             **(env or {}),
@@ -271,14 +279,15 @@ def gateway_env(jaeger: Jaeger, tempo: Jaeger, percentage: str = "100", decision
     }
 
 
-def validate_config(binary: Path, config: Path, *extra: str, env: Mapping[str, str] | None = None
-                    ) -> subprocess.CompletedProcess[str]:
+def validate_config(binary: Path, config: Path, *extra: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``<binary> validate --config <config>``: the collector's own config check (no ports opened)."""
-    return subprocess.run([str(binary), "validate", f"--config={config}", *extra],
-                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(binary), "validate", f"--config={config}", *extra], env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120
+    )
 
 
 # ---- reading back ---------------------------------------------------------------------------------
+
 
 def ragtrail_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """Run the installed ``ragtrail`` console script (the real CLI a user runs)."""

@@ -30,8 +30,7 @@ def test_collector_restart_mid_run_loses_only_counted_whole_traces(start_jaeger,
     jaeger = start_jaeger("jaeger")
     tempo = start_jaeger("tempo-standin")
     gateway = start_collector("gateway.yaml", rb.gateway_env(jaeger, tempo), name="gateway")
-    app = App(gateway.traces_url, exporter_timeout=1.0, processor_options={
-        "retry_timeout_millis": 1000, "loss_report_interval_millis": 500})
+    app = App(gateway.traces_url, exporter_timeout=1.0, processor_options={"retry_timeout_millis": 1000, "loss_report_interval_millis": 500})
 
     sampled: list[str] = []
     stop = threading.Event()

@@ -20,14 +20,18 @@ def test_two_gateways_behind_the_load_balancer_keep_traces_whole(start_jaeger, s
     jaeger = start_jaeger("jaeger")
     per_gateway = [start_jaeger("tempo-standin-1"), start_jaeger("tempo-standin-2")]
     gateways = [
-        start_collector("gateway.yaml", rb.gateway_env(jaeger, standin, percentage="0", decision_wait="2s"),
-                        name=f"gateway-{i + 1}")
+        start_collector("gateway.yaml", rb.gateway_env(jaeger, standin, percentage="0", decision_wait="2s"), name=f"gateway-{i + 1}")
         for i, standin in enumerate(per_gateway)
     ]
-    lb = start_collector("loadbalancer.yaml", {
-        "RAGTRAIL_GATEWAY_1": gateways[0].otlp_grpc_endpoint,
-        "RAGTRAIL_GATEWAY_2": gateways[1].otlp_grpc_endpoint,
-    }, record_policy=False, name="loadbalancer")
+    lb = start_collector(
+        "loadbalancer.yaml",
+        {
+            "RAGTRAIL_GATEWAY_1": gateways[0].otlp_grpc_endpoint,
+            "RAGTRAIL_GATEWAY_2": gateways[1].otlp_grpc_endpoint,
+        },
+        record_policy=False,
+        name="loadbalancer",
+    )
 
     front = App(lb.traces_url)
     back = App(lb.traces_url)
@@ -51,11 +55,12 @@ def test_two_gateways_behind_the_load_balancer_keep_traces_whole(start_jaeger, s
         assert back.recorder.spans_per_trace[tid] >= 1 and front.recorder.spans_per_trace[tid] >= 1
         spans = jaeger.wait_for_spans(tid, total(tid))
         assert len(spans) == total(tid)  # whole: both services' parts, decided together
-        assert {rb.otlp_attributes(scope.get("attributes")).get("tailsampling.policy")
-                for _, scope, _ in spans} == {"finding-stage-status"}
+        assert {rb.otlp_attributes(scope.get("attributes")).get("tailsampling.policy") for _, scope, _ in spans} == {"finding-stage-status"}
         counts = rb.wait_until(
-            lambda: (lambda c: c if sum(c) >= total(tid) else None)([len(j.v3_spans(tid)) for j in per_gateway]),
-            30, what=f"trace {tid} on the gateways' own backends")
+            lambda tid=tid: (lambda c: c if sum(c) >= total(tid) else None)([len(j.v3_spans(tid)) for j in per_gateway]),
+            30,
+            what=f"trace {tid} on the gateways' own backends",
+        )
         assert sorted(counts) == [0, total(tid)], counts  # all spans on exactly one gateway
         on_gateway[counts.index(total(tid))] += 1
     assert all(on_gateway), on_gateway  # the ring used both gateways

@@ -10,12 +10,12 @@ import json
 from pathlib import Path
 
 import ragtrail_backends as rb
-from fixtures.ragtrail_traces import multi_query_run, trace_id_now
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import ragtrail
+from fixtures.ragtrail_traces import multi_query_run, trace_id_now
 from ragtrail.contract import semconv
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor
 from ragtrail.inspect.otlp import decode_id
@@ -92,17 +92,20 @@ def test_columns_and_reordered_exclusion_events_from_the_real_jaeger_v1_and_v3(s
     path.write_text(json.dumps(body))
     v1 = rb.verify_json(str(path), trace_id)[0]["fidelity"]
     assert v1["alarms"] == [], v1["alarms"]
-    assert {k: v for k, v in v1.items() if k not in ("dropped_attributes", "dropped_events", "notes")} == \
-        {k: v for k, v in v3.items() if k not in ("dropped_attributes", "dropped_events", "notes")}
+    assert {k: v for k, v in v1.items() if k not in ("dropped_attributes", "dropped_events", "notes")} == {
+        k: v for k, v in v3.items() if k not in ("dropped_attributes", "dropped_events", "notes")
+    }
     manifest = rb.show_json(str(path), trace_id)
     stage = next(s for s in manifest["stages"] if s["kind"] == "fuse")
-    assert [(c["id"], c["rank"], c["score"]) for c in stage["candidates"]] == [("doc-0", 0, 5.0), ("doc-1", 1, 4.0),
-                                                                                ("doc-2", 2, 3.0)]
+    assert [(c["id"], c["rank"], c["score"]) for c in stage["candidates"]] == [("doc-0", 0, 5.0), ("doc-1", 1, 4.0), ("doc-2", 2, 3.0)]
     assert [(e["id"], e["reason"], e["detail"]) for e in stage["excluded"]] == [
-        ("doc-3", "superseded", "doc-0 replaces it"), ("doc-4", "stale", None)]
+        ("doc-3", "superseded", "doc-0 replaces it"),
+        ("doc-4", "stale", None),
+    ]
     # Jaeger v1 names spans by its own hex ids: the filter's pointed rows read back with the fuse's receipts
     after_stage = next(s for s in manifest["stages"] if s["kind"] == "filter")
     fused = {c["id"]: (c["sha256"], c["chars"]) for c in stage["candidates"]}
     assert [(c["id"], c["sha256"], c["chars"]) for c in after_stage["candidates"] + after_stage["excluded"]] == [
-        (i, *fused[i]) for i in ("doc-0", "doc-1", "doc-2")]
+        (i, *fused[i]) for i in ("doc-0", "doc-1", "doc-2")
+    ]
     provider.shutdown()

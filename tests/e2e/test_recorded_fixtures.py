@@ -40,8 +40,7 @@ def _source(name: str, apis: tuple[str, ...] = ("v3", "v1")) -> JaegerSource:
     def handler(request: httpx.Request) -> httpx.Response:
         for api in apis:
             if request.url.path == routes[api]:
-                return httpx.Response(200, content=(FIXTURES / f"{name}.{api}.json").read_bytes(),
-                                      headers={"content-type": "application/json"})
+                return httpx.Response(200, content=(FIXTURES / f"{name}.{api}.json").read_bytes(), headers={"content-type": "application/json"})
         api = "v3" if request.url.path.startswith("/api/v3/") else "v1"
         return httpx.Response(404, content=NOT_FOUND[api], headers={"content-type": "application/json"})
 
@@ -50,8 +49,7 @@ def _source(name: str, apis: tuple[str, ...] = ("v3", "v1")) -> JaegerSource:
 
 def _v3_spans(name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     body = json.loads((FIXTURES / f"{name}.v3.json").read_text())
-    return [(ss.get("scope", {}), span) for rs in body["result"]["resourceSpans"]
-            for ss in rs["scopeSpans"] for span in ss["spans"]]
+    return [(ss.get("scope", {}), span) for rs in body["result"]["resourceSpans"] for ss in rs["scopeSpans"] for span in ss["spans"]]
 
 
 @pytest.mark.parametrize("apis", [("v3", "v1"), ("v1",)], ids=["v3", "v1-fallback"])
@@ -60,8 +58,7 @@ def test_whole_trace_reads_back_intact(apis: tuple[str, ...]) -> None:
     manifest = build(trace).as_dict()
     fidelity = manifest["fidelity"]
     assert fidelity["alarms"] == []
-    assert (fidelity["changed_uncited"], fidelity["unverifiable"], fidelity["missing_spans"],
-            fidelity["missing_events"]) == (0, 0, 0, 0)
+    assert (fidelity["changed_uncited"], fidelity["unverifiable"], fidelity["missing_spans"], fidelity["missing_events"]) == (0, 0, 0, 0)
     assert fidelity["intact"] > 0
     assert manifest["span_count"] == len(_v3_spans("whole_trace"))
     assert manifest["sampling"]["probability"] == 0.5
@@ -69,8 +66,12 @@ def test_whole_trace_reads_back_intact(apis: tuple[str, ...]) -> None:
 
 
 def test_tail_sampled_trace_keeps_its_policy_and_finding() -> None:
-    policies = {a["value"]["stringValue"] for scope, _ in _v3_spans("tail_sampled_degraded")
-                for a in scope.get("attributes", []) if a["key"] == "tailsampling.policy"}
+    policies = {
+        a["value"]["stringValue"]
+        for scope, _ in _v3_spans("tail_sampled_degraded")
+        for a in scope.get("attributes", [])
+        if a["key"] == "tailsampling.policy"
+    }
     assert policies == {"finding-stage-status"}
     manifest = build(_source("tail_sampled_degraded").get(_trace_id("tail_sampled_degraded"))).as_dict()
     assert manifest["fidelity"]["alarms"] == []
@@ -85,8 +86,7 @@ def test_collector_truncation_reads_back_as_changed_uncited_on_exactly_the_cut_f
         holders = [("", {a["key"]: a["value"] for a in span.get("attributes", [])})]
         holders += [(e["name"], {a["key"]: a["value"] for a in e.get("attributes", [])}) for e in span.get("events", [])]
         for _, attrs in holders:
-            for payload, prefix in ((semconv.QUERY_TEXT, "ragtrail.query"),
-                                    (semconv.CANDIDATE_CONTENT_PREVIEW, "ragtrail.candidate.content")):
+            for payload, prefix in ((semconv.QUERY_TEXT, "ragtrail.query"), (semconv.CANDIDATE_CONTENT_PREVIEW, "ragtrail.candidate.content")):
                 if payload in attrs:
                     got = len(attrs[payload]["stringValue"].encode())
                     receipt_bytes = int(attrs[f"{prefix}.bytes"]["intValue"])

@@ -15,10 +15,15 @@ LIMIT = 128
 
 def test_collector_truncation_is_flagged_on_exactly_the_cut_fields(start_jaeger, start_collector) -> None:
     jaeger = start_jaeger()
-    collector = start_collector("truncate-example.yaml", {
-        "RAGTRAIL_JAEGER_OTLP_ENDPOINT": jaeger.otlp_grpc_endpoint,
-        "RAGTRAIL_TRUNCATE_BYTES": str(LIMIT),
-    }, record_policy=False, name="truncating-collector")
+    collector = start_collector(
+        "truncate-example.yaml",
+        {
+            "RAGTRAIL_JAEGER_OTLP_ENDPOINT": jaeger.otlp_grpc_endpoint,
+            "RAGTRAIL_TRUNCATE_BYTES": str(LIMIT),
+        },
+        record_policy=False,
+        name="truncating-collector",
+    )
     ragtrail.set_capture(content="preview")
     app = App(collector.traces_url)
     tid = app.run_many(1, query=LONG_QUERY)[0]

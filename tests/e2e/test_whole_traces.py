@@ -17,16 +17,17 @@ from ragtrail.contract import semconv
 
 def _local_view(span: Any) -> dict[str, Any]:
     attrs = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in span.attributes.items()}
-    events = [(e.name, {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in e.attributes.items()})
-              for e in span.events]
-    return {"name": span.name, "attributes": attrs, "events": events,
-            "parent": format(span.parent.span_id, "016x") if span.parent else None}
+    events = [(e.name, {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in e.attributes.items()}) for e in span.events]
+    return {"name": span.name, "attributes": attrs, "events": events, "parent": format(span.parent.span_id, "016x") if span.parent else None}
 
 
 def _remote_view(span: dict[str, Any]) -> dict[str, Any]:
-    return {"name": span["name"], "attributes": rb.otlp_attributes(span.get("attributes")),
-            "events": [(e["name"], rb.otlp_attributes(e.get("attributes"))) for e in span.get("events", [])],
-            "parent": span.get("parentSpanId") or None}
+    return {
+        "name": span["name"],
+        "attributes": rb.otlp_attributes(span.get("attributes")),
+        "events": [(e["name"], rb.otlp_attributes(e.get("attributes"))) for e in span.get("events", [])],
+        "parent": span.get("parentSpanId") or None,
+    }
 
 
 def test_whole_traces_arrive_with_every_event_and_receipt(start_jaeger, start_collector) -> None:

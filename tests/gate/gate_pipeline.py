@@ -56,8 +56,7 @@ def eval_lines() -> list[dict[str, Any]]:
     for s in SLICES:
         for i in range(PER_SLICE):
             relevant = [f"{s}-{i:02d}"] + ([f"{s}-{i:02d}-x"] if i % 3 == 0 else [])
-            rows.append({"id": f"{s}-{i:02d}", "query": f"what does {keyword(s, i)} say?", "relevant": relevant,
-                         "slice": s})
+            rows.append({"id": f"{s}-{i:02d}", "query": f"what does {keyword(s, i)} say?", "relevant": relevant, "slice": s})
     return rows
 
 
@@ -103,7 +102,7 @@ def build(mode: str | None = None, tracer: Any = None) -> Any:
             ragtrail.current_stage().set_status("failed", failure_class="connection_error")
             return []
         ranked = [(d, score) for d, score in _ranking(query, current()) if d in CORPUS]
-        return [{"id": d, "content": CORPUS[d], "score": score} for d, score in ranked[:top_k()]]
+        return [{"id": d, "content": CORPUS[d], "score": score} for d, score in ranked[: top_k()]]
 
     @ragtrail.reranker(component="gate.overlap_reranker", top_k=5, tracer=tracer)
     def rerank(query: str, candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:

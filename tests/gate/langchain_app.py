@@ -21,10 +21,22 @@ from langchain_core.runnables import RunnablePassthrough
 from langchain_core.vectorstores import InMemoryVectorStore
 
 TOPICS = {
-    "agent": ["planning decomposition steps", "memory storage recall", "tools apis calls", "reflection critique retry",
-              "goals objectives rewards", "dialogue turns history"],
-    "infra": ["kubernetes pods nodes", "postgres indexes vacuum", "kafka partitions offsets", "redis eviction ttl",
-              "nginx proxy upstream", "terraform modules state"],
+    "agent": [
+        "planning decomposition steps",
+        "memory storage recall",
+        "tools apis calls",
+        "reflection critique retry",
+        "goals objectives rewards",
+        "dialogue turns history",
+    ],
+    "infra": [
+        "kubernetes pods nodes",
+        "postgres indexes vacuum",
+        "kafka partitions offsets",
+        "redis eviction ttl",
+        "nginx proxy upstream",
+        "terraform modules state",
+    ],
 }
 
 
@@ -48,13 +60,19 @@ class WordEmbeddings(Embeddings):
 
 
 def eval_lines() -> list[dict[str, Any]]:
-    return [{"id": f"{s}-{i}", "query": f"how do {words.split()[0]} and {words.split()[1]} work?",
-             "relevant": [f"{s}-{i}"], "slice": s} for s, topics in TOPICS.items() for i, words in enumerate(topics)]
+    return [
+        {"id": f"{s}-{i}", "query": f"how do {words.split()[0]} and {words.split()[1]} work?", "relevant": [f"{s}-{i}"], "slice": s}
+        for s, topics in TOPICS.items()
+        for i, words in enumerate(topics)
+    ]
 
 
 def build(dims: int = 64) -> Any:
-    docs = [Document(id=f"{s}-{i}", page_content=f"Notes on {words}: how {words} work together.",
-                     metadata={"source": f"{s}#{i}"}) for s, topics in TOPICS.items() for i, words in enumerate(topics)]
+    docs = [
+        Document(id=f"{s}-{i}", page_content=f"Notes on {words}: how {words} work together.", metadata={"source": f"{s}#{i}"})
+        for s, topics in TOPICS.items()
+        for i, words in enumerate(topics)
+    ]
     vector_store = InMemoryVectorStore(WordEmbeddings(dims))
     vector_store.add_documents(documents=docs, ids=[d.id for d in docs])
     retriever = vector_store.as_retriever(search_kwargs={"k": 2})

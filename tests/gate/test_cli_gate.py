@@ -61,15 +61,16 @@ def test_exit_codes(files: dict[str, Path]) -> None:
     report = _json(regression)
     assert (report["verdict"], report["exit_code"], report["problems"]) == ("REGRESSION", 1, [])
     assert {(c["slice"], c["metric"]) for c in report["checks"] if not c["passed"]} >= {
-        ("table", "survival@budget gate.context_budget"), ("(all)", "refusal_rate")}
+        ("table", "survival@budget gate.context_budget"),
+        ("(all)", "refusal_rate"),
+    }
     inconclusive = _gate(*args, "--json", mode="raise_on")
     assert inconclusive.returncode == 3
     assert [(p["kind"], p["case_id"]) for p in _json(inconclusive)["problems"]] == [("pipeline_error", "policy-03")]
 
 
 def test_usage_and_input_errors(files: dict[str, Path]) -> None:
-    both = _gate("run", "--pipeline", PIPELINE, "--traces", str(files["dir"]), "--set", str(files["set"]),
-                 "--baseline", str(files["baseline"]))
+    both = _gate("run", "--pipeline", PIPELINE, "--traces", str(files["dir"]), "--set", str(files["set"]), "--baseline", str(files["baseline"]))
     assert both.returncode == 2
     assert both.stderr.startswith("ragtrail: error: pass exactly one of --pipeline and --traces")
     bad = files["dir"] / "bad.jsonl"
@@ -77,8 +78,7 @@ def test_usage_and_input_errors(files: dict[str, Path]) -> None:
     malformed = _gate("run", "--pipeline", PIPELINE, "--set", str(bad), "--baseline", str(files["baseline"]))
     assert malformed.returncode == 4
     assert malformed.stderr.startswith(f'ragtrail: error: {bad} line 2: "relevant" must be a list of non-empty')
-    missing = _gate("run", "--pipeline", "no_such_module:answer", "--set", str(files["set"]),
-                    "--baseline", str(files["baseline"]))
+    missing = _gate("run", "--pipeline", "no_such_module:answer", "--set", str(files["set"]), "--baseline", str(files["baseline"]))
     assert missing.returncode == 2
     assert missing.stderr.startswith("ragtrail: error: cannot import 'no_such_module'")
     other = files["dir"] / "other.jsonl"
@@ -96,14 +96,12 @@ def test_traces_from_a_local_store(files: dict[str, Path], tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     report = _json(proc)
     assert (report["verdict"], report["pipeline"], len(report["cases"])) == ("PASS", None, 80)
-    short = _gate("baseline", "--traces", str(store), "--set", str(files["set"]), "--runs", "2",
-                  "-o", str(tmp_path / "b.json"))
+    short = _gate("baseline", "--traces", str(store), "--set", str(files["set"]), "--runs", "2", "-o", str(tmp_path / "b.json"))
     assert short.returncode == 3 and not (tmp_path / "b.json").exists()  # one recorded run is not two
     assert short.stdout.splitlines()[1].startswith("  missing_query case policy-00: no trace in ")
     assert short.stdout.splitlines()[1].endswith(" at hop 0 for run 1 of 2")
     _record(store, [r["query"] for r in gp.eval_lines()])
-    frozen = _gate("baseline", "--traces", str(store), "--set", str(files["set"]), "--runs", "2",
-                   "-o", str(tmp_path / "b.json"))
+    frozen = _gate("baseline", "--traces", str(store), "--set", str(files["set"]), "--runs", "2", "-o", str(tmp_path / "b.json"))
     assert frozen.returncode == 0, frozen.stdout
     assert json.loads((tmp_path / "b.json").read_text())["runs"] == 2
 
@@ -112,14 +110,29 @@ def test_ci_outputs_are_written(files: dict[str, Path], tmp_path: Path) -> None:
     import xml.etree.ElementTree as ET
 
     junit, markdown, artifacts = tmp_path / "gate.xml", tmp_path / "gate.md", tmp_path / "artifacts"
-    proc = _gate("run", "--pipeline", PIPELINE, "--set", str(files["set"]), "--baseline", str(files["baseline"]),
-                 "--junit", str(junit), "--markdown", str(markdown), "--artifacts", str(artifacts), "--annotations",
-                 mode="rebuild_table")
+    proc = _gate(
+        "run",
+        "--pipeline",
+        PIPELINE,
+        "--set",
+        str(files["set"]),
+        "--baseline",
+        str(files["baseline"]),
+        "--junit",
+        str(junit),
+        "--markdown",
+        str(markdown),
+        "--artifacts",
+        str(artifacts),
+        "--annotations",
+        mode="rebuild_table",
+    )
     assert proc.returncode == 1, proc.stderr
-    failures = {(tc.get("classname"), tc.get("name")) for tc in ET.parse(junit).getroot().iter("testcase")
-                if tc.find("failure") is not None}
-    assert failures == {("table", m) for m in ("recall@retrieve", "survival@rerank gate.overlap_reranker",
-                                                "survival@budget gate.context_budget", "in_context", "cited")}
+    failures = {(tc.get("classname"), tc.get("name")) for tc in ET.parse(junit).getroot().iter("testcase") if tc.find("failure") is not None}
+    assert failures == {
+        ("table", m)
+        for m in ("recall@retrieve", "survival@rerank gate.overlap_reranker", "survival@budget gate.context_budget", "in_context", "cited")
+    }
     assert "REGRESSION" in markdown.read_text().splitlines()[0]
     annotations = [line for line in proc.stdout.splitlines() if line.startswith("::error ")]
     assert len(annotations) == 5
@@ -139,10 +152,10 @@ def test_what_the_pipeline_prints_stays_out_of_the_report(tmp_path: Path) -> Non
         "    return [{'id': 'doc-1', 'content': 'one', 'score': 1.0}]\n"
         "@ragtrail.pipeline(component='chatty.answer')\n"
         "def answer(query):\n"
-        "    return search(query)\n")
+        "    return search(query)\n"
+    )
     (tmp_path / "eval.jsonl").write_text('{"id": "q", "query": "anything?", "relevant": ["doc-1"]}\n')
-    frozen = _gate("baseline", "--pipeline", "chatty:answer", "--set", "eval.jsonl", "-o", "b.json", "--json",
-                   cwd=tmp_path)
+    frozen = _gate("baseline", "--pipeline", "chatty:answer", "--set", "eval.jsonl", "-o", "b.json", "--json", cwd=tmp_path)
     assert frozen.returncode == 0, frozen.stderr
     assert json.loads(frozen.stdout)["thresholds"]["(all)"]["recall@retrieve"]["mean"] == 1.0
     assert frozen.stderr.splitlines()[:4] == ["loading the index..."] + ["searching anything?"] * 3  # --runs 3

@@ -49,17 +49,20 @@ def _failed(report: GateReport) -> set[tuple[str, str]]:
 
 
 # --- the eval set ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("line, message", [
-    ('{"query": "q", "relevant": ["a"], "slices": "x"}', "eval.jsonl line 2: unknown key 'slices' (keys: claim, id, query, relevant, slice)"),
-    ('{"query": "", "relevant": ["a"]}', 'eval.jsonl line 2: "query" must be a non-empty string'),
-    ('{"query": "q", "relevant": "a"}', 'eval.jsonl line 2: "relevant" must be a list of non-empty document id strings'),
-    ('{"query": "q", "relevant": ["a", "a"]}', 'eval.jsonl line 2: "relevant" names the same id twice'),
-    ('{"id": "one", "query": "q", "relevant": []}', "eval.jsonl line 2: id 'one' already used on line 1"),
-    ('{"query": "q", "relevant": [], "claim": "maybe"}', 'eval.jsonl line 2: "claim" must be one of presence, absence, none'),
-    ('{"query": "q", "relevant": [], "slice": "(all)"}', 'eval.jsonl line 2: "slice" must be a non-empty string not starting with "("'),
-    ('{"query": "q", "relevant": [', "eval.jsonl line 2: not valid JSON (Expecting value)"),
-    ('["q"]', "eval.jsonl line 2: a JSON object is expected, got list"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"query": "q", "relevant": ["a"], "slices": "x"}', "eval.jsonl line 2: unknown key 'slices' (keys: claim, id, query, relevant, slice)"),
+        ('{"query": "", "relevant": ["a"]}', 'eval.jsonl line 2: "query" must be a non-empty string'),
+        ('{"query": "q", "relevant": "a"}', 'eval.jsonl line 2: "relevant" must be a list of non-empty document id strings'),
+        ('{"query": "q", "relevant": ["a", "a"]}', 'eval.jsonl line 2: "relevant" names the same id twice'),
+        ('{"id": "one", "query": "q", "relevant": []}', "eval.jsonl line 2: id 'one' already used on line 1"),
+        ('{"query": "q", "relevant": [], "claim": "maybe"}', 'eval.jsonl line 2: "claim" must be one of presence, absence, none'),
+        ('{"query": "q", "relevant": [], "slice": "(all)"}', 'eval.jsonl line 2: "slice" must be a non-empty string not starting with "("'),
+        ('{"query": "q", "relevant": [', "eval.jsonl line 2: not valid JSON (Expecting value)"),
+        ('["q"]', "eval.jsonl line 2: a JSON object is expected, got list"),
+    ],
+)
 def test_eval_set_errors_name_the_line(line: str, message: str) -> None:
     from ragtrail.inspect.errors import MalformedInput
 
@@ -72,7 +75,9 @@ def test_eval_set_parse_and_digest() -> None:
     text = '{"query": "q1", "relevant": ["a", "b"], "slice": "long", "claim": "presence"}\n\n{"id": "x", "query": "q2", "relevant": []}\n'
     parsed = evalset_mod.parse(text)
     assert [(c.id, c.query, c.relevant, c.slice, c.claim) for c in parsed.cases] == [
-        ("line-1", "q1", ("a", "b"), "long", "presence"), ("x", "q2", (), None, None)]
+        ("line-1", "q1", ("a", "b"), "long", "presence"),
+        ("x", "q2", (), None, None),
+    ]
     assert parsed.slices() == ["long"]
     assert parsed.digest == evalset_mod.parse(text).digest
     assert parsed.digest != evalset_mod.parse(text.replace('"b"', '"c"')).digest
@@ -93,8 +98,7 @@ def test_rbo() -> None:
 # --- the baseline ----------------------------------------------------------------------------------
 def test_baseline_document(frozen: dict[str, Any], evalset: evalset_mod.EvalSet) -> None:
     assert frozen["format"] == "ragtrail-gate-baseline" and frozen["version"] == 1 and frozen["runs"] == 3
-    assert frozen["set"] == {"digest": evalset.digest, "path": None, "cases": 80,
-                             "slices": {"faq": 20, "long": 20, "policy": 20, "table": 20}}
+    assert frozen["set"] == {"digest": evalset.digest, "path": None, "cases": 80, "slices": {"faq": 20, "long": 20, "policy": 20, "table": 20}}
     assert frozen["stages"] == ["retrieve gate.vector", "rerank gate.overlap_reranker", "budget gate.context_budget"]
     assert sorted(frozen["thresholds"]) == SLICES
     for slice_ in SLICES:
@@ -103,8 +107,17 @@ def test_baseline_document(frozen: dict[str, Any], evalset: evalset_mod.EvalSet)
     # deterministic pipeline: every run the same; one case in three misses its second relevant id
     assert table[RECALL]["runs"] == [0.825, 0.825, 0.825] and table[RECALL]["worst"] == 0.825
     assert table[RECALL]["threshold"] == table[RECALL]["bootstrap"] < 0.825  # the bootstrap's honest margin
-    assert table["refusal_rate"] == {"runs": [0.0, 0.0, 0.0], "mean": 0.0, "worst": 0.0, "bootstrap": 0.0,
-                                     "threshold": 0.0, "n": 20, "direction": "ceiling", "stage": None, "warning": None}
+    assert table["refusal_rate"] == {
+        "runs": [0.0, 0.0, 0.0],
+        "mean": 0.0,
+        "worst": 0.0,
+        "bootstrap": 0.0,
+        "threshold": 0.0,
+        "n": 20,
+        "direction": "ceiling",
+        "stage": None,
+        "warning": None,
+    }
     assert table["rbo"]["mean"] == 1.0 and table["rbo"]["threshold"] == 0.85
     assert table[BUDGET]["stage"] == "budget gate.context_budget"
     case = frozen["cases"]["table-00"]
@@ -113,8 +126,9 @@ def test_baseline_document(frozen: dict[str, Any], evalset: evalset_mod.EvalSet)
     assert obs["trace_id"] == "" and obs["corpus_size"] == len(gp.CORPUS) and obs["index"] == ["gate.vector"]
     assert list(obs["content"]) == ["table-00"] and len(obs["content"]["table-00"]) == 64
     # re-freezing an unchanged pipeline changes nothing but the time it was made
-    again = baseline_mod.freeze(evalset, [runner.run_in_process(gp.build("base"), evalset.cases) for _ in range(3)],
-                                pipeline="tests.gate.gate_pipeline:answer")
+    again = baseline_mod.freeze(
+        evalset, [runner.run_in_process(gp.build("base"), evalset.cases) for _ in range(3)], pipeline="tests.gate.gate_pipeline:answer"
+    )
     assert {**json.loads(baseline_mod.dumps(again)), "created_at": None} == {**frozen, "created_at": None}
 
 
@@ -145,18 +159,18 @@ def test_unchanged_pipeline_run_20_times_never_fails(evalset: evalset_mod.EvalSe
         assert all(c.diff_text is None and c.movement is not None and c.movement.rbo == 1.0 for c in report.cases)
 
 
-def test_index_rebuild_fails_the_slice_while_the_aggregate_passes(evalset: evalset_mod.EvalSet,
-                                                                  frozen: dict[str, Any]) -> None:
+def test_index_rebuild_fails_the_slice_while_the_aggregate_passes(evalset: evalset_mod.EvalSet, frozen: dict[str, Any]) -> None:
     report = _run(evalset, frozen, "rebuild_table")
     assert report.verdict == "REGRESSION" and report.exit_code == 1 and report.problems == []
-    assert _failed(report) == {("table", RECALL), ("table", RERANK), ("table", BUDGET), ("table", "in_context"),
-                               ("table", "cited")}
+    assert _failed(report) == {("table", RECALL), ("table", RERANK), ("table", BUDGET), ("table", "in_context"), ("table", "cited")}
     aggregate = [c for c in report.checks if c.slice == ALL_SLICE]
     assert len(aggregate) == len(METRICS) and all(c.passed for c in aggregate)
     recall = next(c for c in report.failed_checks() if c.metric == RECALL)
     assert (recall.value, recall.baseline_mean, recall.n) == (0.675, 0.825, 20)
-    assert recall.message == ("recall@retrieve fell to 0.675 (floor 0.725, baseline 0.825); relevant ids retrieved in "
-                              "the baseline and not now in 3 cases (table-01, table-02, table-05)")
+    assert recall.message == (
+        "recall@retrieve fell to 0.675 (floor 0.725, baseline 0.825); relevant ids retrieved in "
+        "the baseline and not now in 3 cases (table-01, table-02, table-05)"
+    )
     assert next(c for c in report.failed_checks() if c.metric == BUDGET).message.endswith("; lost upstream at retrieval")
     lost = next(c for c in report.cases if c.case.id == "table-01")
     assert lost.movement is not None and lost.movement.entered == ("table-01-x",)
@@ -174,8 +188,7 @@ def test_harmless_tail_reorder_passes(evalset: evalset_mod.EvalSet, frozen: dict
     assert case.diff_text is not None  # reordered evidence gets its diff for a human, the gate stays green
 
 
-def test_reranker_fallback_that_kills_evidence_after_the_budget(evalset: evalset_mod.EvalSet,
-                                                                frozen: dict[str, Any]) -> None:
+def test_reranker_fallback_that_kills_evidence_after_the_budget(evalset: evalset_mod.EvalSet, frozen: dict[str, Any]) -> None:
     report = _run(evalset, frozen, "bigger_k_fallback")
     assert report.verdict == "REGRESSION" and report.problems == []
     assert _failed(report) == {(s, m) for s in SLICES for m in (BUDGET, "in_context", "cited", "refusal_rate", "rbo")}
@@ -189,18 +202,17 @@ def test_reranker_fallback_that_kills_evidence_after_the_budget(evalset: evalset
     assert table.message == (
         "survival@budget gate.context_budget fell to 0.000 (floor 0.725, baseline 0.825); relevant ids lost at "
         "budget gate.context_budget: 20 (budget_exceeded ×20); recall@retrieve rose to 1.000 (baseline 0.825); "
-        "upstream: rerank gate.overlap_reranker degraded (timeout, fallback input_order) in 20 cases")
+        "upstream: rerank gate.overlap_reranker degraded (timeout, fallback input_order) in 20 cases"
+    )
     in_context = next(c for c in report.failed_checks() if c.slice == "table" and c.metric == "in_context")
     assert in_context.message.endswith("; lost at budget gate.context_budget")
     case = next(c for c in report.cases if c.case.id == "table-03")
     stages = {s.kind: s for s in case.stages}
     assert stages["retrieve"].relevant_kept == ("table-03", "table-03-x")
-    assert stages["rerank"].relevant_kept == ("table-03",) and stages["rerank"].relevant_lost == (
-        ("table-03-x", "below_rank_cutoff"),)
+    assert stages["rerank"].relevant_kept == ("table-03",) and stages["rerank"].relevant_lost == (("table-03-x", "below_rank_cutoff"),)
     assert stages["rerank"].status == "degraded (timeout, fallback input_order)"
     assert stages["budget"].relevant_kept == () and stages["budget"].relevant_lost == (("table-03", "budget_exceeded"),)
-    assert [s.key for s in case.stages] == ["retrieve gate.vector", "rerank gate.overlap_reranker",
-                                            "budget gate.context_budget"]
+    assert [s.key for s in case.stages] == ["retrieve gate.vector", "rerank gate.overlap_reranker", "budget gate.context_budget"]
     assert case.refused is True and case.in_context == ("generic-00", "generic-01", "generic-02")
     assert case.movement is not None and ("table-03", "budget gate.context_budget", "budget_exceeded") in case.movement.left
 
@@ -208,8 +220,7 @@ def test_reranker_fallback_that_kills_evidence_after_the_budget(evalset: evalset
 def test_pipeline_error_is_inconclusive(evalset: evalset_mod.EvalSet, frozen: dict[str, Any]) -> None:
     report = _run(evalset, frozen, "raise_on")
     assert report.verdict == "INCONCLUSIVE" and report.exit_code == EXIT_CODES["INCONCLUSIVE"] == 3
-    assert [(p.kind, p.case_id, p.detail) for p in report.problems] == [
-        ("pipeline_error", "policy-03", "RuntimeError: the model endpoint said 503")]
+    assert [(p.kind, p.case_id, p.detail) for p in report.problems] == [("pipeline_error", "policy-03", "RuntimeError: the model endpoint said 503")]
     assert _failed(report) == set()  # the other 79 cases are as good as ever: the problem alone decides
 
 
@@ -220,8 +231,7 @@ def test_baseline_of_another_set_is_inconclusive(evalset: evalset_mod.EvalSet, f
     assert [(p.kind, p.case_id) for p in report.problems] == [("baseline_mismatch", None)]
 
 
-def test_changed_corpus_is_inconclusive(evalset: evalset_mod.EvalSet, frozen: dict[str, Any],
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_changed_corpus_is_inconclusive(evalset: evalset_mod.EvalSet, frozen: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(gp.CORPUS, "long-04", "kw-long-04 the answer, rewritten")
     report = _run(evalset, frozen, "base")
     assert report.verdict == "INCONCLUSIVE"
@@ -230,8 +240,9 @@ def test_changed_corpus_is_inconclusive(evalset: evalset_mod.EvalSet, frozen: di
     monkeypatch.setitem(gp.CORPUS, "new-doc", "a new document")
     report = _run(evalset, frozen, "base")
     assert [(p.kind, p.case_id) for p in report.problems] == [("corpus_changed", None), ("corpus_changed", "long-04")]
-    assert report.problems[0].detail == (f"corpus size {len(gp.CORPUS) - 1} → {len(gp.CORPUS)} in 80 cases "
-                                         "(policy-00, policy-01, policy-02 and 77 more)")
+    assert report.problems[0].detail == (
+        f"corpus size {len(gp.CORPUS) - 1} → {len(gp.CORPUS)} in 80 cases (policy-00, policy-01, policy-02 and 77 more)"
+    )
 
 
 # --- recorded traces (--traces): a real local store ---------------------------------------------------
@@ -239,9 +250,13 @@ def _record(store: Path, queries: list[str], mode: str = "base", **configure: An
     from ragtrail.export.configurator import configure as configure_sdk
     from ragtrail.export.local_store import LocalStoreSpanExporter
 
-    provider = configure_sdk(exporter=LocalStoreSpanExporter(store), set_global=False, service_name="gate-test",
-                             processor_options={"schedule_delay_millis": 20, "grace_millis": 20},
-                             **{"sampling_probability": 1.0, **configure})
+    provider = configure_sdk(
+        exporter=LocalStoreSpanExporter(store),
+        set_global=False,
+        service_name="gate-test",
+        processor_options={"schedule_delay_millis": 20, "grace_millis": 20},
+        **{"sampling_probability": 1.0, **configure},
+    )
     pipeline = gp.build(mode, tracer=provider.get_tracer("gate-test"))
     for query in queries:
         pipeline(query)
@@ -249,8 +264,7 @@ def _record(store: Path, queries: list[str], mode: str = "base", **configure: An
     provider.shutdown()
 
 
-def test_traces_from_a_local_store_pair_by_query_receipt(tmp_path: Path, evalset: evalset_mod.EvalSet,
-                                                         frozen: dict[str, Any]) -> None:
+def test_traces_from_a_local_store_pair_by_query_receipt(tmp_path: Path, evalset: evalset_mod.EvalSet, frozen: dict[str, Any]) -> None:
     store = tmp_path / ".ragtrail"
     queries = [c.query for c in evalset.cases if c.id != "faq-07"]
     _record(store, list(reversed(queries)))  # recorded in another order: pairing is by receipt, not position
@@ -280,15 +294,17 @@ def test_truncated_trace_is_inconclusive(tmp_path: Path, evalset: evalset_mod.Ev
             if wanted not in line:
                 continue
             doc = json.loads(line)
-            trace_id = next(s["traceId"] for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]
-                            if wanted in json.dumps(s))
+            trace_id = next(s["traceId"] for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"] if wanted in json.dumps(s))
             for rs in doc["resourceSpans"]:
                 for ss in rs["scopeSpans"]:
                     before = len(ss["spans"])
                     # a collector that lost this trace's budget span on the way
-                    ss["spans"] = [s for s in ss["spans"] if s["traceId"] != trace_id or not any(
-                        a["key"] == "ragtrail.stage.kind" and a["value"].get("stringValue") == "budget"
-                        for a in s.get("attributes", []))]
+                    ss["spans"] = [
+                        s
+                        for s in ss["spans"]
+                        if s["traceId"] != trace_id
+                        or not any(a["key"] == "ragtrail.stage.kind" and a["value"].get("stringValue") == "budget" for a in s.get("attributes", []))
+                    ]
                     cut += before - len(ss["spans"])
             lines[n] = json.dumps(doc)
         path.write_text("\n".join(lines) + "\n")
@@ -306,8 +322,7 @@ def test_sampled_traces_are_inconclusive(tmp_path: Path, evalset: evalset_mod.Ev
     assert report.verdict == "INCONCLUSIVE"
     kinds = {p.kind for p in report.problems}
     assert kinds == {"sampled_out", "missing_query"}  # kept traces stand for 2 requests; the others are gone
-    assert all(p.detail.startswith("sampled at p=0.5: this trace stands for 2 requests")
-               for p in report.problems if p.kind == "sampled_out")
+    assert all(p.detail.startswith("sampled at p=0.5: this trace stands for 2 requests") for p in report.problems if p.kind == "sampled_out")
     assert len(report.problems) == 80
 
 
@@ -320,8 +335,7 @@ def test_failed_stage_is_inconclusive(evalset: evalset_mod.EvalSet, frozen: dict
     # faq's checks say why they have no value (never "passed" on evidence nobody could read)
     assert _failed(report) == {("faq", metric) for metric in METRICS}
     recall = next(c for c in report.checks if c.slice == "faq" and c.metric == RECALL)
-    assert (recall.value, recall.n, recall.message) == (
-        None, 0, "not measured: every case of the slice has a problem (failed_trace)")
+    assert (recall.value, recall.n, recall.message) == (None, 0, "not measured: every case of the slice has a problem (failed_trace)")
 
 
 def _tamper(store: Path, query: str, change: Any) -> int:
@@ -374,12 +388,14 @@ def test_changed_component_version_is_inconclusive(tmp_path: Path, evalset: eval
     report = evaluate(evalset, runner.from_traces(str(new), evalset.cases), document)
     assert report.verdict == "INCONCLUSIVE"
     assert [(p.kind, p.case_id, p.detail) for p in report.problems] == [
-        ("version_changed", None, "index.version 2026-11 → 2026-12 in 80 cases (policy-00, policy-01, policy-02 and 77 more)")]
+        ("version_changed", None, "index.version 2026-11 → 2026-12 in 80 cases (policy-00, policy-01, policy-02 and 77 more)")
+    ]
 
 
 def test_relevant_ids_no_stage_ever_saw_in_a_corpus_of_unknown_size() -> None:
     lines = [r for r in gp.eval_lines() if r["slice"] == "long"] + [
-        {"id": "ghost", "query": "what does kw-long-99 say?", "relevant": ["long-99"], "slice": "long"}]
+        {"id": "ghost", "query": "what does kw-long-99 say?", "relevant": ["long-99"], "slice": "long"}
+    ]
     evalset = evalset_mod.parse("".join(json.dumps(r) + "\n" for r in lines))
     for mode, expected in (("no_corpus_size", [("unknown_relevance", "ghost")]), ("base", [])):
         frozen = baseline_mod.freeze(evalset, [runner.run_in_process(gp.build(mode), evalset.cases)])
@@ -389,8 +405,9 @@ def test_relevant_ids_no_stage_ever_saw_in_a_corpus_of_unknown_size() -> None:
     assert report.verdict == "PASS"
 
 
-def test_keyed_receipts_are_checked_with_the_key(tmp_path: Path, evalset: evalset_mod.EvalSet, frozen: dict[str, Any],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keyed_receipts_are_checked_with_the_key(
+    tmp_path: Path, evalset: evalset_mod.EvalSet, frozen: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = tmp_path / ".ragtrail"
     monkeypatch.setenv("RAGTRAIL_RECEIPT_KEY", "ci-secret")
     _record(store, [c.query for c in evalset.cases])

@@ -22,10 +22,14 @@ def test_langchain_app_gate() -> None:
     assert frozen["stages"] == [RETRIEVER]
     # no answer receipt and no citations recorded by this app: those metrics are not frozen, not faked
     assert {s: sorted(rows) for s, rows in frozen["thresholds"].items()} == {
-        s: ["in_context", "rbo", "recall@retrieve"] for s in ("(all)", "agent", "infra")}
+        s: ["in_context", "rbo", "recall@retrieve"] for s in ("(all)", "agent", "infra")
+    }
     case = frozen["cases"]["agent-0"]["observation"]
     assert (case["corpus_size"], case["index"], case["stages"][0]["ids"][0]) == (
-        12, ["langchain_core.vectorstores.base.VectorStoreRetriever"], "agent-0")
+        12,
+        ["langchain_core.vectorstores.base.VectorStoreRetriever"],
+        "agent-0",
+    )
 
     same = evaluate(evalset, runner.run_in_process(app.build(), evalset.cases), frozen)
     assert (same.verdict, same.problems, same.failed_checks()) == ("PASS", [], [])
@@ -34,7 +38,10 @@ def test_langchain_app_gate() -> None:
     rebuilt = evaluate(evalset, runner.run_in_process(app.build(dims=4), evalset.cases), frozen)
     assert rebuilt.verdict == "REGRESSION" and rebuilt.problems == []
     assert {(c.slice, c.metric) for c in rebuilt.failed_checks()} == {
-        (s, m) for s in ("(all)", "agent", "infra") for m in ("recall@retrieve", "in_context", "rbo")}
+        (s, m) for s in ("(all)", "agent", "infra") for m in ("recall@retrieve", "in_context", "rbo")
+    }
     agent = next(c for c in rebuilt.failed_checks() if c.slice == "agent" and c.metric == "recall@retrieve")
-    assert agent.message == ("recall@retrieve fell to 0.500 (floor 1.000, baseline 1.000); relevant ids retrieved in "
-                             "the baseline and not now in 3 cases (agent-1, agent-2, agent-5)")
+    assert agent.message == (
+        "recall@retrieve fell to 0.500 (floor 1.000, baseline 1.000); relevant ids retrieved in "
+        "the baseline and not now in 3 cases (agent-1, agent-2, agent-5)"
+    )

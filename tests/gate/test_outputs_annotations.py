@@ -3,11 +3,11 @@ GitHub runner reads it (a port of actions/runner ``ActionCommand.TryParseV2`` an
 
 from __future__ import annotations
 
-from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, regression
-
 from ragtrail.gate import annotations
 from ragtrail.gate.model import ALL_SLICE, Check, GateReport, Problem, decide
 from ragtrail.inspect.safe import log_inert, plain
+
+from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, regression
 
 _PROPERTY = (("\r", "%0D"), ("\n", "%0A"), (":", "%3A"), (",", "%2C"), ("%", "%25"))  # the runner's order
 _DATA = (("\r", "%0D"), ("\n", "%0A"), ("%", "%25"))
@@ -34,7 +34,7 @@ def parse(line: str) -> tuple[str, dict[str, str], str] | None:
         key, sep, value = pair.partition("=")
         if sep and key and value:
             properties[key] = _unescape(value, _PROPERTY)
-    return name, properties, _unescape(message[end + 2:], _DATA)
+    return name, properties, _unescape(message[end + 2 :], _DATA)
 
 
 def _parsed(report: GateReport) -> list[tuple[str, dict[str, str], str]]:
@@ -88,18 +88,30 @@ def test_hostile_data_cannot_forge_a_command_a_property_or_a_line():
 
 
 def test_a_property_key_cannot_be_forged_from_a_title():
-    check = Check(slice="s,file=/etc/passwd,line=1", metric="recall@retrieve", value=0.1, threshold=0.5, baseline_mean=0.6, n=5,
-                  passed=False)
+    check = Check(slice="s,file=/etc/passwd,line=1", metric="recall@retrieve", value=0.1, threshold=0.5, baseline_mean=0.6, n=5, passed=False)
     report = GateReport(verdict=decide([check], []), checks=[check], problems=[], cases=[])
-    assert _parsed(report) == [("error", {"title": "ragtrail gate FAIL: s,file=/etc/passwd,line=1 recall@retrieve"},
-                                "0.100 < floor 0.500 (baseline 0.600, n=5)")]
+    assert _parsed(report) == [
+        ("error", {"title": "ragtrail gate FAIL: s,file=/etc/passwd,line=1 recall@retrieve"}, "0.100 < floor 0.500 (baseline 0.600, n=5)")
+    ]
 
 
 def test_a_slice_warning_carried_by_every_check_is_annotated_once():
-    checks = [Check(slice="tables", metric=f"m{i}", value=1.0, threshold=0.5, baseline_mean=1.0, n=5, passed=True,
-                    warning="slice too small to be statistically boring (n=5 < 20)") for i in range(8)]
-    report = GateReport(verdict="PASS", checks=checks, problems=[], cases=[],
-                        warnings=["tables: slice too small to be statistically boring (n=5 < 20)"])
+    checks = [
+        Check(
+            slice="tables",
+            metric=f"m{i}",
+            value=1.0,
+            threshold=0.5,
+            baseline_mean=1.0,
+            n=5,
+            passed=True,
+            warning="slice too small to be statistically boring (n=5 < 20)",
+        )
+        for i in range(8)
+    ]
+    report = GateReport(
+        verdict="PASS", checks=checks, problems=[], cases=[], warnings=["tables: slice too small to be statistically boring (n=5 < 20)"]
+    )
     assert annotations.render(report).splitlines() == [
         "::warning title=ragtrail gate warning::tables: slice too small to be statistically boring (n=5 < 20)",
         "::notice title=ragtrail gate%3A PASS::ragtrail gate: PASS (exit 0): 8 checks, 0 failed, 0 problems, 0 cases",
@@ -111,24 +123,33 @@ def test_more_than_ten_errors_fold_into_one_last_line():
     parsed = _parsed(GateReport(verdict=decide(checks, []), checks=checks, problems=[], cases=[]))
     assert [p[0] for p in parsed] == ["error"] * 10
     assert [p[1]["title"] for p in parsed[:9]] == [f"ragtrail gate FAIL: (all) m{i}" for i in range(9)]
-    assert parsed[9] == ("error", {"title": "ragtrail gate: 6 more"},
-                         "6 more errors not annotated here (GitHub shows 10 per step); the JUnit file, the markdown summary "
-                         "and --json have every one")
+    assert parsed[9] == (
+        "error",
+        {"title": "ragtrail gate: 6 more"},
+        "6 more errors not annotated here (GitHub shows 10 per step); the JUnit file, the markdown summary and --json have every one",
+    )
 
 
 def test_problems_come_first_then_the_slices_then_the_aggregate():
-    checks = [Check(slice=s, metric="recall@retrieve", value=0.0, threshold=0.5, baseline_mean=0.6, n=5, passed=False)
-              for s in (ALL_SLICE, "long", "tables")]
+    checks = [
+        Check(slice=s, metric="recall@retrieve", value=0.0, threshold=0.5, baseline_mean=0.6, n=5, passed=False)
+        for s in (ALL_SLICE, "long", "tables")
+    ]
     problems = [Problem("truncated", "q9", "1 span lost")]
     titles = [p[1]["title"] for p in _parsed(GateReport(verdict=decide(checks, problems), checks=checks, problems=problems, cases=[]))]
-    assert titles == ["ragtrail gate INCONCLUSIVE: truncated: q9", "ragtrail gate FAIL: long recall@retrieve",
-                      "ragtrail gate FAIL: tables recall@retrieve", "ragtrail gate FAIL: (all) recall@retrieve"]
+    assert titles == [
+        "ragtrail gate INCONCLUSIVE: truncated: q9",
+        "ragtrail gate FAIL: long recall@retrieve",
+        "ragtrail gate FAIL: tables recall@retrieve",
+        "ragtrail gate FAIL: (all) recall@retrieve",
+    ]
 
 
 def test_a_verdict_that_is_not_pass_is_always_annotated():
     report = GateReport(verdict="REGRESSION", checks=[], problems=[], cases=[])  # inconsistent on purpose: never silent
-    assert annotations.render(report) == ("::error title=ragtrail gate%3A REGRESSION::ragtrail gate: REGRESSION (exit 1): "
-                                          "0 checks, 0 failed, 0 problems, 0 cases\n")
+    assert annotations.render(report) == (
+        "::error title=ragtrail gate%3A REGRESSION::ragtrail gate: REGRESSION (exit 1): 0 checks, 0 failed, 0 problems, 0 cases\n"
+    )
 
 
 def test_the_legacy_command_prefix_is_broken_for_log_lines():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .outputs_reports import HOSTILE, _case, hostile, regression
-
 from ragtrail.gate import artifacts
 from ragtrail.gate.model import GateReport
 from ragtrail.inspect.safe import plain
+
+from .outputs_reports import HOSTILE, _case, hostile, regression
 
 
 def test_the_report_and_each_case_are_written(tmp_path: Path):

@@ -41,8 +41,24 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(d: Path, out: str, chunker: str = "") -> subprocess.CompletedProcess[str]:
-    return _gate(d, "run", "--pipeline", "rag:answer", "--set", "eval.jsonl", "--baseline", "gate-baseline.json",
-                 "--junit", f"{out}.xml", "--markdown", f"{out}.md", "--annotations", "--artifacts", out, chunker=chunker)
+    return _gate(
+        d,
+        "run",
+        "--pipeline",
+        "rag:answer",
+        "--set",
+        "eval.jsonl",
+        "--baseline",
+        "gate-baseline.json",
+        "--junit",
+        f"{out}.xml",
+        "--markdown",
+        f"{out}.md",
+        "--annotations",
+        "--artifacts",
+        out,
+        chunker=chunker,
+    )
 
 
 def _junit(path: Path) -> dict[tuple[str, str], str]:
@@ -54,8 +70,16 @@ def _junit(path: Path) -> dict[tuple[str, str], str]:
     return out
 
 
-METRICS = ["recall@retrieve", "survival@filter example.freshness", "survival@rerank example.reranker",
-           "survival@budget example.context_budget", "in_context", "cited", "refusal_rate", "rbo"]
+METRICS = [
+    "recall@retrieve",
+    "survival@filter example.freshness",
+    "survival@rerank example.reranker",
+    "survival@budget example.context_budget",
+    "in_context",
+    "cited",
+    "refusal_rate",
+    "rbo",
+]
 
 
 def test_the_unchanged_example_passes_with_every_output_written(example: Path):
@@ -73,8 +97,11 @@ def test_the_unchanged_example_passes_with_every_output_written(example: Path):
     assert _junit(example / "same.xml") == {**expected, ("(evidence)", "evidence"): "pass"}
     body = (example / "same.md").read_text("utf-8").splitlines()
     assert body[0] == "## ✅ ragtrail gate: **PASS**"
-    assert [x for x in body if x.startswith("### ")] == ["### Slice `(all)`: all checks pass", "### Slice `policy`: all checks pass",
-                                                          "### Slice `tables`: all checks pass"]
+    assert [x for x in body if x.startswith("### ")] == [
+        "### Slice `(all)`: all checks pass",
+        "### Slice `policy`: all checks pass",
+        "### Slice `tables`: all checks pass",
+    ]
     assert not [x for x in body if "<details>" in x]  # nothing moved: no per-case section
     report = json.loads((example / "same" / "report.json").read_text("utf-8"))
     assert report["verdict"] == "PASS" and report["exit_code"] == 0 and len(report["cases"]) == 10
@@ -93,7 +120,8 @@ def test_the_chunking_change_fails_the_tables_slice_and_says_where(example: Path
     recall = root.find(".//testcase[@classname='tables'][@name='recall@retrieve']/failure")
     assert recall is not None and recall.get("message") == (
         "recall@retrieve fell to 0.000 (floor 1.000, baseline 1.000); relevant ids retrieved in the baseline and not now "
-        "in 5 cases (api-calls, residency, seat-price and 2 more)")
+        "in 5 cases (api-calls, residency, seat-price and 2 more)"
+    )
     commands = [parse(x) for x in proc.stdout.splitlines() if x.startswith("::")]
     errors = [c for c in commands if c is not None and c[0] == "error"]
     assert len(errors) == 10  # GitHub's per-step limit, the last says how many more
@@ -104,8 +132,7 @@ def test_the_chunking_change_fails_the_tables_slice_and_says_where(example: Path
     assert "### Slice `policy`: all checks pass" in body and "### Slice `tables`: 8 checks failed" in body
     # the five table cases; the policy questions share no word with a table, so no table rode along in their context
     assert "<summary>Per-case movement (5 cases moved or in doubt; 5 unchanged)</summary>" in body
-    assert ("| `residency` | `tables` | `Where is eu data residency?` | `rbo 0.000; left: table-regions (in no stage now)` |  |"
-            in body)
+    assert "| `residency` | `tables` | `Where is eu data residency?` | `rbo 0.000; left: table-regions (in no stage now)` |  |" in body
     files = {name: case for name, case in json.loads((example / "flat" / "cases" / "index.json").read_text("utf-8")).items()}
     moved = {case: (example / "flat" / "cases" / name).read_text("utf-8") for name, case in files.items()}
     for case in TABLES:

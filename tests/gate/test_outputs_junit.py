@@ -5,10 +5,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
-from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, regression
 
 from ragtrail.gate import junit
 from ragtrail.inspect.safe import plain
+
+from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, regression
 
 
 def _cases(xml: str) -> list[tuple[str, str, str, str | None, str | None]]:
@@ -20,8 +21,16 @@ def _cases(xml: str) -> list[tuple[str, str, str, str | None, str | None]]:
             bad = [e for e in case if e.tag in ("failure", "error", "skipped")]
             assert len(bad) <= 1
             outcome = bad[0].tag if bad else "pass"
-            out.append((suite.get("name"), case.get("classname"), case.get("name"), outcome,
-                        bad[0].get("message") if bad else None, bad[0].get("type") if bad else None))
+            out.append(
+                (
+                    suite.get("name"),
+                    case.get("classname"),
+                    case.get("name"),
+                    outcome,
+                    bad[0].get("message") if bad else None,
+                    bad[0].get("type") if bad else None,
+                )
+            )
     return out
 
 
@@ -79,7 +88,8 @@ def test_a_regression_fails_the_slice_check_with_its_value_threshold_and_the_sta
     failure = root.find(".//failure")
     assert failure is not None and failure.text == (
         f"tables survival@budget app.budget: FAIL 0.500 < floor 0.800 (baseline 0.850, n=12): {MESSAGE}\nvalue: 0.500\n"
-        "threshold: 0.800\nbaseline mean: 0.850\ncases measured: 12\nstage: budget app.budget")
+        "threshold: 0.800\nbaseline mean: 0.850\ncases measured: 12\nstage: budget app.budget"
+    )
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("5", "1", "0")
 
 
@@ -98,7 +108,8 @@ def test_inconclusive_evidence_is_an_error_per_problem_named_by_kind_and_case():
     error = root.find(".//testcase[@name='corpus_changed']/error")
     assert error is not None and error.text == (
         "corpus_changed: store app.store: 120 documents, baseline 118\nkind: corpus_changed\ncase: n/a (the whole run)\n"
-        "trace: n/a\nINCONCLUSIVE: this evidence cannot be trusted, the gate cannot pass")
+        "trace: n/a\nINCONCLUSIVE: this evidence cannot be trusted, the gate cannot pass"
+    )
     out = root.find("testsuite[@name='ragtrail gate: evidence']/system-out")
     assert out is not None and out.text is not None and out.text.splitlines()[-1] == "warning: baseline frozen from 3 runs only"
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("6", "0", "5")

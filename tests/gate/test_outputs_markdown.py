@@ -7,11 +7,12 @@ import re
 from html import unescape
 
 from markdown_it import MarkdownIt
-from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, regression
 
 from ragtrail.gate import markdown
 from ragtrail.gate.model import ALL_SLICE, Check, GateReport, Problem, decide
 from ragtrail.inspect.safe import plain
+
+from .outputs_reports import HOSTILE, MESSAGE, hostile, inconclusive, passing, regression
 
 RENDERER = MarkdownIt("commonmark").enable("table")
 
@@ -63,7 +64,7 @@ def test_a_pass_has_the_ceiling_of_the_refusal_rate_and_the_small_slice_warning(
     assert lines[0] == "## ✅ ragtrail gate: **PASS**"
     assert "| `refusal_rate` | 0.000 | ≤ 0.100 | 0.150 | 12 | pass |  |" in lines
     start = lines.index("### Slice `tables`: all checks pass")
-    assert lines[start + 1:start + 4] == ["", "⚠️ `slice too small to be statistically boring (n=3)`", ""]
+    assert lines[start + 1 : start + 4] == ["", "⚠️ `slice too small to be statistically boring (n=3)`", ""]
     assert "| `recall@retrieve` | 1.000 | ≥ 0.900 | 0.950 | 3 | pass |  |" in lines
     assert not [x for x in lines if "Where the relevant" in x or "Inconclusive" in x]
 
@@ -72,7 +73,7 @@ def test_inconclusive_names_every_problem_before_the_metrics():
     lines = markdown.render(inconclusive()).splitlines()
     assert lines[0] == "## ⚠️ ragtrail gate: **INCONCLUSIVE**"
     start = lines.index("### Inconclusive evidence (5)")
-    assert lines[start:start + 11] == [
+    assert lines[start : start + 11] == [
         "### Inconclusive evidence (5)",
         "",
         "Each of these makes the verdict INCONCLUSIVE: the gate does not pass on evidence it cannot trust.",

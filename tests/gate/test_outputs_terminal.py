@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from .outputs_reports import MESSAGE, hostile, inconclusive, regression
 from rich.console import Console
 
 from ragtrail.gate import terminal
+
+from .outputs_reports import MESSAGE, hostile, inconclusive, regression
 
 
 def _shown(report, width: int = 120) -> list[str]:

@@ -109,28 +109,59 @@ stitched = spanutil.stitched
 check_count_and_digest = spanutil.check_count_and_digest
 
 
-def check_span(span: Any, spans: Any, result: Any, row: int, *, collection: Any, top_k: int,
-               text: str | None = None, vector: Any = None, hop: int = 0, transform: str = "none",
-               parent_hop: int | None = None, filter_json: str | None = None, corpus: int | None = None,
-               batch: tuple[int, int] | None = None, component: str = "chromadb.Collection",
-               findings: tuple[str, ...] | None = None, extra: dict[str, Any] | None = None) -> None:
+def check_span(
+    span: Any,
+    spans: Any,
+    result: Any,
+    row: int,
+    *,
+    collection: Any,
+    top_k: int,
+    text: str | None = None,
+    vector: Any = None,
+    hop: int = 0,
+    transform: str = "none",
+    parent_hop: int | None = None,
+    filter_json: str | None = None,
+    corpus: int | None = None,
+    batch: tuple[int, int] | None = None,
+    component: str = "chromadb.Collection",
+    findings: tuple[str, ...] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """Pop every expected attribute (nothing may be left); events exactly the row's hits, in order."""
     ids = result["ids"][row]
     distances = result["distances"][row] if result.get("distances") is not None else None
     documents = result["documents"][row] if result.get("documents") is not None else None
     a = spanutil.own(span)
     expected: dict[str, Any] = {
-        sc.SCHEMA: 5, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
-        sc.STAGE_STATUS: sc.STATUS_OK if ids else sc.STATUS_EMPTY, sc.STAGE_TOP_K: top_k,
-        sc.STAGE_COLLECTION: collection.name, sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: len(ids),
-        sc.CANDIDATES_EXCLUDED: 0, sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: collection.name,
-        sc.GEN_AI_REQUEST_TOP_K: top_k, sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
+        sc.SCHEMA: 5,
+        sc.STAGE_KIND: sc.KIND_RETRIEVE,
+        sc.STAGE_COMPONENT: component,
+        sc.STAGE_STATUS: sc.STATUS_OK if ids else sc.STATUS_EMPTY,
+        sc.STAGE_TOP_K: top_k,
+        sc.STAGE_COLLECTION: collection.name,
+        sc.CANDIDATES_IN: 0,
+        sc.CANDIDATES_OUT: len(ids),
+        sc.CANDIDATES_EXCLUDED: 0,
+        sc.GEN_AI_OPERATION_NAME: "retrieval",
+        sc.GEN_AI_DATA_SOURCE_ID: collection.name,
+        sc.GEN_AI_REQUEST_TOP_K: top_k,
+        sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
     }
     if text is not None:
         rec = receipt(text)
-        expected.update({sc.QUERY_TEXT: text, sc.QUERY_HOP: hop, sc.QUERY_TRANSFORM: transform,
-                         sc.QUERY_CHARS: rec.chars, sc.QUERY_BYTES: rec.bytes, sc.QUERY_SHA256: rec.sha256,
-                         sc.OI_INPUT_VALUE: text})
+        expected.update(
+            {
+                sc.QUERY_TEXT: text,
+                sc.QUERY_HOP: hop,
+                sc.QUERY_TRANSFORM: transform,
+                sc.QUERY_CHARS: rec.chars,
+                sc.QUERY_BYTES: rec.bytes,
+                sc.QUERY_SHA256: rec.sha256,
+                sc.OI_INPUT_VALUE: text,
+            }
+        )
         if parent_hop is not None:
             expected[sc.QUERY_PARENT_HOP] = parent_hop
     if vector is not None:
@@ -161,7 +192,7 @@ def check_span(span: Any, spans: Any, result: Any, row: int, *, collection: Any,
     mirrorutil.pop_mirrors(a, span, spans)
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(ids)
-    for rank, (ident, (_, ev)) in enumerate(zip(ids, evs)):
+    for rank, (ident, (_, ev)) in enumerate(zip(ids, evs, strict=False)):
         # schema 4: a search whose every hit an earlier search of this pipeline returned with the same
         # content points to it; the receipts read back are checked exactly below
         spanutil.pop_pointer(ev, {})
@@ -203,14 +234,22 @@ def test_one_text_query_exact_span(instrumentor, span_exporter, monkeypatch) -> 
 
 def test_where_where_document_and_ids_are_the_filter(instrumentor, span_exporter) -> None:
     collection = new_collection()
-    result = collection.query(query_texts=["fruit"], n_results=2, where={"source": "a"},
-                              where_document={"$contains": "fruit"}, ids=["doc-apple", "doc-car", "doc-pear"])
+    result = collection.query(
+        query_texts=["fruit"], n_results=2, where={"source": "a"}, where_document={"$contains": "fruit"}, ids=["doc-apple", "doc-car", "doc-pear"]
+    )
     assert result["ids"] == [["doc-apple"]]
     spans = span_exporter.get_finished_spans()
     [span] = retrieve_spans(span_exporter)
-    check_span(span, spans, result, 0, collection=collection, top_k=2, text="fruit",
-               filter_json='{"ids":["doc-apple","doc-car","doc-pear"],"where":{"source":"a"},'
-                           '"where_document":{"$contains":"fruit"}}')
+    check_span(
+        span,
+        spans,
+        result,
+        0,
+        collection=collection,
+        top_k=2,
+        text="fruit",
+        filter_json='{"ids":["doc-apple","doc-car","doc-pear"],"where":{"source":"a"},"where_document":{"$contains":"fruit"}}',
+    )
 
 
 def test_batch_of_texts_one_stage_per_query(instrumentor, span_exporter, tracer_provider) -> None:
@@ -244,10 +283,36 @@ def test_multi_query_variants_keep_their_hops(instrumentor, span_exporter) -> No
     spans = span_exporter.get_finished_spans()
     rows = sorted(retrieve_spans(span_exporter), key=lambda s: s.attributes[sc.STAGE_BATCH_INDEX])
     approximate = {sc.COVERAGE_CORPUS_APPROXIMATE: True}
-    check_span(rows[0], spans, result, 0, collection=collection, top_k=2, text="fruit red", hop=1,
-               transform="multi_query", parent_hop=0, batch=(0, 2), corpus=4, extra=approximate)
-    check_span(rows[1], spans, result, 1, collection=collection, top_k=2, text="fruit machines", hop=2,
-               transform="multi_query", parent_hop=0, batch=(1, 2), corpus=4, extra=approximate)
+    check_span(
+        rows[0],
+        spans,
+        result,
+        0,
+        collection=collection,
+        top_k=2,
+        text="fruit red",
+        hop=1,
+        transform="multi_query",
+        parent_hop=0,
+        batch=(0, 2),
+        corpus=4,
+        extra=approximate,
+    )
+    check_span(
+        rows[1],
+        spans,
+        result,
+        1,
+        collection=collection,
+        top_k=2,
+        text="fruit machines",
+        hop=2,
+        transform="multi_query",
+        parent_hop=0,
+        batch=(1, 2),
+        corpus=4,
+        extra=approximate,
+    )
     pipeline = next(s for s in spans if s.attributes.get(sc.STAGE_KIND) == sc.KIND_PIPELINE)
     assert pipeline.attributes[sc.COVERAGE_CORPUS_SIZE] == 4
     assert sc.COVERAGE_STORES not in pipeline.attributes  # one store: written only when several
@@ -259,16 +324,14 @@ def test_multi_query_variants_keep_their_hops(instrumentor, span_exporter) -> No
 def test_embedding_queries_are_receipted_not_exported(instrumentor, span_exporter, shape) -> None:
     collection = new_collection()
     vectors = [embed("red fruit"), embed("green fruit")]
-    query = {"array-2d": np.stack(vectors), "flat-list": vectors[0].tolist(),
-             "list-of-lists": [v.tolist() for v in vectors]}[shape]
+    query = {"array-2d": np.stack(vectors), "flat-list": vectors[0].tolist(), "list-of-lists": [v.tolist() for v in vectors]}[shape]
     result = collection.query(query_embeddings=query, n_results=2)
     spans = span_exporter.get_finished_spans()
     rows = sorted(retrieve_spans(span_exporter), key=lambda s: s.attributes.get(sc.STAGE_BATCH_INDEX, 0))
     n = 1 if shape == "flat-list" else 2
     assert len(rows) == n == len(result["ids"])
     for i in range(n):
-        check_span(rows[i], spans, result, i, collection=collection, top_k=2, vector=vectors[i],
-                   batch=(i, n) if n > 1 else None)
+        check_span(rows[i], spans, result, i, collection=collection, top_k=2, vector=vectors[i], batch=(i, n) if n > 1 else None)
 
 
 def test_without_distances_the_score_kind_is_none(instrumentor, span_exporter) -> None:
@@ -289,8 +352,7 @@ def test_empty_collection_and_zero_hits_are_empty_not_failed(instrumentor, span_
     spans = span_exporter.get_finished_spans()
     first, second = retrieve_spans(span_exporter)
     check_span(first, spans, nothing, 0, collection=empty, top_k=5, text="anything")
-    check_span(second, spans, filtered, 0, collection=full, top_k=5, text="fruit",
-               filter_json='{"where":{"source":"none-such"}}')
+    check_span(second, spans, filtered, 0, collection=full, top_k=5, text="fruit", filter_json='{"where":{"source":"none-such"}}')
     assert first.attributes[sc.STAGE_STATUS] == second.attributes[sc.STAGE_STATUS] == sc.STATUS_EMPTY
 
 
@@ -301,8 +363,16 @@ def test_nan_distances_recorded_raw_with_a_finding(instrumentor, span_exporter) 
     assert all(math.isnan(d) for d in result["distances"][0])
     spans = span_exporter.get_finished_spans()
     [span] = retrieve_spans(span_exporter)
-    check_span(span, spans, result, 0, collection=collection, top_k=2, vector=query,
-               findings=(f"2 of 2 scores are not finite (NaN or inf); recorded as {sc.CANDIDATE_SCORE_RAW}",))
+    check_span(
+        span,
+        spans,
+        result,
+        0,
+        collection=collection,
+        top_k=2,
+        vector=query,
+        findings=(f"2 of 2 scores are not finite (NaN or inf); recorded as {sc.CANDIDATE_SCORE_RAW}",),
+    )
 
 
 def test_raising_client_is_failed_and_reraised_unchanged(instrumentor, span_exporter) -> None:
@@ -390,8 +460,9 @@ def chroma_server(tmp_path_factory):
     port = _free_port()
     path = tmp_path_factory.mktemp("chroma")
     log = open(path / "server.log", "w")  # noqa: SIM115 - the server writes to it until the fixture ends
-    proc = subprocess.Popen([str(binary), "run", "--path", str(path / "db"), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(binary), "run", "--path", str(path / "db"), "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -438,8 +509,18 @@ async def test_async_span_covers_the_awaited_query(instrumentor, span_exporter, 
     assert spy.current[0].get_span_context().span_id == rows[0].context.span_id
     for i, text in enumerate(["red fruit", "fast machines"]):
         # over HTTP a count would cost a round trip per query: no corpus size
-        check_span(rows[i], spans, result, i, collection=collection, top_k=2, text=text, batch=(i, 2),
-                   component="chromadb.AsyncCollection", filter_json='{"where":{"year":{"$gte":2020}}}')
+        check_span(
+            rows[i],
+            spans,
+            result,
+            i,
+            collection=collection,
+            top_k=2,
+            text=text,
+            batch=(i, 2),
+            component="chromadb.AsyncCollection",
+            filter_json='{"where":{"year":{"$gte":2020}}}',
+        )
 
 
 async def test_async_failure_is_failed_and_reraised(instrumentor, span_exporter, chroma_server) -> None:
@@ -477,7 +558,8 @@ def test_under_opentelemetry_instrument_two_hundred_hits(tmp_path) -> None:
     from ragtrail.inspect.otlp import decode_document
 
     script = tmp_path / "app.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import hashlib, json
         import chromadb, numpy as np
         from chromadb.api.types import EmbeddingFunction
@@ -506,27 +588,38 @@ def test_under_opentelemetry_instrument_two_hundred_hits(tmp_path) -> None:
         with open("ids.json", "w") as f:
             json.dump(result["ids"][0], f)
         print("APP-OK")
-    """))
+    """)
+    )
     store = tmp_path / "store"
     others = sorted(ep.name for ep in entry_points(group="opentelemetry_instrumentor") if ep.name != "ragtrail_chromadb")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
-    env.update({
-        "OTEL_PYTHON_CONFIGURATOR": "ragtrail", "OTEL_TRACES_EXPORTER": "ragtrail_file",
-        "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none", "OTEL_SERVICE_NAME": "chroma-app",
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others), "RAGTRAIL_LOCAL_STORE_DIR": str(store),
-    })
-    proc = subprocess.run([str(VENV_BIN / "opentelemetry-instrument"), sys.executable, str(script)],
-                          capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    env.update(
+        {
+            "OTEL_PYTHON_CONFIGURATOR": "ragtrail",
+            "OTEL_TRACES_EXPORTER": "ragtrail_file",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            "OTEL_SERVICE_NAME": "chroma-app",
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others),
+            "RAGTRAIL_LOCAL_STORE_DIR": str(store),
+        }
+    )
+    proc = subprocess.run(
+        [str(VENV_BIN / "opentelemetry-instrument"), sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path
+    )
     assert proc.returncode == 0 and "APP-OK" in proc.stdout, proc.stderr[-4000:]
     want = json.loads((tmp_path / "ids.json").read_text())
-    spans = [s for f in sorted(store.glob("traces-*.jsonl")) for line in f.read_text().splitlines() if line.strip()
-             for s in decode_document(json.loads(line))]
-    [stage_span] = [s for s in spans if s.attributes.get(sc.STAGE_KIND) == sc.KIND_RETRIEVE
-                    and not s.attributes.get(sc.STAGE_CONTINUATION)]
+    spans = [
+        s
+        for f in sorted(store.glob("traces-*.jsonl"))
+        for line in f.read_text().splitlines()
+        if line.strip()
+        for s in decode_document(json.loads(line))
+    ]
+    [stage_span] = [s for s in spans if s.attributes.get(sc.STAGE_KIND) == sc.KIND_RETRIEVE and not s.attributes.get(sc.STAGE_CONTINUATION)]
     assert stage_span.name == "retrieve Collection"
     assert sc.COVERAGE_CORPUS_SIZE not in stage_span.attributes  # the app never counted: unknown, not asked
-    m = manifest.build(Trace(trace_id=stage_span.trace_id, spans=[s for s in spans if s.trace_id == stage_span.trace_id],
-                             source="file")).as_dict()
+    m = manifest.build(Trace(trace_id=stage_span.trace_id, spans=[s for s in spans if s.trace_id == stage_span.trace_id], source="file")).as_dict()
     [stage] = m["stages"]
     assert [c["id"] for c in stage["candidates"]] == want  # all 200, the top-ranked included, in order
     assert {c["score_kind"] for c in stage["candidates"]} == {sc.SCORE_DISTANCE}
@@ -585,8 +678,7 @@ def test_ragtrail_calls_nothing_more_on_the_database(span_exporter, tracer_provi
         runs.append({name: len(spy.returned) for name, spy in spies.items()})
     assert runs[0] == runs[1]
     assert runs[1]["_count"] == 1  # the application's own
-    sizes = [(s.attributes.get(sc.COVERAGE_CORPUS_SIZE), s.attributes.get(sc.COVERAGE_CORPUS_APPROXIMATE))
-             for s in retrieve_spans(span_exporter)]
+    sizes = [(s.attributes.get(sc.COVERAGE_CORPUS_SIZE), s.attributes.get(sc.COVERAGE_CORPUS_APPROXIMATE)) for s in retrieve_spans(span_exporter)]
     # unknown until the app counted (5 then); the writes after it are not watched: approximate
     assert sizes == [(None, None), (None, None), (5, True)]
 
@@ -619,9 +711,15 @@ def test_query_capture_modes_keep_the_text_out(instrumentor, span_exporter, mode
     spans = span_exporter.get_finished_spans()
     assert len(spans) == 3
     for span in spans:
-        blob = json.dumps({"name": span.name, "attributes": dict(span.attributes),
-                           "events": [dict(e.attributes) for e in span.events],
-                           "status": span.status.description}, default=str)
+        blob = json.dumps(
+            {
+                "name": span.name,
+                "attributes": dict(span.attributes),
+                "events": [dict(e.attributes) for e in span.events],
+                "status": span.status.description,
+            },
+            default=str,
+        )
         assert "secret" not in blob
     text_span, vector_span, failed = spans
     if mode == "hash":

@@ -110,7 +110,11 @@ def test_v2_rerank_records_candidates_scores_and_rank_cutoff(instrumentor, trace
     (span,) = span_exporter.get_finished_spans()
     inputs = [doc(t) for t in DOCS]
     check_rerank_span(
-        span, component="cohere.client_v2.ClientV2", query=QUERY, top_k=2, model="rerank-v3.5",
+        span,
+        component="cohere.client_v2.ClientV2",
+        query=QUERY,
+        top_k=2,
+        model="rerank-v3.5",
         inputs=inputs,
         outputs=[doc("beta doc", score=0.93), doc("gamma doc", score=0.52)],
         exclusions=[(0, inputs[0], "below_rank_cutoff", "top_k=2"), (3, inputs[3], "below_rank_cutoff", "top_k=2")],
@@ -134,7 +138,10 @@ def test_v1_rerank_uses_the_documents_own_ids(instrumentor, tracer_provider, spa
     (span,) = span_exporter.get_finished_spans()
     a, b, g = doc("alpha doc", "doc-a"), doc("beta doc"), doc("gamma doc")
     check_rerank_span(
-        span, component="cohere.client.Client", query=QUERY, model="rerank-english-v3.0",
+        span,
+        component="cohere.client.Client",
+        query=QUERY,
+        model="rerank-english-v3.0",
         inputs=[a, b, g],
         outputs=[doc("beta doc", score=0.93), doc("gamma doc", score=0.52), doc("alpha doc", "doc-a", score=0.11)],
     )
@@ -148,12 +155,14 @@ def test_client_v2_namespace_on_a_v1_client_is_one_span(instrumentor, span_expor
     assert span.attributes[sc.CANDIDATES_OUT] == 2
 
 
-@pytest.mark.parametrize("cls, component, path", [
-    (cohere.AsyncClientV2, "cohere.client_v2.AsyncClientV2", "/v2/rerank"),
-    (cohere.AsyncClient, "cohere.client.AsyncClient", "/v1/rerank"),
-])
-async def test_async_rerank_is_a_real_async_span_under_the_callers_parent(
-        instrumentor, span_exporter, cls, component, path) -> None:
+@pytest.mark.parametrize(
+    "cls, component, path",
+    [
+        (cohere.AsyncClientV2, "cohere.client_v2.AsyncClientV2", "/v2/rerank"),
+        (cohere.AsyncClient, "cohere.client.AsyncClient", "/v1/rerank"),
+    ],
+)
+async def test_async_rerank_is_a_real_async_span_under_the_callers_parent(instrumentor, span_exporter, cls, component, path) -> None:
     api = FakeRerankAPI(delay=0.05)
     co = client(cls, api.async_)
     tracer = trace.get_tracer("test")
@@ -177,11 +186,27 @@ async def test_async_rerank_is_a_real_async_span_under_the_callers_parent(
     r2 = by_parent[parents["request-2"].context.span_id]
     assert r1.context.trace_id == parents["request-1"].context.trace_id
     i1 = [doc(t) for t in DOCS[:2]]
-    check_rerank_span(r1, component=component, query=QUERY, top_k=1, model="rerank-v3.5", inputs=i1,
-                      outputs=[doc("beta doc", score=0.93)], exclusions=[(0, i1[0], "below_rank_cutoff", "top_k=1")])
+    check_rerank_span(
+        r1,
+        component=component,
+        query=QUERY,
+        top_k=1,
+        model="rerank-v3.5",
+        inputs=i1,
+        outputs=[doc("beta doc", score=0.93)],
+        exclusions=[(0, i1[0], "below_rank_cutoff", "top_k=1")],
+    )
     i2 = [doc(t) for t in DOCS[2:]]
-    check_rerank_span(r2, component=component, query=QUERY, top_k=1, model="rerank-v3.5", inputs=i2,
-                      outputs=[doc("gamma doc", score=0.52)], exclusions=[(1, i2[1], "below_rank_cutoff", "top_k=1")])
+    check_rerank_span(
+        r2,
+        component=component,
+        query=QUERY,
+        top_k=1,
+        model="rerank-v3.5",
+        inputs=i2,
+        outputs=[doc("gamma doc", score=0.52)],
+        exclusions=[(1, i2[1], "below_rank_cutoff", "top_k=1")],
+    )
 
 
 def test_empty_document_list_is_an_empty_stage(instrumentor, tracer_provider, span_exporter) -> None:
@@ -193,20 +218,25 @@ def test_empty_document_list_is_an_empty_stage(instrumentor, tracer_provider, sp
     baseline = uninstrumented(instrumentor, tracer_provider, lambda: outcome(call))
     assert outcome(call) == baseline
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component="cohere.client_v2.ClientV2", query=QUERY, model="rerank-v3.5",
-                      inputs=[], outputs=[], status="empty")
+    check_rerank_span(span, component="cohere.client_v2.ClientV2", query=QUERY, model="rerank-v3.5", inputs=[], outputs=[], status="empty")
 
 
 def test_nan_scores_are_recorded_raw_with_a_finding(instrumentor, span_exporter) -> None:
     def handler(request: Any) -> Any:
-        return httpx.Response(200, headers={"content-type": "application/json"},
-                              content=b'{"results":[{"index":1,"relevance_score":NaN},{"index":0,"relevance_score":0.2}]}')
+        return httpx.Response(
+            200,
+            headers={"content-type": "application/json"},
+            content=b'{"results":[{"index":1,"relevance_score":NaN},{"index":0,"relevance_score":0.2}]}',
+        )
 
     result = client(cohere.ClientV2, handler).rerank(model="m", query=QUERY, documents=DOCS[:2])
     assert str(result.results[0].relevance_score) == "nan"
     (span,) = span_exporter.get_finished_spans()
     check_rerank_span(
-        span, component="cohere.client_v2.ClientV2", query=QUERY, model="m",
+        span,
+        component="cohere.client_v2.ClientV2",
+        query=QUERY,
+        model="m",
         inputs=[doc(DOCS[0]), doc(DOCS[1])],
         outputs=[doc(DOCS[1], score=float("nan")), doc(DOCS[0], score=0.2)],
         findings=["1 non-finite rerank score(s), recorded as ragtrail.candidate.score_raw"],
@@ -219,9 +249,15 @@ def test_result_index_outside_the_request_is_a_finding(instrumentor, span_export
 
     client(cohere.ClientV2, handler).rerank(model="m", query=QUERY, documents=DOCS[:1])
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component="cohere.client_v2.ClientV2", query=QUERY, model="m",
-                      inputs=[doc(DOCS[0])], outputs=[doc(DOCS[0], score=0.2)],
-                      findings=["1 result(s) pointed at no input document"])
+    check_rerank_span(
+        span,
+        component="cohere.client_v2.ClientV2",
+        query=QUERY,
+        model="m",
+        inputs=[doc(DOCS[0])],
+        outputs=[doc(DOCS[0], score=0.2)],
+        findings=["1 result(s) pointed at no input document"],
+    )
 
 
 def test_api_error_fails_the_stage_and_propagates_unchanged(instrumentor, tracer_provider, span_exporter) -> None:
@@ -237,10 +273,18 @@ def test_api_error_fails_the_stage_and_propagates_unchanged(instrumentor, tracer
     assert baseline[0] == "raised" and baseline[1][0] is cohere.errors.InternalServerError
     assert outcome(call) == baseline
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component="cohere.client_v2.ClientV2", query=QUERY, model="m", top_k=1,
-                      inputs=[doc(DOCS[0]), doc(DOCS[1])], outputs=[], status="failed",
-                      failure_class="exception:InternalServerError",
-                      exception_type="cohere.errors.internal_server_error.InternalServerError")
+    check_rerank_span(
+        span,
+        component="cohere.client_v2.ClientV2",
+        query=QUERY,
+        model="m",
+        top_k=1,
+        inputs=[doc(DOCS[0]), doc(DOCS[1])],
+        outputs=[],
+        status="failed",
+        failure_class="exception:InternalServerError",
+        exception_type="cohere.errors.internal_server_error.InternalServerError",
+    )
 
 
 async def test_async_timeout_is_failure_class_timeout_and_the_same_exception(instrumentor, span_exporter) -> None:
@@ -253,9 +297,17 @@ async def test_async_timeout_is_failure_class_timeout_and_the_same_exception(ins
         await client(cohere.AsyncClientV2, handler).rerank(model="m", query=QUERY, documents=DOCS[:1])
     assert caught.value is error
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component="cohere.client_v2.AsyncClientV2", query=QUERY, model="m",
-                      inputs=[doc(DOCS[0])], outputs=[], status="failed", failure_class="timeout",
-                      exception_type="httpx.ReadTimeout")
+    check_rerank_span(
+        span,
+        component="cohere.client_v2.AsyncClientV2",
+        query=QUERY,
+        model="m",
+        inputs=[doc(DOCS[0])],
+        outputs=[],
+        status="failed",
+        failure_class="timeout",
+        exception_type="httpx.ReadTimeout",
+    )
 
 
 def test_failed_call_status_and_exception_identity(instrumentor, span_exporter) -> None:
@@ -330,9 +382,9 @@ def test_under_opentelemetry_instrument(tmp_path) -> None:
     assert (a[sc.STAGE_KIND], a[sc.STAGE_STATUS], a[sc.STAGE_TOP_K]) == ("rerank", "ok", 2)
     assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (3, 2, 1)
     assert a[sc.QUERY_TEXT] == "capital of France" and a[sc.STAGE_MODEL] == "rerank-v3.5"
-    got = [(name, e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_SCORE), e.get(sc.EXCLUSION_REASON))
-           for name, e in spanutil.records(span)]
+    got = [(name, e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_SCORE), e.get(sc.EXCLUSION_REASON)) for name, e in spanutil.records(span)]
     from ragtrail.contract.receipts import content_id
+
     assert got == [
         ("ragtrail.candidate", "d3", 0.8, None),
         ("ragtrail.candidate", content_id("Paris is the capital"), 0.4, None),
@@ -352,9 +404,18 @@ def test_a_document_generator_is_not_consumed_and_is_a_finding(instrumentor, tra
     assert outcome(call) == baseline
     assert api.requests[-1][1]["documents"] == api.requests[-2][1]["documents"] == DOCS
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component="cohere.client_v2.ClientV2", query=QUERY, model="m", top_k=1,
-                      inputs=[], outputs=[], findings=[
-                          "documents are a generator, not a list: not snapshotted",
-                          "1 result(s) pointed at no input document",
-                          "inputs not recorded: candidates.in is out + excluded",
-                      ], status="empty")
+    check_rerank_span(
+        span,
+        component="cohere.client_v2.ClientV2",
+        query=QUERY,
+        model="m",
+        top_k=1,
+        inputs=[],
+        outputs=[],
+        findings=[
+            "documents are a generator, not a list: not snapshotted",
+            "1 result(s) pointed at no input document",
+            "inputs not recorded: candidates.in is out + excluded",
+        ],
+        status="empty",
+    )

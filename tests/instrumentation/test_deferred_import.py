@@ -37,30 +37,52 @@ print(json.dumps(sorted(s.name for s in exporter.get_finished_spans() if "ragtra
 """
 
 CASES = {
-    "llama_index": ("ragtrail.instrumentation.llama_index", "LlamaIndexInstrumentor", ["llama_index"], """
+    "llama_index": (
+        "ragtrail.instrumentation.llama_index",
+        "LlamaIndexInstrumentor",
+        ["llama_index"],
+        """
         from llama_index.core.postprocessor import SimilarityPostprocessor
         from llama_index.core.schema import NodeWithScore, TextNode
         nodes = [NodeWithScore(node=TextNode(text="x", id_="a"), score=0.9),
                  NodeWithScore(node=TextNode(text="y", id_="b"), score=0.1)]
         SimilarityPostprocessor(similarity_cutoff=0.5).postprocess_nodes(nodes, query_str="q")
-    """, ["filter SimilarityPostprocessor"]),
-    "haystack": ("ragtrail.instrumentation.haystack", "HaystackInstrumentor", ["haystack", "haystack_integrations"], """
+    """,
+        ["filter SimilarityPostprocessor"],
+    ),
+    "haystack": (
+        "ragtrail.instrumentation.haystack",
+        "HaystackInstrumentor",
+        ["haystack", "haystack_integrations"],
+        """
         from haystack import Document
         from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
         from haystack.document_stores.in_memory import InMemoryDocumentStore
         store = InMemoryDocumentStore()
         store.write_documents([Document(content="cats sleep"), Document(content="dogs bark")])
         InMemoryBM25Retriever(store).run(query="cats")
-    """, ["retrieve InMemoryBM25Retriever"]),
-    "chromadb": ("ragtrail.instrumentation.chromadb", "ChromaInstrumentor", ["chromadb"], """
+    """,
+        ["retrieve InMemoryBM25Retriever"],
+    ),
+    "chromadb": (
+        "ragtrail.instrumentation.chromadb",
+        "ChromaInstrumentor",
+        ["chromadb"],
+        """
         import chromadb
         from chromadb.config import Settings
         client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
         col = client.create_collection("docs", embedding_function=None)
         col.add(ids=["a", "b"], embeddings=[[0.0, 1.0], [1.0, 0.0]], documents=["x", "y"])
         col.query(query_embeddings=[[0.0, 1.0]], n_results=1)
-    """, ["retrieve Collection"]),
-    "qdrant": ("ragtrail.instrumentation.qdrant", "QdrantInstrumentor", ["qdrant_client"], """
+    """,
+        ["retrieve Collection"],
+    ),
+    "qdrant": (
+        "ragtrail.instrumentation.qdrant",
+        "QdrantInstrumentor",
+        ["qdrant_client"],
+        """
         import asyncio
         from qdrant_client import AsyncQdrantClient, QdrantClient, models
         points = [models.PointStruct(id=i, vector=[1.0, float(i), 0.0], payload={"text": f"p{i}"}) for i in range(3)]
@@ -74,23 +96,41 @@ CASES = {
             await aclient.upsert("c", points=points)
             await aclient.query_points("c", query=[1.0, 0.5, 0.0], limit=2)
         asyncio.run(main())
-    """, ["retrieve query_points", "retrieve query_points"]),
-    "faiss": ("ragtrail.instrumentation.faiss", "FaissInstrumentor", ["faiss"], """
+    """,
+        ["retrieve query_points", "retrieve query_points"],
+    ),
+    "faiss": (
+        "ragtrail.instrumentation.faiss",
+        "FaissInstrumentor",
+        ["faiss"],
+        """
         import faiss, numpy as np
         index = faiss.IndexFlatL2(2)
         index.add(np.array([[0.0, 0.0], [1.0, 1.0]], dtype="float32"))
         index.search(np.array([[0.0, 0.1]], dtype="float32"), 1)
-    """, ["retrieve IndexFlatL2"]),
-    "cohere": ("ragtrail.instrumentation.cohere", "CohereInstrumentor", ["cohere"], """
+    """,
+        ["retrieve IndexFlatL2"],
+    ),
+    "cohere": (
+        "ragtrail.instrumentation.cohere",
+        "CohereInstrumentor",
+        ["cohere"],
+        """
         import httpx, cohere
         def handler(request):
             return httpx.Response(200, json={"results": [{"index": 1, "relevance_score": 0.8}]})
         co = cohere.ClientV2(api_key="k", httpx_client=httpx.Client(transport=httpx.MockTransport(handler)))
         co.rerank(model="m", query="q", documents=["a", "b"], top_n=1)
-    """, ["rerank ClientV2"]),
+    """,
+        ["rerank ClientV2"],
+    ),
 }
 TORCH_CASES = {
-    "rerankers": ("ragtrail.instrumentation.rerankers", "RerankersInstrumentor", ["rerankers"], """
+    "rerankers": (
+        "ragtrail.instrumentation.rerankers",
+        "RerankersInstrumentor",
+        ["rerankers"],
+        """
         from rerankers.models.ranker import BaseRanker
         from rerankers.results import RankedResults, Result
         from rerankers.utils import prep_docs
@@ -106,17 +146,30 @@ TORCH_CASES = {
         # defined after rerankers was patched: recorded once met through BaseRanker.rank_async
         import asyncio
         asyncio.run(KeywordRanker().rank_async("cats sleep", ["cats sleep", "dogs bark"]))
-    """, ["rerank KeywordRanker"]),
-    "sentence_transformers": ("ragtrail.instrumentation.sentence_transformers", "SentenceTransformersInstrumentor",
-                              ["sentence_transformers"], """
+    """,
+        ["rerank KeywordRanker"],
+    ),
+    "sentence_transformers": (
+        "ragtrail.instrumentation.sentence_transformers",
+        "SentenceTransformersInstrumentor",
+        ["sentence_transformers"],
+        """
         from sentence_transformers import CrossEncoder
         # a model needs weights; the patch itself is what this checks
         assert hasattr(CrossEncoder.rank, "__wrapped__") and hasattr(CrossEncoder.predict, "__wrapped__")
-    """, []),
-    "flashrank": ("ragtrail.instrumentation.flashrank", "FlashrankInstrumentor", ["flashrank"], """
+    """,
+        [],
+    ),
+    "flashrank": (
+        "ragtrail.instrumentation.flashrank",
+        "FlashrankInstrumentor",
+        ["flashrank"],
+        """
         from flashrank import Ranker
         assert hasattr(Ranker.rerank, "__wrapped__")
-    """, []),
+    """,
+        [],
+    ),
 }
 
 

@@ -58,7 +58,7 @@ check_count_and_digest = spanutil.check_count_and_digest
 def pop_mirrors(a: dict[str, Any], ids: list[str], scores: list[float]) -> None:
     """OpenInference's flattened documents: the best-ranked prefix (the recorder caps them so its own
     attributes keep room under the SDK's attribute limit)."""
-    for i, (ident, score) in enumerate(zip(ids, scores)):
+    for i, (ident, score) in enumerate(zip(ids, scores, strict=False)):
         if f"retrieval.documents.{i}.document.id" not in a:
             assert i >= 30, f"only {i} documents mirrored"
             break
@@ -73,9 +73,20 @@ def expected_row(index: Any, q: Any, k: int, *, binary: bool = False) -> tuple[A
         return index.search(q, k)
 
 
-def check_row_span(span: Any, spans: Any, index: Any, q_row: Any, dist: Any, ids: Any, *, kind: str,
-                   k: int, batch: tuple[int, int] | None = None, binary: bool = False) -> None:
-    keep = [(int(i), float(d)) for i, d in zip(ids, dist) if i != -1]
+def check_row_span(
+    span: Any,
+    spans: Any,
+    index: Any,
+    q_row: Any,
+    dist: Any,
+    ids: Any,
+    *,
+    kind: str,
+    k: int,
+    batch: tuple[int, int] | None = None,
+    binary: bool = False,
+) -> None:
+    keep = [(int(i), float(d)) for i, d in zip(ids, dist, strict=False) if i != -1]
     a = spanutil.own(span)
     dim, sha = vector_receipt(q_row, binary)
     expected = {
@@ -109,7 +120,7 @@ def check_row_span(span: Any, spans: Any, index: Any, q_row: Any, dist: Any, ids
     mirrorutil.pop_mirrors(a, span, spans)
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(keep)
-    for rank, ((ident, score), (_, ev)) in enumerate(zip(keep, evs)):
+    for rank, ((ident, score), (_, ev)) in enumerate(zip(keep, evs, strict=False)):
         assert ev.pop(sc.CANDIDATE_ID) == str(ident)
         assert ev.pop(sc.CANDIDATE_RANK) == rank
         assert ev.pop(sc.CANDIDATE_SCORE_KIND) == kind
@@ -118,9 +129,11 @@ def check_row_span(span: Any, spans: Any, index: Any, q_row: Any, dist: Any, ids
 
 
 def test_patches_every_class_with_its_own_search(instrumentor) -> None:
-    own = sorted(name for name, cls in vars(faiss).items()
-                 if isinstance(cls, type) and cls.__name__ == name and "search" in vars(cls)
-                 and issubclass(cls, (faiss.Index, faiss.IndexBinary)))
+    own = sorted(
+        name
+        for name, cls in vars(faiss).items()
+        if isinstance(cls, type) and cls.__name__ == name and "search" in vars(cls) and issubclass(cls, (faiss.Index, faiss.IndexBinary))
+    )
     assert instrumentor.patched == own
     # the classes the issue names, and subclasses that inherit a patched search
     for name in ("IndexFlat", "IndexIVF", "IndexHNSW", "IndexBinaryFlat", "IndexIDMap", "IndexPreTransform"):
@@ -144,13 +157,17 @@ def test_uninstrument_restores_every_search(tracer_provider, span_exporter) -> N
     assert retrieve_spans(span_exporter) == []
 
 
-@pytest.mark.parametrize("factory, kind", [
-    (lambda: faiss.IndexFlatL2(D), sc.SCORE_DISTANCE),
-    (lambda: faiss.IndexFlatIP(D), sc.SCORE_SIMILARITY),
-    (lambda: faiss.IndexHNSWFlat(D, 16), sc.SCORE_DISTANCE),
-    (lambda: faiss.IndexHNSWFlat(D, 16, faiss.METRIC_INNER_PRODUCT), sc.SCORE_SIMILARITY),
-    (lambda: faiss.IndexFlat(D, faiss.METRIC_L1), sc.SCORE_DISTANCE),
-], ids=["FlatL2", "FlatIP", "HNSWFlat", "HNSWFlat-IP", "Flat-L1"])
+@pytest.mark.parametrize(
+    "factory, kind",
+    [
+        (lambda: faiss.IndexFlatL2(D), sc.SCORE_DISTANCE),
+        (lambda: faiss.IndexFlatIP(D), sc.SCORE_SIMILARITY),
+        (lambda: faiss.IndexHNSWFlat(D, 16), sc.SCORE_DISTANCE),
+        (lambda: faiss.IndexHNSWFlat(D, 16, faiss.METRIC_INNER_PRODUCT), sc.SCORE_SIMILARITY),
+        (lambda: faiss.IndexFlat(D, faiss.METRIC_L1), sc.SCORE_DISTANCE),
+    ],
+    ids=["FlatL2", "FlatIP", "HNSWFlat", "HNSWFlat-IP", "Flat-L1"],
+)
 def test_one_query_one_span_exact(instrumentor, span_exporter, factory, kind) -> None:
     index = factory()
     index.add(vectors(50))
@@ -254,8 +271,7 @@ def test_binary_index_hamming_distance(instrumentor, span_exporter) -> None:
     assert len(rows) == 2
     spans = span_exporter.get_finished_spans()
     for r, span in enumerate(rows):
-        check_row_span(span, spans, index, data[r], d[r], i[r], kind=sc.SCORE_DISTANCE, k=3,
-                       batch=(r, 2), binary=True)
+        check_row_span(span, spans, index, data[r], d[r], i[r], kind=sc.SCORE_DISTANCE, k=3, batch=(r, 2), binary=True)
 
 
 def test_results_are_the_same_objects_unmodified(instrumentor, span_exporter) -> None:
@@ -375,7 +391,8 @@ def test_under_opentelemetry_instrument_thousand_hits_arrive_in_the_local_store(
     from ragtrail.inspect import manifest
     from ragtrail.inspect.model import Trace
 
-    spans = run_under_opentelemetry_instrument("""
+    spans = run_under_opentelemetry_instrument(
+        """
         import faiss, numpy as np
         rng = np.random.default_rng(0)
         index = faiss.IndexHNSWFlat(8, 16)
@@ -385,10 +402,12 @@ def test_under_opentelemetry_instrument_thousand_hits_arrive_in_the_local_store(
         with open("ids.txt", "w") as f:
             f.write(",".join(str(x) for x in i[0] if x != -1))
         print("APP-OK")
-    """, tmp_path, "ragtrail_faiss")
+    """,
+        tmp_path,
+        "ragtrail_faiss",
+    )
     want0 = (tmp_path / "ids.txt").read_text().split(",")
-    stages = [s for s in spans if s.attributes.get(sc.STAGE_KIND) == sc.KIND_RETRIEVE
-              and not s.attributes.get(sc.STAGE_CONTINUATION)]
+    stages = [s for s in spans if s.attributes.get(sc.STAGE_KIND) == sc.KIND_RETRIEVE and not s.attributes.get(sc.STAGE_CONTINUATION)]
     assert len(stages) == 2 and {s.name for s in stages} == {"retrieve IndexHNSWFlat"}
     assert sorted(s.attributes[sc.STAGE_BATCH_INDEX] for s in stages) == [0, 1]
     for s in stages:
@@ -442,16 +461,17 @@ def test_any_faiss_wheel_satisfies_the_dependency_check(monkeypatch) -> None:
 
 
 def test_importing_the_vector_store_instrumentations_imports_no_library() -> None:
-    code = ("import sys, ragtrail.instrumentation.faiss, ragtrail.instrumentation.qdrant, "
-            "ragtrail.instrumentation.chromadb; "
-            "print(sorted(m for m in ('faiss', 'qdrant_client', 'chromadb', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys, ragtrail.instrumentation.faiss, ragtrail.instrumentation.qdrant, "
+        "ragtrail.instrumentation.chromadb; "
+        "print(sorted(m for m in ('faiss', 'qdrant_client', 'chromadb', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
 
-def test_a_bulk_search_writes_at_most_the_configured_stages_and_says_so(instrumentor, span_exporter,
-                                                                        monkeypatch) -> None:
+def test_a_bulk_search_writes_at_most_the_configured_stages_and_says_so(instrumentor, span_exporter, monkeypatch) -> None:
     index = faiss.IndexFlatL2(D)
     index.add(vectors(30))
     monkeypatch.setenv("RAGTRAIL_VECTORSTORE_MAX_QUERIES", "5")
@@ -460,8 +480,7 @@ def test_a_bulk_search_writes_at_most_the_configured_stages_and_says_so(instrume
     rows = sorted(retrieve_spans(span_exporter), key=lambda s: s.attributes[sc.STAGE_BATCH_INDEX])
     assert [r.attributes[sc.STAGE_BATCH_INDEX] for r in rows] == [0, 1, 2, 3, 4]
     assert {r.attributes[sc.STAGE_BATCH_SIZE] for r in rows} == {40}
-    assert rows[0].attributes[sc.STAGE_FINDINGS] == (
-        "batch of 40 queries: stages written for the first 5 only (RAGTRAIL_VECTORSTORE_MAX_QUERIES)",)
+    assert rows[0].attributes[sc.STAGE_FINDINGS] == ("batch of 40 queries: stages written for the first 5 only (RAGTRAIL_VECTORSTORE_MAX_QUERIES)",)
     assert [e.attributes[sc.CANDIDATE_ID] for e in rec_events(rows[4])] == [str(x) for x in i[4]]
     span_exporter.clear()
     monkeypatch.setenv("RAGTRAIL_VECTORSTORE_MAX_QUERIES", "not-a-number")  # default 1000, logged once

@@ -63,8 +63,13 @@ def _onnx_export(model: Any, target: Path) -> None:
     ids = torch.ones((2, 8), dtype=torch.long)
     names = ["input_ids", "attention_mask", "token_type_ids"]
     torch.onnx.export(
-        model, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(target),
-        input_names=names, output_names=["logits"], opset_version=17, dynamo=False,
+        model,
+        (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+        str(target),
+        input_names=names,
+        output_names=["logits"],
+        opset_version=17,
+        dynamo=False,
         dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names}, "logits": {0: "batch"}},
     )
 
@@ -121,7 +126,10 @@ def test_rerank_snapshots_before_the_in_place_sort(ranker, instrumentor, tracer_
     (span,) = span_exporter.get_finished_spans()
     ident = {id(p): (str(p["id"]) if "id" in p else None) for p in original}
     check_rerank_span(
-        span, component=COMPONENT, query=QUERY, model=MODEL,
+        span,
+        component=COMPONENT,
+        query=QUERY,
+        model=MODEL,
         inputs=[doc(original[0]["text"], "11"), doc(original[1]["text"]), doc(original[2]["text"], "c", score=0.4)],
         outputs=[doc(p["text"], ident[id(p)], score=float(p["score"])) for p in result],
     )
@@ -133,10 +141,15 @@ def test_nan_scores_from_the_model(cache_dir, instrumentor, span_exporter) -> No
     result = nan_ranker.rerank(RerankRequest(QUERY, items))
     assert all(p["score"] != p["score"] for p in result)
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=QUERY, model=NAN_MODEL,
-                      inputs=[doc("one", "1"), doc("two", "2")],
-                      outputs=[doc(p["text"], str(p["id"]), score=float("nan")) for p in result],
-                      findings=["2 non-finite rerank score(s), recorded as ragtrail.candidate.score_raw"])
+    check_rerank_span(
+        span,
+        component=COMPONENT,
+        query=QUERY,
+        model=NAN_MODEL,
+        inputs=[doc("one", "1"), doc("two", "2")],
+        outputs=[doc(p["text"], str(p["id"]), score=float("nan")) for p in result],
+        findings=["2 non-finite rerank score(s), recorded as ragtrail.candidate.score_raw"],
+    )
 
 
 def test_empty_passages_fail_like_the_library(ranker, instrumentor, tracer_provider, span_exporter) -> None:
@@ -146,8 +159,17 @@ def test_empty_passages_fail_like_the_library(ranker, instrumentor, tracer_provi
         ranker.rerank(RerankRequest(QUERY, []))
     assert str(traced.value) == str(plain.value)
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=QUERY, model=MODEL, inputs=[], outputs=[], status="failed",
-                      failure_class="exception:ValueError", exception_type="ValueError")
+    check_rerank_span(
+        span,
+        component=COMPONENT,
+        query=QUERY,
+        model=MODEL,
+        inputs=[],
+        outputs=[],
+        status="failed",
+        failure_class="exception:ValueError",
+        exception_type="ValueError",
+    )
 
 
 def test_passage_without_text_fails_and_the_keyerror_propagates(ranker, instrumentor, span_exporter) -> None:
@@ -172,9 +194,14 @@ def test_rerankers_flashrank_ranker_is_one_span(cache_dir, instrumentor, tracer_
     finally:
         outer.uninstrument()
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component="rerankers.models.flashrank_ranker.FlashRankRanker", query=QUERY, model=MODEL,
-                      inputs=[doc(t) for t in texts],
-                      outputs=[doc(r.document.text, score=float(r.score)) for r in result.results])
+    check_rerank_span(
+        span,
+        component="rerankers.models.flashrank_ranker.FlashRankRanker",
+        query=QUERY,
+        model=MODEL,
+        inputs=[doc(t) for t in texts],
+        outputs=[doc(r.document.text, score=float(r.score)) for r in result.results],
+    )
 
 
 def test_uninstrument_restores_rerank(instrumentor, span_exporter, ranker) -> None:
@@ -214,7 +241,8 @@ def test_a_pending_import_hook_is_retired_by_uninstrument(tmp_path) -> None:
     import textwrap
 
     script = tmp_path / "lazy.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import sys
         from ragtrail.instrumentation.flashrank import FlashrankInstrumentor
         inst = FlashrankInstrumentor()
@@ -228,6 +256,7 @@ def test_a_pending_import_hook_is_retired_by_uninstrument(tmp_path) -> None:
         inst.uninstrument()
         assert not hasattr(flashrank.Ranker.__dict__["rerank"], "__wrapped__")
         print("LAZY-OK")
-    """))
+    """)
+    )
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "LAZY-OK" in proc.stdout, proc.stderr[-3000:]

@@ -54,19 +54,26 @@ def test_an_lcel_rag_chain_is_a_pipeline_with_a_generate_stage(langchain, span_e
     chain = lcel_chain(lambda docs: docs[0].page_content)
     assert chain.invoke("cat on the mat") == "Cats sit on mats."
     spans = span_exporter.get_finished_spans()
-    assert [s.name for s in spans] == ["retrieve VectorStoreRetriever", "generate FakeListChatModel",
-                                       "pipeline RunnableSequence"]
+    assert [s.name for s in spans] == ["retrieve VectorStoreRetriever", "generate FakeListChatModel", "pipeline RunnableSequence"]
     retrieve, generate, pipeline = spans
     assert retrieve.parent.span_id == generate.parent.span_id == pipeline.context.span_id
     hits = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(retrieve) if e.name == sc.EVENT_CANDIDATE]
     assert hits[0] == "d0" and len(hits) == 2
     first, second = hits
-    assert_events(generate, [(sc.EVENT_CANDIDATE, candidate_event(first, 0, TEXTS[0], hop=0)),
-                             (sc.EVENT_EXCLUSION, exclusion_event(second, 1, TEXTS[int(second[1:])], *NOT_IN_PROMPT,
-                                                                  hop=0))])
+    assert_events(
+        generate,
+        [
+            (sc.EVENT_CANDIDATE, candidate_event(first, 0, TEXTS[0], hop=0)),
+            (sc.EVENT_EXCLUSION, exclusion_event(second, 1, TEXTS[int(second[1:])], *NOT_IN_PROMPT, hop=0)),
+        ],
+    )
     attributes = dict(generate.attributes)
-    assert (attributes[sc.STAGE_KIND], attributes[sc.CANDIDATES_IN], attributes[sc.CANDIDATES_OUT],
-            attributes[sc.CANDIDATES_EXCLUDED]) == ("generate", 2, 1, 1)
+    assert (attributes[sc.STAGE_KIND], attributes[sc.CANDIDATES_IN], attributes[sc.CANDIDATES_OUT], attributes[sc.CANDIDATES_EXCLUDED]) == (
+        "generate",
+        2,
+        1,
+        1,
+    )
     own = dict(pipeline.attributes)
     for key, value in answer_attributes("Cats sit on mats.").items():
         assert own.pop(key) == value, key
@@ -118,8 +125,9 @@ def test_a_haystack_generator_is_a_generate_stage(tracer_provider, span_exporter
     pipe = Pipeline()
     pipe.add_component("retriever", InMemoryBM25Retriever(store, top_k=2))
     # the template shows only the first document: the second never reaches the prompt
-    pipe.add_component("prompt_builder", PromptBuilder(template="{{ documents[0].content }}\nQ: {{ question }}",
-                                                       required_variables=["question", "documents"]))
+    pipe.add_component(
+        "prompt_builder", PromptBuilder(template="{{ documents[0].content }}\nQ: {{ question }}", required_variables=["question", "documents"])
+    )
     pipe.add_component("llm", ScriptedGenerator())
     pipe.connect("retriever", "prompt_builder.documents")
     pipe.connect("prompt_builder", "llm")
@@ -133,16 +141,17 @@ def test_a_haystack_generator_is_a_generate_stage(tracer_provider, span_exporter
     spans = span_exporter.get_finished_spans()
     assert [s.name for s in spans] == ["retrieve InMemoryBM25Retriever", "generate ScriptedGenerator", "pipeline Pipeline"]
     retrieve, generate, pipeline = spans
-    ranked = [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in rec_events(retrieve)
-              if e.name == sc.EVENT_CANDIDATE]
+    ranked = [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in rec_events(retrieve) if e.name == sc.EVENT_CANDIDATE]
     assert [i for i, _ in ranked] == ["jean", "mark"]
     text = {"jean": "Jean lives in Paris", "mark": "Mark lives in Berlin"}
     score = dict(ranked)
-    assert_events(generate, [
-        (sc.EVENT_CANDIDATE, candidate_event("jean", 0, text["jean"], score=score["jean"], score_kind="bm25", hop=0)),
-        (sc.EVENT_EXCLUSION, exclusion_event("mark", 1, text["mark"], *NOT_IN_PROMPT, score=score["mark"],
-                                             score_kind="bm25", hop=0)),
-    ])
+    assert_events(
+        generate,
+        [
+            (sc.EVENT_CANDIDATE, candidate_event("jean", 0, text["jean"], score=score["jean"], score_kind="bm25", hop=0)),
+            (sc.EVENT_EXCLUSION, exclusion_event("mark", 1, text["mark"], *NOT_IN_PROMPT, score=score["mark"], score_kind="bm25", hop=0)),
+        ],
+    )
     assert dict(pipeline.attributes)[sc.ANSWER_SHA256] == receipt("Paris.").sha256
     # after uninstrument() the generator class is as it was
     assert not hasattr(ScriptedGenerator.run, "__wrapped__")

@@ -56,8 +56,24 @@ CORPUS = [
     ("coal", "Coal and gas are fossil fuels", {"year": 2015}),
     ("battery", "Batteries store solar and wind electricity for the night", {"year": 2024}),
 ]
-VOCAB = ["solar", "sunlight", "wind", "turbines", "water", "hydropower", "heat", "earth", "coal", "gas",
-         "fossil", "batteries", "store", "electricity", "night", "energy"]
+VOCAB = [
+    "solar",
+    "sunlight",
+    "wind",
+    "turbines",
+    "water",
+    "hydropower",
+    "heat",
+    "earth",
+    "coal",
+    "gas",
+    "fossil",
+    "batteries",
+    "store",
+    "electricity",
+    "night",
+    "energy",
+]
 
 
 def embed(text: str) -> list[float]:
@@ -151,21 +167,36 @@ def excluded(d: Document, rank: int, kind: str, reason: str, detail: str | None,
 
 def query_attrs(text: str, hop: int, transform: str = "none", parent: int | None = None) -> dict:
     r = receipt(text)
-    out = {sc.QUERY_TEXT: text, sc.QUERY_HOP: hop, sc.QUERY_TRANSFORM: transform, sc.QUERY_CHARS: r.chars,
-           sc.QUERY_BYTES: r.bytes, sc.QUERY_SHA256: r.sha256}
+    out = {
+        sc.QUERY_TEXT: text,
+        sc.QUERY_HOP: hop,
+        sc.QUERY_TRANSFORM: transform,
+        sc.QUERY_CHARS: r.chars,
+        sc.QUERY_BYTES: r.bytes,
+        sc.QUERY_SHA256: r.sha256,
+    }
     if parent is not None:
         out[sc.QUERY_PARENT_HOP] = parent
     return out
 
 
-def check_span(span, *, kind: str, component: str, own: dict, cands: list[dict], excl: list[dict] = (),
-               queries: list[dict] = (), inputs: list[tuple[str, float | None]] | None = None,
-               query: str | None = None, top_k: int | None = None) -> None:
+def check_span(
+    span,
+    *,
+    kind: str,
+    component: str,
+    own: dict,
+    cands: list[dict],
+    excl: list[dict] = (),
+    queries: list[dict] = (),
+    inputs: list[tuple[str, float | None]] | None = None,
+    query: str | None = None,
+    top_k: int | None = None,
+) -> None:
     """Pop every attribute the span must carry (its own, the mirrors, count and digest) and compare
     its events exactly; nothing else may be left."""
     a = attrs(span)
-    expected_events = ([(sc.EVENT_QUERY, q) for q in queries] + [(sc.EVENT_CANDIDATE, c) for c in cands]
-                       + [(sc.EVENT_EXCLUSION, e) for e in excl])
+    expected_events = [(sc.EVENT_QUERY, q) for q in queries] + [(sc.EVENT_CANDIDATE, c) for c in cands] + [(sc.EVENT_EXCLUSION, e) for e in excl]
     got = records(span)  # schema 3: the columns and the exclusion events, decoded
     assert got == expected_events
     oi_kind = mirrorutil.KINDS.get(kind, sc.OI_CHAIN)
@@ -183,8 +214,10 @@ def check_span(span, *, kind: str, component: str, own: dict, cands: list[dict],
     elif oi_kind == sc.OI_RERANKER:
         if top_k is not None:
             mirrors[sc.OI_RERANKER_TOP_K] = top_k
-        lists = [(sc.OI_RERANKER_OUTPUT_DOCUMENTS, [(c[sc.CANDIDATE_ID], c.get(sc.CANDIDATE_SCORE)) for c in cands]),
-                 (sc.OI_RERANKER_INPUT_DOCUMENTS, inputs or [])]
+        lists = [
+            (sc.OI_RERANKER_OUTPUT_DOCUMENTS, [(c[sc.CANDIDATE_ID], c.get(sc.CANDIDATE_SCORE)) for c in cands]),
+            (sc.OI_RERANKER_INPUT_DOCUMENTS, inputs or []),
+        ]
     else:
         lists = []
     for prefix, docs in lists:
@@ -195,9 +228,14 @@ def check_span(span, *, kind: str, component: str, own: dict, cands: list[dict],
     pop_all(a, mirrors)
     pop_all(a, {sc.SCHEMA: 5, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component})
     pop_all(a, own)
-    digest_items = [(n, f"hop:{e[sc.QUERY_HOP]}" if n == sc.EVENT_QUERY else e[sc.CANDIDATE_ID],
-                     e.get(sc.QUERY_SHA256 if n == sc.EVENT_QUERY else sc.CANDIDATE_CONTENT_SHA256, ""))
-                    for n, e in expected_events]
+    digest_items = [
+        (
+            n,
+            f"hop:{e[sc.QUERY_HOP]}" if n == sc.EVENT_QUERY else e[sc.CANDIDATE_ID],
+            e.get(sc.QUERY_SHA256 if n == sc.EVENT_QUERY else sc.CANDIDATE_CONTENT_SHA256, ""),
+        )
+        for n, e in expected_events
+    ]
     pop_all(a, {sc.EVENTS_COUNT: len(expected_events), sc.EVENTS_DIGEST: sorted_events_digest(digest_items)})
     mirrorutil.pop_mirrors(a, span)
     assert a == {}, f"unexpected attributes left: {a}"
@@ -238,8 +276,7 @@ def test_declares_its_instrumented_library():
 def test_bm25_retriever_exact_span(tracer_provider, span_exporter):
     store = make_store()
     retriever = InMemoryBM25Retriever(store, top_k=3)
-    plain, traced, spans = run_plain_then_instrumented(
-        tracer_provider, span_exporter, lambda: retriever.run(query="solar electricity"))
+    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: retriever.run(query="solar electricity"))
     assert plain == traced
     docs = traced["documents"]
     assert [d.id for d in docs][:1] == ["solar"] and len(docs) == 3
@@ -247,11 +284,23 @@ def test_bm25_retriever_exact_span(tracer_provider, span_exporter):
     assert span.name == "retrieve InMemoryBM25Retriever"
     assert span.kind == trace.SpanKind.CLIENT
     assert span.status.status_code == StatusCode.OK  # the OpenInference mirror's status on success
-    check_span(span, kind="retrieve", component=BM25, top_k=3, query="solar electricity",
-               own={sc.STAGE_STATUS: "ok", sc.STAGE_TOP_K: 3, sc.COVERAGE_CORPUS_SIZE: 6,
-                    sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 3, sc.CANDIDATES_EXCLUDED: 0,
-                    **query_attrs("solar electricity", 0)},
-               cands=[candidate(d, i, "bm25") for i, d in enumerate(docs)])
+    check_span(
+        span,
+        kind="retrieve",
+        component=BM25,
+        top_k=3,
+        query="solar electricity",
+        own={
+            sc.STAGE_STATUS: "ok",
+            sc.STAGE_TOP_K: 3,
+            sc.COVERAGE_CORPUS_SIZE: 6,
+            sc.CANDIDATES_IN: 0,
+            sc.CANDIDATES_OUT: 3,
+            sc.CANDIDATES_EXCLUDED: 0,
+            **query_attrs("solar electricity", 0),
+        },
+        cands=[candidate(d, i, "bm25") for i, d in enumerate(docs)],
+    )
 
 
 def test_bm25_filters_and_runtime_top_k_are_recorded(instrument):
@@ -289,17 +338,44 @@ def test_embedding_retriever_in_a_pipeline_takes_the_pipelines_only_query(tracer
     import numpy as np
 
     vector = BagOfWordsEmbedder().run(text="wind turbines")["embedding"]
-    check_span(span, kind="retrieve", component=EMB, top_k=2, query="wind turbines",
-               own={sc.STAGE_STATUS: "ok", sc.STAGE_TOP_K: 2, sc.COVERAGE_CORPUS_SIZE: 6,
-                    sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 2, sc.CANDIDATES_EXCLUDED: 0,
-                    **query_attrs("wind turbines", 0), sc.QUERY_VECTOR_DIM: len(vector),
-                    sc.QUERY_VECTOR_SHA256: hashlib.sha256(np.asarray(vector, "<f4").tobytes()).hexdigest()},
-               cands=[candidate(d, i, "similarity", hop=0) for i, d in enumerate(docs)])
-    check_span(root, kind="pipeline", component=PIPELINE, query="wind turbines",
-               own={sc.STAGE_STATUS: "ok", sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 0, sc.CANDIDATES_EXCLUDED: 0,
-                    sc.COVERAGE_RETRIEVED: 2, sc.COVERAGE_IN_CONTEXT: 2, sc.COVERAGE_CITED: 0,
-                    sc.COVERAGE_CORPUS_SIZE: 6, sc.RUN_STATUS: sc.RUN_AVAILABLE, **query_attrs("wind turbines", 0)},
-               cands=[])
+    check_span(
+        span,
+        kind="retrieve",
+        component=EMB,
+        top_k=2,
+        query="wind turbines",
+        own={
+            sc.STAGE_STATUS: "ok",
+            sc.STAGE_TOP_K: 2,
+            sc.COVERAGE_CORPUS_SIZE: 6,
+            sc.CANDIDATES_IN: 0,
+            sc.CANDIDATES_OUT: 2,
+            sc.CANDIDATES_EXCLUDED: 0,
+            **query_attrs("wind turbines", 0),
+            sc.QUERY_VECTOR_DIM: len(vector),
+            sc.QUERY_VECTOR_SHA256: hashlib.sha256(np.asarray(vector, "<f4").tobytes()).hexdigest(),
+        },
+        cands=[candidate(d, i, "similarity", hop=0) for i, d in enumerate(docs)],
+    )
+    check_span(
+        root,
+        kind="pipeline",
+        component=PIPELINE,
+        query="wind turbines",
+        own={
+            sc.STAGE_STATUS: "ok",
+            sc.CANDIDATES_IN: 0,
+            sc.CANDIDATES_OUT: 0,
+            sc.CANDIDATES_EXCLUDED: 0,
+            sc.COVERAGE_RETRIEVED: 2,
+            sc.COVERAGE_IN_CONTEXT: 2,
+            sc.COVERAGE_CITED: 0,
+            sc.COVERAGE_CORPUS_SIZE: 6,
+            sc.RUN_STATUS: sc.RUN_AVAILABLE,
+            **query_attrs("wind turbines", 0),
+        },
+        cands=[],
+    )
 
 
 def test_retriever_errors_are_the_librarys_own(tracer_provider, span_exporter):
@@ -331,36 +407,36 @@ def joiner_lists():
 
 def test_joiner_concatenate_dedups_and_cuts(tracer_provider, span_exporter):
     joiner = DocumentJoiner(top_k=3)
-    plain, traced, spans = run_plain_then_instrumented(
-        tracer_provider, span_exporter, lambda: joiner.run(documents=list(joiner_lists())))
+    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: joiner.run(documents=list(joiner_lists())))
     assert plain == traced
     assert [(d.id, d.score) for d in traced["documents"]] == [("solar", 0.9), ("geo", 0.6), ("wind", 0.5)]
     (span,) = spans
     assert span.name == "fuse DocumentJoiner"
     a, b = joiner_lists()
-    check_span(span, kind="fuse", component=JOINER,
-               own={sc.STAGE_STATUS: "ok", sc.STAGE_TOP_K: 3, sc.CANDIDATES_IN: 6, sc.CANDIDATES_OUT: 3,
-                    sc.CANDIDATES_EXCLUDED: 3},
-               cands=[candidate(a[0], 0, "none", None), candidate(b[1], 1, "none", None),
-                      candidate(a[1], 2, "none", None)],
-               excl=[excluded(a[2], 2, "none", "below_rank_cutoff", "top_k=3", None),
-                     excluded(b[0], 3, "none", "deduplicated", "duplicate id of solar", None),
-                     excluded(b[2], 5, "none", "below_rank_cutoff", "top_k=3", None)])
+    check_span(
+        span,
+        kind="fuse",
+        component=JOINER,
+        own={sc.STAGE_STATUS: "ok", sc.STAGE_TOP_K: 3, sc.CANDIDATES_IN: 6, sc.CANDIDATES_OUT: 3, sc.CANDIDATES_EXCLUDED: 3},
+        cands=[candidate(a[0], 0, "none", None), candidate(b[1], 1, "none", None), candidate(a[1], 2, "none", None)],
+        excl=[
+            excluded(a[2], 2, "none", "below_rank_cutoff", "top_k=3", None),
+            excluded(b[0], 3, "none", "deduplicated", "duplicate id of solar", None),
+            excluded(b[2], 5, "none", "below_rank_cutoff", "top_k=3", None),
+        ],
+    )
 
 
-@pytest.mark.parametrize("mode,kind", [("merge", "relative"), ("reciprocal_rank_fusion", "rrf"),
-                                       ("distribution_based_rank_fusion", "relative")])
+@pytest.mark.parametrize("mode,kind", [("merge", "relative"), ("reciprocal_rank_fusion", "rrf"), ("distribution_based_rank_fusion", "relative")])
 def test_joiner_rescoring_modes(tracer_provider, span_exporter, mode, kind):
     joiner = DocumentJoiner(join_mode=mode, top_k=4)
-    plain, traced, spans = run_plain_then_instrumented(
-        tracer_provider, span_exporter, lambda: joiner.run(documents=list(joiner_lists())))
+    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: joiner.run(documents=list(joiner_lists())))
     assert plain == traced
     out = traced["documents"]
     assert len(out) == 4
     (span,) = spans
     got = events(span, sc.EVENT_CANDIDATE)
-    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in got] == \
-        [(d.id, d.score, kind) for d in out]
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in got] == [(d.id, d.score, kind) for d in out]
     ids = {d.id for d in out}
     a, b = joiner_lists()
     inputs = a + b
@@ -375,8 +451,10 @@ def test_joiner_rescoring_modes(tracer_provider, span_exporter, mode, kind):
         else:
             seen.add(d.id)
             expected_excl.append((d.id, rank, "below_rank_cutoff", "top_k=4", d.score))
-    got_excl = [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL],
-                 e[sc.CANDIDATE_SCORE]) for e in events(span, sc.EVENT_EXCLUSION)]
+    got_excl = [
+        (e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL], e[sc.CANDIDATE_SCORE])
+        for e in events(span, sc.EVENT_EXCLUSION)
+    ]
     assert got_excl == expected_excl
     assert len(got_excl) == 2  # one duplicate (solar) and one cut (six inputs, five ids, four kept)
     a_ = attrs(span)
@@ -418,30 +496,39 @@ def test_joiner_inputs_keep_the_hop_and_kind_of_the_retriever_that_found_them(in
 # --- rankers ---------------------------------------------------------------------------------------
 def test_lost_in_the_middle_classifies_dedup_top_k_and_word_budget(tracer_provider, span_exporter):
     # words: solar 6, wind 6, hydro 7, geo 8, coal 6, battery 9
-    inputs = [doc("solar", 0.9), doc("wind", 0.8), doc("solar", 0.2), doc("hydro", 0.7), doc("geo", 0.6),
-              doc("coal", 0.5), doc("battery", 0.4)]
+    inputs = [doc("solar", 0.9), doc("wind", 0.8), doc("solar", 0.2), doc("hydro", 0.7), doc("geo", 0.6), doc("coal", 0.5), doc("battery", 0.4)]
     ranker = LostInTheMiddleRanker(word_count_threshold=18, top_k=5)
-    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter,
-                                                       lambda: ranker.run(documents=list(inputs)))
+    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: ranker.run(documents=list(inputs)))
     assert plain == traced
     out = traced["documents"]
     # kept: solar (6), wind (12), hydro (19 >= 18: kept, then stop); lost-in-the-middle order
     assert [d.id for d in out] == ["solar", "hydro", "wind"]
     (span,) = spans
     assert span.name == "rerank LostInTheMiddleRanker"
-    check_span(span, kind="rerank", component=LITM, top_k=5,
-               inputs=[(d.id, d.score) for d in inputs],
-               own={sc.STAGE_STATUS: "ok", sc.STAGE_TOP_K: 5, sc.STAGE_BUDGET_LIMIT: 18,
-                    sc.STAGE_BUDGET_USED: 19, sc.STAGE_BUDGET_UNIT: "words",
-                    sc.CANDIDATES_IN: 7, sc.CANDIDATES_OUT: 3, sc.CANDIDATES_EXCLUDED: 4},
-               cands=[candidate(out[0], 0, "none", None), candidate(out[1], 1, "none", None),
-                      candidate(out[2], 2, "none", None)],
-               excl=[excluded(inputs[2], 2, "none", "deduplicated", "duplicate id of solar", None),
-                     excluded(inputs[4], 4, "none", "budget_exceeded",
-                              "19 words >= word_count_threshold=18 before this document", None),
-                     excluded(inputs[5], 5, "none", "budget_exceeded",
-                              "19 words >= word_count_threshold=18 before this document", None),
-                     excluded(inputs[6], 6, "none", "below_rank_cutoff", "top_k=5", None)])
+    check_span(
+        span,
+        kind="rerank",
+        component=LITM,
+        top_k=5,
+        inputs=[(d.id, d.score) for d in inputs],
+        own={
+            sc.STAGE_STATUS: "ok",
+            sc.STAGE_TOP_K: 5,
+            sc.STAGE_BUDGET_LIMIT: 18,
+            sc.STAGE_BUDGET_USED: 19,
+            sc.STAGE_BUDGET_UNIT: "words",
+            sc.CANDIDATES_IN: 7,
+            sc.CANDIDATES_OUT: 3,
+            sc.CANDIDATES_EXCLUDED: 4,
+        },
+        cands=[candidate(out[0], 0, "none", None), candidate(out[1], 1, "none", None), candidate(out[2], 2, "none", None)],
+        excl=[
+            excluded(inputs[2], 2, "none", "deduplicated", "duplicate id of solar", None),
+            excluded(inputs[4], 4, "none", "budget_exceeded", "19 words >= word_count_threshold=18 before this document", None),
+            excluded(inputs[5], 5, "none", "budget_exceeded", "19 words >= word_count_threshold=18 before this document", None),
+            excluded(inputs[6], 6, "none", "below_rank_cutoff", "top_k=5", None),
+        ],
+    )
 
 
 def test_lost_in_the_middle_first_document_alone_exhausts_the_budget(instrument):
@@ -471,23 +558,33 @@ def test_lost_in_the_middle_rejects_non_text_documents_unchanged(tracer_provider
 
 
 def test_meta_field_ranker_drop_missing_and_top_k(tracer_provider, span_exporter):
-    inputs = [doc("solar", 0.9, {"year": 2021}), doc("geo", 0.8, {}), doc("wind", 0.7, {"year": 2019}),
-              doc("hydro", 0.6, {"year": 2023}), doc("battery", 0.5, {"year": 2024})]
+    inputs = [
+        doc("solar", 0.9, {"year": 2021}),
+        doc("geo", 0.8, {}),
+        doc("wind", 0.7, {"year": 2019}),
+        doc("hydro", 0.6, {"year": 2023}),
+        doc("battery", 0.5, {"year": 2024}),
+    ]
     ranker = MetaFieldRanker(meta_field="year", weight=1.0, top_k=2, missing_meta="drop")
-    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter,
-                                                       lambda: ranker.run(documents=list(inputs)))
+    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: ranker.run(documents=list(inputs)))
     assert plain == traced
     out = traced["documents"]
     assert [d.id for d in out] == ["battery", "hydro"]
     (span,) = spans
-    check_span(span, kind="rerank", component=META, top_k=2, inputs=[(d.id, d.score) for d in inputs],
-               own={sc.STAGE_STATUS: "ok", sc.STAGE_TOP_K: 2, sc.CANDIDATES_IN: 5, sc.CANDIDATES_OUT: 2,
-                    sc.CANDIDATES_EXCLUDED: 3},
-               cands=[candidate(out[0], 0, "rrf", None), candidate(out[1], 1, "rrf", None)],
-               excl=[excluded(inputs[0], 0, "none", "below_rank_cutoff", "top_k=2", None),
-                     excluded(inputs[1], 1, "none", "filtered_by_metadata",
-                              "meta field 'year' missing (missing_meta=drop)", None),
-                     excluded(inputs[2], 2, "none", "below_rank_cutoff", "top_k=2", None)])
+    check_span(
+        span,
+        kind="rerank",
+        component=META,
+        top_k=2,
+        inputs=[(d.id, d.score) for d in inputs],
+        own={sc.STAGE_STATUS: "ok", sc.STAGE_TOP_K: 2, sc.CANDIDATES_IN: 5, sc.CANDIDATES_OUT: 2, sc.CANDIDATES_EXCLUDED: 3},
+        cands=[candidate(out[0], 0, "rrf", None), candidate(out[1], 1, "rrf", None)],
+        excl=[
+            excluded(inputs[0], 0, "none", "below_rank_cutoff", "top_k=2", None),
+            excluded(inputs[1], 1, "none", "filtered_by_metadata", "meta field 'year' missing (missing_meta=drop)", None),
+            excluded(inputs[2], 2, "none", "below_rank_cutoff", "top_k=2", None),
+        ],
+    )
 
 
 def test_meta_field_ranker_linear_score_is_a_rerank_score(instrument):
@@ -495,24 +592,22 @@ def test_meta_field_ranker_linear_score_is_a_rerank_score(instrument):
     out = MetaFieldRanker(meta_field="year", ranking_mode="linear_score").run(documents=inputs)["documents"]
     (span,) = instrument.get_finished_spans()
     got = events(span, sc.EVENT_CANDIDATE)
-    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in got] == \
-        [(d.id, d.score, "rerank") for d in out]
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in got] == [(d.id, d.score, "rerank") for d in out]
 
 
 def test_meta_field_ranker_unsortable_values_are_a_degraded_input_order_fallback(tracer_provider, span_exporter):
-    inputs = [doc("solar", 0.9, {"year": 2021}), doc("wind", 0.7, {"year": "recent"}),
-              doc("geo", 0.5, {})]
+    inputs = [doc("solar", 0.9, {"year": 2021}), doc("wind", 0.7, {"year": "recent"}), doc("geo", 0.5, {})]
     ranker = MetaFieldRanker(meta_field="year", missing_meta="drop")
-    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter,
-                                                       lambda: ranker.run(documents=list(inputs)))
+    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: ranker.run(documents=list(inputs)))
     assert plain == traced
     assert [d.id for d in traced["documents"]] == ["solar", "wind"]
     (span,) = spans
     a = attrs(span)
-    pop_all(a, {sc.STAGE_STATUS: "degraded", sc.STAGE_FAILURE_CLASS: "meta_not_sortable",
-                sc.STAGE_FALLBACK: "input_order"})
-    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND])
-            for e in events(span, sc.EVENT_CANDIDATE)] == [("solar", 0.9, "none"), ("wind", 0.7, "none")]
+    pop_all(a, {sc.STAGE_STATUS: "degraded", sc.STAGE_FAILURE_CLASS: "meta_not_sortable", sc.STAGE_FALLBACK: "input_order"})
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in events(span, sc.EVENT_CANDIDATE)] == [
+        ("solar", 0.9, "none"),
+        ("wind", 0.7, "none"),
+    ]
     (e,) = events(span, sc.EVENT_EXCLUSION)
     assert (e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON]) == ("geo", "filtered_by_metadata")
 
@@ -574,12 +669,18 @@ def check_expansion_trace(spans, query: str, out_docs, inner_name: str, inner_ki
     # the thread pool's workers: children of the multi-query span, one per query
     assert len(inner) == 3
     assert {s.parent.span_id for s in inner} == {multi.context.span_id}
-    check_span(expander, kind="query_transform", component=EXPANDER, query=query,
-               own={sc.STAGE_STATUS: "ok", sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 0, sc.CANDIDATES_EXCLUDED: 0,
-                    **query_attrs(query, 0)},
-               queries=[{k: v for k, v in query_attrs("sunlight power", 1, "expand", 0).items()},
-                        {k: v for k, v in query_attrs("wind turbines", 2, "expand", 0).items()}],
-               cands=[])
+    check_span(
+        expander,
+        kind="query_transform",
+        component=EXPANDER,
+        query=query,
+        own={sc.STAGE_STATUS: "ok", sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 0, sc.CANDIDATES_EXCLUDED: 0, **query_attrs(query, 0)},
+        queries=[
+            {k: v for k, v in query_attrs("sunlight power", 1, "expand", 0).items()},
+            {k: v for k, v in query_attrs("wind turbines", 2, "expand", 0).items()},
+        ],
+        cands=[],
+    )
     hop_of = {"sunlight power": 1, "wind turbines": 2, query: 0}
     transform = {1: ("expand", 0), 2: ("expand", 0), 0: ("none", None)}
     found_by: dict[str, list[tuple[int, object]]] = {}
@@ -602,8 +703,7 @@ def check_expansion_trace(spans, query: str, out_docs, inner_name: str, inner_ki
         assert e[sc.CANDIDATE_SCORE_KIND] == inner_kind
     a = attrs(multi)
     n_in = sum(len(v) for v in found_by.values())
-    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == \
-        (n_in, len(out_docs), n_in - len(out_docs))
+    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (n_in, len(out_docs), n_in - len(out_docs))
     assert {e[sc.EXCLUSION_REASON] for e in events(multi, sc.EVENT_EXCLUSION)} <= {"deduplicated"}
     return root
 
@@ -612,21 +712,20 @@ def test_expander_and_multi_query_text_retriever(tracer_provider, span_exporter)
     store = make_store()
     query = "solar electricity"
     plain, traced, spans = run_plain_then_instrumented(
-        tracer_provider, span_exporter, lambda: expansion_pipeline(store).run({"expander": {"query": query}}))
+        tracer_provider, span_exporter, lambda: expansion_pipeline(store).run({"expander": {"query": query}})
+    )
     assert plain == traced
-    check_expansion_trace(spans, query, traced["multi"]["documents"], "retrieve InMemoryBM25Retriever",
-                          "bm25", MQ_TEXT)
+    check_expansion_trace(spans, query, traced["multi"]["documents"], "retrieve InMemoryBM25Retriever", "bm25", MQ_TEXT)
 
 
 def test_expander_and_multi_query_embedding_retriever(tracer_provider, span_exporter):
     store = make_store()
     query = "solar electricity"
     plain, traced, spans = run_plain_then_instrumented(
-        tracer_provider, span_exporter,
-        lambda: expansion_pipeline(store, embedding=True).run({"expander": {"query": query}}))
+        tracer_provider, span_exporter, lambda: expansion_pipeline(store, embedding=True).run({"expander": {"query": query}})
+    )
     assert plain == traced
-    check_expansion_trace(spans, query, traced["multi"]["documents"], "retrieve InMemoryEmbeddingRetriever",
-                          "similarity", MQ_EMB)
+    check_expansion_trace(spans, query, traced["multi"]["documents"], "retrieve InMemoryEmbeddingRetriever", "similarity", MQ_EMB)
 
 
 async def test_async_pipeline_expander_and_multi_query(tracer_provider, span_exporter):
@@ -642,8 +741,7 @@ async def test_async_pipeline_expander_and_multi_query(tracer_provider, span_exp
         instrumentor.uninstrument()
     assert plain == traced
     spans = span_exporter.get_finished_spans()
-    check_expansion_trace(spans, query, traced["multi"]["documents"], "retrieve InMemoryBM25Retriever",
-                          "bm25", MQ_TEXT)
+    check_expansion_trace(spans, query, traced["multi"]["documents"], "retrieve InMemoryBM25Retriever", "bm25", MQ_TEXT)
 
 
 def test_expander_failure_is_degraded_with_the_original_query(instrument):
@@ -652,8 +750,7 @@ def test_expander_failure_is_degraded_with_the_original_query(instrument):
     assert out == {"queries": ["solar"]}
     (span,) = instrument.get_finished_spans()
     a = attrs(span)
-    pop_all(a, {sc.STAGE_STATUS: "degraded", sc.STAGE_FAILURE_CLASS: "no_expansion",
-                sc.STAGE_FALLBACK: "original_query"})
+    pop_all(a, {sc.STAGE_STATUS: "degraded", sc.STAGE_FAILURE_CLASS: "no_expansion", sc.STAGE_FALLBACK: "original_query"})
     assert span.events == ()
 
 
@@ -666,12 +763,12 @@ async def test_multi_query_run_async_direct(instrument):
     inner = spans_named(spans, "retrieve InMemoryBM25Retriever")
     assert {s.parent.span_id for s in inner} == {fuse.context.span_id}
     # the caller's own queries are hops of their own (roots, in the order given): nothing untracked
-    hops = {attrs(s)[sc.QUERY_TEXT]: (attrs(s)[sc.QUERY_HOP], attrs(s).get(sc.QUERY_PARENT_HOP),
-                                      attrs(s)[sc.QUERY_TRANSFORM]) for s in inner}
+    hops = {attrs(s)[sc.QUERY_TEXT]: (attrs(s)[sc.QUERY_HOP], attrs(s).get(sc.QUERY_PARENT_HOP), attrs(s)[sc.QUERY_TRANSFORM]) for s in inner}
     assert hops == {"solar": (0, None, "none"), "coal": (1, None, "none")}
     assert [attrs(s).get(sc.STAGE_FINDINGS) for s in spans] == [None] * len(spans)
-    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_HOP]) for e in events(fuse, sc.EVENT_CANDIDATE)] == \
-        [(d.id, 0 if d.id == "solar" else 1) for d in out["documents"]]
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_HOP]) for e in events(fuse, sc.EVENT_CANDIDATE)] == [
+        (d.id, 0 if d.id == "solar" else 1) for d in out["documents"]
+    ]
 
 
 # --- no double spans, context, concurrency --------------------------------------------------------
@@ -682,8 +779,7 @@ def test_run_async_calling_run_in_an_executor_records_one_span(instrument):
         retriever = None
 
         async def bm25_retrieval_async(self, query, filters=None, top_k=10, scale_score=False):
-            out = await asyncio.to_thread(self.retriever.run, query=query, filters=filters, top_k=top_k,
-                                          scale_score=scale_score)
+            out = await asyncio.to_thread(self.retriever.run, query=query, filters=filters, top_k=top_k, scale_score=scale_score)
             return out["documents"]
 
     store = ThreadedStore()
@@ -723,8 +819,7 @@ def test_fifty_concurrent_pipelines_make_fifty_separate_traces(instrument):
     queries = [f"{words[i % 6]} electricity {i}" for i in range(50)]
 
     def run(q):
-        return expansion_pipeline(store, f'{{"queries": ["{q} power", "{q} energy"]}}').run(
-            {"expander": {"query": q}})
+        return expansion_pipeline(store, f'{{"queries": ["{q} power", "{q} energy"]}}').run({"expander": {"query": q}})
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(run, queries))
@@ -737,8 +832,9 @@ def test_fifty_concurrent_pipelines_make_fifty_separate_traces(instrument):
     seen_queries = set()
     for trace_spans in by_trace.values():
         names = sorted(s.name for s in trace_spans)
-        assert names == ["fuse MultiQueryTextRetriever", "pipeline Pipeline", "query_transform QueryExpander"] + \
-            ["retrieve InMemoryBM25Retriever"] * 3
+        assert (
+            names == ["fuse MultiQueryTextRetriever", "pipeline Pipeline", "query_transform QueryExpander"] + ["retrieve InMemoryBM25Retriever"] * 3
+        )
         root = one(trace_spans, "pipeline Pipeline")
         q = attrs(root)[sc.QUERY_TEXT]
         seen_queries.add(q)
@@ -752,9 +848,9 @@ def test_fifty_concurrent_pipelines_make_fifty_separate_traces(instrument):
 async def test_fifty_concurrent_async_pipelines(instrument):
     store = make_store()
     queries = [f"solar wind {i}" for i in range(50)]
-    results = await asyncio.gather(*[
-        expansion_pipeline(store, f'{{"queries": ["{q} x", "{q} y"]}}').run_async({"expander": {"query": q}})
-        for q in queries])
+    results = await asyncio.gather(
+        *[expansion_pipeline(store, f'{{"queries": ["{q} x", "{q} y"]}}').run_async({"expander": {"query": q}}) for q in queries]
+    )
     assert len(results) == 50
     spans = instrument.get_finished_spans()
     roots = spans_named(spans, "pipeline Pipeline")
@@ -763,15 +859,24 @@ async def test_fifty_concurrent_async_pipelines(instrument):
         q = attrs(root)[sc.QUERY_TEXT]
         mine = [s for s in spans if s.context.trace_id == root.context.trace_id]
         assert len(mine) == 6
-        assert sorted(attrs(s)[sc.QUERY_TEXT] for s in spans_named(mine, "retrieve InMemoryBM25Retriever")) == \
-            sorted([q, f"{q} x", f"{q} y"])
+        assert sorted(attrs(s)[sc.QUERY_TEXT] for s in spans_named(mine, "retrieve InMemoryBM25Retriever")) == sorted([q, f"{q} x", f"{q} y"])
 
 
 def test_uninstrument_restores_every_method(tracer_provider, span_exporter):
-    originals = {cls: (cls.__dict__["run"], cls.__dict__.get("run_async"))
-                 for cls in (InMemoryBM25Retriever, InMemoryEmbeddingRetriever, DocumentJoiner,
-                             LostInTheMiddleRanker, MetaFieldRanker, QueryExpander, MultiQueryTextRetriever,
-                             MultiQueryEmbeddingRetriever, Pipeline)}
+    originals = {
+        cls: (cls.__dict__["run"], cls.__dict__.get("run_async"))
+        for cls in (
+            InMemoryBM25Retriever,
+            InMemoryEmbeddingRetriever,
+            DocumentJoiner,
+            LostInTheMiddleRanker,
+            MetaFieldRanker,
+            QueryExpander,
+            MultiQueryTextRetriever,
+            MultiQueryEmbeddingRetriever,
+            Pipeline,
+        )
+    }
     import haystack.components.retrievers.multi_query_text_retriever as mq
 
     executor = mq.ThreadPoolExecutor
@@ -794,13 +899,13 @@ def test_hash_mode_keeps_queries_and_expansions_out_of_every_span(instrument, mo
     monkeypatch.setenv("RAGTRAIL_CAPTURE_QUERY", "hash")
     config.reset()
     query = "secret solar electricity"
-    expansion_pipeline(make_store(), '{"queries": ["secret sunlight power", "secret wind turbines"]}').run(
-        {"expander": {"query": query}})
+    expansion_pipeline(make_store(), '{"queries": ["secret sunlight power", "secret wind turbines"]}').run({"expander": {"query": query}})
     spans = instrument.get_finished_spans()
     assert len(spans) == 6
-    dumped = repr([(s.name, dict(s.attributes), [(e.name, dict(e.attributes)) for e in s.events],
-                    s.status.description) for s in spans])
+    dumped = repr([(s.name, dict(s.attributes), [(e.name, dict(e.attributes)) for e in s.events], s.status.description) for s in spans])
     assert "secret" not in dumped
     expander = one(spans, "query_transform QueryExpander")
-    assert [e[sc.QUERY_SHA256] for e in events(expander, sc.EVENT_QUERY)] == \
-        [receipt("secret sunlight power").sha256, receipt("secret wind turbines").sha256]
+    assert [e[sc.QUERY_SHA256] for e in events(expander, sc.EVENT_QUERY)] == [
+        receipt("secret sunlight power").sha256,
+        receipt("secret wind turbines").sha256,
+    ]

@@ -62,8 +62,9 @@ APP = """
 
 
 def run_app(tmp_path: Path) -> tuple[str, list]:
-    return spanutil.run_under_opentelemetry_instrument(APP, tmp_path, "ragtrail_haystack", service="haystack-app",
-                                                       extra_env={"HAYSTACK_TELEMETRY_ENABLED": "False"}, timeout=300)
+    return spanutil.run_under_opentelemetry_instrument(
+        APP, tmp_path, "ragtrail_haystack", service="haystack-app", extra_env={"HAYSTACK_TELEMETRY_ENABLED": "False"}, timeout=300
+    )
 
 
 def test_unchanged_app_under_opentelemetry_instrument(tmp_path):
@@ -77,10 +78,19 @@ def test_unchanged_app_under_opentelemetry_instrument(tmp_path):
     assert len(traces) == 2
     for trace_spans in traces.values():
         names = sorted(s.name for s in trace_spans)
-        assert names == sorted(["pipeline Pipeline", "query_transform QueryExpander", "fuse MultiQueryTextRetriever",
-                                "retrieve InMemoryBM25Retriever", "retrieve InMemoryBM25Retriever",
-                                "retrieve InMemoryBM25Retriever", "retrieve InMemoryBM25Retriever",
-                                "fuse DocumentJoiner", "rerank LostInTheMiddleRanker"])
+        assert names == sorted(
+            [
+                "pipeline Pipeline",
+                "query_transform QueryExpander",
+                "fuse MultiQueryTextRetriever",
+                "retrieve InMemoryBM25Retriever",
+                "retrieve InMemoryBM25Retriever",
+                "retrieve InMemoryBM25Retriever",
+                "retrieve InMemoryBM25Retriever",
+                "fuse DocumentJoiner",
+                "rerank LostInTheMiddleRanker",
+            ]
+        )
         by_id = {s.span_id: s for s in trace_spans}
         (root,) = [s for s in trace_spans if s.parent_span_id is None]
         assert root.name == "pipeline Pipeline"
@@ -104,9 +114,9 @@ def test_unchanged_app_under_opentelemetry_instrument(tmp_path):
         joined = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(joiner) if e.name == sc.EVENT_CANDIDATE]
         assert len(joined) == joiner.attributes[sc.CANDIDATES_OUT] == litm.attributes[sc.CANDIDATES_IN] >= 3
         assert litm.attributes[sc.CANDIDATES_OUT] == 2
-        assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON])
-                for e in rec_events(litm) if e.name == sc.EVENT_EXCLUSION] == \
-            [(ident, "below_rank_cutoff") for ident in joined[2:]]
+        assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON]) for e in rec_events(litm) if e.name == sc.EVENT_EXCLUSION] == [
+            (ident, "below_rank_cutoff") for ident in joined[2:]
+        ]
         reasons = {e.attributes[sc.EXCLUSION_REASON] for e in rec_events(joiner) if e.name == sc.EVENT_EXCLUSION}
         assert reasons <= {"deduplicated", "below_rank_cutoff"} and "deduplicated" in reasons
         assert root.attributes[sc.COVERAGE_CORPUS_SIZE] == 4

@@ -27,10 +27,14 @@ from spanutil import attrs, events, pop_all  # noqa: E402
 
 from .test_haystack import candidate, check_span, excluded, query_attrs  # noqa: E402
 
-COMPONENT = ("haystack_integrations.components.rankers.sentence_transformers.sentence_transformers_similarity."
-             "SentenceTransformersSimilarityRanker")
-TEXTS = ["Solar panels convert sunlight into electricity", "Wind turbines convert wind into electricity",
-         "Hydropower uses flowing water", "Coal and gas are fossil fuels", "Batteries store electricity"]
+COMPONENT = "haystack_integrations.components.rankers.sentence_transformers.sentence_transformers_similarity.SentenceTransformersSimilarityRanker"
+TEXTS = [
+    "Solar panels convert sunlight into electricity",
+    "Wind turbines convert wind into electricity",
+    "Hydropower uses flowing water",
+    "Coal and gas are fossil fuels",
+    "Batteries store electricity",
+]
 QUERY = "how do solar panels work?"
 
 
@@ -78,11 +82,25 @@ def test_top_k_cut_and_duplicate(ranker, tracer_provider, span_exporter):
         else:
             first_seen.add(d.id)
             excl.append(excluded(d, rank, "none", "below_rank_cutoff", "top_k=2", None))
-    check_span(span, kind="rerank", component=COMPONENT, top_k=2, query=QUERY,
-               inputs=[(d.id, d.score) for d in docs],
-               own={sc.STAGE_STATUS: "ok", sc.STAGE_TOP_K: 2, sc.OI_RERANKER_MODEL_NAME: ranker.model,
-                    sc.CANDIDATES_IN: 6, sc.CANDIDATES_OUT: 2, sc.CANDIDATES_EXCLUDED: 4, **query_attrs(QUERY, 0)},
-               cands=[candidate(d, i, "rerank", None) for i, d in enumerate(kept)], excl=excl)
+    check_span(
+        span,
+        kind="rerank",
+        component=COMPONENT,
+        top_k=2,
+        query=QUERY,
+        inputs=[(d.id, d.score) for d in docs],
+        own={
+            sc.STAGE_STATUS: "ok",
+            sc.STAGE_TOP_K: 2,
+            sc.OI_RERANKER_MODEL_NAME: ranker.model,
+            sc.CANDIDATES_IN: 6,
+            sc.CANDIDATES_OUT: 2,
+            sc.CANDIDATES_EXCLUDED: 4,
+            **query_attrs(QUERY, 0),
+        },
+        cands=[candidate(d, i, "rerank", None) for i, d in enumerate(kept)],
+        excl=excl,
+    )
 
 
 def test_score_threshold_below_top_k(ranker, tracer_provider, span_exporter):
@@ -95,8 +113,7 @@ def test_score_threshold_below_top_k(ranker, tracer_provider, span_exporter):
     (span,) = span_exporter.get_finished_spans()
     a = attrs(span)
     pop_all(a, {sc.STAGE_THRESHOLD: threshold, sc.STAGE_TOP_K: 3})
-    reasons = [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e.get(sc.EXCLUSION_DETAIL))
-               for e in events(span, sc.EVENT_EXCLUSION)]
+    reasons = [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e.get(sc.EXCLUSION_DETAIL)) for e in events(span, sc.EVENT_EXCLUSION)]
     kept = {d.id for d in out["documents"]}
     expected = []
     seen = set()

@@ -234,8 +234,7 @@ def test_bind_applies_defaults_once_for_every_hook() -> None:
         pass
 
     assert hooks.bind(fn, ("q",), {}) == {"query": "q", "k": 4, "where": None, "extra": {}}
-    assert hooks.bind(fn, ("q", 2), {"where": {"a": 1}, "x": 1}) == {"query": "q", "k": 2, "where": {"a": 1},
-                                                                    "extra": {"x": 1}}
+    assert hooks.bind(fn, ("q", 2), {"where": {"a": 1}, "x": 1}) == {"query": "q", "k": 2, "where": {"a": 1}, "extra": {"x": 1}}
     store = Store()
     assert hooks.bind(store.search, ("q",), {}) == {"query": "q", "k": 2}  # a bound method: no self
     assert hooks.bind(Store.search, (store, "q"), {}) == {"self": store, "query": "q", "k": 2}

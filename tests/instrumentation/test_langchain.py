@@ -139,15 +139,20 @@ def test_bm25_retrieve_records_every_hit_with_its_bm25_score(instrumentor, trace
     span = one(span_exporter.get_finished_spans(), "BM25Retriever")
     assert span.name == "retrieve BM25Retriever" and span.kind == SpanKind.CLIENT and span.parent is None
     hits = bm25_expected("cat on the mat", 3)
-    left = pop_stage(span, {
-        **stage_attributes("retrieve", BM25, n_in=0, n_out=3, n_excluded=0),
-        **query_attributes("cat on the mat"),
-        sc.STAGE_TOP_K: 3, sc.COVERAGE_CORPUS_SIZE: len(TEXTS),
-        **retrieval_mirrors(BM25, "cat on the mat", [(f"d{i}", s) for i, s in hits], 3),
-    })
+    left = pop_stage(
+        span,
+        {
+            **stage_attributes("retrieve", BM25, n_in=0, n_out=3, n_excluded=0),
+            **query_attributes("cat on the mat"),
+            sc.STAGE_TOP_K: 3,
+            sc.COVERAGE_CORPUS_SIZE: len(TEXTS),
+            **retrieval_mirrors(BM25, "cat on the mat", [(f"d{i}", s) for i, s in hits], 3),
+        },
+    )
     assert left == {}
-    assert_events(span, [(sc.EVENT_CANDIDATE, candidate_event(f"d{i}", rank, TEXTS[i], score=s, score_kind="bm25", hop=0))
-                         for rank, (i, s) in enumerate(hits)])
+    assert_events(
+        span, [(sc.EVENT_CANDIDATE, candidate_event(f"d{i}", rank, TEXTS[i], score=s, score_kind="bm25", hop=0)) for rank, (i, s) in enumerate(hits)]
+    )
 
 
 def test_vectorstore_retriever_recovers_similarity_scores(instrumentor, tracer_provider, span_exporter):
@@ -162,15 +167,24 @@ def test_vectorstore_retriever_recovers_similarity_scores(instrumentor, tracer_p
     got = [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in rec_events(span)]
     assert [s for _, s in got] == pytest.approx([s for _, s in ranked[:4]])
     assert {i for i, _ in got} <= {f"d{i}" for i, _ in ranked}
-    left = pop_stage(span, {
-        **stage_attributes("retrieve", VSR, n_in=0, n_out=4, n_excluded=0),
-        **query_attributes("cat mat"), sc.STAGE_TOP_K: 4, sc.COVERAGE_CORPUS_SIZE: len(TEXTS),
-        **retrieval_mirrors(VSR, "cat mat", got, 4),
-    })
+    left = pop_stage(
+        span,
+        {
+            **stage_attributes("retrieve", VSR, n_in=0, n_out=4, n_excluded=0),
+            **query_attributes("cat mat"),
+            sc.STAGE_TOP_K: 4,
+            sc.COVERAGE_CORPUS_SIZE: len(TEXTS),
+            **retrieval_mirrors(VSR, "cat mat", got, 4),
+        },
+    )
     assert left == {}
-    assert_events(span, [(sc.EVENT_CANDIDATE, candidate_event(ident, rank, TEXTS[int(ident[1:])], score=s,
-                                                              score_kind="similarity", hop=0))
-                         for rank, (ident, s) in enumerate(got)])
+    assert_events(
+        span,
+        [
+            (sc.EVENT_CANDIDATE, candidate_event(ident, rank, TEXTS[int(ident[1:])], score=s, score_kind="similarity", hop=0))
+            for rank, (ident, s) in enumerate(got)
+        ],
+    )
 
 
 class RelevanceStore(InMemoryVectorStore):
@@ -183,8 +197,7 @@ class RelevanceStore(InMemoryVectorStore):
 def test_score_threshold_exclusions_carry_scores_and_reason(instrumentor, tracer_provider, span_exporter):
     store = RelevanceStore(HashEmbeddings())
     store.add_documents(corpus())
-    retriever = store.as_retriever(search_type="similarity_score_threshold",
-                                   search_kwargs={"k": 5, "score_threshold": 0.3})
+    retriever = store.as_retriever(search_type="similarity_score_threshold", search_kwargs={"k": 5, "score_threshold": 0.3})
     traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: retriever.invoke("the cat mat"))
     spans = span_exporter.get_finished_spans()
     assert len(spans) == 1
@@ -195,17 +208,23 @@ def test_score_threshold_exclusions_carry_scores_and_reason(instrumentor, tracer
     assert kept and cut, "the corpus must exercise both sides of the threshold"
     assert [d.page_content for d in traced[1]] == [TEXTS[i] for i, _ in kept]
     ids = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(span) if e.name == sc.EVENT_CANDIDATE]
-    left = pop_stage(span, {
-        **stage_attributes("retrieve", VSR, n_in=5, n_out=len(kept), n_excluded=len(cut)),
-        **query_attributes("the cat mat"), sc.STAGE_TOP_K: 5, sc.STAGE_THRESHOLD: 0.3,
-        sc.COVERAGE_CORPUS_SIZE: len(TEXTS),
-        **retrieval_mirrors(VSR, "the cat mat", [(ident, s) for ident, (_, s) in zip(ids, kept)], 5),
-    })
+    left = pop_stage(
+        span,
+        {
+            **stage_attributes("retrieve", VSR, n_in=5, n_out=len(kept), n_excluded=len(cut)),
+            **query_attributes("the cat mat"),
+            sc.STAGE_TOP_K: 5,
+            sc.STAGE_THRESHOLD: 0.3,
+            sc.COVERAGE_CORPUS_SIZE: len(TEXTS),
+            **retrieval_mirrors(VSR, "the cat mat", [(ident, s) for ident, (_, s) in zip(ids, kept, strict=False)], 5),
+        },
+    )
     assert left == {}
     excluded = [e for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION]
     assert [(e.attributes[sc.CANDIDATE_RANK], e.attributes[sc.EXCLUSION_REASON]) for e in excluded] == [
-        (rank, "below_score_threshold") for rank, _, _ in cut]
-    for event, (_, i, s) in zip(excluded, cut):
+        (rank, "below_score_threshold") for rank, _, _ in cut
+    ]
+    for event, (_, i, s) in zip(excluded, cut, strict=False):
         assert event.attributes[sc.CANDIDATE_SCORE] == pytest.approx(s)
         assert event.attributes[sc.CANDIDATE_SCORE_KIND] == "similarity"
         assert event.attributes[sc.EXCLUSION_DETAIL] == f"score={s:g} < threshold=0.3"
@@ -221,16 +240,20 @@ def one_sha(text: str) -> str:
 def test_direct_vectorstore_searches_are_retrieve_stages(instrumentor, tracer_provider, span_exporter):
     store = RelevanceStore(HashEmbeddings())
     store.add_documents(corpus())
-    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter,
-                                   lambda: store.similarity_search_with_score("dogs park", k=2))
+    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: store.similarity_search_with_score("dogs park", k=2))
     span = one(span_exporter.get_finished_spans(), "RelevanceStore")
     component = f"{RelevanceStore.__module__}.RelevanceStore"
     hits = [(d.id, s) for d, s in traced[1]]
-    left = pop_stage(span, {
-        **stage_attributes("retrieve", component, n_in=0, n_out=2, n_excluded=0),
-        **query_attributes("dogs park"), sc.STAGE_TOP_K: 2, sc.COVERAGE_CORPUS_SIZE: len(TEXTS),
-        **retrieval_mirrors(component, "dogs park", hits, 2),
-    })
+    left = pop_stage(
+        span,
+        {
+            **stage_attributes("retrieve", component, n_in=0, n_out=2, n_excluded=0),
+            **query_attributes("dogs park"),
+            sc.STAGE_TOP_K: 2,
+            sc.COVERAGE_CORPUS_SIZE: len(TEXTS),
+            **retrieval_mirrors(component, "dogs park", hits, 2),
+        },
+    )
     assert left == {}
     assert [e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(span)] == ["similarity", "similarity"]
 
@@ -278,7 +301,7 @@ def test_retriever_exception_passes_through_unchanged(instrumentor, tracer_provi
 # --- fuse -----------------------------------------------------------------------------------------
 def rrf(doc_lists: list[list[Document]], weights: list[float], c: int = 60) -> dict[str, float]:
     scores: dict[str, float] = defaultdict(float)
-    for docs, weight in zip(doc_lists, weights):
+    for docs, weight in zip(doc_lists, weights, strict=False):
         for rank, doc in enumerate(docs, start=1):
             scores[doc.page_content] += weight / (rank + c)
     return scores
@@ -315,24 +338,47 @@ def test_ensemble_is_a_fuse_stage_with_rrf_scores_and_child_retrievals(instrumen
     dropped = [(rank, d) for rank, d in enumerate(union) if d.id not in kept_ids]
     # d0 and d6 share their content: LangChain fuses by content, keeping the first seen
     assert dropped and all(d.page_content in {f.page_content for f in fused} for _, d in dropped)
-    left = pop_stage(fuse, {
-        **stage_attributes("fuse", ENSEMBLE, n_in=len(union), n_out=len(fused), n_excluded=len(dropped)),
-        **query_attributes(query), sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: query,
-        # a fusion root with no pipeline around it carries the run's coverage: both stores summed
-        # (BM25 over the corpus, the vector store over the same corpus), only the fused hits retrieved
-        sc.COVERAGE_CORPUS_SIZE: 2 * len(corpus()), sc.COVERAGE_STORES: 2, sc.COVERAGE_RETRIEVED: len(fused),
-        sc.COVERAGE_IN_CONTEXT: len(fused), sc.COVERAGE_CITED: 0,
-    })
+    left = pop_stage(
+        fuse,
+        {
+            **stage_attributes("fuse", ENSEMBLE, n_in=len(union), n_out=len(fused), n_excluded=len(dropped)),
+            **query_attributes(query),
+            sc.OPENINFERENCE_SPAN_KIND: "RERANKER",
+            sc.OI_INPUT_VALUE: query,
+            # a fusion root with no pipeline around it carries the run's coverage: both stores summed
+            # (BM25 over the corpus, the vector store over the same corpus), only the fused hits retrieved
+            sc.COVERAGE_CORPUS_SIZE: 2 * len(corpus()),
+            sc.COVERAGE_STORES: 2,
+            sc.COVERAGE_RETRIEVED: len(fused),
+            sc.COVERAGE_IN_CONTEXT: len(fused),
+            sc.COVERAGE_CITED: 0,
+        },
+    )
     assert left == {}
     kept_by_content = {d.page_content: d.id for d in fused}
-    assert_events(fuse, [(sc.EVENT_CANDIDATE, candidate_event(d.id, rank, d.page_content, score=scores[d.page_content],
-                                                              score_kind="rrf", hop=0)) for rank, d in enumerate(fused)]
-                  + [(sc.EVENT_EXCLUSION, exclusion_event(d.id, rank, d.page_content, "deduplicated",
-                                                          f"same content as {kept_by_content[d.page_content]}",
-                                                          # the kind the last stage that output it gave it
-                                                          score_kind="similarity" if d.id in {x.id for x in lists[1]} else "bm25",
-                                                          hop=0))  # exclusions carry the hop that found them
-                     for rank, d in dropped])
+    assert_events(
+        fuse,
+        [
+            (sc.EVENT_CANDIDATE, candidate_event(d.id, rank, d.page_content, score=scores[d.page_content], score_kind="rrf", hop=0))
+            for rank, d in enumerate(fused)
+        ]
+        + [
+            (
+                sc.EVENT_EXCLUSION,
+                exclusion_event(
+                    d.id,
+                    rank,
+                    d.page_content,
+                    "deduplicated",
+                    f"same content as {kept_by_content[d.page_content]}",
+                    # the kind the last stage that output it gave it
+                    score_kind="similarity" if d.id in {x.id for x in lists[1]} else "bm25",
+                    hop=0,
+                ),
+            )  # exclusions carry the hop that found them
+            for rank, d in dropped
+        ],
+    )
 
 
 def test_async_ensemble_gives_the_same_spans(instrumentor, tracer_provider, span_exporter):
@@ -387,22 +433,33 @@ def test_multi_query_hops_say_which_variant_found_which_document(instrumentor, t
         if ident in seen:
             dropped.append((rank, ident))
         seen.add(ident)
-    left = pop_stage(outer, {
-        **stage_attributes("fuse", MULTI, n_in=len(inner), n_out=len(kept), n_excluded=len(dropped)),
-        **query_attributes("cat on the mat"),
-        sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: "cat on the mat",  # the mirrors of a fuse
-        # the run's coverage on the root: one BM25 store searched three times, counted once
-        sc.COVERAGE_CORPUS_SIZE: len(corpus()), sc.COVERAGE_RETRIEVED: len(kept),
-        sc.COVERAGE_IN_CONTEXT: len(kept), sc.COVERAGE_CITED: 0,
-    })
+    left = pop_stage(
+        outer,
+        {
+            **stage_attributes("fuse", MULTI, n_in=len(inner), n_out=len(kept), n_excluded=len(dropped)),
+            **query_attributes("cat on the mat"),
+            sc.OPENINFERENCE_SPAN_KIND: "RERANKER",
+            sc.OI_INPUT_VALUE: "cat on the mat",  # the mirrors of a fuse
+            # the run's coverage on the root: one BM25 store searched three times, counted once
+            sc.COVERAGE_CORPUS_SIZE: len(corpus()),
+            sc.COVERAGE_RETRIEVED: len(kept),
+            sc.COVERAGE_IN_CONTEXT: len(kept),
+            sc.COVERAGE_CITED: 0,
+        },
+    )
     assert left == {}
-    assert_events(outer, [
-        (sc.EVENT_QUERY, query_attributes("cats purr happy", hop=1, transform="multi_query", parent=0)),
-        (sc.EVENT_QUERY, query_attributes("stock markets", hop=2, transform="multi_query", parent=0)),
-    ] + [(sc.EVENT_CANDIDATE, candidate_event(d.id, rank, d.page_content, hop=found_by[d.id]))
-         for rank, d in enumerate(traced[1])]
-      + [(sc.EVENT_EXCLUSION, exclusion_event(ident, rank, texts[ident], "deduplicated", f"duplicate id of {ident}",
-                                              hop=found_by[ident])) for rank, ident in dropped])
+    assert_events(
+        outer,
+        [
+            (sc.EVENT_QUERY, query_attributes("cats purr happy", hop=1, transform="multi_query", parent=0)),
+            (sc.EVENT_QUERY, query_attributes("stock markets", hop=2, transform="multi_query", parent=0)),
+        ]
+        + [(sc.EVENT_CANDIDATE, candidate_event(d.id, rank, d.page_content, hop=found_by[d.id])) for rank, d in enumerate(traced[1])]
+        + [
+            (sc.EVENT_EXCLUSION, exclusion_event(ident, rank, texts[ident], "deduplicated", f"duplicate id of {ident}", hop=found_by[ident]))
+            for rank, ident in dropped
+        ],
+    )
 
 
 def test_generate_queries_alone_is_a_query_transform_stage(instrumentor, tracer_provider, span_exporter):
@@ -422,11 +479,13 @@ def test_generate_queries_alone_is_a_query_transform_stage(instrumentor, tracer_
 def compression_retriever() -> ContextualCompressionRetriever:
     store = InMemoryVectorStore(HashEmbeddings())
     store.add_documents(corpus())
-    pipeline = DocumentCompressorPipeline(transformers=[
-        EmbeddingsRedundantFilter(embeddings=HashEmbeddings()),
-        EmbeddingsFilter(embeddings=HashEmbeddings(), k=3),
-        LongContextReorder(),
-    ])
+    pipeline = DocumentCompressorPipeline(
+        transformers=[
+            EmbeddingsRedundantFilter(embeddings=HashEmbeddings()),
+            EmbeddingsFilter(embeddings=HashEmbeddings(), k=3),
+            LongContextReorder(),
+        ]
+    )
     return ContextualCompressionRetriever(base_compressor=pipeline, base_retriever=store.as_retriever(search_kwargs={"k": 6}))
 
 
@@ -442,8 +501,13 @@ def test_compression_pipeline_every_exclusion_has_its_reason(instrumentor, trace
     traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: retriever.invoke("the cat sat on the mat"))
     spans = span_exporter.get_finished_spans()
     names = [s.name for s in spans]
-    assert names == ["retrieve VectorStoreRetriever", "filter EmbeddingsRedundantFilter", "filter EmbeddingsFilter",
-                     "rerank LongContextReorder", "retrieve ContextualCompressionRetriever"]
+    assert names == [
+        "retrieve VectorStoreRetriever",
+        "filter EmbeddingsRedundantFilter",
+        "filter EmbeddingsFilter",
+        "rerank LongContextReorder",
+        "retrieve ContextualCompressionRetriever",
+    ]
     retrieve, redundant, efilter, reorder, outer = spans
     assert outer.parent is None
     assert [s.parent.span_id for s in spans[:-1]] == [outer.context.span_id] * 4
@@ -476,10 +540,16 @@ def test_compression_pipeline_every_exclusion_has_its_reason(instrumentor, trace
     cut = [e for e in rec_events(efilter) if e.name == sc.EVENT_EXCLUSION]
     assert len(cut) == 2 and {e.attributes[sc.EXCLUSION_REASON] for e in cut} == {"below_rank_cutoff"}
     assert {e.attributes[sc.EXCLUSION_DETAIL] for e in cut} == {"top_k=3"}
-    left = pop_stage(efilter, {
-        **stage_attributes("filter", EFILTER, n_in=5, n_out=3, n_excluded=2), **query_attributes("the cat sat on the mat"),
-        sc.STAGE_TOP_K: 3, sc.OPENINFERENCE_SPAN_KIND: "RERANKER", sc.OI_INPUT_VALUE: "the cat sat on the mat",
-    })
+    left = pop_stage(
+        efilter,
+        {
+            **stage_attributes("filter", EFILTER, n_in=5, n_out=3, n_excluded=2),
+            **query_attributes("the cat sat on the mat"),
+            sc.STAGE_TOP_K: 3,
+            sc.OPENINFERENCE_SPAN_KIND: "RERANKER",
+            sc.OI_INPUT_VALUE: "the cat sat on the mat",
+        },
+    )
     assert left == {}
     # reorder: same set, no exclusion
     assert dict(reorder.attributes)[sc.CANDIDATES_EXCLUDED] == 0
@@ -487,8 +557,12 @@ def test_compression_pipeline_every_exclusion_has_its_reason(instrumentor, trace
     assert _ids(reorder, sc.EVENT_CANDIDATE) == [id_of_content[d.page_content] for d in traced[1]]
     assert _ids(outer, sc.EVENT_CANDIDATE) == _ids(reorder, sc.EVENT_CANDIDATE)
     # each exclusion is in the trace once, with the reason of the stage that made it
-    exclusions = [(s.name, e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON])
-                  for s in spans for e in rec_events(s) if e.name == sc.EVENT_EXCLUSION]
+    exclusions = [
+        (s.name, e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON])
+        for s in spans
+        for e in rec_events(s)
+        if e.name == sc.EVENT_EXCLUSION
+    ]
     assert len(exclusions) == 3 and len({ident for _, ident, _ in exclusions}) == 3
     assert PIPELINE not in {dict(s.attributes)[sc.STAGE_COMPONENT] for s in spans}  # the container is no stage
 
@@ -504,8 +578,7 @@ def test_compression_pipeline_manifest_lists_each_exclusion_once(tmp_path):
     from ragtrail.inspect.sources import FileSource
 
     provider = TracerProvider()
-    provider.add_span_processor(WholeTraceSpanProcessor(LocalStoreSpanExporter(tmp_path), schedule_delay_millis=10,
-                                                        grace_millis=10))
+    provider.add_span_processor(WholeTraceSpanProcessor(LocalStoreSpanExporter(tmp_path), schedule_delay_millis=10, grace_millis=10))
     inst = LangChainInstrumentor()
     inst.instrument(tracer_provider=provider)
     try:
@@ -529,10 +602,12 @@ def test_compression_pipeline_manifest_lists_each_exclusion_once(tmp_path):
     duplicate = retrieved[1]
     cut = sorted(set(c["id"] for c in m["stages"][2]["candidates"]) - set(c["id"] for c in m["stages"][3]["candidates"]))
     assert len(cut) == 2 and duplicate not in cut
-    assert sorted((e["id"], e["stage"], e["component"], e["reason"], e["detail"]) for e in m["excluded"]) == sorted([
-        (duplicate, "filter", REDUNDANT, "deduplicated", "embedding similarity > 0.95 with a kept document"),
-        *[(ident, "filter", EFILTER, "below_rank_cutoff", "top_k=3") for ident in cut],
-    ])
+    assert sorted((e["id"], e["stage"], e["component"], e["reason"], e["detail"]) for e in m["excluded"]) == sorted(
+        [
+            (duplicate, "filter", REDUNDANT, "deduplicated", "embedding similarity > 0.95 with a kept document"),
+            *[(ident, "filter", EFILTER, "below_rank_cutoff", "top_k=3") for ident in cut],
+        ]
+    )
     assert len(m["excluded"]) == 3
 
 
@@ -540,15 +615,18 @@ def test_compression_pipeline_called_on_its_own_keeps_one_trace_and_identities(i
     """Called directly (no stage around it), the container opens a plain span, not a stage, so its
     steps form one trace; the ids EmbeddingsFilter's rebuilt Documents lost are still the inputs' ids
     in the reranker that follows."""
-    pipeline = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=HashEmbeddings(), k=4),
-                                                        CrossEncoderReranker(model=OverlapCrossEncoder(), top_n=2)])
+    pipeline = DocumentCompressorPipeline(
+        transformers=[EmbeddingsFilter(embeddings=HashEmbeddings(), k=4), CrossEncoderReranker(model=OverlapCrossEncoder(), top_n=2)]
+    )
     docs = [d for d in corpus() if d.id != "d6"]  # d6 repeats d0's text: id-less copies of it are d0's
-    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter,
-                                   lambda: pipeline.compress_documents(docs, "the cat sat on the mat"))
+    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: pipeline.compress_documents(docs, "the cat sat on the mat"))
     assert all(d.id is None for d in traced[1])
     efilter, rerank, container = span_exporter.get_finished_spans()
     assert (efilter.name, rerank.name, container.name) == (
-        "filter EmbeddingsFilter", "rerank CrossEncoderReranker", "compress DocumentCompressorPipeline")
+        "filter EmbeddingsFilter",
+        "rerank CrossEncoderReranker",
+        "compress DocumentCompressorPipeline",
+    )
     assert container.parent is None and dict(container.attributes) == {} and container.events == ()
     assert efilter.parent.span_id == rerank.parent.span_id == container.context.span_id
     kept = _ids(efilter, sc.EVENT_CANDIDATE)
@@ -562,8 +640,7 @@ def test_compression_pipeline_called_on_its_own_keeps_one_trace_and_identities(i
 def test_embeddings_filter_threshold_reason(instrumentor, tracer_provider, span_exporter):
     docs = corpus()
     efilter = EmbeddingsFilter(embeddings=HashEmbeddings(), k=None, similarity_threshold=0.3)
-    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter,
-                                   lambda: efilter.compress_documents(docs, "the cat mat"))
+    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: efilter.compress_documents(docs, "the cat mat"))
     sims = dict(similarities("the cat mat"))
     kept = {i for i, s in sims.items() if s > 0.3}
     assert {d.page_content for d in traced[1]} == {TEXTS[i] for i in kept}
@@ -571,7 +648,8 @@ def test_embeddings_filter_threshold_reason(instrumentor, tracer_provider, span_
     exclusions = [e for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION]
     assert [e.attributes[sc.CANDIDATE_ID] for e in exclusions] == [f"d{i}" for i in range(len(TEXTS)) if i not in kept]
     assert {(e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL]) for e in exclusions} == {
-        ("below_score_threshold", "similarity <= threshold=0.3")}
+        ("below_score_threshold", "similarity <= threshold=0.3")
+    }
 
 
 class KeywordLLM(LLM):
@@ -591,14 +669,18 @@ class KeywordLLM(LLM):
 def test_llm_chain_filter_reason(instrumentor, tracer_provider, span_exporter):
     docs = corpus()
     llm_filter = LLMChainFilter.from_llm(KeywordLLM())
-    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter,
-                                   lambda: llm_filter.compress_documents(docs, "felines?"))
+    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: llm_filter.compress_documents(docs, "felines?"))
     assert [d.id for d in traced[1]] == ["d0", "d1", "d2", "d5", "d6"]
     span = one(span_exporter.get_finished_spans(), "LLMChainFilter")
     assert span.name == "filter LLMChainFilter"
-    assert_events(span, [(sc.EVENT_CANDIDATE, candidate_event(f"d{i}", rank, TEXTS[i])) for rank, i in enumerate([0, 1, 2, 5, 6])]
-                  + [(sc.EVENT_EXCLUSION, exclusion_event(f"d{i}", i, TEXTS[i], "custom:llm_judged_irrelevant",
-                                                          "the LLM judged it not relevant to the query")) for i in (3, 4, 7)])
+    assert_events(
+        span,
+        [(sc.EVENT_CANDIDATE, candidate_event(f"d{i}", rank, TEXTS[i])) for rank, i in enumerate([0, 1, 2, 5, 6])]
+        + [
+            (sc.EVENT_EXCLUSION, exclusion_event(f"d{i}", i, TEXTS[i], "custom:llm_judged_irrelevant", "the LLM judged it not relevant to the query"))
+            for i in (3, 4, 7)
+        ],
+    )
 
 
 def test_llm_listwise_rerank_reasons(instrumentor, tracer_provider, span_exporter):
@@ -608,18 +690,25 @@ def test_llm_listwise_rerank_reasons(instrumentor, tracer_provider, span_exporte
     assert [d.id for d in traced[1]] == ["d4", "d3"]
     span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
     # the LLM ranked all five (observed through LangChain's callbacks): d2..d0 were cut by top_n
-    assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL])
-            for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION] == [
+    assert [
+        (e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL])
+        for e in rec_events(span)
+        if e.name == sc.EVENT_EXCLUSION
+    ] == [
         ("d0", "below_rank_cutoff", "ranked 5 by the LLM, top_k=2"),
         ("d1", "below_rank_cutoff", "ranked 4 by the LLM, top_k=2"),
-        ("d2", "below_rank_cutoff", "ranked 3 by the LLM, top_k=2")]
+        ("d2", "below_rank_cutoff", "ranked 3 by the LLM, top_k=2"),
+    ]
     span_exporter.clear()
     partial = LLMListwiseRerank(reranker=RunnableLambda(lambda x: [x["documents"][2]]), top_n=3)
     assert [d.id for d in partial.compress_documents(docs, "q")] == ["d2"]
     span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
     assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON]) for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION] == [
-        ("d0", "custom:not_ranked_by_llm"), ("d1", "custom:not_ranked_by_llm"), ("d3", "custom:not_ranked_by_llm"),
-        ("d4", "custom:not_ranked_by_llm")]
+        ("d0", "custom:not_ranked_by_llm"),
+        ("d1", "custom:not_ranked_by_llm"),
+        ("d3", "custom:not_ranked_by_llm"),
+        ("d4", "custom:not_ranked_by_llm"),
+    ]
     assert dict(span.attributes)[sc.OPENINFERENCE_SPAN_KIND] == "RERANKER"
 
 
@@ -632,9 +721,11 @@ def test_llm_listwise_reasons_do_not_depend_on_top_n(instrumentor, tracer_provid
     traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: rerank.compress_documents(docs, "q"))
     assert [d.id for d in traced[1]] == ["d2"]
     span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
-    assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL])
-            for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION] == [
-        (f"d{i}", "custom:not_ranked_by_llm", "left out of the LLM's ranking") for i in (0, 1, 3)]
+    assert [
+        (e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL])
+        for e in rec_events(span)
+        if e.name == sc.EVENT_EXCLUSION
+    ] == [(f"d{i}", "custom:not_ranked_by_llm", "left out of the LLM's ranking") for i in (0, 1, 3)]
     assert dict(span.attributes)[sc.STAGE_TOP_K] == top_n
 
 
@@ -651,8 +742,7 @@ def test_llm_listwise_from_llm_inside_a_compression_retriever(instrumentor, trac
     docs = corpus()[:4]
     base = BM25Retriever.from_documents(docs, k=4)
     llm = StructuredFake(messages=iter([AIMessage(content="[3]")] * 2))
-    retriever = ContextualCompressionRetriever(base_compressor=LLMListwiseRerank.from_llm(llm, top_n=1),
-                                               base_retriever=base)
+    retriever = ContextualCompressionRetriever(base_compressor=LLMListwiseRerank.from_llm(llm, top_n=1), base_retriever=base)
     traced = same_with_and_without(instrumentor, tracer_provider, span_exporter, lambda: retriever.invoke("cat mat"))
     [only] = traced[1]
     span = one(span_exporter.get_finished_spans(), "LLMListwiseRerank")
@@ -685,14 +775,19 @@ def test_cross_encoder_reranker_records_the_scores_it_computed(instrumentor, tra
         mirrors[f"reranker.output_documents.{n}.document.score"] = scores[i]
     for n in range(len(docs)):
         mirrors[f"reranker.input_documents.{n}.document.id"] = f"d{n}"
-    left = pop_stage(span, {**stage_attributes("rerank", component, n_in=8, n_out=3, n_excluded=5),
-                            **query_attributes(query), sc.STAGE_TOP_K: 3, **mirrors})
+    left = pop_stage(
+        span, {**stage_attributes("rerank", component, n_in=8, n_out=3, n_excluded=5), **query_attributes(query), sc.STAGE_TOP_K: 3, **mirrors}
+    )
     assert left == {}
-    assert_events(span, [(sc.EVENT_CANDIDATE, candidate_event(f"d{i}", rank, TEXTS[i], score=scores[i], score_kind="rerank"))
-                         for rank, i in enumerate(order[:3])]
-                  + [(sc.EVENT_EXCLUSION, exclusion_event(f"d{i}", i, TEXTS[i], "below_rank_cutoff",
-                                                          f"top_k=3 rerank_score={scores[i]:g}"))
-                     for i in range(len(docs)) if i not in order[:3]])
+    assert_events(
+        span,
+        [(sc.EVENT_CANDIDATE, candidate_event(f"d{i}", rank, TEXTS[i], score=scores[i], score_kind="rerank")) for rank, i in enumerate(order[:3])]
+        + [
+            (sc.EVENT_EXCLUSION, exclusion_event(f"d{i}", i, TEXTS[i], "below_rank_cutoff", f"top_k=3 rerank_score={scores[i]:g}"))
+            for i in range(len(docs))
+            if i not in order[:3]
+        ],
+    )
 
 
 def test_async_compressor_through_the_base_executor_is_one_span(instrumentor, tracer_provider, span_exporter):
@@ -710,13 +805,17 @@ def test_async_compressor_through_the_base_executor_is_one_span(instrumentor, tr
 def test_async_compression_pipeline_matches_sync(instrumentor, tracer_provider, span_exporter):
     retriever = compression_retriever()
     sync_result = retriever.invoke("cats purr when happy")
-    sync_spans = [(s.name, [(e.name, e.attributes.get(sc.CANDIDATE_ID), e.attributes.get(sc.EXCLUSION_REASON)) for e in rec_events(s)])
-                  for s in span_exporter.get_finished_spans()]
+    sync_spans = [
+        (s.name, [(e.name, e.attributes.get(sc.CANDIDATE_ID), e.attributes.get(sc.EXCLUSION_REASON)) for e in rec_events(s)])
+        for s in span_exporter.get_finished_spans()
+    ]
     span_exporter.clear()
     async_result = asyncio.run(retriever.ainvoke("cats purr when happy"))
     assert docs_equal(sync_result, async_result)
-    async_spans = [(s.name, [(e.name, e.attributes.get(sc.CANDIDATE_ID), e.attributes.get(sc.EXCLUSION_REASON)) for e in rec_events(s)])
-                   for s in span_exporter.get_finished_spans()]
+    async_spans = [
+        (s.name, [(e.name, e.attributes.get(sc.CANDIDATE_ID), e.attributes.get(sc.EXCLUSION_REASON)) for e in rec_events(s)])
+        for s in span_exporter.get_finished_spans()
+    ]
     assert async_spans == sync_spans
 
 
@@ -749,8 +848,10 @@ def test_fifty_concurrent_async_queries_make_fifty_clean_traces(instrumentor, tr
     ensemble, _, _ = build_ensemble()
     retriever = ContextualCompressionRetriever(
         base_retriever=ensemble,
-        base_compressor=DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=HashEmbeddings(), k=3),
-                                                                 CrossEncoderReranker(model=OverlapCrossEncoder(), top_n=2)]))
+        base_compressor=DocumentCompressorPipeline(
+            transformers=[EmbeddingsFilter(embeddings=HashEmbeddings(), k=3), CrossEncoderReranker(model=OverlapCrossEncoder(), top_n=2)]
+        ),
+    )
     queries = [f"{TEXTS[i % len(TEXTS)]} {i}" for i in range(50)]
     instrumentor.uninstrument()
     expected = [retriever.invoke(q) for q in queries]
@@ -760,7 +861,7 @@ def test_fifty_concurrent_async_queries_make_fifty_clean_traces(instrumentor, tr
         return await asyncio.gather(*(retriever.ainvoke(q) for q in queries))
 
     results = asyncio.run(main())
-    assert all(docs_equal(a, b) for a, b in zip(expected, results))
+    assert all(docs_equal(a, b) for a, b in zip(expected, results, strict=False))
     traces = traces_of(span_exporter.get_finished_spans())
     assert len(traces) == 50
     seen = set()
@@ -848,12 +949,15 @@ class TwoLogitCrossEncoder(BaseCrossEncoder):
 
 def test_cross_encoder_returning_an_iterator_is_recorded_without_consuming_it_first(instrumentor, tracer_provider, span_exporter):
     reranker = CrossEncoderReranker(model=TwoLogitCrossEncoder(), top_n=2)
-    traced = same_with_and_without(instrumentor, tracer_provider, span_exporter,
-                                   lambda: reranker.compress_documents(corpus(), "the cat sat on the mat"))
+    traced = same_with_and_without(
+        instrumentor, tracer_provider, span_exporter, lambda: reranker.compress_documents(corpus(), "the cat sat on the mat")
+    )
     assert [d.id for d in traced[1]] == ["d0", "d6"]
     span = one(span_exporter.get_finished_spans(), "CrossEncoderReranker")
-    assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in rec_events(span)
-            if e.name == sc.EVENT_CANDIDATE] == [("d0", 0.5), ("d6", 0.5)]
+    assert [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in rec_events(span) if e.name == sc.EVENT_CANDIDATE] == [
+        ("d0", 0.5),
+        ("d6", 0.5),
+    ]
     # outside a reranker stage the model's result is handed back untouched
     assert isinstance(TwoLogitCrossEncoder().score([("a", "a")]), map)
 
@@ -935,8 +1039,9 @@ def test_llm_chain_extractor_keeps_identity_and_declares_the_transform(instrumen
         event[sc.CANDIDATE_TRANSFORM_RULE] = "llm_extract@1"
         event[sc.CANDIDATE_TRANSFORM_DERIVED_FROM] = one_sha(TEXTS[i])
         expected.append((sc.EVENT_CANDIDATE, event))
-    expected.append((sc.EVENT_EXCLUSION, exclusion_event("d3", 3, TEXTS[3], "custom:llm_extracted_nothing",
-                                                         "the LLM found nothing relevant to extract")))
+    expected.append(
+        (sc.EVENT_EXCLUSION, exclusion_event("d3", 3, TEXTS[3], "custom:llm_extracted_nothing", "the LLM found nothing relevant to extract"))
+    )
     assert_events(span, expected)
 
 
@@ -969,8 +1074,8 @@ def test_plain_thread_pool_concurrency_keeps_traces_apart(instrumentor, tracer_p
     from concurrent.futures import ThreadPoolExecutor
 
     retriever = ContextualCompressionRetriever(
-        base_retriever=build_ensemble()[0],
-        base_compressor=CrossEncoderReranker(model=OverlapCrossEncoder(), top_n=2))
+        base_retriever=build_ensemble()[0], base_compressor=CrossEncoderReranker(model=OverlapCrossEncoder(), top_n=2)
+    )
     queries = [f"cats and dogs {i}" for i in range(24)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(retriever.invoke, queries))

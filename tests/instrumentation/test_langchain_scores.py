@@ -28,8 +28,7 @@ from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
 from spanutil import events  # noqa: E402
 
-TEXTS = {"k1": "refunds take thirty days", "k2": "refunds need a receipt", "k3": "shipping is free",
-         "k4": "refunds for gift cards are not possible"}
+TEXTS = {"k1": "refunds take thirty days", "k2": "refunds need a receipt", "k3": "shipping is free", "k4": "refunds for gift cards are not possible"}
 
 
 class VendorRetriever(BaseRetriever):
@@ -38,8 +37,7 @@ class VendorRetriever(BaseRetriever):
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         words = set(query.split())
         scored = sorted(((len(words & set(t.split())) / len(t.split()), i) for i, t in TEXTS.items()), reverse=True)
-        return [Document(id=i, page_content=TEXTS[i], metadata={"score": round(s, 4), "source": "kb"})
-                for s, i in scored if s > 0]
+        return [Document(id=i, page_content=TEXTS[i], metadata={"score": round(s, 4), "source": "kb"}) for s, i in scored if s > 0]
 
 
 class OverlapRerank(BaseDocumentCompressor):
@@ -53,8 +51,9 @@ class OverlapRerank(BaseDocumentCompressor):
         if self.fall_back:  # the model's answer did not parse: keep the retriever's order
             return list(documents)[: self.top_n]
         words = set(query.split())
-        scored = sorted(((len(words & set(d.page_content.split())) + 0.5 / len(d.page_content), n)
-                         for n, d in enumerate(documents)), reverse=True)[: self.top_n]
+        scored = sorted(((len(words & set(d.page_content.split())) + 0.5 / len(d.page_content), n) for n, d in enumerate(documents)), reverse=True)[
+            : self.top_n
+        ]
         out = []
         for score, n in scored:
             doc = documents[n]
@@ -73,8 +72,7 @@ def spans(tracer_provider, span_exporter):
 
 
 def _candidates(span: Any) -> list[tuple]:
-    return [(e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_SCORE), e[sc.CANDIDATE_SCORE_KIND])
-            for e in events(span, sc.EVENT_CANDIDATE)]
+    return [(e[sc.CANDIDATE_ID], e.get(sc.CANDIDATE_SCORE), e[sc.CANDIDATE_SCORE_KIND]) for e in events(span, sc.EVENT_CANDIDATE)]
 
 
 def _one(spans: Any, name: str) -> Any:
@@ -93,12 +91,13 @@ def test_compressor_relevance_score_is_a_rerank_score(spans):
     retriever = ContextualCompressionRetriever(base_compressor=OverlapRerank(), base_retriever=VendorRetriever())
     docs = retriever.invoke("refunds receipt")
     assert [(d.page_content, d.metadata["relevance_score"]) for d in docs] == [
-        ("refunds need a receipt", 2.0227), ("refunds take thirty days", 1.0208)]
+        ("refunds need a receipt", 2.0227),
+        ("refunds take thirty days", 1.0208),
+    ]
     rerank = _one(spans, "rerank OverlapRerank")
     # the copies have no id: they keep their input's id (same content), with the reranker's score
     assert _candidates(rerank) == [("k2", 2.0227, "rerank"), ("k1", 1.0208, "rerank")]
-    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON]) for e in events(rerank, sc.EVENT_EXCLUSION)] == [
-        ("k4", "below_rank_cutoff")]
+    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON]) for e in events(rerank, sc.EVENT_EXCLUSION)] == [("k4", "below_rank_cutoff")]
     outer = _one(spans, "retrieve ContextualCompressionRetriever")
     assert _candidates(outer) == [("k2", 2.0227, "rerank"), ("k1", 1.0208, "rerank")]
 
@@ -106,15 +105,16 @@ def test_compressor_relevance_score_is_a_rerank_score(spans):
 def test_compressor_fallback_keeps_the_retrievers_scores_and_is_a_finding(spans):
     """Seed 002 in LangChain: the reranker handed on the retriever's Documents in their order; the
     retriever's metadata scores are recorded, never as rerank scores."""
-    retriever = ContextualCompressionRetriever(base_compressor=OverlapRerank(fall_back=True),
-                                               base_retriever=VendorRetriever())
+    retriever = ContextualCompressionRetriever(base_compressor=OverlapRerank(fall_back=True), base_retriever=VendorRetriever())
     docs = retriever.invoke("refunds take days")
     assert [d.id for d in docs] == ["k1", "k2"]
     rerank = _one(spans, "rerank OverlapRerank")
     assert _candidates(rerank) == [("k1", 0.75, "none"), ("k2", 0.25, "none")]
     assert rerank.attributes[sc.STAGE_FINDINGS] == (
         "rerank_is_identity: the stage handed on 2 of its 3 inputs in their input order with their input scores: "
-        "nothing was reranked (a silent fallback?); the scores keep their upstream kind (none)",)
+        "nothing was reranked (a silent fallback?); the scores keep their upstream kind (none)",
+    )
     assert rerank.attributes[sc.STAGE_STATUS] == "ok"
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.EXCLUSION_REASON]) for e in events(rerank, sc.EVENT_EXCLUSION)] == [
-        ("k4", 0.1429, "below_rank_cutoff")]
+        ("k4", 0.1429, "below_rank_cutoff")
+    ]

@@ -56,15 +56,18 @@ def test_a_splitter_inside_a_compression_pipeline_is_a_split_stage(instrumentor,
     traced = retriever.invoke("cats purr")
     assert docs_equal(plain, traced)
     spans = span_exporter.get_finished_spans()
-    assert [s.name for s in spans] == ["retrieve VectorStoreRetriever", "split CharacterTextSplitter",
-                                       "filter EmbeddingsFilter", "retrieve ContextualCompressionRetriever"]
+    assert [s.name for s in spans] == [
+        "retrieve VectorStoreRetriever",
+        "split CharacterTextSplitter",
+        "filter EmbeddingsFilter",
+        "retrieve ContextualCompressionRetriever",
+    ]
     retrieve, split, efilter, outer = spans
     assert split.parent.span_id == outer.context.span_id
     given = [e.attributes[sc.CANDIDATE_ID] for e in rec_events(retrieve) if e.name == sc.EVENT_CANDIDATE]
     assert sorted(given) == ["p0", "p1", "p2"]
     # the chunks the real splitter makes, in the order of the documents it was given
-    chunks_of = {"p0": ["cats purr softly", "dogs bark loudly"], "p1": ["markets fell today"],
-                 "p2": ["tea is hot", "coffee is hotter"]}
+    chunks_of = {"p0": ["cats purr softly", "dogs bark loudly"], "p1": ["markets fell today"], "p2": ["tea is hot", "coffee is hotter"]}
     expected = []
     for parent in given:
         for n, text in enumerate(chunks_of[parent]):
@@ -115,7 +118,12 @@ def test_the_split_stage_reaches_the_manifest_verified(tmp_path):
     [split] = [s for s in manifest["stages"] if s["kind"] == "split"]
     assert (split["in"], split["out"], split["excluded_count"]) == (3, 5, 0)
     assert {c["id"]: c.get("derived_from") for c in split["candidates"]} == {
-        "p0": sha(PARENTS[0]), "p0#1": sha(PARENTS[0]), "p1": None, "p2": sha(PARENTS[2]), "p2#1": sha(PARENTS[2])}
+        "p0": sha(PARENTS[0]),
+        "p0#1": sha(PARENTS[0]),
+        "p1": None,
+        "p2": sha(PARENTS[2]),
+        "p2#1": sha(PARENTS[2]),
+    }
     coverage = manifest["coverage"]
     # three documents in the store, all three read from it, the two kept chunks in the context
     assert (coverage["corpus_size"], coverage["retrieved"], coverage["in_context"]) == (3, 3, 2)
@@ -135,10 +143,12 @@ def test_an_extract_keeps_its_id_in_the_outer_stage(instrumentor, span_exporter)
     from langchain_classic.retrievers.document_compressors import LLMChainExtractor
 
     store = InMemoryVectorStore(HashEmbeddings())
-    store.add_documents([Document(page_content="I nominated Judge Ketanji Brown Jackson", id="k"),
-                         Document(page_content="We will secure the border", id="b")])
-    retriever = ContextualCompressionRetriever(base_compressor=LLMChainExtractor.from_llm(ScriptedExtractor.llm()),
-                                               base_retriever=store.as_retriever(search_kwargs={"k": 2}))
+    store.add_documents(
+        [Document(page_content="I nominated Judge Ketanji Brown Jackson", id="k"), Document(page_content="We will secure the border", id="b")]
+    )
+    retriever = ContextualCompressionRetriever(
+        base_compressor=LLMChainExtractor.from_llm(ScriptedExtractor.llm()), base_retriever=store.as_retriever(search_kwargs={"k": 2})
+    )
     docs = retriever.invoke("Ketanji Jackson")
     assert [d.page_content for d in docs] == ["Ketanji Brown Jackson"]
     spans = span_exporter.get_finished_spans()

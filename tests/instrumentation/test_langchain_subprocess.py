@@ -48,13 +48,20 @@ def test_unmodified_app_under_opentelemetry_instrument(tmp_path):
     spans = run_under_opentelemetry_instrument(APP, tmp_path)
     stages = [s for s in spans if sc.STAGE_KIND in s.attributes]
     names = sorted(s.name for s in stages)
-    assert names == sorted([
-        "retrieve ContextualCompressionRetriever", "fuse MultiQueryRetriever",
-        "fuse EnsembleRetriever", "fuse EnsembleRetriever",
-        "retrieve BM25Retriever", "retrieve BM25Retriever",
-        "retrieve VectorStoreRetriever", "retrieve VectorStoreRetriever",
-        "filter EmbeddingsRedundantFilter", "filter EmbeddingsFilter",  # (the compressor pipeline is no stage)
-    ]), names
+    assert names == sorted(
+        [
+            "retrieve ContextualCompressionRetriever",
+            "fuse MultiQueryRetriever",
+            "fuse EnsembleRetriever",
+            "fuse EnsembleRetriever",
+            "retrieve BM25Retriever",
+            "retrieve BM25Retriever",
+            "retrieve VectorStoreRetriever",
+            "retrieve VectorStoreRetriever",
+            "filter EmbeddingsRedundantFilter",
+            "filter EmbeddingsFilter",  # (the compressor pipeline is no stage)
+        ]
+    ), names
     assert len({s.trace_id for s in stages}) == 1
     by_id = {s.span_id: s for s in stages}
     root = [s for s in stages if s.parent_span_id not in by_id]

@@ -71,15 +71,22 @@ def content_receipt(text: str) -> dict[str, Any]:
 
 def query_attributes(text: str, hop: int = 0, transform: str = "none", parent: int | None = None) -> dict[str, Any]:
     rec = receipt(text)
-    attributes = {sc.QUERY_HOP: hop, sc.QUERY_TRANSFORM: transform, sc.QUERY_CHARS: rec.chars,
-                  sc.QUERY_BYTES: rec.bytes, sc.QUERY_SHA256: rec.sha256, sc.QUERY_TEXT: text}
+    attributes = {
+        sc.QUERY_HOP: hop,
+        sc.QUERY_TRANSFORM: transform,
+        sc.QUERY_CHARS: rec.chars,
+        sc.QUERY_BYTES: rec.bytes,
+        sc.QUERY_SHA256: rec.sha256,
+        sc.QUERY_TEXT: text,
+    }
     if parent is not None:
         attributes[sc.QUERY_PARENT_HOP] = parent
     return attributes
 
 
-def candidate_event(ident: str, rank: int, text: str, *, score: float | None = None, score_kind: str = "none",
-                    hop: int | None = None) -> dict[str, Any]:
+def candidate_event(
+    ident: str, rank: int, text: str, *, score: float | None = None, score_kind: str = "none", hop: int | None = None
+) -> dict[str, Any]:
     event: dict[str, Any] = {sc.CANDIDATE_ID: ident, sc.CANDIDATE_RANK: rank, sc.CANDIDATE_SCORE_KIND: score_kind}
     if score is not None:
         event[sc.CANDIDATE_SCORE] = score
@@ -89,8 +96,9 @@ def candidate_event(ident: str, rank: int, text: str, *, score: float | None = N
     return event
 
 
-def exclusion_event(ident: str, rank: int, text: str, reason: str, detail: str | None, *, score: float | None = None,
-                    score_kind: str = "none", hop: int | None = None) -> dict[str, Any]:
+def exclusion_event(
+    ident: str, rank: int, text: str, reason: str, detail: str | None, *, score: float | None = None, score_kind: str = "none", hop: int | None = None
+) -> dict[str, Any]:
     event = candidate_event(ident, rank, text, score=score, score_kind=score_kind, hop=hop)
     event[sc.EXCLUSION_REASON] = reason
     if detail is not None:
@@ -107,7 +115,7 @@ def assert_events(span: Any, expected: list[tuple[str, dict[str, Any]]]) -> None
     """Exact events, in order, with approximate float scores."""
     actual = span_events(span)
     assert [n for n, _ in actual] == [n for n, _ in expected], [n for n, _ in actual]
-    for (name, got), (_, want) in zip(actual, expected):
+    for (name, got), (_, want) in zip(actual, expected, strict=False):
         got = dict(got)
         spanutil.pop_pointer(got, want)
         for key, value in want.items():
@@ -147,18 +155,23 @@ def pop_stage(span: Any, expected: dict[str, Any]) -> dict[str, Any]:
     return attributes
 
 
-def stage_attributes(kind: str, component: str, *, n_in: int, n_out: int, n_excluded: int, status: str = "ok",
-                     **extra: Any) -> dict[str, Any]:
-    attributes = {sc.SCHEMA: 5, sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: component, sc.STAGE_STATUS: status,
-                  sc.CANDIDATES_IN: n_in, sc.CANDIDATES_OUT: n_out, sc.CANDIDATES_EXCLUDED: n_excluded}
+def stage_attributes(kind: str, component: str, *, n_in: int, n_out: int, n_excluded: int, status: str = "ok", **extra: Any) -> dict[str, Any]:
+    attributes = {
+        sc.SCHEMA: 5,
+        sc.STAGE_KIND: kind,
+        sc.STAGE_COMPONENT: component,
+        sc.STAGE_STATUS: status,
+        sc.CANDIDATES_IN: n_in,
+        sc.CANDIDATES_OUT: n_out,
+        sc.CANDIDATES_EXCLUDED: n_excluded,
+    }
     attributes.update(extra)
     return attributes
 
 
 def retrieval_mirrors(component: str, query: str | None, docs: Iterable[tuple[str, float | None]], top_k: int | None) -> dict[str, Any]:
     """The GenAI and OpenInference mirrors the recorder writes on a retrieve stage."""
-    attributes: dict[str, Any] = {sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: component,
-                                  sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER"}
+    attributes: dict[str, Any] = {sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: component, sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER"}
     if top_k is not None:
         attributes[sc.GEN_AI_REQUEST_TOP_K] = top_k
     if query is not None:
@@ -181,14 +194,13 @@ def one(spans: Iterable[Any], short: str) -> Any:
 
 
 def docs_equal(a: list[Document], b: list[Document]) -> bool:
-    return [(d.id, d.page_content, d.metadata, type(d).__name__) for d in a] == [
-        (d.id, d.page_content, d.metadata, type(d).__name__) for d in b]
+    return [(d.id, d.page_content, d.metadata, type(d).__name__) for d in a] == [(d.id, d.page_content, d.metadata, type(d).__name__) for d in b]
 
 
-def run_under_opentelemetry_instrument(script: str, tmp_path: Path, extra_env: dict[str, str] | None = None,
-                                       timeout: float = 240) -> list[Any]:
+def run_under_opentelemetry_instrument(script: str, tmp_path: Path, extra_env: dict[str, str] | None = None, timeout: float = 240) -> list[Any]:
     """``script`` under ``opentelemetry-instrument`` with only ``ragtrail_langchain`` enabled; the decoded spans."""
     here = Path(__file__).parent  # the app imports this module, which imports tests/spanutil.py
     env = {"PYTHONPATH": f"{here}:{here.parent}", **(extra_env or {})}
-    return spanutil.run_under_opentelemetry_instrument(script, tmp_path, "ragtrail_langchain", service="langchain-app",
-                                                       extra_env=env, timeout=timeout)[1]
+    return spanutil.run_under_opentelemetry_instrument(
+        script, tmp_path, "ragtrail_langchain", service="langchain-app", extra_env=env, timeout=timeout
+    )[1]

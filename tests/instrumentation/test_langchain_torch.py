@@ -54,5 +54,4 @@ def test_hugging_face_cross_encoder_scores_are_recorded(model, tracer_provider, 
     assert all(c[sc.CANDIDATE_SCORE_KIND] == "rerank" for c in candidates)
     exclusions = [e.attributes for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION]
     assert len(exclusions) == len(TEXTS) - 3
-    assert all(e[sc.EXCLUSION_REASON] == "below_rank_cutoff" and e[sc.EXCLUSION_DETAIL].startswith("top_k=3 rerank_score=")
-               for e in exclusions)
+    assert all(e[sc.EXCLUSION_REASON] == "below_rank_cutoff" and e[sc.EXCLUSION_DETAIL].startswith("top_k=3 rerank_score=") for e in exclusions)

@@ -52,8 +52,11 @@ def _snapshot(nodes):
 def _pipeline(cutoff: float = 0.1):
     index = build_index()
     return index.as_query_engine(
-        llm=ScriptedLLM(), similarity_top_k=8, response_mode="simple_summarize",
-        node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=cutoff), LongContextReorder()])
+        llm=ScriptedLLM(),
+        similarity_top_k=8,
+        response_mode="simple_summarize",
+        node_postprocessors=[SimilarityPostprocessor(similarity_cutoff=cutoff), LongContextReorder()],
+    )
 
 
 # --- the library behaves identically -------------------------------------------------------------
@@ -92,8 +95,13 @@ def test_uninstrument_restores_every_method(instrumentor, tracer_provider, span_
     from llama_index.core.postprocessor.types import BaseNodePostprocessor
     from llama_index.core.query_engine import CustomQueryEngine
 
-    methods = [(BaseRetriever, "retrieve"), (BaseRetriever, "aretrieve"), (BaseNodePostprocessor, "postprocess_nodes"),
-               (RankGPTRerank, "apostprocess_nodes"), (CustomQueryEngine, "query")]  # the last two: overrides
+    methods = [
+        (BaseRetriever, "retrieve"),
+        (BaseRetriever, "aretrieve"),
+        (BaseNodePostprocessor, "postprocess_nodes"),
+        (RankGPTRerank, "apostprocess_nodes"),
+        (CustomQueryEngine, "query"),
+    ]  # the last two: overrides
     originals = [vars(owner)[name] for owner, name in methods]
     instrumentor.instrument(tracer_provider=tracer_provider)
     assert all(hasattr(vars(owner)[name], "__wrapped__") for owner, name in methods)
@@ -128,9 +136,14 @@ def test_pipeline_spans_exact(instrumented):
     instrumented.clear()
     response = engine.query(QUERY)
     spans = instrumented.get_finished_spans()
-    assert [s.name for s in spans] == ["retrieve VectorIndexRetriever", "filter SimilarityPostprocessor",
-                                       "rerank LongContextReorder", "budget PromptHelper",
-                                       "generate SimpleSummarize", "pipeline RetrieverQueryEngine"]
+    assert [s.name for s in spans] == [
+        "retrieve VectorIndexRetriever",
+        "filter SimilarityPostprocessor",
+        "rerank LongContextReorder",
+        "budget PromptHelper",
+        "generate SimpleSummarize",
+        "pipeline RetrieverQueryEngine",
+    ]
     root = spans[-1]
     assert root.parent is None
     assert all(s.parent.span_id == root.context.span_id for s in spans if s.name != "budget PromptHelper" and s is not root)
@@ -144,49 +157,83 @@ def test_pipeline_spans_exact(instrumented):
     assert kept and dropped, "the corpus must give the filter something to do"
     span = one(spans, "filter SimilarityPostprocessor")
     a = attrs(span)
-    pop_all(a, {
-        sc.SCHEMA: 5, sc.STAGE_KIND: sc.KIND_FILTER, sc.STAGE_COMPONENT: SIMILARITY, sc.STAGE_STATUS: sc.STATUS_OK,
-        sc.STAGE_THRESHOLD: cutoff, sc.CANDIDATES_IN: len(retrieved), sc.CANDIDATES_OUT: len(kept),
-        sc.CANDIDATES_EXCLUDED: len(dropped), sc.OPENINFERENCE_SPAN_KIND: sc.OI_RERANKER, sc.OI_INPUT_VALUE: QUERY,
-        **query_attrs(QUERY, 0, sc.TRANSFORM_NONE),
-    })
+    pop_all(
+        a,
+        {
+            sc.SCHEMA: 5,
+            sc.STAGE_KIND: sc.KIND_FILTER,
+            sc.STAGE_COMPONENT: SIMILARITY,
+            sc.STAGE_STATUS: sc.STATUS_OK,
+            sc.STAGE_THRESHOLD: cutoff,
+            sc.CANDIDATES_IN: len(retrieved),
+            sc.CANDIDATES_OUT: len(kept),
+            sc.CANDIDATES_EXCLUDED: len(dropped),
+            sc.OPENINFERENCE_SPAN_KIND: sc.OI_RERANKER,
+            sc.OI_INPUT_VALUE: QUERY,
+            **query_attrs(QUERY, 0, sc.TRANSFORM_NONE),
+        },
+    )
     pop_stage_tail(a, span)
     assert a == {}
     # schema 4: the postprocessor's rows point to the retrieval that wrote their receipts (the reader
     # fills the receipts back in: the same values)
     retrieved_at = format(one(spans, "retrieve VectorIndexRetriever").context.span_id, "016x")
-    expected_candidates = [{
-        sc.CANDIDATE_ID: n.node.node_id, sc.CANDIDATE_RANK: rank, sc.CANDIDATE_SCORE: n.score,
-        sc.CANDIDATE_SCORE_KIND: sc.SCORE_SIMILARITY, sc.CANDIDATE_HOP: 0, **content_attrs(n.node.text),
-        sc.CANDIDATE_CONTENT_FROM: retrieved_at,
-    } for rank, n in enumerate(kept)]
-    expected_exclusions = [{
-        sc.CANDIDATE_ID: n.node.node_id, sc.CANDIDATE_RANK: rank, sc.CANDIDATE_SCORE: n.score,
-        sc.CANDIDATE_SCORE_KIND: sc.SCORE_SIMILARITY, sc.CANDIDATE_HOP: 0, **content_attrs(n.node.text),
-        sc.CANDIDATE_CONTENT_FROM: retrieved_at,
-        sc.EXCLUSION_REASON: sc.REASON_BELOW_SCORE_THRESHOLD,
-        sc.EXCLUSION_DETAIL: f"score={n.score:g} < threshold={cutoff:g}",
-    } for rank, n in dropped]
+    expected_candidates = [
+        {
+            sc.CANDIDATE_ID: n.node.node_id,
+            sc.CANDIDATE_RANK: rank,
+            sc.CANDIDATE_SCORE: n.score,
+            sc.CANDIDATE_SCORE_KIND: sc.SCORE_SIMILARITY,
+            sc.CANDIDATE_HOP: 0,
+            **content_attrs(n.node.text),
+            sc.CANDIDATE_CONTENT_FROM: retrieved_at,
+        }
+        for rank, n in enumerate(kept)
+    ]
+    expected_exclusions = [
+        {
+            sc.CANDIDATE_ID: n.node.node_id,
+            sc.CANDIDATE_RANK: rank,
+            sc.CANDIDATE_SCORE: n.score,
+            sc.CANDIDATE_SCORE_KIND: sc.SCORE_SIMILARITY,
+            sc.CANDIDATE_HOP: 0,
+            **content_attrs(n.node.text),
+            sc.CANDIDATE_CONTENT_FROM: retrieved_at,
+            sc.EXCLUSION_REASON: sc.REASON_BELOW_SCORE_THRESHOLD,
+            sc.EXCLUSION_DETAIL: f"score={n.score:g} < threshold={cutoff:g}",
+        }
+        for rank, n in dropped
+    ]
     assert events(span, sc.EVENT_CANDIDATE) == expected_candidates
     assert events(span, sc.EVENT_EXCLUSION) == expected_exclusions
 
     # retrieve: top_k, corpus size, every hit with its similarity
     span = one(spans, "retrieve VectorIndexRetriever")
     a = attrs(span)
-    pop_all(a, {sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_TOP_K: 8, sc.COVERAGE_CORPUS_SIZE: 12,
-                sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: 8, sc.GEN_AI_OPERATION_NAME: "retrieval",
-                sc.GEN_AI_DATA_SOURCE_ID: "llama_index.core.indices.vector_store.retrievers.retriever.VectorIndexRetriever",
-                sc.GEN_AI_REQUEST_TOP_K: 8, sc.OPENINFERENCE_SPAN_KIND: sc.OI_RETRIEVER})
-    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE]) for e in events(span, sc.EVENT_CANDIDATE)] == \
-        [(n.node.node_id, n.score) for n in retrieved]
+    pop_all(
+        a,
+        {
+            sc.STAGE_KIND: sc.KIND_RETRIEVE,
+            sc.STAGE_TOP_K: 8,
+            sc.COVERAGE_CORPUS_SIZE: 12,
+            sc.CANDIDATES_IN: 0,
+            sc.CANDIDATES_OUT: 8,
+            sc.GEN_AI_OPERATION_NAME: "retrieval",
+            sc.GEN_AI_DATA_SOURCE_ID: "llama_index.core.indices.vector_store.retrievers.retriever.VectorIndexRetriever",
+            sc.GEN_AI_REQUEST_TOP_K: 8,
+            sc.OPENINFERENCE_SPAN_KIND: sc.OI_RETRIEVER,
+        },
+    )
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE]) for e in events(span, sc.EVENT_CANDIDATE)] == [(n.node.node_id, n.score) for n in retrieved]
     for i, n in enumerate(retrieved):
         pop_all(a, {f"retrieval.documents.{i}.document.id": n.node.node_id, f"retrieval.documents.{i}.document.score": n.score})
 
     # reorder keeps the similarity scores and their kind
     span = one(spans, "rerank LongContextReorder")
     reordered = LongContextReorder().postprocess_nodes(list(kept))
-    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in events(span, sc.EVENT_CANDIDATE)] == \
-        [(n.node.node_id, n.score, sc.SCORE_SIMILARITY) for n in reordered]
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in events(span, sc.EVENT_CANDIDATE)] == [
+        (n.node.node_id, n.score, sc.SCORE_SIMILARITY) for n in reordered
+    ]
     assert span.attributes[sc.CANDIDATES_EXCLUDED] == 0
 
     # budget: the chunks the synthesizer built, matched back to their nodes, with the token budget
@@ -199,8 +246,17 @@ def test_pipeline_spans_exact(instrumented):
     span = one(spans, "generate SimpleSummarize")
     assert [e[sc.CANDIDATE_ID] for e in events(span, sc.EVENT_CANDIDATE)] == [n.node.node_id for n in response.source_nodes]
     a = attrs(root)
-    pop_all(a, {sc.STAGE_KIND: sc.KIND_PIPELINE, sc.COVERAGE_CORPUS_SIZE: 12, sc.COVERAGE_RETRIEVED: 8,
-                sc.COVERAGE_IN_CONTEXT: len(kept), sc.COVERAGE_CITED: 0, **query_attrs(QUERY, 0, sc.TRANSFORM_NONE)})
+    pop_all(
+        a,
+        {
+            sc.STAGE_KIND: sc.KIND_PIPELINE,
+            sc.COVERAGE_CORPUS_SIZE: 12,
+            sc.COVERAGE_RETRIEVED: 8,
+            sc.COVERAGE_IN_CONTEXT: len(kept),
+            sc.COVERAGE_CITED: 0,
+            **query_attrs(QUERY, 0, sc.TRANSFORM_NONE),
+        },
+    )
 
 
 def test_budget_cuts_the_joined_context_per_node(instrumented):
@@ -218,7 +274,7 @@ def test_budget_cuts_the_joined_context_per_node(instrumented):
     assert candidates and exclusions, "a 180-token window must keep some chunks and drop others"
     assert [e[sc.CANDIDATE_ID] for e in candidates + exclusions] == [i for i, _ in texts]
     *whole, last = candidates
-    for e, (ident, text) in zip(whole, texts):
+    for e, (ident, text) in zip(whole, texts, strict=False):
         pop_all(e, {sc.CANDIDATE_ID: ident, **content_attrs(text)})
     original = receipt(dict(texts)[last[sc.CANDIDATE_ID]])
     assert last[sc.CANDIDATE_CONTENT_CHARS] < original.chars
@@ -234,8 +290,7 @@ def test_budget_cuts_the_joined_context_per_node(instrumented):
 
 # --- reasons from the postprocessor's class and knobs -------------------------------------------
 def _nodes(scores):
-    return [NodeWithScore(node=TextNode(text=f"text {i}", id_=f"n{i}", metadata={"date": DATES[i]}), score=s)
-            for i, s in enumerate(scores)]
+    return [NodeWithScore(node=TextNode(text=f"text {i}", id_=f"n{i}", metadata={"date": DATES[i]}), score=s) for i, s in enumerate(scores)]
 
 
 def test_fixed_recency_excludes_as_stale_with_dates(instrumented):
@@ -245,8 +300,7 @@ def test_fixed_recency_excludes_as_stale_with_dates(instrumented):
     assert [n.node.node_id for n in kept] == ["n3", "n2"]
     span = one(instrumented.get_finished_spans(), "filter FixedRecencyPostprocessor")
     assert span.attributes[sc.STAGE_TOP_K] == 2
-    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL])
-            for e in events(span, sc.EVENT_EXCLUSION)] == [
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_RANK], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
         ("n0", 0, sc.REASON_STALE, "date=2024-01-01 older than the 2 most recent kept (oldest kept date=2024-03-01)"),
         ("n1", 1, sc.REASON_STALE, "date=2024-02-01 older than the 2 most recent kept (oldest kept date=2024-03-01)"),
     ]
@@ -287,13 +341,17 @@ def test_llm_rerank_tells_cut_from_not_chosen(instrumented):
     assert [(n.node.node_id, n.score) for n in out] == [("n1", 9.0)]
     span = one(instrumented.get_finished_spans(), "rerank LLMRerank")
     a = attrs(span)
-    pop_all(a, {sc.STAGE_KIND: sc.KIND_RERANK, sc.STAGE_TOP_K: 1, sc.OI_RERANKER_TOP_K: 1,
-                sc.OPENINFERENCE_SPAN_KIND: sc.OI_RERANKER})
+    pop_all(a, {sc.STAGE_KIND: sc.KIND_RERANK, sc.STAGE_TOP_K: 1, sc.OI_RERANKER_TOP_K: 1, sc.OPENINFERENCE_SPAN_KIND: sc.OI_RERANKER})
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in events(span, sc.EVENT_CANDIDATE)] == [
-        ("n1", 9.0, sc.SCORE_RERANK)]
+        ("n1", 9.0, sc.SCORE_RERANK)
+    ]
     reasons = [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.EXCLUSION_REASON]) for e in events(span, sc.EVENT_EXCLUSION)]
-    assert reasons == [("n0", 0.9, sc.REASON_BELOW_RANK_CUTOFF), ("n2", 0.7, "custom:not_selected_by_llm"),
-                       ("n3", 0.6, "custom:not_selected_by_llm"), ("n4", 0.5, "custom:not_selected_by_llm")]
+    assert reasons == [
+        ("n0", 0.9, sc.REASON_BELOW_RANK_CUTOFF),
+        ("n2", 0.7, "custom:not_selected_by_llm"),
+        ("n3", 0.6, "custom:not_selected_by_llm"),
+        ("n4", 0.5, "custom:not_selected_by_llm"),
+    ]
 
 
 async def test_async_postprocess_is_one_span_with_the_same_result(instrumentor, tracer_provider, span_exporter):
@@ -321,9 +379,17 @@ def test_hyde_hops_and_what_hit_the_index(instrumented):
     first = transforms[0]
     pop_all(attrs(first), query_attrs(QUERY, 0, sc.TRANSFORM_NONE))
     rec = receipt(hypothetical)
-    assert events(first, sc.EVENT_QUERY) == [{
-        sc.QUERY_HOP: 1, sc.QUERY_TRANSFORM: sc.TRANSFORM_HYDE, sc.QUERY_PARENT_HOP: 0, sc.QUERY_TEXT: hypothetical,
-        sc.QUERY_CHARS: rec.chars, sc.QUERY_BYTES: rec.bytes, sc.QUERY_SHA256: rec.sha256}]
+    assert events(first, sc.EVENT_QUERY) == [
+        {
+            sc.QUERY_HOP: 1,
+            sc.QUERY_TRANSFORM: sc.TRANSFORM_HYDE,
+            sc.QUERY_PARENT_HOP: 0,
+            sc.QUERY_TEXT: hypothetical,
+            sc.QUERY_CHARS: rec.chars,
+            sc.QUERY_BYTES: rec.bytes,
+            sc.QUERY_SHA256: rec.sha256,
+        }
+    ]
     retrieve = one(spans, "retrieve VectorIndexRetriever")
     a = attrs(retrieve)
     # the index was hit with the hypothetical document (averaged with the original query), not query_str
@@ -338,11 +404,9 @@ def test_hyde_hops_and_what_hit_the_index(instrumented):
 def test_fusion_hops_snapshot_and_rrf(instrumented, use_async):
     index = build_index()
     base = index.as_retriever(similarity_top_k=4)
-    fusion = QueryFusionRetriever([base], llm=ScriptedLLM(), mode="reciprocal_rerank", similarity_top_k=3,
-                                  num_queries=3, use_async=bool(use_async))
+    fusion = QueryFusionRetriever([base], llm=ScriptedLLM(), mode="reciprocal_rerank", similarity_top_k=3, num_queries=3, use_async=bool(use_async))
     # the per-query results, as each query's retrieval returned them (fusion overwrites these scores)
-    truth = {q: [(n.node.node_id, n.score) for n in base.retrieve(q)]
-             for q in (QUERY, "cats that sleep all day", "how do cats hunt mice")}
+    truth = {q: [(n.node.node_id, n.score) for n in base.retrieve(q)] for q in (QUERY, "cats that sleep all day", "how do cats hunt mice")}
     instrumented.clear()
     fused = asyncio.run(fusion.aretrieve(QUERY)) if use_async == "aretrieve" else fusion.retrieve(QUERY)
     spans = instrumented.get_finished_spans()
@@ -353,21 +417,22 @@ def test_fusion_hops_snapshot_and_rrf(instrumented, use_async):
     assert gen.parent.span_id == fuse.context.span_id
     assert all(r.parent.span_id == fuse.context.span_id for r in retrieves)
     assert [(e[sc.QUERY_HOP], e[sc.QUERY_TRANSFORM], e[sc.QUERY_PARENT_HOP], e[sc.QUERY_TEXT]) for e in events(gen, sc.EVENT_QUERY)] == [
-        (1, sc.TRANSFORM_MULTI_QUERY, 0, "cats that sleep all day"), (2, sc.TRANSFORM_MULTI_QUERY, 0, "how do cats hunt mice")]
+        (1, sc.TRANSFORM_MULTI_QUERY, 0, "cats that sleep all day"),
+        (2, sc.TRANSFORM_MULTI_QUERY, 0, "how do cats hunt mice"),
+    ]
     hop_of = {QUERY: 0, "cats that sleep all day": 1, "how do cats hunt mice": 2}
     assert sorted((r.attributes[sc.QUERY_TEXT], r.attributes[sc.QUERY_HOP]) for r in retrieves) == sorted(hop_of.items())
 
     a = attrs(fuse)
-    pop_all(a, {sc.STAGE_KIND: sc.KIND_FUSE, sc.STAGE_TOP_K: 3, sc.CANDIDATES_IN: 12, sc.CANDIDATES_OUT: 3,
-                sc.CANDIDATES_EXCLUDED: 9})
+    pop_all(a, {sc.STAGE_KIND: sc.KIND_FUSE, sc.STAGE_TOP_K: 3, sc.CANDIDATES_IN: 12, sc.CANDIDATES_OUT: 3, sc.CANDIDATES_EXCLUDED: 9})
     # inputs are the pre-fusion similarities, each with the hop of the query that found it
-    inputs = [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_HOP], e[sc.CANDIDATE_SCORE_KIND])
-              for e in events(fuse, sc.EVENT_EXCLUSION)]
+    inputs = [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_HOP], e[sc.CANDIDATE_SCORE_KIND]) for e in events(fuse, sc.EVENT_EXCLUSION)]
     expected_pool = {(nid, score, hop_of[q], sc.SCORE_SIMILARITY) for q, hits in truth.items() for nid, score in hits}
     assert set(inputs) <= expected_pool
     outputs = events(fuse, sc.EVENT_CANDIDATE)
-    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in outputs] == \
-        [(n.node.node_id, n.score, sc.SCORE_RRF) for n in fused]
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in outputs] == [
+        (n.node.node_id, n.score, sc.SCORE_RRF) for n in fused
+    ]
     reasons = {e[sc.EXCLUSION_REASON] for e in events(fuse, sc.EVENT_EXCLUSION)}
     assert reasons <= {sc.REASON_DEDUPLICATED, sc.REASON_BELOW_RANK_CUTOFF} and sc.REASON_DEDUPLICATED in reasons
 
@@ -415,9 +480,16 @@ def _check_traces(spans, queries):
         seen.add(text)
         ids = {s.context.span_id for s in trace_spans}
         assert all(s.parent.span_id in ids for s in trace_spans if s.parent is not None)
-        assert sorted(s.name for s in trace_spans) == sorted(["pipeline RetrieverQueryEngine", "retrieve VectorIndexRetriever",
-                                                              "filter SimilarityPostprocessor", "rerank LongContextReorder",
-                                                              "budget PromptHelper", "generate SimpleSummarize"])
+        assert sorted(s.name for s in trace_spans) == sorted(
+            [
+                "pipeline RetrieverQueryEngine",
+                "retrieve VectorIndexRetriever",
+                "filter SimilarityPostprocessor",
+                "rerank LongContextReorder",
+                "budget PromptHelper",
+                "generate SimpleSummarize",
+            ]
+        )
         for s in trace_spans:
             if sc.QUERY_TEXT in (s.attributes or {}):
                 assert s.attributes[sc.QUERY_TEXT] == text  # no cross-talk between queries
@@ -481,9 +553,11 @@ def test_chat_turn_is_a_pipeline_with_a_condensed_rewrite(instrumented):
 
     index = build_index()
     llm = ScriptedLLM()
-    engine = CondensePlusContextChatEngine.from_defaults(index.as_retriever(similarity_top_k=3), llm=llm,
-                                                         chat_history=[ChatMessage(role="user", content="tell me about cats"),
-                                                                       ChatMessage(role="assistant", content="they sleep")])
+    engine = CondensePlusContextChatEngine.from_defaults(
+        index.as_retriever(similarity_top_k=3),
+        llm=llm,
+        chat_history=[ChatMessage(role="user", content="tell me about cats"), ChatMessage(role="assistant", content="they sleep")],
+    )
     engine.chat("and why?")
     spans = instrumented.get_finished_spans()
     root = one(spans, "pipeline CondensePlusContextChatEngine")
@@ -503,8 +577,15 @@ def test_content_replacement_keeps_identity_and_says_derived_from(instrumented):
     MetadataReplacementPostProcessor(target_metadata_key="window").postprocess_nodes(nodes, query_str="q")
     span = one(instrumented.get_finished_spans(), "filter MetadataReplacementPostProcessor")
     [candidate] = events(span, sc.EVENT_CANDIDATE)
-    pop_all(candidate, {sc.CANDIDATE_ID: "w0", sc.CANDIDATE_TRANSFORM_DERIVED_FROM: receipt("short").sha256,
-                        sc.CANDIDATE_TRANSFORM_RULE: sc.RULE_REPLACE, **content_attrs("a longer window of text")})
+    pop_all(
+        candidate,
+        {
+            sc.CANDIDATE_ID: "w0",
+            sc.CANDIDATE_TRANSFORM_DERIVED_FROM: receipt("short").sha256,
+            sc.CANDIDATE_TRANSFORM_RULE: sc.RULE_REPLACE,
+            **content_attrs("a longer window of text"),
+        },
+    )
     assert events(span, sc.EVENT_EXCLUSION) == []
 
 
@@ -524,16 +605,19 @@ def test_sentence_window_pipeline_verifies_without_alarms(instrumented):
     text = " ".join(f"{t.capitalize()}." for t in (TOPICS[0], TOPICS[2], TOPICS[1], TOPICS[4], TOPICS[7]))
     nodes = SentenceWindowNodeParser.from_defaults(window_size=1).get_nodes_from_documents([Document(text=text)])
     index = VectorStoreIndex(nodes, embed_model=WordEmbedding())
-    engine = index.as_query_engine(llm=ScriptedLLM(), similarity_top_k=2, response_mode="simple_summarize",
-                                   node_postprocessors=[MetadataReplacementPostProcessor(target_metadata_key="window")])
+    engine = index.as_query_engine(
+        llm=ScriptedLLM(),
+        similarity_top_k=2,
+        response_mode="simple_summarize",
+        node_postprocessors=[MetadataReplacementPostProcessor(target_metadata_key="window")],
+    )
     with trace.get_tracer("tests").start_as_current_span("request"):
         response = engine.query(QUERY)
     spans = instrumented.get_finished_spans()
     replaced = one(spans, "filter MetadataReplacementPostProcessor")
     windows = [e for e in events(replaced, sc.EVENT_CANDIDATE)]
     assert len(windows) == 2 and [e[sc.CANDIDATE_TRANSFORM_RULE] for e in windows] == [sc.RULE_REPLACE] * 2
-    assert [e[sc.CANDIDATE_CONTENT_SHA256] for e in windows] == [receipt(n.node.get_content()).sha256
-                                                                 for n in response.source_nodes]
+    assert [e[sc.CANDIDATE_CONTENT_SHA256] for e in windows] == [receipt(n.node.get_content()).sha256 for n in response.source_nodes]
     decoded = list(decode_document(request_to_dict(encode_request(spans))))
     [trace_id] = {s.trace_id for s in decoded}
     m = build(Trace(trace_id=trace_id, spans=decoded, source="file")).as_dict()
@@ -552,20 +636,22 @@ def test_metadata_filters_are_canonical_json(instrumented):
     assert retrieved and {n.node.metadata["topic"] for n in retrieved} == {"cats"}
     span = one(instrumented.get_finished_spans(), "retrieve VectorIndexRetriever")
     # sorted keys, no spaces: equal filters give equal strings (docs/semconv.md)
-    assert span.attributes[sc.STAGE_FILTER] == \
-        '{"condition":"and","filters":[{"key":"topic","operator":"==","value":"cats"}]}'
+    assert span.attributes[sc.STAGE_FILTER] == '{"condition":"and","filters":[{"key":"topic","operator":"==","value":"cats"}]}'
 
 
-@pytest.mark.parametrize(("mode", "kind"), [("relative_score", sc.SCORE_RELATIVE), ("dist_based_score", sc.SCORE_RELATIVE),
-                                            ("simple", sc.SCORE_SIMILARITY)])
+@pytest.mark.parametrize(
+    ("mode", "kind"), [("relative_score", sc.SCORE_RELATIVE), ("dist_based_score", sc.SCORE_RELATIVE), ("simple", sc.SCORE_SIMILARITY)]
+)
 def test_fusion_score_kind_per_mode(instrumented, mode, kind):
     index = build_index()
-    fusion = QueryFusionRetriever([index.as_retriever(similarity_top_k=3)], llm=ScriptedLLM(), mode=mode,
-                                  similarity_top_k=2, num_queries=2, use_async=False)
+    fusion = QueryFusionRetriever(
+        [index.as_retriever(similarity_top_k=3)], llm=ScriptedLLM(), mode=mode, similarity_top_k=2, num_queries=2, use_async=False
+    )
     fused = fusion.retrieve(QUERY)
     fuse = one(instrumented.get_finished_spans(), "fuse QueryFusionRetriever")
-    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in events(fuse, sc.EVENT_CANDIDATE)] == \
-        [(n.node.node_id, n.score, kind) for n in fused]
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in events(fuse, sc.EVENT_CANDIDATE)] == [
+        (n.node.node_id, n.score, kind) for n in fused
+    ]
 
 
 def test_sampled_out_records_nothing_and_changes_nothing(instrumentor, span_exporter):

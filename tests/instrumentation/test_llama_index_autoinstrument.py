@@ -61,19 +61,33 @@ def test_opentelemetry_instrument_exports_llama_index_stages(tmp_path):
     script.write_text(SCRIPT.format(tests=str(TESTS_DIR)))
     store = tmp_path / "store"
     others = [e.name for e in entry_points(group="opentelemetry_instrumentor") if e.name != "ragtrail_llama_index"]
-    env = {**os.environ,
-           "OTEL_TRACES_EXPORTER": "ragtrail_file", sc.ENV_LOCAL_STORE_DIR: str(store),
-           "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none", "OTEL_SERVICE_NAME": "llama-app",
-           "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others)}
-    out = subprocess.run([str(VENV_BIN / "opentelemetry-instrument"), sys.executable, str(script)],
-                         capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "OTEL_TRACES_EXPORTER": "ragtrail_file",
+        sc.ENV_LOCAL_STORE_DIR: str(store),
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_SERVICE_NAME": "llama-app",
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ",".join(others),
+    }
+    out = subprocess.run(
+        [str(VENV_BIN / "opentelemetry-instrument"), sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     sources = next(line for line in out.stdout.splitlines() if line.startswith("SOURCES ")).split(" ", 1)[1].split(",")
 
     spans = _spans(store)
     names = sorted(s["name"] for s in spans)
-    assert names == sorted(["pipeline RetrieverQueryEngine", "retrieve VectorIndexRetriever", "filter SimilarityPostprocessor",
-                            "rerank LongContextReorder", "budget PromptHelper", "generate SimpleSummarize"])
+    assert names == sorted(
+        [
+            "pipeline RetrieverQueryEngine",
+            "retrieve VectorIndexRetriever",
+            "filter SimilarityPostprocessor",
+            "rerank LongContextReorder",
+            "budget PromptHelper",
+            "generate SimpleSummarize",
+        ]
+    )
     assert len({s["traceId"] for s in spans}) == 1
     by_name = {s["name"]: s for s in spans}
     root = by_name["pipeline RetrieverQueryEngine"]
@@ -82,8 +96,8 @@ def test_opentelemetry_instrument_exports_llama_index_stages(tmp_path):
     assert attributes[sc.STAGE_KIND] == sc.KIND_FILTER and attributes[sc.STAGE_THRESHOLD] == 0.1
     excluded = [e for e in by_name["filter SimilarityPostprocessor"]["events"] if e["name"] == sc.EVENT_EXCLUSION]
     assert excluded and all(
-        {a["key"]: _value(a["value"]) for a in e["attributes"]}[sc.EXCLUSION_REASON] == sc.REASON_BELOW_SCORE_THRESHOLD
-        for e in excluded)
+        {a["key"]: _value(a["value"]) for a in e["attributes"]}[sc.EXCLUSION_REASON] == sc.REASON_BELOW_SCORE_THRESHOLD for e in excluded
+    )
     # schema 3: the generate stage's sources are its output columns
     generate = {a["key"]: _value(a["value"]) for a in by_name["generate SimpleSummarize"]["attributes"]}
     assert generate[sc.COLUMN_IDS] == sources

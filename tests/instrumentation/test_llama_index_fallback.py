@@ -54,19 +54,19 @@ def test_fallback_rerank_keeps_similarity_and_is_a_finding(instrumented):
     span = one(instrumented.get_finished_spans(), "rerank FallbackRerank")
     retrieved = [e for e in events(one(instrumented.get_finished_spans(), "retrieve VectorIndexRetriever"), sc.EVENT_CANDIDATE)]
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in events(span, sc.EVENT_CANDIDATE)] == [
-        (n.node.node_id, n.score, "similarity") for n in out]
+        (n.node.node_id, n.score, "similarity") for n in out
+    ]
     assert [e[sc.CANDIDATE_ID] for e in retrieved][:2] == [n.node.node_id for n in out]
     assert span.attributes[sc.STAGE_FINDINGS] == (
         "rerank_is_identity: the stage handed on 2 of its 4 inputs in their input order with their input scores: "
-        "nothing was reranked (a silent fallback?); the scores keep their upstream kind (similarity)",)
-    assert [(e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
-        ("below_rank_cutoff", "top_k=2")] * 2
+        "nothing was reranked (a silent fallback?); the scores keep their upstream kind (similarity)",
+    )
+    assert [(e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [("below_rank_cutoff", "top_k=2")] * 2
 
 
 def test_a_real_rerank_keeps_its_own_kind(instrumented):
     out = _run(FallbackRerank(reply="3,1"))
     span = one(instrumented.get_finished_spans(), "rerank FallbackRerank")
-    assert [(e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in events(span, sc.EVENT_CANDIDATE)] == [
-        (10.0, "rerank"), (9.0, "rerank")]
+    assert [(e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in events(span, sc.EVENT_CANDIDATE)] == [(10.0, "rerank"), (9.0, "rerank")]
     assert [n.score for n in out] == [10.0, 9.0]
     assert sc.STAGE_FINDINGS not in span.attributes

@@ -108,8 +108,7 @@ DATES = [f"2024-{m:02d}-01" for m in range(1, 13)]
 
 
 def corpus() -> list[TextNode]:
-    return [TextNode(text=text, id_=f"d{i:02d}", metadata={"date": DATES[i], "topic": text.split()[0]})
-            for i, text in enumerate(TOPICS)]
+    return [TextNode(text=text, id_=f"d{i:02d}", metadata={"date": DATES[i], "topic": text.split()[0]}) for i, text in enumerate(TOPICS)]
 
 
 def build_index() -> VectorStoreIndex:
@@ -164,8 +163,14 @@ def pop_all(mapping: dict[str, Any], expected: dict[str, Any]) -> None:
 
 def query_attrs(text: str, hop: int, transform: str, parent: int | None = None) -> dict[str, Any]:
     rec = receipt(text)
-    expected = {sc.QUERY_HOP: hop, sc.QUERY_TRANSFORM: transform, sc.QUERY_TEXT: text,
-                sc.QUERY_CHARS: rec.chars, sc.QUERY_BYTES: rec.bytes, sc.QUERY_SHA256: rec.sha256}
+    expected = {
+        sc.QUERY_HOP: hop,
+        sc.QUERY_TRANSFORM: transform,
+        sc.QUERY_TEXT: text,
+        sc.QUERY_CHARS: rec.chars,
+        sc.QUERY_BYTES: rec.bytes,
+        sc.QUERY_SHA256: rec.sha256,
+    }
     if parent is not None:
         expected[sc.QUERY_PARENT_HOP] = parent
     return expected
@@ -173,8 +178,7 @@ def query_attrs(text: str, hop: int, transform: str, parent: int | None = None) 
 
 def content_attrs(text: str) -> dict[str, Any]:
     rec = receipt(text)
-    return {sc.CANDIDATE_CONTENT_CHARS: rec.chars, sc.CANDIDATE_CONTENT_BYTES: rec.bytes,
-            sc.CANDIDATE_CONTENT_SHA256: rec.sha256}
+    return {sc.CANDIDATE_CONTENT_CHARS: rec.chars, sc.CANDIDATE_CONTENT_BYTES: rec.bytes, sc.CANDIDATE_CONTENT_SHA256: rec.sha256}
 
 
 def digest_of(span: Any) -> str:

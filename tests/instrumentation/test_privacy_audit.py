@@ -36,8 +36,14 @@ def needles() -> set[bytes]:
     """Every form of every secret an exported byte may carry it in."""
     forms: set[str] = set()
     for secret in SECRETS:
-        for form in (secret, secret.lower(), urllib.parse.quote(secret), urllib.parse.quote_plus(secret),
-                     urllib.parse.quote(secret.lower()), urllib.parse.quote_plus(secret.lower())):
+        for form in (
+            secret,
+            secret.lower(),
+            urllib.parse.quote(secret),
+            urllib.parse.quote_plus(secret),
+            urllib.parse.quote(secret.lower()),
+            urllib.parse.quote_plus(secret.lower()),
+        ):
             forms.add(form)
     return {f.encode("utf-8") for f in forms}
 
@@ -53,8 +59,12 @@ def audit(spans: Any, tmp_path: Path, server: Any) -> None:
     blobs = {str(p): p.read_bytes() for p in (tmp_path / "store").rglob("*") if p.is_file()}
     blobs.update({f"otlp request {r.index}": r.body for r in server.requests})
     assert len(blobs) >= 2 and all(blobs.values())
-    hits = [(where, needle, blob[max(0, blob.lower().find(needle.lower()) - 120):][:200])
-            for where, blob in blobs.items() for needle in needles() if needle.lower() in blob.lower()]
+    hits = [
+        (where, needle, blob[max(0, blob.lower().find(needle.lower()) - 120) :][:200])
+        for where, blob in blobs.items()
+        for needle in needles()
+        if needle.lower() in blob.lower()
+    ]
     assert hits == []
 
 
@@ -179,12 +189,13 @@ def test_llama_index_leaks_nothing(mode, tracer_provider, span_exporter, tmp_pat
 
     from .test_llama_index_support import WordEmbedding
 
-    nodes = [TextNode(text=DOC_TEXT, id_="li-1", metadata={"topic": FILTER_WORD}),
-             TextNode(text="an unrelated page", id_="li-2", metadata={"topic": "other"})]
+    nodes = [
+        TextNode(text=DOC_TEXT, id_="li-1", metadata={"topic": FILTER_WORD}),
+        TextNode(text="an unrelated page", id_="li-2", metadata={"topic": "other"}),
+    ]
     index = VectorStoreIndex(nodes, embed_model=WordEmbedding())
     # a filter built from the query, as apps do
-    filters = MetadataFilters(filters=[MetadataFilter(key="topic", value=QUERY.split()[1].lower(),
-                                                      operator=FilterOperator.EQ)])
+    filters = MetadataFilters(filters=[MetadataFilter(key="topic", value=QUERY.split()[1].lower(), operator=FilterOperator.EQ)])
     inst = LlamaIndexInstrumentor()
     inst.instrument(tracer_provider=tracer_provider)
     try:
@@ -213,8 +224,7 @@ def test_chroma_leaks_nothing(mode, tracer_provider, span_exporter, tmp_path, ot
     inst = ChromaInstrumentor()
     inst.instrument(tracer_provider=tracer_provider)
     try:
-        result = collection.query(query_texts=[QUERY, REWRITE], n_results=2,
-                                  where_document={"$contains": FILTER_WORD}, where={"topic": FILTER_WORD})
+        result = collection.query(query_texts=[QUERY, REWRITE], n_results=2, where_document={"$contains": FILTER_WORD}, where={"topic": FILTER_WORD})
         assert result["ids"][0] == ["c-1"]
         with pytest.raises(Exception):  # noqa: B017 - whatever the library raises: the stage must say failed
             collection.query(query_texts=[QUERY], n_results=1, where={"$bogus": QUERY})
@@ -237,8 +247,12 @@ def test_qdrant_leaks_nothing(mode, tracer_provider, span_exporter, tmp_path, ot
     client = QdrantClient(":memory:")
     client.create_collection("docs", vectors_config=models.VectorParams(size=3, distance=models.Distance.COSINE))
     client.upsert("docs", [models.PointStruct(id=1, vector=[1.0, 0.0, 0.0], payload={"text": DOC_TEXT, "topic": FILTER_WORD})])
-    query_filter = models.Filter(must=[models.FieldCondition(key="topic", match=models.MatchValue(value=FILTER_WORD)),
-                                       models.FieldCondition(key="text", match=models.MatchText(text=QUERY))])
+    query_filter = models.Filter(
+        must=[
+            models.FieldCondition(key="topic", match=models.MatchValue(value=FILTER_WORD)),
+            models.FieldCondition(key="text", match=models.MatchText(text=QUERY)),
+        ]
+    )
     inst = QdrantInstrumentor()
     inst.instrument(tracer_provider=tracer_provider)
     try:
@@ -263,8 +277,9 @@ def test_haystack_leaks_nothing(mode, tracer_provider, span_exporter, tmp_path, 
     from ragtrail.instrumentation.haystack import HaystackInstrumentor
 
     store = InMemoryDocumentStore()
-    store.write_documents([Document(id="h-1", content=DOC_TEXT, meta={"topic": FILTER_WORD}),
-                           Document(id="h-2", content="another page", meta={"topic": "x"})])
+    store.write_documents(
+        [Document(id="h-1", content=DOC_TEXT, meta={"topic": FILTER_WORD}), Document(id="h-2", content="another page", meta={"topic": "x"})]
+    )
     retriever = InMemoryBM25Retriever(store)
     inst = HaystackInstrumentor()
     inst.instrument(tracer_provider=tracer_provider)
@@ -280,4 +295,3 @@ def test_haystack_leaks_nothing(mode, tracer_provider, span_exporter, tmp_path, 
     assert sc.STATUS_FAILED in all_statuses(spans)
     check_query_receipt(spans, mode)
     audit(spans, tmp_path, otlp_server)
-

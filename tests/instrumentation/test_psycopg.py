@@ -46,10 +46,8 @@ def pg() -> Iterator[Postgres]:
             conn.execute("CREATE TABLE docs (doc_id text PRIMARY KEY, body text, embedding vector(3))")
             pgvector_psycopg.register_vector(conn)
             with conn.cursor() as cur:
-                cur.executemany("INSERT INTO items VALUES (%s, %s, %s, %s)",
-                                [(i, c, g, np.array(v, dtype=np.float32)) for i, c, g, v in ROWS])
-                cur.executemany("INSERT INTO docs VALUES (%s, %s, %s)",
-                                [(f"d{i}", c, np.array(v, dtype=np.float32)) for i, c, _g, v in ROWS])
+                cur.executemany("INSERT INTO items VALUES (%s, %s, %s, %s)", [(i, c, g, np.array(v, dtype=np.float32)) for i, c, g, v in ROWS])
+                cur.executemany("INSERT INTO docs VALUES (%s, %s, %s)", [(f"d{i}", c, np.array(v, dtype=np.float32)) for i, c, _g, v in ROWS])
         yield server
 
 
@@ -80,16 +78,34 @@ def bare(conn: Any, sql: str, params: Any = None) -> list[Any]:
         return conn.execute(sql, params).fetchall()
 
 
-def check_span(span: Any, spans: Any, ids: list[Any], *, component: str = "psycopg.Cursor", top_k: int | None,
-               kind: str | None, scores: list[Any] | None, vector: Any = QUERY, filter_json: str | None = None,
-               contents: list[str] | None = None, table: str = "items", findings: list[str] | None = None) -> None:
+def check_span(
+    span: Any,
+    spans: Any,
+    ids: list[Any],
+    *,
+    component: str = "psycopg.Cursor",
+    top_k: int | None,
+    kind: str | None,
+    scores: list[Any] | None,
+    vector: Any = QUERY,
+    filter_json: str | None = None,
+    contents: list[str] | None = None,
+    table: str = "items",
+    findings: list[str] | None = None,
+) -> None:
     """Pop every expected attribute, then nothing may be left; one candidate event per row, in order."""
     a = spanutil.own(span)
     expected: dict[str, Any] = {
-        sc.SCHEMA: 5, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
+        sc.SCHEMA: 5,
+        sc.STAGE_KIND: sc.KIND_RETRIEVE,
+        sc.STAGE_COMPONENT: component,
         sc.STAGE_STATUS: sc.STATUS_OK if ids else sc.STATUS_EMPTY,
-        sc.STAGE_COLLECTION: table, sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: len(ids),
-        sc.CANDIDATES_EXCLUDED: 0, sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: table,
+        sc.STAGE_COLLECTION: table,
+        sc.CANDIDATES_IN: 0,
+        sc.CANDIDATES_OUT: len(ids),
+        sc.CANDIDATES_EXCLUDED: 0,
+        sc.GEN_AI_OPERATION_NAME: "retrieval",
+        sc.GEN_AI_DATA_SOURCE_ID: table,
         sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
     }
     if top_k is not None:
@@ -129,8 +145,7 @@ def check_span(span: Any, spans: Any, ids: list[Any], *, component: str = "psyco
         assert ev == {}, ev
 
 
-FILTERED = ("SELECT id, content, embedding <=> %s AS distance FROM items WHERE category = %s "
-            "ORDER BY distance LIMIT %s")
+FILTERED = "SELECT id, content, embedding <=> %s AS distance FROM items WHERE category = %s ORDER BY distance LIMIT %s"
 
 
 def test_cosine_search_exact_span_and_rows_unchanged(pg, conn, instrumentor, span_exporter) -> None:
@@ -144,9 +159,16 @@ def test_cosine_search_exact_span_and_rows_unchanged(pg, conn, instrumentor, spa
     spans = span_exporter.get_finished_spans()
     [span] = retrieve_spans(span_exporter)
     assert span.name == "retrieve Cursor"
-    check_span(span, spans, [101, 202], top_k=2, kind=sc.SCORE_DISTANCE, scores=[r[2] for r in rows],
-               contents=[r[1] for r in rows],
-               filter_json=json.dumps({"params": ["pets"], "where": "category = %s"}, separators=(",", ":")))
+    check_span(
+        span,
+        spans,
+        [101, 202],
+        top_k=2,
+        kind=sc.SCORE_DISTANCE,
+        scores=[r[2] for r in rows],
+        contents=[r[1] for r in rows],
+        filter_json=json.dumps({"params": ["pets"], "where": "category = %s"}, separators=(",", ":")),
+    )
 
 
 @pytest.mark.parametrize("operator", ["<->", "<=>", "<#>", "<+>"])
@@ -156,8 +178,7 @@ def test_every_distance_operator_is_a_lower_is_better_distance(conn, instrumento
     assert [r[1] for r in rows] == sorted(r[1] for r in rows)
     assert rows == bare(conn, sql, (QUERY, QUERY))
     [span] = retrieve_spans(span_exporter)
-    check_span(span, span_exporter.get_finished_spans(), [r[0] for r in rows], top_k=3, kind=sc.SCORE_DISTANCE,
-               scores=[r[1] for r in rows])
+    check_span(span, span_exporter.get_finished_spans(), [r[0] for r in rows], top_k=3, kind=sc.SCORE_DISTANCE, scores=[r[1] for r in rows])
 
 
 def test_readme_select_star_order_only_ids_and_no_score(conn, instrumentor, span_exporter) -> None:
@@ -165,18 +186,25 @@ def test_readme_select_star_order_only_ids_and_no_score(conn, instrumentor, span
     sql = "SELECT * FROM items ORDER BY embedding <-> %s LIMIT 5"
     rows = conn.execute(sql, (QUERY,)).fetchall()
     [span] = retrieve_spans(span_exporter)
-    check_span(span, span_exporter.get_finished_spans(), [r[0] for r in rows], top_k=5, kind=sc.SCORE_NONE,
-               scores=None, contents=[r[1] for r in rows])
+    check_span(
+        span, span_exporter.get_finished_spans(), [r[0] for r in rows], top_k=5, kind=sc.SCORE_NONE, scores=None, contents=[r[1] for r in rows]
+    )
 
 
 def test_similarity_column_literal_vector_and_bound_limit(conn, instrumentor, span_exporter) -> None:
-    sql = ("SELECT id, 1 - (embedding <=> '[0.9,0.1,0.1]') AS cosine_similarity FROM items "
-           "ORDER BY embedding <=> '[0.9,0.1,0.1]' LIMIT %(k)s")
+    sql = "SELECT id, 1 - (embedding <=> '[0.9,0.1,0.1]') AS cosine_similarity FROM items ORDER BY embedding <=> '[0.9,0.1,0.1]' LIMIT %(k)s"
     rows = conn.execute(sql, {"k": 3}).fetchall()
     assert [r[1] for r in rows] == sorted((r[1] for r in rows), reverse=True)
     [span] = retrieve_spans(span_exporter)
-    check_span(span, span_exporter.get_finished_spans(), [r[0] for r in rows], top_k=3, kind=sc.SCORE_SIMILARITY,
-               scores=[r[1] for r in rows], vector=[0.9, 0.1, 0.1])
+    check_span(
+        span,
+        span_exporter.get_finished_spans(),
+        [r[0] for r in rows],
+        top_k=3,
+        kind=sc.SCORE_SIMILARITY,
+        scores=[r[1] for r in rows],
+        vector=[0.9, 0.1, 0.1],
+    )
 
 
 def test_every_fetch_style_gets_exactly_its_rows(conn, instrumentor, span_exporter) -> None:
@@ -239,9 +267,17 @@ def test_async_cursor(pg, instrumentor, span_exporter) -> None:
 
     rows = asyncio.run(main())
     [span] = retrieve_spans(span_exporter)
-    check_span(span, span_exporter.get_finished_spans(), [r[0] for r in rows], component="psycopg.AsyncCursor",
-               top_k=2, kind=sc.SCORE_DISTANCE, scores=[r[2] for r in rows], contents=[r[1] for r in rows],
-               filter_json='{"params":["news"],"where":"category = %s"}')
+    check_span(
+        span,
+        span_exporter.get_finished_spans(),
+        [r[0] for r in rows],
+        component="psycopg.AsyncCursor",
+        top_k=2,
+        kind=sc.SCORE_DISTANCE,
+        scores=[r[2] for r in rows],
+        contents=[r[1] for r in rows],
+        filter_json='{"params":["news"],"where":"category = %s"}',
+    )
 
 
 DOCS = "SELECT doc_id, body, embedding <-> %s AS distance FROM docs ORDER BY distance LIMIT 2"
@@ -252,8 +288,9 @@ def test_without_an_id_column_the_ids_are_unknown(conn, instrumentor, span_expor
     [span] = retrieve_spans(span_exporter)
     a = dict(span.attributes)
     assert a[sc.CANDIDATES_OUT] == 0
-    assert a[sc.STAGE_FINDINGS] == ("2 rows returned, ids unknown: the result has no column named 'id' "
-                                    "(RAGTRAIL_PGVECTOR_ID_COLUMN names the id column); no candidate recorded",)
+    assert a[sc.STAGE_FINDINGS] == (
+        "2 rows returned, ids unknown: the result has no column named 'id' (RAGTRAIL_PGVECTOR_ID_COLUMN names the id column); no candidate recorded",
+    )
 
 
 def test_the_id_column_is_configurable(conn, tracer_provider, span_exporter, monkeypatch) -> None:
@@ -265,8 +302,16 @@ def test_the_id_column_is_configurable(conn, tracer_provider, span_exporter, mon
     finally:
         inst.uninstrument()
     [span] = retrieve_spans(span_exporter)
-    check_span(span, span_exporter.get_finished_spans(), [r[0] for r in rows], top_k=2, kind=sc.SCORE_DISTANCE,
-               scores=[r[2] for r in rows], contents=[r[1] for r in rows], table="docs")
+    check_span(
+        span,
+        span_exporter.get_finished_spans(),
+        [r[0] for r in rows],
+        top_k=2,
+        kind=sc.SCORE_DISTANCE,
+        scores=[r[2] for r in rows],
+        contents=[r[1] for r in rows],
+        table="docs",
+    )
     assert [r[0] for r in rows] == ["d101", "d202"]
 
 
@@ -296,26 +341,38 @@ def test_composed_raw_client_and_binary_cursors(conn, instrumentor, span_exporte
     from psycopg import sql
 
     composed = sql.SQL("SELECT {id}, embedding <-> %s AS d FROM {table} ORDER BY d LIMIT %s").format(
-        id=sql.Identifier("id"), table=sql.Identifier("items"))
+        id=sql.Identifier("id"), table=sql.Identifier("items")
+    )
     rows = [conn.execute(composed, (QUERY, 2)).fetchall()]
     raw = psycopg.RawCursor(conn)
-    rows.append(raw.execute("SELECT id, embedding <-> $1 AS d FROM items WHERE category = $2 ORDER BY d LIMIT $3",
-                            (QUERY, "news", 1)).fetchall())
+    rows.append(raw.execute("SELECT id, embedding <-> $1 AS d FROM items WHERE category = $2 ORDER BY d LIMIT $3", (QUERY, "news", 1)).fetchall())
     client = psycopg.ClientCursor(conn)
     rows.append(client.execute("SELECT id, embedding <-> %s AS d FROM items ORDER BY d LIMIT 2", (QUERY,)).fetchall())
-    rows.append(conn.cursor(binary=True).execute("SELECT id, embedding <-> %s AS d FROM items ORDER BY d LIMIT 2",
-                                                 (QUERY,)).fetchall())
+    rows.append(conn.cursor(binary=True).execute("SELECT id, embedding <-> %s AS d FROM items ORDER BY d LIMIT 2", (QUERY,)).fetchall())
     spans = retrieve_spans(span_exporter)
-    assert [s.attributes[sc.STAGE_COMPONENT] for s in spans] == [
-        "psycopg.Cursor", "psycopg.RawCursor", "psycopg.ClientCursor", "psycopg.Cursor"]
+    assert [s.attributes[sc.STAGE_COMPONENT] for s in spans] == ["psycopg.Cursor", "psycopg.RawCursor", "psycopg.ClientCursor", "psycopg.Cursor"]
     everything = span_exporter.get_finished_spans()
     check_span(spans[0], everything, [r[0] for r in rows[0]], top_k=2, kind=sc.SCORE_DISTANCE, scores=[r[1] for r in rows[0]])
-    check_span(spans[1], everything, [r[0] for r in rows[1]], component="psycopg.RawCursor", top_k=1,
-               kind=sc.SCORE_DISTANCE, scores=[r[1] for r in rows[1]],
-               filter_json='{"params":["news"],"where":"category = $2"}')
+    check_span(
+        spans[1],
+        everything,
+        [r[0] for r in rows[1]],
+        component="psycopg.RawCursor",
+        top_k=1,
+        kind=sc.SCORE_DISTANCE,
+        scores=[r[1] for r in rows[1]],
+        filter_json='{"params":["news"],"where":"category = $2"}',
+    )
     for span, got in zip(spans[2:], rows[2:], strict=True):
-        check_span(span, everything, [r[0] for r in got], component=span.attributes[sc.STAGE_COMPONENT], top_k=2,
-                   kind=sc.SCORE_DISTANCE, scores=[r[1] for r in got])
+        check_span(
+            span,
+            everything,
+            [r[0] for r in got],
+            component=span.attributes[sc.STAGE_COMPONENT],
+            top_k=2,
+            kind=sc.SCORE_DISTANCE,
+            scores=[r[1] for r in got],
+        )
     assert rows[3] == rows[2] == rows[0]
 
 
@@ -390,13 +447,22 @@ def test_sqlalchemy_orm_through_the_psycopg_driver(pg, instrumentor, span_export
             nearest = session.scalars(sqlalchemy.select(Item).order_by(Item.embedding.l2_distance(QUERY)).limit(2)).all()
             scored = session.execute(
                 sqlalchemy.select(Item.id, Item.embedding.cosine_distance(QUERY).label("distance"))
-                .where(Item.category == "news").order_by("distance").limit(2)).all()
+                .where(Item.category == "news")
+                .order_by("distance")
+                .limit(2)
+            ).all()
     finally:
         engine.dispose()
     assert [item.id for item in nearest] == [101, 202]
     first, second = retrieve_spans(span_exporter)
     everything = span_exporter.get_finished_spans()
-    check_span(first, everything, [101, 202], top_k=2, kind=sc.SCORE_NONE, scores=None,
-               contents=[item.content for item in nearest], filter_json=None)
-    check_span(second, everything, [r[0] for r in scored], top_k=2, kind=sc.SCORE_DISTANCE, scores=[r[1] for r in scored],
-               filter_json='{"params":["news"],"where":"items.category = %(category_1)s::VARCHAR"}')
+    check_span(first, everything, [101, 202], top_k=2, kind=sc.SCORE_NONE, scores=None, contents=[item.content for item in nearest], filter_json=None)
+    check_span(
+        second,
+        everything,
+        [r[0] for r in scored],
+        top_k=2,
+        kind=sc.SCORE_DISTANCE,
+        scores=[r[1] for r in scored],
+        filter_json='{"params":["news"],"where":"items.category = %(category_1)s::VARCHAR"}',
+    )

@@ -81,26 +81,55 @@ def content_of(point: Any) -> str | None:
     return payload.get("text") or payload.get("page_content")
 
 
-def check_span(span: Any, spans: Any, points: list[Any], *, component: str, kind: str, top_k: int,
-               vector: Any = None, text: str | None = None, threshold: float | None = None,
-               filter_json: str | None = None, corpus: int | None = 4, batch: tuple[int, int] | None = None,
-               extra: dict[str, Any] | None = None, collection: str = "docs") -> None:
+def check_span(
+    span: Any,
+    spans: Any,
+    points: list[Any],
+    *,
+    component: str,
+    kind: str,
+    top_k: int,
+    vector: Any = None,
+    text: str | None = None,
+    threshold: float | None = None,
+    filter_json: str | None = None,
+    corpus: int | None = 4,
+    batch: tuple[int, int] | None = None,
+    extra: dict[str, Any] | None = None,
+    collection: str = "docs",
+) -> None:
     """Pop every expected attribute, then nothing may be left; events exactly the points, in order."""
     a = spanutil.own(span)
     expected: dict[str, Any] = {
-        sc.SCHEMA: 5, sc.STAGE_KIND: sc.KIND_RETRIEVE, sc.STAGE_COMPONENT: component,
-        sc.STAGE_STATUS: sc.STATUS_OK if points else sc.STATUS_EMPTY, sc.STAGE_TOP_K: top_k,
-        sc.STAGE_COLLECTION: collection, sc.CANDIDATES_IN: 0, sc.CANDIDATES_OUT: len(points),
-        sc.CANDIDATES_EXCLUDED: 0, sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: collection,
-        sc.GEN_AI_REQUEST_TOP_K: top_k, sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
+        sc.SCHEMA: 5,
+        sc.STAGE_KIND: sc.KIND_RETRIEVE,
+        sc.STAGE_COMPONENT: component,
+        sc.STAGE_STATUS: sc.STATUS_OK if points else sc.STATUS_EMPTY,
+        sc.STAGE_TOP_K: top_k,
+        sc.STAGE_COLLECTION: collection,
+        sc.CANDIDATES_IN: 0,
+        sc.CANDIDATES_OUT: len(points),
+        sc.CANDIDATES_EXCLUDED: 0,
+        sc.GEN_AI_OPERATION_NAME: "retrieval",
+        sc.GEN_AI_DATA_SOURCE_ID: collection,
+        sc.GEN_AI_REQUEST_TOP_K: top_k,
+        sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
     }
     if vector is not None:
         expected[sc.QUERY_VECTOR_DIM], expected[sc.QUERY_VECTOR_SHA256] = vector_receipt(vector)
     if text is not None:
         rec = receipt(text)
-        expected.update({sc.QUERY_TEXT: text, sc.QUERY_HOP: 0, sc.QUERY_TRANSFORM: "none",
-                         sc.QUERY_CHARS: rec.chars, sc.QUERY_BYTES: rec.bytes, sc.QUERY_SHA256: rec.sha256,
-                         sc.OI_INPUT_VALUE: text})
+        expected.update(
+            {
+                sc.QUERY_TEXT: text,
+                sc.QUERY_HOP: 0,
+                sc.QUERY_TRANSFORM: "none",
+                sc.QUERY_CHARS: rec.chars,
+                sc.QUERY_BYTES: rec.bytes,
+                sc.QUERY_SHA256: rec.sha256,
+                sc.OI_INPUT_VALUE: text,
+            }
+        )
     if threshold is not None:
         expected[sc.STAGE_THRESHOLD] = threshold
     if filter_json is not None:
@@ -123,7 +152,7 @@ def check_span(span: Any, spans: Any, points: list[Any], *, component: str, kind
     mirrorutil.pop_mirrors(a, span, spans)
     assert a == {}, f"unexpected attributes {a}"
     assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE] * len(points)
-    for rank, (point, (_, ev)) in enumerate(zip(points, evs)):
+    for rank, (point, (_, ev)) in enumerate(zip(points, evs, strict=False)):
         spanutil.pop_pointer(ev, {})  # schema 4: a search repeating an earlier one's hits points to it
         assert ev.pop(sc.CANDIDATE_ID) == str(point.id)
         assert ev.pop(sc.CANDIDATE_RANK) == rank
@@ -154,16 +183,27 @@ def test_query_points_exact_span(instrumentor, span_exporter, monkeypatch) -> No
     [span] = retrieve_spans(span_exporter)
     assert span.name == "retrieve query_points" and span.kind == trace.SpanKind.CLIENT
     assert spy.current[0].get_span_context().span_id == span.context.span_id  # current during the call
-    check_span(span, spans, result.points, component="qdrant_client.QdrantClient.query_points",
-               kind=sc.SCORE_SIMILARITY, top_k=3, vector=[0.9, 0.2, 0.0], threshold=0.1,
-               filter_json='{"must_not":[{"key":"g","match":{"value":"zzz"}}]}')
+    check_span(
+        span,
+        spans,
+        result.points,
+        component="qdrant_client.QdrantClient.query_points",
+        kind=sc.SCORE_SIMILARITY,
+        top_k=3,
+        vector=[0.9, 0.2, 0.0],
+        threshold=0.1,
+        filter_json='{"must_not":[{"key":"g","match":{"value":"zzz"}}]}',
+    )
 
 
-@pytest.mark.parametrize("distance, kind", [
-    (models.Distance.EUCLID, sc.SCORE_DISTANCE),
-    (models.Distance.MANHATTAN, sc.SCORE_DISTANCE),
-    (models.Distance.DOT, sc.SCORE_SIMILARITY),
-])
+@pytest.mark.parametrize(
+    "distance, kind",
+    [
+        (models.Distance.EUCLID, sc.SCORE_DISTANCE),
+        (models.Distance.MANHATTAN, sc.SCORE_DISTANCE),
+        (models.Distance.DOT, sc.SCORE_SIMILARITY),
+    ],
+)
 def test_score_kind_follows_the_collection_distance(instrumentor, span_exporter, distance, kind) -> None:
     client = make_client(distance)
     result = client.query_points("docs", query=[0.9, 0.2, 0.0], limit=4)
@@ -171,8 +211,7 @@ def test_score_kind_follows_the_collection_distance(instrumentor, span_exporter,
     assert scores == (sorted(scores) if kind == sc.SCORE_DISTANCE else sorted(scores, reverse=True))
     spans = span_exporter.get_finished_spans()
     [span] = retrieve_spans(span_exporter)
-    check_span(span, spans, result.points, component="qdrant_client.QdrantClient.query_points",
-               kind=kind, top_k=4, vector=[0.9, 0.2, 0.0])
+    check_span(span, spans, result.points, component="qdrant_client.QdrantClient.query_points", kind=kind, top_k=4, vector=[0.9, 0.2, 0.0])
 
 
 def test_named_sparse_and_fusion_queries(instrumentor, span_exporter) -> None:
@@ -182,19 +221,27 @@ def test_named_sparse_and_fusion_queries(instrumentor, span_exporter) -> None:
         vectors_config={"dense": models.VectorParams(size=3, distance=models.Distance.EUCLID)},
         sparse_vectors_config={"sparse": models.SparseVectorParams()},
     )
-    client.upsert("hybrid", points=[
-        models.PointStruct(id=i, vector={"dense": v, "sparse": models.SparseVector(indices=[0, 1], values=[v[0], v[1] + 0.1])},
-                           payload=p) for i, v, p in POINTS])
+    client.upsert(
+        "hybrid",
+        points=[
+            models.PointStruct(id=i, vector={"dense": v, "sparse": models.SparseVector(indices=[0, 1], values=[v[0], v[1] + 0.1])}, payload=p)
+            for i, v, p in POINTS
+        ],
+    )
     dense = client.query_points("hybrid", query=[1.0, 0.0, 0.0], using="dense", limit=2)
     sparse = client.query_points("hybrid", query=models.SparseVector(indices=[0], values=[1.0]), using="sparse", limit=2)
-    fused = client.query_points("hybrid", prefetch=[
-        models.Prefetch(query=[1.0, 0.0, 0.0], using="dense", limit=3),
-        models.Prefetch(query=models.SparseVector(indices=[1], values=[1.0]), using="sparse", limit=3),
-    ], query=models.FusionQuery(fusion=models.Fusion.RRF), limit=3)
+    fused = client.query_points(
+        "hybrid",
+        prefetch=[
+            models.Prefetch(query=[1.0, 0.0, 0.0], using="dense", limit=3),
+            models.Prefetch(query=models.SparseVector(indices=[1], values=[1.0]), using="sparse", limit=3),
+        ],
+        query=models.FusionQuery(fusion=models.Fusion.RRF),
+        limit=3,
+    )
     kinds = [s.attributes for s in retrieve_spans(span_exporter)]
     events = [stitched(s, span_exporter.get_finished_spans()) for s in retrieve_spans(span_exporter)]
-    assert [{a[sc.CANDIDATE_SCORE_KIND] for _, a in e} for e in events] == [
-        {sc.SCORE_DISTANCE}, {sc.SCORE_SIMILARITY}, {sc.SCORE_RRF}]
+    assert [{a[sc.CANDIDATE_SCORE_KIND] for _, a in e} for e in events] == [{sc.SCORE_DISTANCE}, {sc.SCORE_SIMILARITY}, {sc.SCORE_RRF}]
     assert [len(e) for e in events] == [len(dense.points), len(sparse.points), len(fused.points)]
     assert sc.QUERY_VECTOR_SHA256 not in kinds[1] and sc.QUERY_VECTOR_SHA256 not in kinds[2]
 
@@ -212,11 +259,19 @@ def test_query_batch_points_one_stage_per_request(instrumentor, span_exporter, t
     rows = sorted(retrieve_spans(span_exporter), key=lambda s: s.attributes[sc.STAGE_BATCH_INDEX])
     assert len(rows) == 2
     component = "qdrant_client.QdrantClient.query_batch_points"
-    check_span(rows[0], spans, responses[0].points, component=component, kind=sc.SCORE_SIMILARITY, top_k=2,
-               vector=[1.0, 0.0, 0.0], batch=(0, 2))
-    check_span(rows[1], spans, responses[1].points, component=component, kind=sc.SCORE_SIMILARITY, top_k=3,
-               vector=[0.0, 1.0, 0.0], batch=(1, 2), threshold=0.0,
-               filter_json='{"must":[{"key":"g","match":{"value":"a"}}]}')
+    check_span(rows[0], spans, responses[0].points, component=component, kind=sc.SCORE_SIMILARITY, top_k=2, vector=[1.0, 0.0, 0.0], batch=(0, 2))
+    check_span(
+        rows[1],
+        spans,
+        responses[1].points,
+        component=component,
+        kind=sc.SCORE_SIMILARITY,
+        top_k=3,
+        vector=[0.0, 1.0, 0.0],
+        batch=(1, 2),
+        threshold=0.0,
+        filter_json='{"must":[{"key":"g","match":{"value":"a"}}]}',
+    )
     assert {r.parent.span_id for r in rows} == {parent.get_span_context().span_id}
     assert rows[1].start_time == rows[0].start_time and rows[1].end_time >= rows[0].end_time
 
@@ -228,9 +283,16 @@ def test_query_points_groups_flattened_in_group_order(instrumentor, span_exporte
     spans = span_exporter.get_finished_spans()
     [span] = retrieve_spans(span_exporter)
     assert span.name == "retrieve query_points_groups"
-    check_span(span, spans, hits, component="qdrant_client.QdrantClient.query_points_groups",
-               kind=sc.SCORE_DISTANCE, top_k=2, vector=[0.9, 0.1, 0.0],
-               extra={sc.STAGE_GROUP_BY: "g", sc.STAGE_GROUP_SIZE: 2})
+    check_span(
+        span,
+        spans,
+        hits,
+        component="qdrant_client.QdrantClient.query_points_groups",
+        kind=sc.SCORE_DISTANCE,
+        top_k=2,
+        vector=[0.9, 0.1, 0.0],
+        extra={sc.STAGE_GROUP_BY: "g", sc.STAGE_GROUP_SIZE: 2},
+    )
 
 
 def test_empty_collection_and_zero_hits_are_empty_not_failed(instrumentor, span_exporter) -> None:
@@ -242,16 +304,37 @@ def test_empty_collection_and_zero_hits_are_empty_not_failed(instrumentor, span_
     assert nothing.points == [] and filtered.points == []
     spans = span_exporter.get_finished_spans()
     first, second = retrieve_spans(span_exporter)
-    check_span(first, spans, [], component="qdrant_client.QdrantClient.query_points", kind=sc.SCORE_SIMILARITY,
-               top_k=10, vector=[1.0, 0.0, 0.0], corpus=0, collection="void")
-    check_span(second, spans, [], component="qdrant_client.QdrantClient.query_points", kind=sc.SCORE_SIMILARITY,
-               top_k=5, vector=[1.0, 0.0, 0.0], filter_json='{"must":[{"key":"g","match":{"value":"none-such"}}]}')
+    check_span(
+        first,
+        spans,
+        [],
+        component="qdrant_client.QdrantClient.query_points",
+        kind=sc.SCORE_SIMILARITY,
+        top_k=10,
+        vector=[1.0, 0.0, 0.0],
+        corpus=0,
+        collection="void",
+    )
+    check_span(
+        second,
+        spans,
+        [],
+        component="qdrant_client.QdrantClient.query_points",
+        kind=sc.SCORE_SIMILARITY,
+        top_k=5,
+        vector=[1.0, 0.0, 0.0],
+        filter_json='{"must":[{"key":"g","match":{"value":"none-such"}}]}',
+    )
 
 
-@pytest.mark.parametrize("call, error", [
-    (lambda c: c.query_points("missing", query=[1.0, 0.0, 0.0]), "Collection missing not found"),
-    (lambda c: c.query_points("docs", query=[float("nan"), 0.0, 0.0]), "Query vector must not contain NaN"),
-], ids=["missing-collection", "nan-query"])
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda c: c.query_points("missing", query=[1.0, 0.0, 0.0]), "Collection missing not found"),
+        (lambda c: c.query_points("docs", query=[float("nan"), 0.0, 0.0]), "Query vector must not contain NaN"),
+    ],
+    ids=["missing-collection", "nan-query"],
+)
 def test_raising_client_is_failed_and_reraised_unchanged(instrumentor, span_exporter, monkeypatch, call, error) -> None:
     client = make_client()
     with suppress_instrumentation(), pytest.raises(ValueError) as plain:
@@ -283,6 +366,7 @@ def test_document_query_records_the_text_even_when_inference_fails(instrumentor,
     pytest.importorskip("numpy")
     try:
         import fastembed  # noqa: F401
+
         pytest.skip("fastembed installed: the inference would download a model")
     except ImportError:
         pass
@@ -296,8 +380,9 @@ def test_document_query_records_the_text_even_when_inference_fails(instrumentor,
 
 
 def test_uninstrument_restores_the_clients(tracer_provider, span_exporter) -> None:
-    originals = {(cls, m): vars(cls)[m] for cls in (QdrantClient, AsyncQdrantClient)
-                 for m in ("query_points", "query_batch_points", "query_points_groups")}
+    originals = {
+        (cls, m): vars(cls)[m] for cls in (QdrantClient, AsyncQdrantClient) for m in ("query_points", "query_batch_points", "query_points_groups")
+    }
     inst = QdrantInstrumentor()
     inst.instrument(tracer_provider=tracer_provider)
     assert all(type(vars(cls)[m]).__name__ == "FunctionWrapper" for cls, m in originals)
@@ -321,9 +406,13 @@ def test_thousand_candidates_arrive_intact(instrumentor, span_exporter, tracer_p
     assert tracer_provider._span_limits.max_events == 128
     client = QdrantClient(location=":memory:")
     client.create_collection("big", vectors_config=models.VectorParams(size=4, distance=models.Distance.DOT))
-    client.upsert("big", points=[
-        models.PointStruct(id=str(uuid.UUID(int=i)) if i % 2 else i, vector=[i / 1200, 1.0, (i % 7) / 7, 0.5],
-                           payload={"text": f"passage {i}"}) for i in range(1200)])
+    client.upsert(
+        "big",
+        points=[
+            models.PointStruct(id=str(uuid.UUID(int=i)) if i % 2 else i, vector=[i / 1200, 1.0, (i % 7) / 7, 0.5], payload={"text": f"passage {i}"})
+            for i in range(1200)
+        ],
+    )
     result = client.query_points("big", query=[1.0, 0.1, 0.2, 0.0], limit=1000)
     assert len(result.points) == 1000
     spans = span_exporter.get_finished_spans()
@@ -351,28 +440,39 @@ async def test_async_span_covers_the_awaited_query(instrumentor, span_exporter, 
     assert span.start_time <= start and span.end_time >= end  # the span covers the awaited work
     assert span.end_time - span.start_time >= 50_000_000
     assert spy.current[0].get_span_context().span_id == span.context.span_id
-    check_span(span, spans, result.points, component="qdrant_client.AsyncQdrantClient.query_points",
-               kind=sc.SCORE_DISTANCE, top_k=2, vector=[0.9, 0.2, 0.0])
+    check_span(
+        span, spans, result.points, component="qdrant_client.AsyncQdrantClient.query_points", kind=sc.SCORE_DISTANCE, top_k=2, vector=[0.9, 0.2, 0.0]
+    )
 
 
 async def test_async_batch_and_groups(instrumentor, span_exporter) -> None:
     client = await make_async_client()
-    responses = await client.query_batch_points("docs", requests=[
-        models.QueryRequest(query=[1.0, 0.0, 0.0], limit=1, with_payload=True),
-        models.QueryRequest(query=[0.0, 0.0, 1.0], limit=2, with_payload=True)])
+    responses = await client.query_batch_points(
+        "docs",
+        requests=[
+            models.QueryRequest(query=[1.0, 0.0, 0.0], limit=1, with_payload=True),
+            models.QueryRequest(query=[0.0, 0.0, 1.0], limit=2, with_payload=True),
+        ],
+    )
     groups = await client.query_points_groups("docs", group_by="g", query=[1.0, 0.0, 0.0], limit=1, group_size=2)
     spans = span_exporter.get_finished_spans()
-    batch = sorted((s for s in retrieve_spans(span_exporter) if s.name == "retrieve query_batch_points"),
-                   key=lambda s: s.attributes[sc.STAGE_BATCH_INDEX])
+    batch = sorted(
+        (s for s in retrieve_spans(span_exporter) if s.name == "retrieve query_batch_points"), key=lambda s: s.attributes[sc.STAGE_BATCH_INDEX]
+    )
     component = "qdrant_client.AsyncQdrantClient.query_batch_points"
-    check_span(batch[0], spans, responses[0].points, component=component, kind=sc.SCORE_SIMILARITY, top_k=1,
-               vector=[1.0, 0.0, 0.0], batch=(0, 2))
-    check_span(batch[1], spans, responses[1].points, component=component, kind=sc.SCORE_SIMILARITY, top_k=2,
-               vector=[0.0, 0.0, 1.0], batch=(1, 2))
+    check_span(batch[0], spans, responses[0].points, component=component, kind=sc.SCORE_SIMILARITY, top_k=1, vector=[1.0, 0.0, 0.0], batch=(0, 2))
+    check_span(batch[1], spans, responses[1].points, component=component, kind=sc.SCORE_SIMILARITY, top_k=2, vector=[0.0, 0.0, 1.0], batch=(1, 2))
     [grouped] = [s for s in retrieve_spans(span_exporter) if s.name == "retrieve query_points_groups"]
-    check_span(grouped, spans, [h for g in groups.groups for h in g.hits],
-               component="qdrant_client.AsyncQdrantClient.query_points_groups", kind=sc.SCORE_SIMILARITY,
-               top_k=1, vector=[1.0, 0.0, 0.0], extra={sc.STAGE_GROUP_BY: "g", sc.STAGE_GROUP_SIZE: 2})
+    check_span(
+        grouped,
+        spans,
+        [h for g in groups.groups for h in g.hits],
+        component="qdrant_client.AsyncQdrantClient.query_points_groups",
+        kind=sc.SCORE_SIMILARITY,
+        top_k=1,
+        vector=[1.0, 0.0, 0.0],
+        extra={sc.STAGE_GROUP_BY: "g", sc.STAGE_GROUP_SIZE: 2},
+    )
 
 
 async def test_async_failure_and_cancellation(instrumentor, span_exporter, monkeypatch) -> None:
@@ -463,8 +563,7 @@ class _FakeQdrantHandler(BaseHTTPRequestHandler):
         if isinstance(query, dict) and "nearest" in query:
             query = query["nearest"]
         with suppress_instrumentation():
-            result = self.local.query_points(name, query=query, limit=request.get("limit", 10),
-                                             with_payload=request.get("with_payload", True))
+            result = self.local.query_points(name, query=query, limit=request.get("limit", 10), with_payload=request.get("with_payload", True))
         self._reply(result.model_dump(mode="json", exclude_none=True))
 
 
@@ -473,8 +572,7 @@ GATE_TIMEOUT = 3.0
 
 @pytest.fixture
 def fake_remote():
-    handler = type("Handler", (_FakeQdrantHandler,), {"local": make_client(models.Distance.EUCLID), "seen": [],
-                                                      "late": []})
+    handler = type("Handler", (_FakeQdrantHandler,), {"local": make_client(models.Distance.EUCLID), "seen": [], "late": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -486,8 +584,7 @@ def fake_remote():
     server.server_close()
 
 
-UNREAD = ("score kind unknown: the application has not read this collection's config "
-          "(ragtrail adds no request to the database)")
+UNREAD = "score kind unknown: the application has not read this collection's config (ragtrail adds no request to the database)"
 
 
 def _remote_session(port: int, *, read_config: bool, instrument: bool, tracer_provider: Any) -> list[Any]:
@@ -500,8 +597,7 @@ def _remote_session(port: int, *, read_config: bool, instrument: bool, tracer_pr
         client = QdrantClient(url=f"http://127.0.0.1:{port}", check_compatibility=False)
         if read_config:
             client.get_collection("docs")
-        found = [[p.id for p in client.query_points("docs", query=v, limit=2).points]
-                 for v in ([0.9, 0.2, 0.0], [0.0, 0.2, 0.9], [0.9, 0.2, 0.0])]
+        found = [[p.id for p in client.query_points("docs", query=v, limit=2).points] for v in ([0.9, 0.2, 0.0], [0.0, 0.2, 0.9], [0.9, 0.2, 0.0])]
         client.close()
         return found
     finally:
@@ -527,17 +623,34 @@ def test_remote_client_ragtrail_adds_no_request(span_exporter, tracer_provider, 
     spans = span_exporter.get_finished_spans()
     stages = retrieve_spans(span_exporter)
     assert len(stages) == 3
-    for span, vector in zip(stages, ([0.9, 0.2, 0.0], [0.0, 0.2, 0.9], [0.9, 0.2, 0.0])):
+    for span, vector in zip(stages, ([0.9, 0.2, 0.0], [0.0, 0.2, 0.9], [0.9, 0.2, 0.0]), strict=False):
         with suppress_instrumentation():
             points = server.handler.local.query_points("docs", query=vector, limit=2).points
         if read_config:
             # the app's own get_collection told the distance and Qdrant's approximate points_count
-            check_span(span, spans, points, component="qdrant_client.QdrantClient.query_points",
-                       kind=sc.SCORE_DISTANCE, top_k=2, vector=vector, corpus=4,
-                       extra={sc.COVERAGE_CORPUS_APPROXIMATE: True})
+            check_span(
+                span,
+                spans,
+                points,
+                component="qdrant_client.QdrantClient.query_points",
+                kind=sc.SCORE_DISTANCE,
+                top_k=2,
+                vector=vector,
+                corpus=4,
+                extra={sc.COVERAGE_CORPUS_APPROXIMATE: True},
+            )
         else:
-            check_span(span, spans, points, component="qdrant_client.QdrantClient.query_points",
-                       kind=sc.SCORE_NONE, top_k=2, vector=vector, corpus=None, extra={sc.STAGE_FINDINGS: (UNREAD,)})
+            check_span(
+                span,
+                spans,
+                points,
+                component="qdrant_client.QdrantClient.query_points",
+                kind=sc.SCORE_NONE,
+                top_k=2,
+                vector=vector,
+                corpus=None,
+                extra={sc.STAGE_FINDINGS: (UNREAD,)},
+            )
 
 
 def test_remote_corpus_size_the_user_set(instrumentor, span_exporter, fake_remote) -> None:
@@ -569,8 +682,7 @@ async def test_async_remote_client_adds_no_request(instrumentor, span_exporter, 
     await client.get_collection("docs")  # the application's own read
     second = await client.query_points("docs", query=[0.9, 0.2, 0.0], limit=2)
     assert first == second
-    assert seen == [("POST", "/collections/docs/points/query"), ("GET", "/collections/docs"),
-                    ("POST", "/collections/docs/points/query")]
+    assert seen == [("POST", "/collections/docs/points/query"), ("GET", "/collections/docs"), ("POST", "/collections/docs/points/query")]
     a, b = retrieve_spans(span_exporter)
     assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(a)} == {sc.SCORE_NONE}
     assert a.attributes[sc.STAGE_FINDINGS] == (UNREAD,)
@@ -602,7 +714,8 @@ def run_under_opentelemetry_instrument(script: str, tmp_path: Path, entry_point:
 
 
 def test_under_opentelemetry_instrument_sync_and_async(tmp_path) -> None:
-    spans = run_under_opentelemetry_instrument("""
+    spans = run_under_opentelemetry_instrument(
+        """
         import asyncio
         from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
@@ -622,14 +735,19 @@ def test_under_opentelemetry_instrument_sync_and_async(tmp_path) -> None:
         with open("ids.txt", "w") as f:
             f.write(",".join(map(str, sync_ids)) + "\\n" + ",".join(map(str, async_ids)))
         print("APP-OK")
-    """, tmp_path, "ragtrail_qdrant")
+    """,
+        tmp_path,
+        "ragtrail_qdrant",
+    )
     sync_ids, async_ids = [line.split(",") for line in (tmp_path / "ids.txt").read_text().splitlines()]
-    stages = {s.attributes[sc.STAGE_COMPONENT]: s for s in spans
-              if s.attributes.get(sc.STAGE_KIND) == sc.KIND_RETRIEVE and not s.attributes.get(sc.STAGE_CONTINUATION)}
+    stages = {
+        s.attributes[sc.STAGE_COMPONENT]: s
+        for s in spans
+        if s.attributes.get(sc.STAGE_KIND) == sc.KIND_RETRIEVE and not s.attributes.get(sc.STAGE_CONTINUATION)
+    }
     assert set(stages) == {"qdrant_client.QdrantClient.query_points", "qdrant_client.AsyncQdrantClient.query_points"}
     sync_span = stages["qdrant_client.QdrantClient.query_points"]
-    parts = [sync_span] + sorted((s for s in spans if s.parent_span_id == sync_span.span_id),
-                                 key=lambda s: s.attributes[sc.STAGE_CONTINUATION_INDEX])
+    parts = [sync_span] + sorted((s for s in spans if s.parent_span_id == sync_span.span_id), key=lambda s: s.attributes[sc.STAGE_CONTINUATION_INDEX])
     ids = [e.attributes[sc.CANDIDATE_ID] for p in parts for e in rec_events(p)]
     assert ids == sync_ids and len(ids) == 250
     assert all(p.dropped_events == 0 for p in parts)

@@ -79,34 +79,42 @@ def test_transformer_ranker_strings_get_content_ids(ranker, instrumentor, tracer
     result = ranker.rank(QUERY, DOCS)
     assert repr(result) == repr(baseline)
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=TRANSFORMER, query=QUERY, model=MODEL_PATH,
-                      inputs=[doc(t) for t in DOCS], outputs=outputs_of(result))
+    check_rerank_span(span, component=TRANSFORMER, query=QUERY, model=MODEL_PATH, inputs=[doc(t) for t in DOCS], outputs=outputs_of(result))
 
 
 def test_documents_and_doc_ids_are_the_identity(ranker, instrumentor, tracer_provider, span_exporter) -> None:
     docs = [Document(DOCS[0], doc_id="p-1", metadata={"source": "bio"}), Document(DOCS[1], doc_id=7)]
     result = ranker.rank(QUERY, docs)
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=TRANSFORMER, query=QUERY, model=MODEL_PATH,
-                      inputs=[doc(DOCS[0], "p-1"), doc(DOCS[1], "7")],
-                      outputs=outputs_of(result, lambda d: str(d.doc_id)))
+    check_rerank_span(
+        span,
+        component=TRANSFORMER,
+        query=QUERY,
+        model=MODEL_PATH,
+        inputs=[doc(DOCS[0], "p-1"), doc(DOCS[1], "7")],
+        outputs=outputs_of(result, lambda d: str(d.doc_id)),
+    )
     span_exporter.clear()
     # explicit doc_ids win (and rerankers writes them onto the caller's Documents: snapshotted first)
     fresh = [Document(DOCS[0]), Document(DOCS[2])]
     result = ranker.rank(QUERY, fresh, doc_ids=["a", "b"])
     assert [d.doc_id for d in fresh] == ["a", "b"]
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=TRANSFORMER, query=QUERY, model=MODEL_PATH,
-                      inputs=[doc(DOCS[0], "a"), doc(DOCS[2], "b")],
-                      outputs=outputs_of(result, lambda d: d.doc_id))
+    check_rerank_span(
+        span,
+        component=TRANSFORMER,
+        query=QUERY,
+        model=MODEL_PATH,
+        inputs=[doc(DOCS[0], "a"), doc(DOCS[2], "b")],
+        outputs=outputs_of(result, lambda d: d.doc_id),
+    )
 
 
 def test_single_document(ranker, instrumentor, span_exporter) -> None:
     result = ranker.rank(QUERY, DOCS[0])
     assert result.results[0].rank is None
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=TRANSFORMER, query=QUERY, model=MODEL_PATH, inputs=[doc(DOCS[0])],
-                      outputs=outputs_of(result))
+    check_rerank_span(span, component=TRANSFORMER, query=QUERY, model=MODEL_PATH, inputs=[doc(DOCS[0])], outputs=outputs_of(result))
 
 
 def test_empty_document_list_fails_like_the_library(ranker, instrumentor, tracer_provider, span_exporter) -> None:
@@ -116,8 +124,17 @@ def test_empty_document_list_fails_like_the_library(ranker, instrumentor, tracer
         ranker.rank(QUERY, [])
     assert str(traced.value) == str(plain.value)
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=TRANSFORMER, query=QUERY, model=MODEL_PATH, inputs=[], outputs=[],
-                      status="failed", failure_class="exception:IndexError", exception_type="IndexError")
+    check_rerank_span(
+        span,
+        component=TRANSFORMER,
+        query=QUERY,
+        model=MODEL_PATH,
+        inputs=[],
+        outputs=[],
+        status="failed",
+        failure_class="exception:IndexError",
+        exception_type="IndexError",
+    )
 
 
 async def test_rank_async_keeps_the_callers_parent(ranker, instrumentor, span_exporter) -> None:
@@ -135,8 +152,7 @@ async def test_rank_async_keeps_the_callers_parent(ranker, instrumentor, span_ex
     for name, result, docs in (("request-1", first, DOCS[:2]), ("request-2", second, DOCS[1:])):
         span = by_parent[parents[name].context.span_id]
         assert span.context.trace_id == parents[name].context.trace_id
-        check_rerank_span(span, component=TRANSFORMER, query=QUERY, model=MODEL_PATH,
-                          inputs=[doc(t) for t in docs], outputs=outputs_of(result))
+        check_rerank_span(span, component=TRANSFORMER, query=QUERY, model=MODEL_PATH, inputs=[doc(t) for t in docs], outputs=outputs_of(result))
 
 
 async def test_the_library_executor_alone_loses_the_parent(ranker, instrumentor, span_exporter) -> None:
@@ -218,9 +234,15 @@ def _application_rankers() -> tuple[type, type]:
 
 def _check_top_one(span: Any, cls: type, docs: list[str]) -> None:
     inputs = [doc(t) for t in docs]
-    check_rerank_span(span, component=f"{__name__}.{cls.__qualname__}", query=QUERY, model="keyword",
-                      inputs=inputs, outputs=[doc("plants make energy", score=2.0)],
-                      exclusions=[(1, inputs[1], "unexplained", None), (2, inputs[2], "unexplained", None)])
+    check_rerank_span(
+        span,
+        component=f"{__name__}.{cls.__qualname__}",
+        query=QUERY,
+        model="keyword",
+        inputs=inputs,
+        outputs=[doc("plants make energy", score=2.0)],
+        exclusions=[(1, inputs[1], "unexplained", None), (2, inputs[2], "unexplained", None)],
+    )
 
 
 def test_application_subclass_is_recorded_once(instrumentor, tracer_provider, span_exporter) -> None:
@@ -305,20 +327,24 @@ def _api_ranker(url: str) -> Any:
 
 
 def test_api_ranker_over_http_with_nan_scores(tei_server, instrumentor, tracer_provider, span_exporter) -> None:
-    tei_server.respond = staticmethod(lambda body: (200, b'[{"index": 2, "score": 0.9, "text": "x"},'
-                                                         b' {"index": 0, "score": NaN, "text": "y"}]'))
+    tei_server.respond = staticmethod(lambda body: (200, b'[{"index": 2, "score": 0.9, "text": "x"}, {"index": 0, "score": NaN, "text": "y"}]'))
     api = _api_ranker(tei_server.url)
     baseline = uninstrumented(instrumentor, tracer_provider, lambda: api.rank(QUERY, DOCS))
     result = api.rank(QUERY, DOCS)
     assert repr(result) == repr(baseline)
-    assert tei_server.seen[-1] == {"model": "BAAI/bge-reranker-base", "query": QUERY, "texts": DOCS, "top_n": 3,
-                                   "return_text": True}
+    assert tei_server.seen[-1] == {"model": "BAAI/bge-reranker-base", "query": QUERY, "texts": DOCS, "top_n": 3, "return_text": True}
     (span,) = span_exporter.get_finished_spans()
     inputs = [doc(t) for t in DOCS]
-    check_rerank_span(span, component=API, query=QUERY, model="BAAI/bge-reranker-base", inputs=inputs,
-                      outputs=[doc(DOCS[2], score=0.9), doc(DOCS[0], score=float("nan"))],
-                      exclusions=[(1, inputs[1], "unexplained", None)],
-                      findings=["1 non-finite rerank score(s), recorded as ragtrail.candidate.score_raw"])
+    check_rerank_span(
+        span,
+        component=API,
+        query=QUERY,
+        model="BAAI/bge-reranker-base",
+        inputs=inputs,
+        outputs=[doc(DOCS[2], score=0.9), doc(DOCS[0], score=float("nan"))],
+        exclusions=[(1, inputs[1], "unexplained", None)],
+        findings=["1 non-finite rerank score(s), recorded as ragtrail.candidate.score_raw"],
+    )
 
 
 def test_api_ranker_server_error_fails_and_reraises(tei_server, instrumentor, tracer_provider, span_exporter) -> None:
@@ -331,8 +357,17 @@ def test_api_ranker_server_error_fails_and_reraises(tei_server, instrumentor, tr
         api.rank(QUERY, DOCS[:1])
     assert str(traced.value) == str(plain.value) == "string indices must be integers, not 'str'"
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=API, query=QUERY, model="BAAI/bge-reranker-base", inputs=[doc(DOCS[0])],
-                      outputs=[], status="failed", failure_class="exception:TypeError", exception_type="TypeError")
+    check_rerank_span(
+        span,
+        component=API,
+        query=QUERY,
+        model="BAAI/bge-reranker-base",
+        inputs=[doc(DOCS[0])],
+        outputs=[],
+        status="failed",
+        failure_class="exception:TypeError",
+        exception_type="TypeError",
+    )
 
 
 def test_under_opentelemetry_instrument(tmp_path) -> None:

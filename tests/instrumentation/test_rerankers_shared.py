@@ -60,8 +60,9 @@ def digest(items: Sequence[tuple[str, str, str]]) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def expected_events(outputs: Sequence[dict], exclusions: Sequence[tuple[int, dict, str, str | None]],
-                    input_kind: str = sc.SCORE_NONE) -> list[tuple[str, dict[str, Any]]]:
+def expected_events(
+    outputs: Sequence[dict], exclusions: Sequence[tuple[int, dict, str, str | None]], input_kind: str = sc.SCORE_NONE
+) -> list[tuple[str, dict[str, Any]]]:
     events = [(sc.EVENT_CANDIDATE, _candidate_attrs(d, rank, sc.SCORE_RERANK)) for rank, d in enumerate(outputs)]
     for rank, d, reason, detail in exclusions:
         e = _candidate_attrs(d, rank, input_kind)
@@ -103,11 +104,18 @@ def check_rerank_span(
     }
     if query is not None:
         rec = receipt(query)
-        expected.update({
-            sc.OI_INPUT_VALUE: query, sc.OI_RERANKER_QUERY: query, sc.QUERY_HOP: 0,
-            sc.QUERY_TRANSFORM: sc.TRANSFORM_NONE, sc.QUERY_TEXT: query, sc.QUERY_CHARS: rec.chars,
-            sc.QUERY_BYTES: rec.bytes, sc.QUERY_SHA256: rec.sha256,
-        })
+        expected.update(
+            {
+                sc.OI_INPUT_VALUE: query,
+                sc.OI_RERANKER_QUERY: query,
+                sc.QUERY_HOP: 0,
+                sc.QUERY_TRANSFORM: sc.TRANSFORM_NONE,
+                sc.QUERY_TEXT: query,
+                sc.QUERY_CHARS: rec.chars,
+                sc.QUERY_BYTES: rec.bytes,
+                sc.QUERY_SHA256: rec.sha256,
+            }
+        )
     if top_k is not None:
         expected[sc.STAGE_TOP_K] = top_k
         expected[sc.OI_RERANKER_TOP_K] = top_k
@@ -151,20 +159,30 @@ def rerank_spans(exporter: Any) -> list[Any]:
 # --- a real process under opentelemetry-instrument -----------------------------------------------
 
 
-def run_under_opentelemetry_instrument(script: str, tmp_path: Path, entry_point: str,
-                                       extra_env: dict[str, str] | None = None, timeout: float = 240) -> list[Any]:
+def run_under_opentelemetry_instrument(
+    script: str, tmp_path: Path, entry_point: str, extra_env: dict[str, str] | None = None, timeout: float = 240
+) -> list[Any]:
     """``script`` under ``opentelemetry-instrument`` with only ``entry_point`` enabled; the decoded spans."""
-    return spanutil.run_under_opentelemetry_instrument(script, tmp_path, entry_point, service="rerank-app",
-                                                       extra_env=extra_env, timeout=timeout)[1]
+    return spanutil.run_under_opentelemetry_instrument(script, tmp_path, entry_point, service="rerank-app", extra_env=extra_env, timeout=timeout)[1]
 
 
 # --- the shared recorder itself -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, expected", [
-    (None, None), (Ellipsis, None), (True, None), (5, 5), (5.0, 5), (5.5, None), (float("nan"), None),
-    ("3", None), (0, 0),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, None),
+        (Ellipsis, None),
+        (True, None),
+        (5, 5),
+        (5.0, 5),
+        (5.5, None),
+        (float("nan"), None),
+        ("3", None),
+        (0, 0),
+    ],
+)
 def test_top_k_of(value: Any, expected: int | None) -> None:
     assert _rerank.top_k_of(value) == expected
 
@@ -184,8 +202,12 @@ def test_ranked_maps_indices_and_reports_bad_ones(span_exporter, tracer_provider
     with stage(sc.KIND_RERANK, "my.Reranker", tracer=tracer) as s:
         call.inputs = _rerank.snapshot(["a", {"id": "B", "text": "b"}])
         s.inputs(call.inputs)
-        out = _rerank.ranked(s, call, [(1, 0.5, "r1"), (7, 0.9, "r7"), (0, float("nan"), "r0"), (None, 0.1, "rx")],
-                             orphan=lambda raw: Candidate(id="orphan") if raw == "rx" else None)
+        out = _rerank.ranked(
+            s,
+            call,
+            [(1, 0.5, "r1"), (7, 0.9, "r7"), (0, float("nan"), "r0"), (None, 0.1, "rx")],
+            orphan=lambda raw: Candidate(id="orphan") if raw == "rx" else None,
+        )
         s.outputs(out)
     assert [(c.id, c.raw) for c in out] == [("B", "r1"), (content_id("a"), "r0"), ("orphan", "rx")]
     assert out[1].content == "a" and out[1].score_kind == sc.SCORE_RERANK
@@ -212,5 +234,4 @@ def test_argument_and_document_list() -> None:
     call = _rerank.RerankArgs("c")
     assert _rerank.document_list(call, iter(["a"])) is None
     assert _rerank.document_list(call, None) is None
-    assert call.findings == ["documents are a list_iterator, not a list: not snapshotted",
-                             "no documents among the arguments"]
+    assert call.findings == ["documents are a list_iterator, not a list: not snapshotted", "no documents among the arguments"]

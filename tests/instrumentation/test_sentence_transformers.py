@@ -74,7 +74,12 @@ def test_rank_top_k_is_one_span_with_below_rank_cutoff(model, instrumentor, trac
     inputs = [doc(t) for t in DOCS]
     kept = [r["corpus_id"] for r in result]
     check_rerank_span(
-        span, component=COMPONENT, query=QUERY, top_k=2, model=MODEL_PATH, inputs=inputs,
+        span,
+        component=COMPONENT,
+        query=QUERY,
+        top_k=2,
+        model=MODEL_PATH,
+        inputs=inputs,
         outputs=[doc(DOCS[r["corpus_id"]], score=r["score"]) for r in result],
         exclusions=[(i, inputs[i], "below_rank_cutoff", "top_k=2") for i in range(len(DOCS)) if i not in kept],
     )
@@ -85,8 +90,14 @@ def test_rank_all_documents_with_return_documents(model, instrumentor, tracer_pr
     result = model.rank(query=QUERY, documents=DOCS, return_documents=True)
     assert result == baseline
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=QUERY, model=MODEL_PATH, inputs=[doc(t) for t in DOCS],
-                      outputs=[doc(r["text"], score=r["score"]) for r in result])
+    check_rerank_span(
+        span,
+        component=COMPONENT,
+        query=QUERY,
+        model=MODEL_PATH,
+        inputs=[doc(t) for t in DOCS],
+        outputs=[doc(r["text"], score=r["score"]) for r in result],
+    )
 
 
 def test_predict_pairs_keep_input_order(model, instrumentor, tracer_provider, span_exporter) -> None:
@@ -95,47 +106,68 @@ def test_predict_pairs_keep_input_order(model, instrumentor, tracer_provider, sp
     scores = model.predict(pairs)
     assert scores.tolist() == baseline.tolist()
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=QUERY, model=MODEL_PATH,
-                      inputs=[doc(t) for t in DOCS[:3]],
-                      outputs=[doc(t, score=float(s)) for t, s in zip(DOCS[:3], scores)])
+    check_rerank_span(
+        span,
+        component=COMPONENT,
+        query=QUERY,
+        model=MODEL_PATH,
+        inputs=[doc(t) for t in DOCS[:3]],
+        outputs=[doc(t, score=float(s)) for t, s in zip(DOCS[:3], scores, strict=False)],
+    )
 
 
 def test_predict_single_pair_and_tensor_output(model, instrumentor, span_exporter) -> None:
     score = model.predict([QUERY, DOCS[0]])
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=QUERY, model=MODEL_PATH, inputs=[doc(DOCS[0])],
-                      outputs=[doc(DOCS[0], score=float(score))])
+    check_rerank_span(span, component=COMPONENT, query=QUERY, model=MODEL_PATH, inputs=[doc(DOCS[0])], outputs=[doc(DOCS[0], score=float(score))])
     span_exporter.clear()
     tensor = model.predict([(QUERY, d) for d in DOCS[:2]], convert_to_tensor=True)
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=QUERY, model=MODEL_PATH, inputs=[doc(t) for t in DOCS[:2]],
-                      outputs=[doc(t, score=float(s)) for t, s in zip(DOCS[:2], tensor)])
+    check_rerank_span(
+        span,
+        component=COMPONENT,
+        query=QUERY,
+        model=MODEL_PATH,
+        inputs=[doc(t) for t in DOCS[:2]],
+        outputs=[doc(t, score=float(s)) for t, s in zip(DOCS[:2], tensor, strict=False)],
+    )
 
 
 def test_predict_with_several_queries_records_no_query(model, instrumentor, span_exporter) -> None:
     pairs = [("q one", DOCS[0]), ("q two", DOCS[1])]
     scores = model.predict(pairs)
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=None, model=MODEL_PATH, inputs=[doc(DOCS[0]), doc(DOCS[1])],
-                      outputs=[doc(DOCS[0], score=float(scores[0])), doc(DOCS[1], score=float(scores[1]))],
-                      findings=["2 distinct queries in one predict call: query not recorded"])
+    check_rerank_span(
+        span,
+        component=COMPONENT,
+        query=None,
+        model=MODEL_PATH,
+        inputs=[doc(DOCS[0]), doc(DOCS[1])],
+        outputs=[doc(DOCS[0], score=float(scores[0])), doc(DOCS[1], score=float(scores[1]))],
+        findings=["2 distinct queries in one predict call: query not recorded"],
+    )
 
 
 def test_empty_documents_is_an_empty_stage(model, instrumentor, tracer_provider, span_exporter) -> None:
     baseline = uninstrumented(instrumentor, tracer_provider, lambda: model.rank(QUERY, [], top_k=3))
     assert model.rank(QUERY, [], top_k=3) == baseline == []
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=QUERY, top_k=3, model=MODEL_PATH, inputs=[], outputs=[],
-                      status="empty")
+    check_rerank_span(span, component=COMPONENT, query=QUERY, top_k=3, model=MODEL_PATH, inputs=[], outputs=[], status="empty")
 
 
 def test_nan_scores_from_the_activation_are_recorded_raw(model, instrumentor, span_exporter) -> None:
     result = model.rank(QUERY, DOCS[:2], activation_fn=lambda s: s * float("nan"))
     assert all(r["score"] != r["score"] for r in result)
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=QUERY, model=MODEL_PATH, inputs=[doc(t) for t in DOCS[:2]],
-                      outputs=[doc(DOCS[r["corpus_id"]], score=float("nan")) for r in result],
-                      findings=["2 non-finite rerank score(s), recorded as ragtrail.candidate.score_raw"])
+    check_rerank_span(
+        span,
+        component=COMPONENT,
+        query=QUERY,
+        model=MODEL_PATH,
+        inputs=[doc(t) for t in DOCS[:2]],
+        outputs=[doc(DOCS[r["corpus_id"]], score=float("nan")) for r in result],
+        findings=["2 non-finite rerank score(s), recorded as ragtrail.candidate.score_raw"],
+    )
 
 
 def test_rank_on_a_two_label_model_fails_and_reraises(instrumentor, tracer_provider, span_exporter) -> None:
@@ -146,8 +178,17 @@ def test_rank_on_a_two_label_model_fails_and_reraises(instrumentor, tracer_provi
         two.rank(QUERY, DOCS[:2])
     assert str(traced.value) == str(plain.value)
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=QUERY, model=MODEL_PATH, inputs=[doc(t) for t in DOCS[:2]],
-                      outputs=[], status="failed", failure_class="exception:ValueError", exception_type="ValueError")
+    check_rerank_span(
+        span,
+        component=COMPONENT,
+        query=QUERY,
+        model=MODEL_PATH,
+        inputs=[doc(t) for t in DOCS[:2]],
+        outputs=[],
+        status="failed",
+        failure_class="exception:ValueError",
+        exception_type="ValueError",
+    )
 
 
 def test_failed_rank_status_and_exception(instrumentor, span_exporter) -> None:
@@ -164,9 +205,15 @@ def test_multi_label_predict_records_no_scores(instrumentor, span_exporter) -> N
     scores = two.predict([(QUERY, DOCS[0]), (QUERY, DOCS[1])])
     assert scores.shape == (2, 2)
     (span,) = span_exporter.get_finished_spans()
-    check_rerank_span(span, component=COMPONENT, query=QUERY, model=MODEL_PATH, inputs=[doc(DOCS[0]), doc(DOCS[1])],
-                      outputs=[doc(DOCS[0]), doc(DOCS[1])],
-                      findings=["2 multi-label score vector(s) (num_labels > 1): no rerank score recorded"])
+    check_rerank_span(
+        span,
+        component=COMPONENT,
+        query=QUERY,
+        model=MODEL_PATH,
+        inputs=[doc(DOCS[0]), doc(DOCS[1])],
+        outputs=[doc(DOCS[0]), doc(DOCS[1])],
+        findings=["2 multi-label score vector(s) (num_labels > 1): no rerank score recorded"],
+    )
 
 
 def test_predict_inside_a_framework_rerank_stage_is_not_a_second_span(model, instrumentor, span_exporter) -> None:

@@ -12,9 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from websockets.sync.client import connect
-
 import ragtrail_backends as rb
+from websockets.sync.client import connect
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -24,11 +23,27 @@ class Browser:
         assert CHROMIUM is not None
         self.port = rb.free_port()
         self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", f"--user-data-dir={profile}", f"--window-size={width},{height}",
-             f"--remote-debugging-port={self.port}", "--remote-debugging-address=127.0.0.1", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                f"--remote-debugging-port={self.port}",
+                "--remote-debugging-address=127.0.0.1",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         page = rb.wait_until(self._page, 60, what="chromium's DevTools endpoint")
         self.ws = connect(page["webSocketDebuggerUrl"], max_size=64 << 20, open_timeout=30)
         self._id = 0
@@ -65,14 +80,19 @@ class Browser:
         return self.evaluate("document.body ? document.body.innerText : ''") or ""
 
     def wait_for_text(self, *needles: str, timeout: float = 90.0) -> str:
-        return rb.wait_until(lambda: (lambda t: t if all(n in t for n in needles) else None)(self.text()),
-                             timeout, interval=0.5, what=f"{needles} on the page")
+        return rb.wait_until(
+            lambda: (lambda t: t if all(n in t for n in needles) else None)(self.text()), timeout, interval=0.5, what=f"{needles} on the page"
+        )
 
     def click_text(self, label: str) -> bool:
         """Click the first button whose own text is exactly ``label`` (a Phoenix disclosure)."""
-        return bool(self.evaluate(
-            "(() => { const b = [...document.querySelectorAll('button')].find(e => e.innerText.trim() === "
-            + json.dumps(label) + "); if (!b) return false; b.click(); return true; })()"))
+        return bool(
+            self.evaluate(
+                "(() => { const b = [...document.querySelectorAll('button')].find(e => e.innerText.trim() === "
+                + json.dumps(label)
+                + "); if (!b) return false; b.click(); return true; })()"
+            )
+        )
 
     def screenshot(self, path: Path) -> None:
         time.sleep(0.5)  # let the last layout settle

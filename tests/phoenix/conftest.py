@@ -4,12 +4,12 @@ start), started and stopped here. Every test in this directory is marked ``phoen
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
-
-import pytest
+from typing import Any
 
 import phoenix_server as ps
+import pytest
 
 _HERE = Path(__file__).resolve().parent
 
@@ -40,9 +40,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ps.Phoenix]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    skipped = [r for r in terminalreporter.stats.get("skipped", [])
-               if "the real Phoenix server is not installed" in str(getattr(r, "longrepr", ""))]
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "the real Phoenix server is not installed" in str(getattr(r, "longrepr", ""))]
     if skipped:
-        terminalreporter.write_sep("!", f"{len(skipped)} ragtrail phoenix tests SKIPPED: no real Phoenix",
-                                   red=True, bold=True)
+        terminalreporter.write_sep("!", f"{len(skipped)} ragtrail phoenix tests SKIPPED: no real Phoenix", red=True, bold=True)
         terminalreporter.write_line(ps.missing_message(), red=True)

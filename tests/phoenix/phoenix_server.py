@@ -15,15 +15,15 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 import ragtrail_backends as rb  # noqa: E402  (the Jaeger tier's process management)
-
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: E402
 from opentelemetry.sdk.resources import Resource  # noqa: E402
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider  # noqa: E402
@@ -45,10 +45,11 @@ def phoenix_binary() -> Path:
 
 
 def missing_message() -> str:
-    return ("\n" + "!" * 78 + "\nragtrail phoenix: the real Phoenix server is not installed:\n"
-            f"    {phoenix_binary()}\n  Install it (~5 min, ~850 MB, cached outside the repo): "
-            f"{INSTALL_SCRIPT.relative_to(rb.REPO)}\n  or point {PHOENIX_ENV} at a directory holding venv/bin/phoenix.\n"
-            + "!" * 78)
+    return (
+        "\n" + "!" * 78 + "\nragtrail phoenix: the real Phoenix server is not installed:\n"
+        f"    {phoenix_binary()}\n  Install it (~5 min, ~850 MB, cached outside the repo): "
+        f"{INSTALL_SCRIPT.relative_to(rb.REPO)}\n  or point {PHOENIX_ENV} at a directory holding venv/bin/phoenix.\n" + "!" * 78
+    )
 
 
 def require_phoenix() -> Path:
@@ -100,13 +101,16 @@ class Phoenix(rb.ManagedProcess):
         return list(body.get("data") or [])
 
     def wait_for_spans(self, project: str, trace_id: str, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
-        return rb.wait_until(lambda: (lambda s: s if len(s) >= count else None)(self.spans(project, trace_id)),
-                             timeout, interval=0.3, what=f"{count} spans of trace {trace_id} in Phoenix")
+        return rb.wait_until(
+            lambda: (lambda s: s if len(s) >= count else None)(self.spans(project, trace_id)),
+            timeout,
+            interval=0.3,
+            what=f"{count} spans of trace {trace_id} in Phoenix",
+        )
 
 
 @contextmanager
-def sending(phoenix: Phoenix, project: str, limits: SpanLimits | None = None
-            ) -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+def sending(phoenix: Phoenix, project: str, limits: SpanLimits | None = None) -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
     """An SDK TracerProvider exporting OTLP/HTTP to Phoenix under ``project`` (and to memory, so a
     test can compare what Phoenix shows with what was sent)."""
     resource = Resource.create({"service.name": f"ragtrail-{project}", PROJECT_ATTRIBUTE: project})
@@ -146,12 +150,12 @@ def documents(attributes: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     for key, value in attributes.items():
         if not key.startswith(head):
             continue
-        index, _, rest = key[len(head):].partition(".")
+        index, _, rest = key[len(head) :].partition(".")
         assert rest.startswith("document."), key
-        field = rest[len("document."):]
+        field = rest[len("document.") :]
         doc = docs.setdefault(int(index), {})
         if field.startswith("metadata."):
-            doc.setdefault("metadata", {})[field[len("metadata."):]] = value
+            doc.setdefault("metadata", {})[field[len("metadata.") :]] = value
         elif field == "metadata" and isinstance(value, str):
             doc["metadata"] = json.loads(value)
         else:

@@ -3,25 +3,28 @@ ragtrail into a real Phoenix: every stage as Phoenix shows it, against the docum
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
 import hashlib
 import math
 from typing import Any
 
+import phoenix_server as ps
 import pytest
 
 import ragtrail
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import preview
+from spanutil import rec_events
 
-import phoenix_server as ps
-
-TEXTS = ["the cat sat on the mat", "dogs chase cats in the park", "a cat and a dog became friends",
-         "stock markets fell sharply today", "the park was full of dogs", "cats sleep most of the day"]
-KIND = {"retrieve": "RETRIEVER", "rerank": "RERANKER", "filter": "RERANKER", "fuse": "RERANKER",
-        "budget": "RERANKER"}
+TEXTS = [
+    "the cat sat on the mat",
+    "dogs chase cats in the park",
+    "a cat and a dog became friends",
+    "stock markets fell sharply today",
+    "the park was full of dogs",
+    "cats sleep most of the day",
+]
+KIND = {"retrieve": "RETRIEVER", "rerank": "RERANKER", "filter": "RERANKER", "fuse": "RERANKER", "budget": "RERANKER"}
 
 
 @pytest.fixture(autouse=True)
@@ -39,8 +42,9 @@ def hash_vector(text: str, dim: int = 32) -> list[float]:
     return [x / norm for x in vector]
 
 
-def check_every_stage(shown: list[dict[str, Any]], sent: list[Any], content_mode: str,
-                      metadata_of: dict[str, dict[str, Any]]) -> tuple[set[str], int]:
+def check_every_stage(
+    shown: list[dict[str, Any]], sent: list[Any], content_mode: str, metadata_of: dict[str, dict[str, Any]]
+) -> tuple[set[str], int]:
     """Each ragtrail span in Phoenix: its stage's kind, status OK, the cards ragtrail sent; each card's
     content and metadata against the corpus; each excluded input's reason against ragtrail's event.
     Returns the stage kinds seen and how many input cards carried an exclusion reason."""
@@ -55,10 +59,10 @@ def check_every_stage(shown: list[dict[str, Any]], sent: list[Any], content_mode
         got = by_id[format(span.context.span_id, "016x")]
         assert got["span_kind"] == KIND.get(kind, "CHAIN"), span.name
         assert got["status_code"] == "OK", span.name
-        prefixes = {"RETRIEVER": ["retrieval.documents"],
-                    "RERANKER": ["reranker.input_documents", "reranker.output_documents"]}.get(got["span_kind"], [])
-        reasons = {e.attributes[sc.CANDIDATE_ID]: e.attributes[sc.EXCLUSION_REASON]
-                   for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION}
+        prefixes = {"RETRIEVER": ["retrieval.documents"], "RERANKER": ["reranker.input_documents", "reranker.output_documents"]}.get(
+            got["span_kind"], []
+        )
+        reasons = {e.attributes[sc.CANDIDATE_ID]: e.attributes[sc.EXCLUSION_REASON] for e in rec_events(span) if e.name == sc.EVENT_EXCLUSION}
         for prefix in prefixes:
             cards = ps.documents(got["attributes"], prefix)
             assert cards == ps.sent_cards(span.attributes, prefix), (span.name, prefix)
@@ -97,8 +101,7 @@ def test_langchain_ensemble_and_compression_in_phoenix(phoenix, content_mode):
             return hash_vector(text)
 
     ragtrail.set_capture(content=content_mode, metadata=["source"])
-    docs = [Document(page_content=t, metadata={"source": f"s{i}", "secret": "x"}, id=f"doc{i}")
-            for i, t in enumerate(TEXTS)]
+    docs = [Document(page_content=t, metadata={"source": f"s{i}", "secret": "x"}, id=f"doc{i}") for i, t in enumerate(TEXTS)]
     project = f"langchain-{content_mode}"
     with ps.sending(phoenix, project) as (provider, memory):
         instrumentor = LangChainInstrumentor()
@@ -109,8 +112,7 @@ def test_langchain_ensemble_and_compression_in_phoenix(phoenix, content_mode):
             store = InMemoryVectorStore(embeddings)
             store.add_documents(docs)
             ensemble = EnsembleRetriever(retrievers=[bm25, store.as_retriever(search_kwargs={"k": 3})])
-            compressor = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=embeddings,
-                                                                                   similarity_threshold=0.5)])
+            compressor = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=embeddings, similarity_threshold=0.5)])
             retriever = ContextualCompressionRetriever(base_compressor=compressor, base_retriever=ensemble)
             with ragtrail.stage("pipeline", "app", tracer=provider.get_tracer("app")):
                 retriever.invoke("cats in the park")
@@ -118,8 +120,7 @@ def test_langchain_ensemble_and_compression_in_phoenix(phoenix, content_mode):
             instrumentor.uninstrument()
         sent = list(memory.get_finished_spans())
     shown = phoenix.wait_for_spans(project, ps.trace_id_of(memory), len(sent))
-    kinds, with_reason = check_every_stage(shown, sent, content_mode,
-                                           {f"doc{i}": {"source": f"s{i}"} for i in range(len(TEXTS))})
+    kinds, with_reason = check_every_stage(shown, sent, content_mode, {f"doc{i}": {"source": f"s{i}"} for i in range(len(TEXTS))})
     assert {"retrieve", "fuse", "filter"} <= kinds and with_reason > 0
 
 
@@ -152,8 +153,7 @@ def test_llama_index_retriever_and_postprocessor_in_phoenix(phoenix, content_mod
             index = VectorStoreIndex(nodes, embed_model=WordEmbedding())
             with ragtrail.stage("pipeline", "app", tracer=provider.get_tracer("app")):
                 found = index.as_retriever(similarity_top_k=4).retrieve("cats in the park")
-                SimilarityPostprocessor(similarity_cutoff=0.5).postprocess_nodes(
-                    found, query_bundle=QueryBundle("cats in the park"))
+                SimilarityPostprocessor(similarity_cutoff=0.5).postprocess_nodes(found, query_bundle=QueryBundle("cats in the park"))
         finally:
             instrumentor.uninstrument()
         sent = list(memory.get_finished_spans())

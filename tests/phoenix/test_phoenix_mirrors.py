@@ -5,11 +5,10 @@ each excluded document's reason, status, input/output and the cap counts."""
 
 from __future__ import annotations
 
-from spanutil import rec_events
-
 import json
 from typing import Any
 
+import phoenix_server as ps
 import pytest
 from opentelemetry.sdk.trace import SpanLimits
 
@@ -18,13 +17,11 @@ from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import preview
 from ragtrail.demo.pipeline import BM25, QUESTION, load_corpus, make_pipeline
-
-import phoenix_server as ps
+from spanutil import rec_events
 
 CORPUS = {d["id"]: d for d in load_corpus()}
 META = ("status", "version")
-KIND = {"retrieve": "RETRIEVER", "rerank": "RERANKER", "filter": "RERANKER", "fuse": "RERANKER",
-        "budget": "RERANKER"}
+KIND = {"retrieve": "RETRIEVER", "rerank": "RERANKER", "filter": "RERANKER", "fuse": "RERANKER", "budget": "RERANKER"}
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +40,9 @@ def run_demo(phoenix: ps.Phoenix, project: str) -> tuple[dict[str, Any], list[di
     return result, shown, sent
 
 
-def expected_card(doc_id: str, score: Any, content_mode: str, *, reason: str | None = None,
-                  detail: str | None = None, content: str | None = None) -> dict[str, Any]:
+def expected_card(
+    doc_id: str, score: Any, content_mode: str, *, reason: str | None = None, detail: str | None = None, content: str | None = None
+) -> dict[str, Any]:
     """A card as Phoenix must show it, from the corpus itself (not from what ragtrail wrote)."""
     card: dict[str, Any] = {"id": doc_id}
     if score is not None:
@@ -96,18 +94,16 @@ def test_demo_every_stage_as_phoenix_shows_it(phoenix, content_mode):
     status_filter = ps.one(shown, "filter status_filter")["attributes"]
     inputs = ps.documents(status_filter, "reranker.input_documents")
     draft = [c for c in inputs if c["id"] == "policy-2026-01-draft"]
-    assert draft == [expected_card("policy-2026-01-draft", draft[0].get("score"), content_mode,
-                                   reason="superseded", detail="replaced by policy-2026-01")]
+    assert draft == [
+        expected_card("policy-2026-01-draft", draft[0].get("score"), content_mode, reason="superseded", detail="replaced by policy-2026-01")
+    ]
     assert "policy-2026-01-draft" not in [c["id"] for c in ps.documents(status_filter, "reranker.output_documents")]
-    assert status_filter["output.value"] == ("kept 6 of 7; excluded: policy-2026-01-draft superseded "
-                                             "(replaced by policy-2026-01)")
+    assert status_filter["output.value"] == ("kept 6 of 7; excluded: policy-2026-01-draft superseded (replaced by policy-2026-01)")
 
     budget = ps.one(shown, "budget context_budget")["attributes"]
     lost = [c for c in ps.documents(budget, "reranker.input_documents") if c["id"] == "policy-2026-01"]
-    assert lost == [expected_card("policy-2026-01", lost[0]["score"], content_mode,
-                                  reason="budget_exceeded", detail="limit=90 words used=90")]
-    assert [c["id"] for c in ps.documents(budget, "reranker.output_documents")] == [
-        "policy-2024-11", "sales-deck-q1", "discount-policy"]
+    assert lost == [expected_card("policy-2026-01", lost[0]["score"], content_mode, reason="budget_exceeded", detail="limit=90 words used=90")]
+    assert [c["id"] for c in ps.documents(budget, "reranker.output_documents")] == ["policy-2024-11", "sales-deck-q1", "discount-policy"]
     assert budget["output.value"] == "kept 3 of 4; excluded: policy-2026-01 budget_exceeded (limit=90 words used=90)"
 
     rerank = ps.one(shown, "rerank overlap_reranker")["attributes"]
@@ -115,7 +111,8 @@ def test_demo_every_stage_as_phoenix_shows_it(phoenix, content_mode):
     assert rerank["reranker.top_k"] == 4
     sent_rerank = [s for s in sent if s.name == "rerank overlap_reranker"][0]
     assert [c["id"] for c in ps.documents(rerank, "reranker.output_documents")] == [
-        e.attributes[sc.CANDIDATE_ID] for e in rec_events(sent_rerank) if e.name == sc.EVENT_CANDIDATE]
+        e.attributes[sc.CANDIDATE_ID] for e in rec_events(sent_rerank) if e.name == sc.EVENT_CANDIDATE
+    ]
 
     # the pipeline: the question in, the answer out (only when content capture allows it)
     root = ps.one(shown, "pipeline answer")["attributes"]
@@ -143,8 +140,7 @@ def test_query_hash_mode_shows_no_query_text(phoenix):
 
 def _many(provider: Any, n: int, top_n: int) -> None:
     tracer = provider.get_tracer("many")
-    hits = [{"id": f"doc-{i:03d}", "content": f"text of document {i}", "score": round(1 - i / 1000, 4)}
-            for i in range(n)]
+    hits = [{"id": f"doc-{i:03d}", "content": f"text of document {i}", "score": round(1 - i / 1000, 4)} for i in range(n)]
     with ragtrail.stage("pipeline", "app", tracer=tracer):
         with ragtrail.stage("retrieve", "app.search", top_k=n, tracer=tracer) as s:
             s.query("many documents")
@@ -161,8 +157,7 @@ def test_many_documents_say_how_many_of_how_many(phoenix):
         _many(provider, 200, 10)
         sent = list(memory.get_finished_spans())
     shown = phoenix.wait_for_spans("many", ps.trace_id_of(memory), len(sent))
-    retrieve = [s for s in ps.by_name(shown, "retrieve search")
-                if "ragtrail.stage.continuation" not in s["attributes"]]
+    retrieve = [s for s in ps.by_name(shown, "retrieve search") if "ragtrail.stage.continuation" not in s["attributes"]]
     assert len(retrieve) == 1
     a = retrieve[0]["attributes"]
     cards = ps.documents(a, "retrieval.documents")
@@ -171,8 +166,7 @@ def test_many_documents_say_how_many_of_how_many(phoenix):
     assert [c["id"] for c in cards] == [f"doc-{i:03d}" for i in range(len(cards))]
     assert a["ragtrail.events.count"] == 200  # ragtrail's own record stays complete
 
-    (rerank,) = [s["attributes"] for s in ps.by_name(shown, "rerank rerank")
-                 if "ragtrail.stage.continuation" not in s["attributes"]]
+    (rerank,) = [s["attributes"] for s in ps.by_name(shown, "rerank rerank") if "ragtrail.stage.continuation" not in s["attributes"]]
     assert len(ps.documents(rerank, "reranker.output_documents")) == 10
     assert "ragtrail.mirror.output_documents.mirrored" not in rerank
     inputs = ps.documents(rerank, "reranker.input_documents")
@@ -182,8 +176,11 @@ def test_many_documents_say_how_many_of_how_many(phoenix):
 
     # schema 3: the 200 candidates are columns on the stage span, the 190 exclusions one event: no
     # continuation span (their mirror attributes are pinned in tests/test_mirrors.py)
-    parts = [s for s in shown if "ragtrail.stage.continuation" in s["attributes"]
-             or s["attributes"].get("ragtrail", {}).get("stage", {}).get("continuation")]
+    parts = [
+        s
+        for s in shown
+        if "ragtrail.stage.continuation" in s["attributes"] or s["attributes"].get("ragtrail", {}).get("stage", {}).get("continuation")
+    ]
     assert parts == []
     assert len(a["ragtrail.candidates.ids"]) == 200  # the column arrives whole in Phoenix
 
@@ -202,7 +199,8 @@ def test_a_mirror_document_cap_reaches_phoenix_as_a_cut_list_with_its_counts(pho
     a = retrieve["attributes"]
     assert ps.documents(a, "retrieval.documents") == [
         {"id": "doc-000", "score": 1.0, "content": "text of document 0"},
-        {"id": "doc-001", "score": 0.999, "content": "text of document 1"}]
+        {"id": "doc-001", "score": 0.999, "content": "text of document 1"},
+    ]
     assert (a["ragtrail.mirror.output_documents.mirrored"], a["ragtrail.mirror.output_documents.total"]) == (2, 20)
     assert a["ragtrail.candidates.ids"] == [f"doc-{i:03d}" for i in range(20)]
 
@@ -211,7 +209,8 @@ def test_a_mirror_document_cap_reaches_phoenix_as_a_cut_list_with_its_counts(pho
     r = rerank["attributes"]
     assert ps.documents(r, "reranker.output_documents") == [
         {"id": "doc-000", "score": 0.5, "content": "text of document 0"},
-        {"id": "doc-001", "score": 0.4995, "content": "text of document 1"}]
+        {"id": "doc-001", "score": 0.4995, "content": "text of document 1"},
+    ]
     assert [c["id"] for c in ps.documents(r, "reranker.input_documents")] == ["doc-000", "doc-001"]
     assert (r["ragtrail.mirror.output_documents.mirrored"], r["ragtrail.mirror.output_documents.total"]) == (2, 5)
     assert (r["ragtrail.mirror.input_documents.mirrored"], r["ragtrail.mirror.input_documents.total"]) == (2, 20)
@@ -252,14 +251,12 @@ def test_phoenix_rag_helper_reads_ragtrail_documents(phoenix):
     ragtrail.set_capture(content="full")
     run_demo(phoenix, "rag-helper")
     python = ps.phoenix_binary().parent / "python"
-    out = subprocess.run([str(python), "-c", _RAG_HELPER, phoenix.url, "rag-helper"], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run([str(python), "-c", _RAG_HELPER, phoenix.url, "rag-helper"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out.stdout)
     hop1 = [r for r in rows if r["input"] == "refund window enterprise policy"]
     truth = BM25(load_corpus()).search("refund window enterprise policy", 6)
-    assert sorted((r["document"], r["score"]) for r in hop1) == sorted(
-        (d["text"], round(score, 4)) for d, score in truth)
+    assert sorted((r["document"], r["score"]) for r in hop1) == sorted((d["text"], round(score, 4)) for d, score in truth)
     assert len(rows) == 12  # the two retrievals' six documents each
 
 
@@ -283,8 +280,24 @@ def test_openinference_names_match_the_package_phoenix_ships():
     out = subprocess.run([str(python), "-c", _OI_NAMES], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == [
-        sc.OPENINFERENCE_SPAN_KIND, sc.OI_INPUT_VALUE, sc.OI_INPUT_MIME_TYPE, sc.OI_OUTPUT_VALUE, sc.OI_OUTPUT_MIME_TYPE,
-        sc.OI_RETRIEVAL_DOCUMENTS, sc.OI_RERANKER_QUERY, sc.OI_RERANKER_TOP_K, sc.OI_RERANKER_MODEL_NAME,
-        sc.OI_RERANKER_INPUT_DOCUMENTS, sc.OI_RERANKER_OUTPUT_DOCUMENTS, sc.OI_DOCUMENT_ID, sc.OI_DOCUMENT_SCORE,
-        sc.OI_DOCUMENT_CONTENT, sc.OI_DOCUMENT_METADATA, sc.OI_RETRIEVER, sc.OI_RERANKER, sc.OI_CHAIN,
-        sc.OI_MIME_TEXT, sc.OI_MIME_JSON]
+        sc.OPENINFERENCE_SPAN_KIND,
+        sc.OI_INPUT_VALUE,
+        sc.OI_INPUT_MIME_TYPE,
+        sc.OI_OUTPUT_VALUE,
+        sc.OI_OUTPUT_MIME_TYPE,
+        sc.OI_RETRIEVAL_DOCUMENTS,
+        sc.OI_RERANKER_QUERY,
+        sc.OI_RERANKER_TOP_K,
+        sc.OI_RERANKER_MODEL_NAME,
+        sc.OI_RERANKER_INPUT_DOCUMENTS,
+        sc.OI_RERANKER_OUTPUT_DOCUMENTS,
+        sc.OI_DOCUMENT_ID,
+        sc.OI_DOCUMENT_SCORE,
+        sc.OI_DOCUMENT_CONTENT,
+        sc.OI_DOCUMENT_METADATA,
+        sc.OI_RETRIEVER,
+        sc.OI_RERANKER,
+        sc.OI_CHAIN,
+        sc.OI_MIME_TEXT,
+        sc.OI_MIME_JSON,
+    ]

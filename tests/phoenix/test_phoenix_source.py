@@ -3,16 +3,14 @@ Phoenix through its REST API, and says what Phoenix cannot tell (dropped counts)
 
 from __future__ import annotations
 
+import phoenix_server as ps
 import pytest
+import ragtrail_backends as rb
 
 import ragtrail
 from ragtrail import settings
 from ragtrail.demo.pipeline import QUESTION, load_corpus, make_pipeline
-
 from ragtrail.inspect.sources.phoenix import NOTE_NO_DROPPED_COUNTS as NOTE
-
-import phoenix_server as ps
-import ragtrail_backends as rb
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +36,10 @@ def test_verify_reads_phoenix_and_says_dropped_counts_are_unknown(phoenix, demo_
     assert fidelity["changed_uncited"] == 0 and fidelity["unverifiable"] == 0 and fidelity["alarms"] == []
     assert fidelity["intact"] + fidelity["changed_cited"] > 0  # the receipts were read and checked
     # the test app exports without ragtrail's whole-trace processor, so no span count was stamped
-    assert fidelity["notes"] == ["no ragtrail.trace.span_count stamped: whole spans lost in export cannot be "
-                                 "counted (export through ragtrail's whole-trace processor)", NOTE]
+    assert fidelity["notes"] == [
+        "no ragtrail.trace.span_count stamped: whole spans lost in export cannot be counted (export through ragtrail's whole-trace processor)",
+        NOTE,
+    ]
 
 
 def test_show_rebuilds_the_demo_manifest_from_phoenix(phoenix, demo_trace):
@@ -63,8 +63,7 @@ def test_record_fixture(phoenix, demo_trace):
         pytest.skip("recording only with RAGTRAIL_RECORD_PHOENIX_FIXTURES=1")
     target = rb.REPO / "tests" / "fixtures" / "phoenix_recorded"
     target.mkdir(parents=True, exist_ok=True)
-    for name, path in (("projects", "/v1/projects?limit=100"),
-                       ("spans", f"/v1/projects/source/spans?trace_id={demo_trace}&limit=1000")):
+    for name, path in (("projects", "/v1/projects?limit=100"), ("spans", f"/v1/projects/source/spans?trace_id={demo_trace}&limit=1000")):
         with urllib.request.urlopen(phoenix.url + path, timeout=30) as resp:  # noqa: S310 - loopback
             (target / f"{name}.json").write_bytes(resp.read())
     (target / "trace_id").write_text(demo_trace + "\n")

@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import cdp
+import phoenix_server as ps
 import pytest
 
 import ragtrail
 from ragtrail import settings
 from ragtrail.demo.pipeline import QUESTION, load_corpus, make_pipeline
-
-import cdp
-import phoenix_server as ps
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
@@ -22,8 +21,8 @@ CORPUS = {d["id"]: d for d in load_corpus()}
 
 pytestmark = pytest.mark.skipif(
     cdp.CHROMIUM is None,
-    reason="LOUD SKIP: headless Chromium is not installed, so Phoenix's UI was NOT tested in a browser "
-           "(scripts/test.sh installs Debian's chromium)")
+    reason="LOUD SKIP: headless Chromium is not installed, so Phoenix's UI was NOT tested in a browser (scripts/test.sh installs Debian's chromium)",
+)
 
 
 @pytest.fixture(scope="module")

@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         stderr().print("ragtrail: interrupted", markup=False)
         sys.exit(130)
     except click.ClickException as exc:
-        hint = "run `ragtrail --help`" if not isinstance(exc, click.UsageError) or exc.ctx is None \
-            else f"run `{exc.ctx.command_path} --help`"
+        hint = "run `ragtrail --help`" if not isinstance(exc, click.UsageError) or exc.ctx is None else f"run `{exc.ctx.command_path} --help`"
         stderr().print(Text(f"ragtrail: error: {plain(exc.format_message())}: {hint}"), soft_wrap=True)
         sys.exit(errors.EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except KeyboardInterrupt:
@@ -83,7 +82,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug in ragtrail: still one line unless asked for the traceback
         if debug:
             raise
-        stderr().print(Text(f"ragtrail: internal error: {type(exc).__name__}: {plain(exc)}: please report it "
-                            "(RAGTRAIL_DEBUG=1 shows the traceback)"), soft_wrap=True)
+        stderr().print(
+            Text(f"ragtrail: internal error: {type(exc).__name__}: {plain(exc)}: please report it (RAGTRAIL_DEBUG=1 shows the traceback)"),
+            soft_wrap=True,
+        )
         sys.exit(errors.EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else 0)

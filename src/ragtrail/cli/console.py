@@ -96,10 +96,10 @@ def progress_bar(label: str, unit: ProgressUnit = "bytes", after: float = 0.0) -
 
 def source_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--source``/``-s`` (or ``RAGTRAIL_SOURCE``) and ``--timeout``: where a command reads traces."""
-    fn = click.option("--timeout", type=float, default=10.0, show_default=True,
-                      help="Seconds to wait for a server.")(fn)
-    return click.option("--source", "-s", envvar="RAGTRAIL_SOURCE", default=None, metavar="SOURCE",
-                        help="Where traces live (see below). Default: ./.ragtrail")(fn)
+    fn = click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait for a server.")(fn)
+    return click.option(
+        "--source", "-s", envvar="RAGTRAIL_SOURCE", default=None, metavar="SOURCE", help="Where traces live (see below). Default: ./.ragtrail"
+    )(fn)
 
 
 def json_out(data: Any) -> None:

@@ -26,28 +26,48 @@ __all__ = ["compare_cmd", "ls_cmd", "stats_cmd"]
 
 
 def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed((
-        click.option("--since", default=None, help="Traces that ended after this: ISO time or a duration back (30m, 7d)."),
-        click.option("--until", default=None, help="Traces that started before this: ISO time or a duration back."),
-        click.option("--status", "run_status", default=None, metavar="RUN_STATUS",
-                     help="Run status on the pipeline span (available, empty, degraded, failed)."),
-        click.option("--stage-status", default=None, help="Some stage has this status (ok, empty, degraded, failed)."),
-        click.option("--finding", default=None, help="A finding or insight containing this text (e.g. stale_citation, echo)."),
-        click.option("--reason", default=None, help="Some candidate was excluded with this reason code."),
-        click.option("--component", default=None, help="Some stage (or the pipeline) has this component."),
-        click.option("--doc", "doc", default=None, metavar="ID", help="Some stage saw this document id."),
-        click.option("--query-text", default=None, metavar="TEXT",
-                     help="The question (hashed here with the contract's receipt; the raw text is never needed on the wire)."),
-        click.option("--query-sha256", default=None, metavar="HEX", help="The question's receipt, as recorded."),
-        click.option("--service-version", "service_version", default=None, help="The resource's service.version."),
-        click.option("--lookback", default="1h", show_default=True, help="How far back a server search looks."),
-        click.option("--limit", type=int, default=None,
-                     help="At most this many traces (servers: default every trace in the lookback, paged through)."),
-        click.option("--date-key", default="updated_at", show_default=True,
-                     help="Metadata key (ragtrail.candidate.meta.KEY) holding a document's date (stale_citation)."),
-        click.option("--self-author", default=None, metavar="KEY=VALUE",
-                     help="Metadata marking content the system wrote itself (self_citation), e.g. author=assistant."),
-    )):
+    for option in reversed(
+        (
+            click.option("--since", default=None, help="Traces that ended after this: ISO time or a duration back (30m, 7d)."),
+            click.option("--until", default=None, help="Traces that started before this: ISO time or a duration back."),
+            click.option(
+                "--status",
+                "run_status",
+                default=None,
+                metavar="RUN_STATUS",
+                help="Run status on the pipeline span (available, empty, degraded, failed).",
+            ),
+            click.option("--stage-status", default=None, help="Some stage has this status (ok, empty, degraded, failed)."),
+            click.option("--finding", default=None, help="A finding or insight containing this text (e.g. stale_citation, echo)."),
+            click.option("--reason", default=None, help="Some candidate was excluded with this reason code."),
+            click.option("--component", default=None, help="Some stage (or the pipeline) has this component."),
+            click.option("--doc", "doc", default=None, metavar="ID", help="Some stage saw this document id."),
+            click.option(
+                "--query-text",
+                default=None,
+                metavar="TEXT",
+                help="The question (hashed here with the contract's receipt; the raw text is never needed on the wire).",
+            ),
+            click.option("--query-sha256", default=None, metavar="HEX", help="The question's receipt, as recorded."),
+            click.option("--service-version", "service_version", default=None, help="The resource's service.version."),
+            click.option("--lookback", default="1h", show_default=True, help="How far back a server search looks."),
+            click.option(
+                "--limit", type=int, default=None, help="At most this many traces (servers: default every trace in the lookback, paged through)."
+            ),
+            click.option(
+                "--date-key",
+                default="updated_at",
+                show_default=True,
+                help="Metadata key (ragtrail.candidate.meta.KEY) holding a document's date (stale_citation).",
+            ),
+            click.option(
+                "--self-author",
+                default=None,
+                metavar="KEY=VALUE",
+                help="Metadata marking content the system wrote itself (self_citation), e.g. author=assistant.",
+            ),
+        )
+    ):
         fn = option(fn)
     return fn
 
@@ -63,18 +83,37 @@ def _insight_settings(date_key: str, self_author: str | None) -> Any:
     return InsightSettings(date_key=date_key)
 
 
-def _make_filter(since: str | None, until: str | None, run_status: str | None, stage_status: str | None,
-                 finding: str | None, reason: str | None, component: str | None, doc: str | None,
-                 query_text: str | None, query_sha256: str | None, service_version: str | None,
-                 tag: tuple[str, str] | None = None) -> Any:
+def _make_filter(
+    since: str | None,
+    until: str | None,
+    run_status: str | None,
+    stage_status: str | None,
+    finding: str | None,
+    reason: str | None,
+    component: str | None,
+    doc: str | None,
+    query_text: str | None,
+    query_sha256: str | None,
+    service_version: str | None,
+    tag: tuple[str, str] | None = None,
+) -> Any:
     from ragtrail.inspect.search import Filter, parse_time, query_receipt
 
     if query_text is not None and query_sha256 is not None:
         raise errors.UsageError("--query-text and --query-sha256 both given", "pass one")
-    return Filter(since_ns=parse_time(since), until_ns=parse_time(until), run_status=run_status,
-                  stage_status=stage_status, finding=finding, reason=reason, component=component, doc=doc,
-                  query_sha256=query_receipt(query_text) if query_text is not None else query_sha256,
-                  service_version=service_version, tag=tag)
+    return Filter(
+        since_ns=parse_time(since),
+        until_ns=parse_time(until),
+        run_status=run_status,
+        stage_status=stage_status,
+        finding=finding,
+        reason=reason,
+        component=component,
+        doc=doc,
+        query_sha256=query_receipt(query_text) if query_text is not None else query_sha256,
+        service_version=service_version,
+        tag=tag,
+    )
 
 
 def _is_server(source: str | None) -> bool:
@@ -99,8 +138,9 @@ class ServerRead:
         """The line above a server read's output saying how much was read (``None`` for a file source)."""
         if self.traces is None:
             return None
-        return (f"{self.traces} traces read from {self.source}"
-                + (" (INCOMPLETE: the server capped its search answer)" if self.incomplete else " (every trace in the range)"))
+        return f"{self.traces} traces read from {self.source}" + (
+            " (INCOMPLETE: the server capped its search answer)" if self.incomplete else " (every trace in the range)"
+        )
 
 
 def _read_field(read: list[ServerRead]) -> dict[str, Any] | None:
@@ -108,8 +148,9 @@ def _read_field(read: list[ServerRead]) -> dict[str, Any] | None:
     return read[0].as_dict() if read and read[0].traces is not None else None
 
 
-def _records(source: str | None, flt: Any, settings: Any, *, timeout: float, lookback: str, limit: int | None,
-             label: str, read: list[ServerRead] | None = None) -> Iterator[Any]:
+def _records(
+    source: str | None, flt: Any, settings: Any, *, timeout: float, lookback: str, limit: int | None, label: str, read: list[ServerRead] | None = None
+) -> Iterator[Any]:
     """Matching records of one source, streamed; the filter is pushed down to a server and checked here.
     A server is read up to ``limit`` (default: every trace in the lookback); ``read`` gets what it answered."""
     import os
@@ -145,20 +186,34 @@ def _records(source: str | None, flt: Any, settings: Any, *, timeout: float, loo
 @_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per trace.")
 @gc_paused()
-def ls_cmd(source: str | None, timeout: float, since: str | None, until: str | None, run_status: str | None,
-           stage_status: str | None, finding: str | None, reason: str | None, component: str | None, doc: str | None,
-           query_text: str | None, query_sha256: str | None, service_version: str | None, lookback: str,
-           limit: int | None, date_key: str, self_author: str | None, as_json: bool) -> int:
+def ls_cmd(
+    source: str | None,
+    timeout: float,
+    since: str | None,
+    until: str | None,
+    run_status: str | None,
+    stage_status: str | None,
+    finding: str | None,
+    reason: str | None,
+    component: str | None,
+    doc: str | None,
+    query_text: str | None,
+    query_sha256: str | None,
+    service_version: str | None,
+    lookback: str,
+    limit: int | None,
+    date_key: str,
+    self_author: str | None,
+    as_json: bool,
+) -> int:
     """List the traces in a source that match every filter given, one line per trace (oldest first).
 
     Filters are pushed down to Tempo (TraceQL) and Jaeger (tags) and always checked on what is read;
     a local store is read in bounded memory. Exit 3 when no trace matches."""
-    flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text,
-                       query_sha256, service_version)
+    flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version)
     settings = _insight_settings(date_key, self_author)
     read: list[ServerRead] = []
-    records = _records(source, flt, settings, timeout=timeout, lookback=lookback, limit=limit, label="reading traces",
-                       read=read)
+    records = _records(source, flt, settings, timeout=timeout, lookback=lookback, limit=limit, label="reading traces", read=read)
     if limit is not None and not _is_server(source):
         records = iter(deque(records, maxlen=limit))  # the most recent LIMIT, in bounded memory
     shown = _emit(records, as_json)
@@ -193,21 +248,37 @@ def _emit(records: Iterator[Any], as_json: bool) -> int:
 @_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print the aggregates as JSON.")
 @gc_paused()
-def stats_cmd(source: str | None, timeout: float, since: str | None, until: str | None, run_status: str | None,
-              stage_status: str | None, finding: str | None, reason: str | None, component: str | None,
-              doc: str | None, query_text: str | None, query_sha256: str | None, service_version: str | None,
-              lookback: str, limit: int | None, date_key: str, self_author: str | None, as_json: bool) -> int:
+def stats_cmd(
+    source: str | None,
+    timeout: float,
+    since: str | None,
+    until: str | None,
+    run_status: str | None,
+    stage_status: str | None,
+    finding: str | None,
+    reason: str | None,
+    component: str | None,
+    doc: str | None,
+    query_text: str | None,
+    query_sha256: str | None,
+    service_version: str | None,
+    lookback: str,
+    limit: int | None,
+    date_key: str,
+    self_author: str | None,
+    as_json: bool,
+) -> int:
     """Aggregate a source per stage kind and component: counts in/out/excluded, exclusion reasons,
     statuses and failure classes, fallback and unexplained rates, coverage; weighted by each trace's
     sampling adjusted count (and said so)."""
     from ragtrail.inspect.stats import Stats
 
-    flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text,
-                       query_sha256, service_version)
+    flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version)
     stats = Stats()
     read: list[ServerRead] = []
-    for r in _records(source, flt, _insight_settings(date_key, self_author), timeout=timeout, lookback=lookback,
-                      limit=limit, label="aggregating", read=read):
+    for r in _records(
+        source, flt, _insight_settings(date_key, self_author), timeout=timeout, lookback=lookback, limit=limit, label="aggregating", read=read
+    ):
         stats.add(r)
     if not stats.traces:
         raise errors.TraceNotFound("no trace matches", "loosen the filters or check --source")
@@ -240,26 +311,46 @@ def _render_stats(result: dict[str, Any]) -> None:
 
     out = wide_stdout()
     out.print(text(result["sampling"]))
-    out.print(text("runs: " + (_counts(result["run_statuses"], 5) or "-")
-                   + (f" · refusal rate {result['refusal_rate']:.1%} of {result['refusal_known']:g}"
-                      if result["refusal_rate"] is not None else " · refusals not recorded")
-                   + (f" · insights: {_counts(result['insights'], 5)}" if result["insights"] else "")
-                   + (f" · {result['alarms']} fidelity alarms" if result["alarms"] else "")))
+    out.print(
+        text(
+            "runs: "
+            + (_counts(result["run_statuses"], 5) or "-")
+            + (
+                f" · refusal rate {result['refusal_rate']:.1%} of {result['refusal_known']:g}"
+                if result["refusal_rate"] is not None
+                else " · refusals not recorded"
+            )
+            + (f" · insights: {_counts(result['insights'], 5)}" if result["insights"] else "")
+            + (f" · {result['alarms']} fidelity alarms" if result["alarms"] else "")
+        )
+    )
     cov = result["coverage"]
     if cov["mean_read_fraction"] is not None:
-        out.print(text(f"coverage: mean {cov['mean_read_fraction']:.4%} of the corpus read "
-                       f"(corpus size known for {cov['corpus_known']:g}; exhaustive {cov['exhaustive']:g})"))
+        out.print(
+            text(
+                f"coverage: mean {cov['mean_read_fraction']:.4%} of the corpus read "
+                f"(corpus size known for {cov['corpus_known']:g}; exhaustive {cov['exhaustive']:g})"
+            )
+        )
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="in/out/excluded: min/median/p90/max", title_justify="left")
-    for col in ("stage", "component", "traces", "in", "out", "excluded", "reasons", "statuses", "failures",
-                "fallback", "unexplained"):
-        table.add_column(col, justify="right" if col in ("traces", "fallback", "unexplained") else "left",
-                         overflow="fold", no_wrap=col in ("stage", "component"))
+    for col in ("stage", "component", "traces", "in", "out", "excluded", "reasons", "statuses", "failures", "fallback", "unexplained"):
+        table.add_column(
+            col, justify="right" if col in ("traces", "fallback", "unexplained") else "left", overflow="fold", no_wrap=col in ("stage", "component")
+        )
     for s in result["stages"]:
-        table.add_row(text(s["kind"]), text(s["component"]), f"{s['traces']:g}", _dist(s["in"]), _dist(s["out"]),
-                      _dist(s["excluded"]), text(_counts(s["exclusion_reasons"])), text(_counts(s["statuses"])),
-                      text(_counts(s["failure_classes"])),
-                      "-" if s["fallback_rate"] is None else f"{s['fallback_rate']:.1%}",
-                      "-" if s["unexplained_rate"] is None else f"{s['unexplained_rate']:.1%}")
+        table.add_row(
+            text(s["kind"]),
+            text(s["component"]),
+            f"{s['traces']:g}",
+            _dist(s["in"]),
+            _dist(s["out"]),
+            _dist(s["excluded"]),
+            text(_counts(s["exclusion_reasons"])),
+            text(_counts(s["statuses"])),
+            text(_counts(s["failure_classes"])),
+            "-" if s["fallback_rate"] is None else f"{s['fallback_rate']:.1%}",
+            "-" if s["unexplained_rate"] is None else f"{s['unexplained_rate']:.1%}",
+        )
     out.print(table)
 
 
@@ -295,8 +386,9 @@ def _side(arg: str, source: str | None) -> tuple[str | None, dict[str, Any], str
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the comparison as Markdown.")
 @click.option("--show", "show_n", type=int, default=30, show_default=True, help="Questions listed in the terminal view.")
 @gc_paused()
-def compare_cmd(side_a: str, side_b: str, source: str | None, timeout: float, lookback: str, limit: int | None,
-                as_json: bool, as_markdown: bool, show_n: int) -> int:
+def compare_cmd(
+    side_a: str, side_b: str, source: str | None, timeout: float, lookback: str, limit: int | None, as_json: bool, as_markdown: bool, show_n: int
+) -> int:
     """Compare two runs question by question, paired by the receipt of the question (hop 0).
 
     \b
@@ -313,12 +405,23 @@ def compare_cmd(side_a: str, side_b: str, source: str | None, timeout: float, lo
     reads: dict[str, list[ServerRead]] = {}
     for name, arg in (("A", side_a), ("B", side_b)):
         spec, selection, label = _side(arg, source)
-        flt = _make_filter(selection.get("since"), selection.get("until"), None, None, None, None, None, None, None,
-                           None, selection.get("service_version"), selection.get("tag"))
+        flt = _make_filter(
+            selection.get("since"),
+            selection.get("until"),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            selection.get("service_version"),
+            selection.get("tag"),
+        )
         summary = SideSummary(name=label)
         read = reads.setdefault(name, [])
-        for r in _records(spec, flt, InsightSettings(), timeout=timeout, lookback=lookback, limit=limit,
-                          label=f"reading {name}", read=read):
+        for r in _records(spec, flt, InsightSettings(), timeout=timeout, lookback=lookback, limit=limit, label=f"reading {name}", read=read):
             summary.add(r)
         if not summary.traces:
             raise errors.TraceNotFound(f"side {name} ({plain(label)}) has no ragtrail trace", "check the source or selection")
@@ -351,15 +454,17 @@ def _render_compare(result: dict[str, Any], show_n: int) -> None:
     table.add_column(text(f"A {a['name']}"), justify="right")
     table.add_column(text(f"B {b['name']}"), justify="right")
     table.add_row("traces / questions", f"{a['traces']} / {a['questions']}", f"{b['traces']} / {b['questions']}")
-    table.add_row("refused", f"{a['refused']}/{a['refusal_known']} ({_rate(a['refusal_rate'])})",
-                  f"{b['refused']}/{b['refusal_known']} ({_rate(b['refusal_rate'])})")
+    table.add_row(
+        "refused",
+        f"{a['refused']}/{a['refusal_known']} ({_rate(a['refusal_rate'])})",
+        f"{b['refused']}/{b['refusal_known']} ({_rate(b['refusal_rate'])})",
+    )
     table.add_row("degraded", f"{a['degraded']} ({_rate(a['degraded_rate'])})", f"{b['degraded']} ({_rate(b['degraded_rate'])})")
     table.add_row("fallback", f"{a['fallback']} ({_rate(a['fallback_rate'])})", f"{b['fallback']} ({_rate(b['fallback_rate'])})")
     table.add_row("no query receipt (unpaired)", str(a["no_query_receipt"]), str(b["no_query_receipt"]))
     table.add_row("only on this side", str(len(result["only_in_a"])), str(len(result["only_in_b"])))
     out.print(table)
-    surv = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="survival in B of A's evidence (paired questions)",
-                 title_justify="left")
+    surv = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="survival in B of A's evidence (paired questions)", title_justify="left")
     for col in ("stage in B", "A's cited present", "A's in-context present"):
         surv.add_column(col, justify="left" if col == "stage in B" else "right")
     for s in b["survival"]:
@@ -374,8 +479,7 @@ def _render_compare(result: dict[str, Any], show_n: int) -> None:
     changed.sort(key=lambda p: (not (p["refused_b"] and not p["refused_a"]), p["query_sha256"]))
     for p in changed[:show_n]:
         refusal = " REFUSED in B" if p["refused_b"] and not p["refused_a"] else ""
-        out.print(text(f"  {p['query_sha256'][:12]} {p['verdict']}{refusal}: {p['cause'] or '-'}  "
-                       f"(A {p['a']} · B {p['b']})"), soft_wrap=True)
+        out.print(text(f"  {p['query_sha256'][:12]} {p['verdict']}{refusal}: {p['cause'] or '-'}  (A {p['a']} · B {p['b']})"), soft_wrap=True)
     if len(changed) > show_n:
         out.print(text(f"  … {len(changed) - show_n} more questions that differ (--json or --markdown lists all)", "dim"))
     for side, key in (("A", "only_in_a"), ("B", "only_in_b")):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.text import Text
 
 from ragtrail.cli.console import json_out, progress_bar, source_option, stdout
@@ -34,11 +35,15 @@ def _load(ref: str, source: str | None, timeout: float) -> Manifest:
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @click.option("--limit", type=int, default=10, show_default=True, help="Candidates shown per stage.")
 @click.option("--all", "show_all", is_flag=True, help="Show every candidate and exclusion.")
-@click.option("--doc", "doc", default=None, metavar="ID",
-              help="One document's fate, stage by stage (rank, score, kept or excluded and why, content changes, cited).")
+@click.option(
+    "--doc",
+    "doc",
+    default=None,
+    metavar="ID",
+    help="One document's fate, stage by stage (rank, score, kept or excluded and why, content changes, cited).",
+)
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
-def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: int, show_all: bool,
-         doc: str | None) -> int:
+def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: int, show_all: bool, doc: str | None) -> int:
     """Show the manifest of TRACE: query hops, stages, candidates, exclusions, citations, coverage, fidelity."""
     manifest = _load(trace, source, timeout)
     if doc is not None:
@@ -57,22 +62,52 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
     return errors.EXIT_OK
 
 
+def _print_verdict(out: Console, m: dict[str, Any]) -> None:
+    """One verified trace: its alarms, or the ok line with what was checked; then its findings."""
+    f = m["fidelity"]
+    if f["alarms"]:
+        for a in f["alarms"]:
+            out.print(Text(render.alarm_line(a)))
+    else:
+        events = m.get("events_checked", sum(len(s["candidates"]) + len(s["excluded"]) for s in m.get("stages", [])))
+        out.print(
+            Text(
+                f"ok trace={plain(m['trace_id'])}: intact {f['intact']}, changed_cited {f['changed_cited']}, "
+                f"not captured {f['not_captured']}, {events} events and {m['span_count']} spans checked"
+            )
+        )
+    for finding in m.get("findings", []):
+        out.print(Text(f"FINDING trace={plain(m['trace_id'])}: {plain(finding)}"))
+
+
 @click.command()
 @click.argument("traces", nargs=-1)
 @source_option
 @click.option("--search", is_flag=True, help="Verify recent ragtrail traces found in the source.")
 @click.option("--limit", type=int, default=20, show_default=True, help="How many traces --search checks.")
-@click.option("--query", "-q", default=None,
-              help="Search filter: TraceQL for Tempo, key=value tag for Jaeger.")
-@click.option("--lookback", default=None,
-              help="How far back --search looks (30m, 1h, 2d; servers default to 1h, a local store to everything).")
+@click.option("--query", "-q", default=None, help="Search filter: TraceQL for Tempo, key=value tag for Jaeger.")
+@click.option("--lookback", default=None, help="How far back --search looks (30m, 1h, 2d; servers default to 1h, a local store to everything).")
 @click.option("--json", "as_json", is_flag=True, help="Print the fidelity of each trace as JSON.")
 @click.option("--strict", is_flag=True, help="Also fail on findings (degraded stages, unexplained exclusions).")
-@click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="The receipt key (RAGTRAIL_RECEIPT_KEY of the producer) to check keyed (hmac-sha256) receipts.")
+@click.option(
+    "--key-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The receipt key (RAGTRAIL_RECEIPT_KEY of the producer) to check keyed (hmac-sha256) receipts.",
+)
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
-def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: bool, limit: int,
-           query: str | None, lookback: str | None, as_json: bool, strict: bool, key_file: str | None) -> int:
+def verify(
+    traces: tuple[str, ...],
+    source: str | None,
+    timeout: float,
+    search: bool,
+    limit: int,
+    query: str | None,
+    lookback: str | None,
+    as_json: bool,
+    strict: bool,
+    key_file: str | None,
+) -> int:
     """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm."""
     from ragtrail.inspect.manifest import build, fidelity_only
     from ragtrail.inspect.sources import open_source, resolve
@@ -89,8 +124,7 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
         with progress_bar("searching"):
             refs.extend(src.search(limit, query, lookback))
         if not refs:
-            raise errors.TraceNotFound(f"no ragtrail traces found in {src.description}",
-                                       "widen --lookback or check the source")
+            raise errors.TraceNotFound(f"no ragtrail traces found in {src.description}", "widen --lookback or check the source")
     results = []
     out = stdout()
     with progress_bar(f"verifying {len(refs)} traces", unit="count") as progress:
@@ -100,23 +134,11 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
             progress(i + 1, len(refs))
     failed = False
     for m in results:
-        f = m["fidelity"]
-        findings = m.get("findings", [])
-        failed |= bool(f["alarms"]) or bool(findings)
-        if as_json:
-            continue
-        if f["alarms"]:
-            for a in f["alarms"]:
-                out.print(Text(render.alarm_line(a)))
-        else:
-            events = m.get("events_checked", sum(len(s["candidates"]) + len(s["excluded"]) for s in m.get("stages", [])))
-            out.print(Text(f"ok trace={plain(m['trace_id'])}: intact {f['intact']}, changed_cited {f['changed_cited']}, "
-                           f"not captured {f['not_captured']}, {events} events and {m['span_count']} spans checked"))
-        for finding in findings:
-            out.print(Text(f"FINDING trace={plain(m['trace_id'])}: {plain(finding)}"))
+        failed |= bool(m["fidelity"]["alarms"]) or bool(m.get("findings", []))
+        if not as_json:
+            _print_verdict(out, m)
     if as_json:
-        json_out([{"trace_id": m["trace_id"], "fidelity": m["fidelity"], "findings": m.get("findings", [])}
-                   for m in results])
+        json_out([{"trace_id": m["trace_id"], "fidelity": m["fidelity"], "findings": m.get("findings", [])} for m in results])
     if src is not None and hasattr(src, "close"):
         src.close()
     return errors.EXIT_ALARMS if failed else errors.EXIT_OK
@@ -131,8 +153,7 @@ def verify(traces: tuple[str, ...], source: str | None, timeout: float, search: 
 @click.option("--exit-code", is_flag=True, help="Exit 1 when the evidence differs.")
 @click.option("--limit", type=int, default=10, show_default=True, help="Differences shown per stage.")
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
-def diff_cmd(trace_a: str, trace_b: str, source: str | None, timeout: float, source_b: str | None,
-             as_json: bool, exit_code: bool, limit: int) -> int:
+def diff_cmd(trace_a: str, trace_b: str, source: str | None, timeout: float, source_b: str | None, as_json: bool, exit_code: bool, limit: int) -> int:
     """Compare the evidence of two traces stage by stage, and say where it first differs."""
     from ragtrail.inspect.diff import diff
 
@@ -149,8 +170,7 @@ def diff_cmd(trace_a: str, trace_b: str, source: str | None, timeout: float, sou
 @click.command()
 @click.argument("trace")
 @source_option
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, writable=True),
-              help="The HTML file to write.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, writable=True), help="The HTML file to write.")
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def report(trace: str, source: str | None, timeout: float, output: str) -> int:
     """Write TRACE's manifest as one self-contained HTML file (funnel, hops, tables, fidelity)."""
@@ -163,12 +183,23 @@ def report(trace: str, source: str | None, timeout: float, output: str) -> int:
 
 
 @click.command()
-@click.option("--store", default=".ragtrail", show_default=True, type=click.Path(file_okay=False),
-              help="The local store directory the demo writes its traces to.")
-@click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
-              help="Where to write the HTML report (default: STORE/demo-report.html).")
-@click.option("--budget", type=click.IntRange(1, 10_000), default=90, show_default=True,
-              help="The context budget in words (raise it and `ragtrail diff` the two runs).")
+@click.option(
+    "--store",
+    default=".ragtrail",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="The local store directory the demo writes its traces to.",
+)
+@click.option(
+    "--report", "report_path", default=None, type=click.Path(dir_okay=False), help="Where to write the HTML report (default: STORE/demo-report.html)."
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(1, 10_000),
+    default=90,
+    show_default=True,
+    help="The context budget in words (raise it and `ragtrail diff` the two runs).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the terminal view.")
 def demo(store: str, report_path: str | None, budget: int, as_json: bool) -> int:
     """Run the bundled example RAG pipeline under ragtrail (no server needed) and show its manifest."""
@@ -186,10 +217,13 @@ def demo(store: str, report_path: str | None, budget: int, as_json: bool) -> int
         out.print(Text.assemble(("HTML report", "bold"), f": {plain(result.report_path)}"))
         also = ""
         if result.otlp_endpoint:
-            also = (f"; also exported to {plain(result.otlp_endpoint)}" if not result.otlp_failures else
-                    f"; export to {plain(result.otlp_endpoint)} FAILED ({result.otlp_failures} batches): "
-                    "is the collector up?")
+            also = (
+                f"; also exported to {plain(result.otlp_endpoint)}"
+                if not result.otlp_failures
+                else f"; export to {plain(result.otlp_endpoint)} FAILED ({result.otlp_failures} batches): is the collector up?"
+            )
         out.print(Text(f"traces in {plain(result.store_path)}{also}"))
-        out.print(Text(f"next: ragtrail show {plain(result.manifest.trace_id)} --source {plain(store)}   ·   "
-                       f"ragtrail verify last --source {plain(store)}"))
+        out.print(
+            Text(f"next: ragtrail show {plain(result.manifest.trace_id)} --source {plain(store)}   ·   ragtrail verify last --source {plain(store)}")
+        )
     return errors.EXIT_OK

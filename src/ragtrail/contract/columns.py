@@ -28,11 +28,38 @@ from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import Receipt, finite_or_none
 from ragtrail.contract.receipts.canonical import dumps
 
-__all__ = ["FIELD_OF_COLUMN", "Row", "as_float", "as_list", "decode", "decode_content_from", "decode_details", "decode_hops",
-           "decode_ids", "decode_kinds", "decode_meta", "decode_payload", "decode_ranks", "decode_receipts", "decode_scores",
-           "decode_text", "encode_content_from", "encode_details", "encode_hops", "encode_ids", "encode_kinds", "encode_meta",
-           "encode_once", "encode_payload", "encode_ranks", "encode_receipts", "encode_scores", "encode_text", "meta_cell",
-           "score_text"]
+__all__ = [
+    "FIELD_OF_COLUMN",
+    "Row",
+    "as_float",
+    "as_list",
+    "decode",
+    "decode_content_from",
+    "decode_details",
+    "decode_hops",
+    "decode_ids",
+    "decode_kinds",
+    "decode_meta",
+    "decode_payload",
+    "decode_ranks",
+    "decode_receipts",
+    "decode_scores",
+    "decode_text",
+    "encode_content_from",
+    "encode_details",
+    "encode_hops",
+    "encode_ids",
+    "encode_kinds",
+    "encode_meta",
+    "encode_once",
+    "encode_payload",
+    "encode_ranks",
+    "encode_receipts",
+    "encode_scores",
+    "encode_text",
+    "meta_cell",
+    "score_text",
+]
 
 _NO_META: Mapping[str, Any] = MappingProxyType({})
 
@@ -61,15 +88,28 @@ class Row(NamedTuple):
 
 
 # each column and the Row field it is read into (what an alarm about a decoded row names)
-FIELD_OF_COLUMN: Mapping[str, str] = MappingProxyType({
-    sc.COLUMN_IDS: "id", sc.COLUMN_RANKS: "rank", sc.COLUMN_RANK_FIRST: "rank", sc.COLUMN_SCORES: "score",
-    sc.COLUMN_SCORE_RAW: "score_raw", sc.COLUMN_SCORE_KIND: "score_kind", sc.COLUMN_SCORE_KINDS: "score_kind",
-    sc.COLUMN_HOP: "hop", sc.COLUMN_HOPS: "hop", sc.COLUMN_CONTENT_CHARS: "content_chars",
-    sc.COLUMN_CONTENT_BYTES: "content_bytes", sc.COLUMN_CONTENT_ENCODING: "content_bytes",
-    sc.COLUMN_CONTENT_SHA256: "content_sha256", sc.COLUMN_TRANSFORM_RULE: "transform_rule",
-    sc.COLUMN_TRANSFORM_DERIVED_FROM: "derived_from", sc.COLUMN_EXCLUSION_DETAILS: "detail",
-    sc.COLUMN_CONTENT_PREVIEW: "content_preview", sc.COLUMN_CONTENT_TEXT: "content_text",
-})
+FIELD_OF_COLUMN: Mapping[str, str] = MappingProxyType(
+    {
+        sc.COLUMN_IDS: "id",
+        sc.COLUMN_RANKS: "rank",
+        sc.COLUMN_RANK_FIRST: "rank",
+        sc.COLUMN_SCORES: "score",
+        sc.COLUMN_SCORE_RAW: "score_raw",
+        sc.COLUMN_SCORE_KIND: "score_kind",
+        sc.COLUMN_SCORE_KINDS: "score_kind",
+        sc.COLUMN_HOP: "hop",
+        sc.COLUMN_HOPS: "hop",
+        sc.COLUMN_CONTENT_CHARS: "content_chars",
+        sc.COLUMN_CONTENT_BYTES: "content_bytes",
+        sc.COLUMN_CONTENT_ENCODING: "content_bytes",
+        sc.COLUMN_CONTENT_SHA256: "content_sha256",
+        sc.COLUMN_TRANSFORM_RULE: "transform_rule",
+        sc.COLUMN_TRANSFORM_DERIVED_FROM: "derived_from",
+        sc.COLUMN_EXCLUSION_DETAILS: "detail",
+        sc.COLUMN_CONTENT_PREVIEW: "content_preview",
+        sc.COLUMN_CONTENT_TEXT: "content_text",
+    }
+)
 
 
 # --- the shapes a column arrives in ---------------------------------------------------------------
@@ -136,8 +176,7 @@ def decode_ids(attributes: Mapping[str, Any]) -> list[str]:
 def encode_ranks(out: dict[str, Any], ranks: list[int], schema: int = sc.SCHEMA_VERSION) -> None:
     """An exclusion event's input ranks (``-1``: none); schema 5: consecutive ranks said by the first."""
     first = ranks[0]
-    if (schema >= sc.SCHEMA_SAID_ONCE and first >= 0 and ranks[-1] - first == len(ranks) - 1
-            and ranks == list(range(first, first + len(ranks)))):
+    if schema >= sc.SCHEMA_SAID_ONCE and first >= 0 and ranks[-1] - first == len(ranks) - 1 and ranks == list(range(first, first + len(ranks))):
         out[sc.COLUMN_RANK_FIRST] = first
     else:
         out[sc.COLUMN_RANKS] = ranks
@@ -231,8 +270,7 @@ def encode_details(out: dict[str, Any], details: list[str], schema: int = sc.SCH
 
 def decode_details(attributes: Mapping[str, Any], count: int, exclusion: bool, schema: int) -> list[Any]:
     """Each row's detail: the details column, else (an exclusion event, schema 5) the one said once."""
-    if (exclusion and schema >= sc.SCHEMA_SAID_ONCE and sc.COLUMN_EXCLUSION_DETAILS not in attributes
-            and sc.EXCLUSION_DETAIL in attributes):
+    if exclusion and schema >= sc.SCHEMA_SAID_ONCE and sc.COLUMN_EXCLUSION_DETAILS not in attributes and sc.EXCLUSION_DETAIL in attributes:
         return _blank_is_none([attributes[sc.EXCLUSION_DETAIL]] * count, "")
     return decode_text(attributes, sc.COLUMN_EXCLUSION_DETAILS, count)
 
@@ -253,8 +291,12 @@ def encode_receipts(out: dict[str, Any], receipts: list[Receipt | None], schema:
 def decode_receipts(attributes: Mapping[str, Any], count: int, schema: int) -> tuple[list[Any], list[Any], list[Any]]:
     """Each row's content chars, bytes and sha256 as stated on these columns."""
     chars = _column(attributes, sc.COLUMN_CONTENT_CHARS, count)
-    if (schema >= sc.SCHEMA_SAID_ONCE and sc.COLUMN_CONTENT_BYTES not in attributes and sc.COLUMN_CONTENT_CHARS in attributes
-            and attributes.get(sc.COLUMN_CONTENT_ENCODING) == sc.CONTENT_ASCII):
+    if (
+        schema >= sc.SCHEMA_SAID_ONCE
+        and sc.COLUMN_CONTENT_BYTES not in attributes
+        and sc.COLUMN_CONTENT_CHARS in attributes
+        and attributes.get(sc.COLUMN_CONTENT_ENCODING) == sc.CONTENT_ASCII
+    ):
         sizes = chars
     else:
         sizes = _column(attributes, sc.COLUMN_CONTENT_BYTES, count)
@@ -278,8 +320,7 @@ def encode_payload(out: dict[str, Any], column: str, texts: list[str]) -> None:
 
 def decode_payload(attributes: Mapping[str, Any], column: str, count: int, shas: list[Any]) -> list[Any]:
     """Each row's captured payload; a blank one only where the row states a receipt (empty content)."""
-    return [v if v is not None and (v != "" or sha is not None) else None
-            for v, sha in zip(_column(attributes, column, count), shas, strict=True)]
+    return [v if v is not None and (v != "" or sha is not None) else None for v, sha in zip(_column(attributes, column, count), shas, strict=True)]
 
 
 # --- text columns whose blank means "none" (transform rule, derived_from) -----------------------------
@@ -336,15 +377,43 @@ def decode(attributes: Mapping[str, Any], reason: Any = None, schema: int = sc.S
     scores, raws = decode_scores(attributes, count)
     chars, sizes, shas = decode_receipts(attributes, count, schema)
     source = decode_content_from(attributes, schema)
-    columns = zip(ids, decode_ranks(attributes, count, exclusion, schema), scores, raws, decode_kinds(attributes, count),
-                  decode_hops(attributes, count), chars, sizes, shas,
-                  decode_text(attributes, sc.COLUMN_TRANSFORM_RULE, count),
-                  decode_text(attributes, sc.COLUMN_TRANSFORM_DERIVED_FROM, count),
-                  decode_details(attributes, count, exclusion, schema),
-                  decode_payload(attributes, sc.COLUMN_CONTENT_PREVIEW, count, shas),
-                  decode_payload(attributes, sc.COLUMN_CONTENT_TEXT, count, shas), decode_meta(attributes, count), strict=True)
-    return [Row(id=ident, rank=rank, score=score, score_raw=raw, score_kind=kind, hop=hop, content_chars=n_chars,
-                content_bytes=n_bytes, content_sha256=sha, transform_rule=rule, derived_from=derived, detail=detail,
-                content_preview=preview, content_text=text, meta=meta, content_from=source, reason=reason)
-            for (ident, rank, score, raw, kind, hop, n_chars, n_bytes, sha, rule, derived, detail, preview, text, meta)
-            in columns]
+    columns = zip(
+        ids,
+        decode_ranks(attributes, count, exclusion, schema),
+        scores,
+        raws,
+        decode_kinds(attributes, count),
+        decode_hops(attributes, count),
+        chars,
+        sizes,
+        shas,
+        decode_text(attributes, sc.COLUMN_TRANSFORM_RULE, count),
+        decode_text(attributes, sc.COLUMN_TRANSFORM_DERIVED_FROM, count),
+        decode_details(attributes, count, exclusion, schema),
+        decode_payload(attributes, sc.COLUMN_CONTENT_PREVIEW, count, shas),
+        decode_payload(attributes, sc.COLUMN_CONTENT_TEXT, count, shas),
+        decode_meta(attributes, count),
+        strict=True,
+    )
+    return [
+        Row(
+            id=ident,
+            rank=rank,
+            score=score,
+            score_raw=raw,
+            score_kind=kind,
+            hop=hop,
+            content_chars=n_chars,
+            content_bytes=n_bytes,
+            content_sha256=sha,
+            transform_rule=rule,
+            derived_from=derived,
+            detail=detail,
+            content_preview=preview,
+            content_text=text,
+            meta=meta,
+            content_from=source,
+            reason=reason,
+        )
+        for (ident, rank, score, raw, kind, hop, n_chars, n_bytes, sha, rule, derived, detail, preview, text, meta) in columns
+    ]

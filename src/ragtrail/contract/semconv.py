@@ -27,6 +27,7 @@ def span_id_hex(span_id: int) -> str:
     ``ragtrail.candidates.content.from``): 16 lowercase hex digits, as every reader prints span ids."""
     return format(span_id, "016x")
 
+
 # --- spans (docs/semconv.md §1) --------------------------------------------------------------------
 SCHEMA = "ragtrail.schema"
 STAGE_KIND = "ragtrail.stage.kind"
@@ -88,8 +89,7 @@ STAGE_KINDS = (
     KIND_CITE,
 )
 # stages whose output may contain candidates that were not in their input
-PRODUCING_KINDS = frozenset({KIND_RETRIEVE, KIND_FUSE, KIND_PIPELINE, KIND_QUERY_TRANSFORM, KIND_SPLIT, KIND_GENERATE,
-                             KIND_CITE})
+PRODUCING_KINDS = frozenset({KIND_RETRIEVE, KIND_FUSE, KIND_PIPELINE, KIND_QUERY_TRANSFORM, KIND_SPLIT, KIND_GENERATE, KIND_CITE})
 
 STATUS_OK = "ok"
 STATUS_EMPTY = "empty"
@@ -197,11 +197,29 @@ COLUMN_EXCLUSION_DETAILS = "ragtrail.exclusion.details"
 # (schema 5: an exclusion event whose rows all have the same detail says it once, as EXCLUSION_DETAIL)
 NO_SCORE = "~"
 # every column name but the metadata ones (those start with COLUMN_META_PREFIX)
-COLUMN_NAMES = frozenset({COLUMN_IDS, COLUMN_RANKS, COLUMN_SCORES, COLUMN_SCORE_RAW, COLUMN_SCORE_KIND, COLUMN_SCORE_KINDS,
-                          COLUMN_HOP, COLUMN_HOPS, COLUMN_CONTENT_CHARS, COLUMN_CONTENT_BYTES, COLUMN_CONTENT_SHA256,
-                          COLUMN_RANK_FIRST, COLUMN_CONTENT_ENCODING,
-                          COLUMN_CONTENT_PREVIEW, COLUMN_CONTENT_TEXT, COLUMN_CONTENT_FROM, COLUMN_TRANSFORM_RULE,
-                          COLUMN_TRANSFORM_DERIVED_FROM, COLUMN_EXCLUSION_DETAILS})
+COLUMN_NAMES = frozenset(
+    {
+        COLUMN_IDS,
+        COLUMN_RANKS,
+        COLUMN_SCORES,
+        COLUMN_SCORE_RAW,
+        COLUMN_SCORE_KIND,
+        COLUMN_SCORE_KINDS,
+        COLUMN_HOP,
+        COLUMN_HOPS,
+        COLUMN_CONTENT_CHARS,
+        COLUMN_CONTENT_BYTES,
+        COLUMN_CONTENT_SHA256,
+        COLUMN_RANK_FIRST,
+        COLUMN_CONTENT_ENCODING,
+        COLUMN_CONTENT_PREVIEW,
+        COLUMN_CONTENT_TEXT,
+        COLUMN_CONTENT_FROM,
+        COLUMN_TRANSFORM_RULE,
+        COLUMN_TRANSFORM_DERIVED_FROM,
+        COLUMN_EXCLUSION_DETAILS,
+    }
+)
 
 SCORE_SIMILARITY = "similarity"
 SCORE_DISTANCE = "distance"

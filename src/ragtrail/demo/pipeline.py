@@ -28,8 +28,7 @@ from ragtrail.contract.receipts import receipt
 from ragtrail.recorder.candidates import Candidate
 
 QUESTION = "What is our refund window for enterprise customers?"
-_STOP_WORDS = ("a an and are as at be by can do for from how in is it of on or our the to what when which who "
-               "with within you your customers customer")
+_STOP_WORDS = "a an and are as at be by can do for from how in is it of on or our the to what when which who with within you your customers customer"
 _STOP = frozenset(_STOP_WORDS.split())
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -76,12 +75,12 @@ class BM25:
 
 def _as_hit(doc: dict[str, Any], score: float) -> dict[str, Any]:
     meta = {k: doc[k] for k in ("updated_at", "version", "status", "source") if k in doc}
-    return {"id": doc["id"], "content": doc["text"], "score": round(score, 4), "metadata": meta,
-            "superseded_by": doc.get("superseded_by")}
+    return {"id": doc["id"], "content": doc["text"], "score": round(score, 4), "metadata": meta, "superseded_by": doc.get("superseded_by")}
 
 
-def make_pipeline(corpus: list[dict[str, Any]], tracer: trace.Tracer | None = None,
-                  top_k: int = 4, budget_words: int = 90) -> Callable[[str], dict[str, Any]]:
+def make_pipeline(
+    corpus: list[dict[str, Any]], tracer: trace.Tracer | None = None, top_k: int = 4, budget_words: int = 90
+) -> Callable[[str], dict[str, Any]]:
     """Build the decorated pipeline (``tracer=None`` uses the global TracerProvider)."""
     index = BM25(corpus)
 
@@ -173,8 +172,16 @@ def make_pipeline(corpus: list[dict[str, Any]], tracer: trace.Tracer | None = No
                 used += len(words)
             elif room >= 12 and not any(isinstance(c, Candidate) for c in context):
                 trimmed = " ".join(words[:room])
-                context.append(Candidate(id=doc["id"], content=trimmed, score=doc["score"], metadata=doc["metadata"],
-                                         transform_rule=semconv.RULE_BUDGET_TRIM, derived_from=receipt(doc["content"]).sha256))
+                context.append(
+                    Candidate(
+                        id=doc["id"],
+                        content=trimmed,
+                        score=doc["score"],
+                        metadata=doc["metadata"],
+                        transform_rule=semconv.RULE_BUDGET_TRIM,
+                        derived_from=receipt(doc["content"]).sha256,
+                    )
+                )
                 used += room
         stage = ragtrail.current_stage()
         if stage is not None:
@@ -188,8 +195,7 @@ def make_pipeline(corpus: list[dict[str, Any]], tracer: trace.Tracer | None = No
             ident = item.id if isinstance(item, Candidate) else item["id"]
             match = re.search(r"enterprise[^.]*?(\d+) days?", text, re.IGNORECASE)
             if match:
-                return (f"Enterprise customers can request a refund within {match.group(1)} days of the invoice "
-                        f"[{ident}].", [ident])
+                return (f"Enterprise customers can request a refund within {match.group(1)} days of the invoice [{ident}].", [ident])
         return "I could not find the enterprise refund window.", []
 
     @ragtrail.pipeline(component="demo.answer", tracer=tracer)

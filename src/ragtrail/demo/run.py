@@ -71,8 +71,7 @@ class _Tee(SpanExporter):
 
 
 def _otlp_exporter() -> SpanExporter:
-    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                or "http/protobuf").strip()
+    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip()
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     else:
@@ -80,8 +79,9 @@ def _otlp_exporter() -> SpanExporter:
     return OTLPSpanExporter(timeout=3)  # endpoint and headers from the OTEL_EXPORTER_OTLP_* variables
 
 
-def run_demo(store: str | os.PathLike[str] = ".ragtrail", report_path: str | os.PathLike[str] | None = None,
-             question: str = QUESTION, budget_words: int = 90) -> DemoResult:
+def run_demo(
+    store: str | os.PathLike[str] = ".ragtrail", report_path: str | os.PathLike[str] | None = None, question: str = QUESTION, budget_words: int = 90
+) -> DemoResult:
     """Run the pipeline once, export, read the trace back from the store, write the HTML report."""
     store_path = Path(store)
     previous = settings.get()
@@ -89,20 +89,29 @@ def run_demo(store: str | os.PathLike[str] = ".ragtrail", report_path: str | os.
     exporter: SpanExporter = LocalStoreSpanExporter(store_path)
     tee = _Tee(exporter, _otlp_exporter()) if endpoint else None
     provider: TracerProvider = configure(
-        exporter=tee or exporter, service_name="ragtrail-demo", sampling_probability=1.0, set_global=False,
-        processor_options={"schedule_delay_millis": 50, "grace_millis": 50, "retry_timeout_millis": 3000})
+        exporter=tee or exporter,
+        service_name="ragtrail-demo",
+        sampling_probability=1.0,
+        set_global=False,
+        processor_options={"schedule_delay_millis": 50, "grace_millis": 50, "retry_timeout_millis": 3000},
+    )
     try:
         ragtrail.set_capture(content="preview", metadata=list(DEMO_METADATA))
         answer = make_pipeline(load_corpus(), tracer=provider.get_tracer("ragtrail.demo"), budget_words=budget_words)
         result = answer(question)
     finally:
-        settings.set_capture(**{f.name: getattr(previous, f.name) for f in dataclasses.fields(previous)
-                                      if f.name not in ("invalid",)})
+        settings.set_capture(**{f.name: getattr(previous, f.name) for f in dataclasses.fields(previous) if f.name not in ("invalid",)})
         provider.force_flush()
         provider.shutdown()
     trace = FileSource(store_path).get(result["trace_id"])
     manifest = build(trace)
     out = report.write(manifest, Path(report_path or store_path / "demo-report.html"))
-    return DemoResult(answer=result["answer"], trace_id=result["trace_id"], manifest=manifest, report_path=out,
-                      store_path=store_path.resolve(), otlp_endpoint=endpoint,
-                      otlp_failures=tee.secondary_failures if tee else 0)
+    return DemoResult(
+        answer=result["answer"],
+        trace_id=result["trace_id"],
+        manifest=manifest,
+        report_path=out,
+        store_path=store_path.resolve(),
+        otlp_endpoint=endpoint,
+        otlp_failures=tee.secondary_failures if tee else 0,
+    )

@@ -40,8 +40,21 @@ _SEGMENT_ATTR = "_ragtrail_segment"
 class Segment:
     """The spans one process produced for one local root of a trace."""
 
-    __slots__ = ("trace_id", "root_span_id", "spans", "open", "root_ended", "state", "bytes", "created",
-                 "late", "incomplete", "exported_spans", "seq", "reason")
+    __slots__ = (
+        "trace_id",
+        "root_span_id",
+        "spans",
+        "open",
+        "root_ended",
+        "state",
+        "bytes",
+        "created",
+        "late",
+        "incomplete",
+        "exported_spans",
+        "seq",
+        "reason",
+    )
 
     def __init__(self, trace_id: int, root_span_id: int, seq: int, now: float) -> None:
         self.trace_id = trace_id
@@ -61,8 +74,7 @@ class Segment:
     def export_spans(self) -> list[ReadableSpan]:
         """Spans to send, local root last and stamped with the segment's span count."""
         count = self.exported_spans + len(self.spans)
-        return stamp_segment([span for span, _size in self.spans], self.root_span_id, count,
-                             late=self.late, incomplete=self.incomplete)
+        return stamp_segment([span for span, _size in self.spans], self.root_span_id, count, late=self.late, incomplete=self.incomplete)
 
 
 class SegmentBuffer:
@@ -145,8 +157,7 @@ class SegmentBuffer:
         if evicted:
             self.account_dropped(evicted, REASON_QUEUE_FULL)
 
-    def _place_locked(self, segment: Segment, span: ReadableSpan, span_id: int, size: int,
-                      evicted: list[Segment]) -> str | None:
+    def _place_locked(self, segment: Segment, span: ReadableSpan, span_id: int, size: int, evicted: list[Segment]) -> str | None:
         state = segment.state
         if state <= READY:  # still buffered: the common case
             return self._add_ended_locked(segment, span, span_id, size)

@@ -48,7 +48,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.environment_variables import OTEL_TRACES_EXPORTER
@@ -77,12 +78,9 @@ _EXPORTER_BY_PROTOCOL = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto
 DEFAULT_PROTOCOL = "http/protobuf"
 
 
-def _otlp_protocol(protocol: Optional[str] = None) -> str:
+def _otlp_protocol(protocol: str | None = None) -> str:
     chosen = (
-        protocol
-        or os.environ.get(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL)
-        or os.environ.get(OTEL_EXPORTER_OTLP_PROTOCOL)
-        or DEFAULT_PROTOCOL
+        protocol or os.environ.get(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) or os.environ.get(OTEL_EXPORTER_OTLP_PROTOCOL) or DEFAULT_PROTOCOL
     ).strip()
     if chosen not in _EXPORTER_BY_PROTOCOL:
         raise ValueError(f"unsupported OTLP protocol {chosen!r}; use one of {sorted(_EXPORTER_BY_PROTOCOL)}")
@@ -119,10 +117,10 @@ class RagtrailConfigurator(_OTelSDKConfigurator):
                 kwargs["sampler"] = RagtrailSampler(1.0)
         if not os.environ.get(OTEL_TRACES_EXPORTER) and not kwargs.get("trace_exporter_names"):
             kwargs["trace_exporter_names"] = [default_trace_exporter_name()]
-        super()._configure(**kwargs)
+        super()._configure(**kwargs)  # type: ignore[no-untyped-call]  # the SDK's method is unannotated
 
 
-def _otlp_exporter(endpoint: Optional[str], protocol: Optional[str], headers: Optional[Mapping[str, str]]) -> SpanExporter:
+def _otlp_exporter(endpoint: str | None, protocol: str | None, headers: Mapping[str, str] | None) -> SpanExporter:
     chosen = _otlp_protocol(protocol)
     if chosen == "grpc":  # the stock exporters with ragtrail's (byte-identical, faster) encoder
         from ragtrail.export.otlp_grpc import RagtrailGrpcSpanExporter as GrpcExporter
@@ -137,16 +135,16 @@ def _otlp_exporter(endpoint: Optional[str], protocol: Optional[str], headers: Op
 
 def configure(
     *,
-    service_name: Optional[str] = None,
-    endpoint: Optional[str] = None,
-    protocol: Optional[str] = None,
-    headers: Optional[Mapping[str, str]] = None,
-    exporter: Optional[SpanExporter] = None,
-    sampling_probability: Optional[float] = None,
-    local_store_dir: Optional[str | os.PathLike[str]] = None,
-    resource_attributes: Optional[Mapping[str, Any]] = None,
-    span_limits: Optional[SpanLimits] = None,
-    processor_options: Optional[Mapping[str, Any]] = None,
+    service_name: str | None = None,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    exporter: SpanExporter | None = None,
+    sampling_probability: float | None = None,
+    local_store_dir: str | os.PathLike[str] | None = None,
+    resource_attributes: Mapping[str, Any] | None = None,
+    span_limits: SpanLimits | None = None,
+    processor_options: Mapping[str, Any] | None = None,
     set_global: bool = True,
 ) -> TracerProvider:
     """Build a TracerProvider with the ragtrail sampler, the whole-trace processor and an exporter,
@@ -160,10 +158,8 @@ def configure(
     ``processor_options`` are keyword arguments of :class:`WholeTraceSpanProcessor`.
     """
     if sampling_probability is None:
-        if os.environ.get(OTEL_TRACES_SAMPLER, "ragtrail").strip() in ("", "ragtrail"):
-            sampler = default_sampler()
-        else:
-            sampler = RagtrailSampler(1.0)
+        ours = os.environ.get(OTEL_TRACES_SAMPLER, "ragtrail").strip() in ("", "ragtrail")
+        sampler = default_sampler() if ours else RagtrailSampler(1.0)
     else:
         sampler = RagtrailSampler(sampling_probability)
     attributes: dict[str, Any] = dict(resource_attributes or {})

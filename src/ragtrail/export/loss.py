@@ -70,9 +70,7 @@ class LossLedger:
         self.total_spans_export_failed = 0
         self._after_close: Callable[[LossWindow], None] | None = None
         meter = metrics.get_meter(meter_name, meter_provider=meter_provider)
-        self._trace_counter = meter.create_counter(
-            semconv.METRIC_LOSS_TRACES, unit="{trace}", description="Whole traces ragtrail's exporter gave up"
-        )
+        self._trace_counter = meter.create_counter(semconv.METRIC_LOSS_TRACES, unit="{trace}", description="Whole traces ragtrail's exporter gave up")
         self._span_counter = meter.create_counter(
             semconv.METRIC_LOSS_SPANS, unit="{span}", description="Spans ragtrail's exporter gave up (always whole traces)"
         )

@@ -328,8 +328,10 @@ def _links(links: Sequence[Any]) -> bytes:
     for link in links:
         context = link.context
         body = (
-            b"\x0a\x10" + context.trace_id.to_bytes(length=16, byteorder="big", signed=False)
-            + b"\x12\x08" + context.span_id.to_bytes(length=8, byteorder="big", signed=False)
+            b"\x0a\x10"
+            + context.trace_id.to_bytes(length=16, byteorder="big", signed=False)
+            + b"\x12\x08"
+            + context.span_id.to_bytes(length=8, byteorder="big", signed=False)
             + _attributes(b"\x22", link.attributes)
         )
         dropped = link.dropped_attributes
@@ -376,8 +378,10 @@ def encode_span(span: ReadableSpan) -> bytes:
     assert context is not None  # a ReadableSpan always has one (the stock would fail on None too)
     parent = span.parent
     ids = (
-        b"\x0a\x10" + context.trace_id.to_bytes(length=16, byteorder="big", signed=False)
-        + b"\x12\x08" + context.span_id.to_bytes(length=8, byteorder="big", signed=False)
+        b"\x0a\x10"
+        + context.trace_id.to_bytes(length=16, byteorder="big", signed=False)
+        + b"\x12\x08"
+        + context.span_id.to_bytes(length=8, byteorder="big", signed=False)
         + _trace_state(context.trace_state)
         + (b"\x22\x08" + parent.span_id.to_bytes(length=8, byteorder="big", signed=False) if parent else b"")
     )
@@ -391,21 +395,23 @@ def encode_span(span: ReadableSpan) -> bytes:
     name = span.name
     start = span.start_time
     end = span.end_time
-    return b"".join([
-        ids,
-        _field(b"\x2a", name.encode("utf-8")) if name else b"",
-        kind,
-        b"\x39" + _pack_fixed64(_check_range(start, _UINT64_LIMIT)) if start else b"",
-        b"\x41" + _pack_fixed64(_check_range(end, _UINT64_LIMIT)) if end else b"",
-        attributes,
-        _count(b"\x50", span.dropped_attributes),
-        encoded_events,
-        _count(b"\x60", span.dropped_events),
-        encoded_links,
-        _count(b"\x70", span.dropped_links),
-        status,
-        _SPAN_FLAGS[bool(parent and parent.is_remote)],
-    ])
+    return b"".join(
+        [
+            ids,
+            _field(b"\x2a", name.encode("utf-8")) if name else b"",
+            kind,
+            b"\x39" + _pack_fixed64(_check_range(start, _UINT64_LIMIT)) if start else b"",
+            b"\x41" + _pack_fixed64(_check_range(end, _UINT64_LIMIT)) if end else b"",
+            attributes,
+            _count(b"\x50", span.dropped_attributes),
+            encoded_events,
+            _count(b"\x60", span.dropped_events),
+            encoded_links,
+            _count(b"\x70", span.dropped_links),
+            status,
+            _SPAN_FLAGS[bool(parent and parent.is_remote)],
+        ]
+    )
 
 
 class _Encoded:
@@ -436,11 +442,13 @@ class _Encoded:
         complete = [True]
         name = scope.name
         version = scope.version
-        body = b"".join([
-            _field(b"\x0a", name.encode("utf-8")) if name else b"",
-            _field(b"\x12", version.encode("utf-8")) if version else b"",
-            _attributes(b"\x1a", scope.attributes, complete),
-        ])
+        body = b"".join(
+            [
+                _field(b"\x0a", name.encode("utf-8")) if name else b"",
+                _field(b"\x12", version.encode("utf-8")) if version else b"",
+                _attributes(b"\x1a", scope.attributes, complete),
+            ]
+        )
         if complete[0]:
             self._keep(self.scopes, scope, body)
         return body

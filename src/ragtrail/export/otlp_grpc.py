@@ -24,8 +24,7 @@ class PreEncodedTraceStub:
     """The trace service stub with an identity request serializer: ``Export(request=bytes, ...)``."""
 
     def __init__(self, channel: Any) -> None:
-        self.Export = channel.unary_unary(EXPORT_METHOD, request_serializer=None,
-                                          response_deserializer=ExportTraceServiceResponse.FromString)
+        self.Export = channel.unary_unary(EXPORT_METHOD, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString)
 
 
 class RagtrailGrpcSpanExporter(StockGrpcSpanExporter):

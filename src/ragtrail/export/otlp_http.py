@@ -46,23 +46,20 @@ class RagtrailHttpSpanExporter(StockHttpSpanExporter):
         if 0 < self._max_request_size < len(serialized_data):
             _http_logger.warning(
                 "Dropping span batch: serialized size %d bytes exceeds max_request_size %d bytes.",
-                len(serialized_data), self._max_request_size,
+                len(serialized_data),
+                self._max_request_size,
             )
             result.error = _payload_too_large(len(serialized_data), self._max_request_size)
             return SpanExportResult.FAILURE
         export_result = self._client.export(serialized_data)
         if not export_result.success:
             result.error = export_result.error
-            result.error_attrs = (
-                {"http.response.status_code": export_result.status_code} if export_result.status_code is not None else None
-            )
+            result.error_attrs = {"http.response.status_code": export_result.status_code} if export_result.status_code is not None else None
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
     def _has_known_internals(self) -> bool:
-        return all(hasattr(self, name) for name in ("_client", "_metrics", "_max_request_size", "_shutdown")) and hasattr(
-            self._client, "export"
-        )
+        return all(hasattr(self, name) for name in ("_client", "_metrics", "_max_request_size", "_shutdown")) and hasattr(self._client, "export")
 
 
 def _payload_too_large(size: int, limit: int) -> Exception:

@@ -47,9 +47,7 @@ def _b64_to_hex(value: str) -> str:
 
 def _to_b64(value: str, expected_bytes: int | None) -> str:
     """Accept hex (OTLP JSON) or base64 (ProtoJSON, Tempo) and return base64 for ``json_format``."""
-    if value and all(c in _HEX for c in value) and len(value) % 2 == 0 and (
-        expected_bytes is None or len(value) == expected_bytes * 2
-    ):
+    if value and all(c in _HEX for c in value) and len(value) % 2 == 0 and (expected_bytes is None or len(value) == expected_bytes * 2):
         return base64.b64encode(bytes.fromhex(value)).decode("ascii")
     try:
         base64.b64decode(value, validate=True)

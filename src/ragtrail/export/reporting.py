@@ -31,8 +31,7 @@ _logger = logging.getLogger(__name__)
 class LossReporter:
     """Sends the ledger's windows as ``ragtrail.loss`` records (see the module docstring)."""
 
-    def __init__(self, ledger: LossLedger, sender: Sender, interval: float,
-                 store_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, ledger: LossLedger, sender: Sender, interval: float, store_dir: str | os.PathLike[str] | None = None) -> None:
         self.ledger = ledger
         self.sender = sender
         self.interval = interval
@@ -64,8 +63,7 @@ class LossReporter:
         if window.empty:
             return
         record = loss_record(window, self.resource, time.time_ns())
-        if (backend_usable and self.sender.last_ok is not False and self.sender.fits_before_deadline()
-                and self.sender.export_once([record])):
+        if backend_usable and self.sender.last_ok is not False and self.sender.fits_before_deadline() and self.sender.export_once([record]):
             return
         self._write_local(window)
 

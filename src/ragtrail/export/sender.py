@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -34,15 +34,14 @@ _MAX_BACKOFF = 5.0
 class Sender:
     """Sends span lists through one exporter; see the module docstring."""
 
-    def __init__(self, exporter: SpanExporter, *, max_request_bytes: int, max_export_batch_size: int,
-                 retry_timeout: float) -> None:
+    def __init__(self, exporter: SpanExporter, *, max_request_bytes: int, max_export_batch_size: int, retry_timeout: float) -> None:
         self.exporter = with_ragtrail_encoder(exporter)  # a stock OTLP exporter encodes with ragtrail's encoder
         self.max_request_bytes = max(MIN_REQUEST_BYTES, max_request_bytes)
         self.max_export_batch_size = max_export_batch_size
         self.retry_timeout = retry_timeout
-        self.last_ok: Optional[bool] = None  # the outcome of the last attempt (None: none yet)
+        self.last_ok: bool | None = None  # the outcome of the last attempt (None: none yet)
         self.last_seconds = 0.0  # how long the last attempt took
-        self._shutdown_deadline: Optional[float] = None
+        self._shutdown_deadline: float | None = None
         self._given_up = False
         self._wake = threading.Event()  # interrupts retry backoff at shutdown
 
@@ -94,7 +93,7 @@ class Sender:
             rest = root_first(groups[0])
             while rest:
                 chunk = self._next_chunk(rest)  # re-read the limit: a refused request may lower it
-                rest = rest[len(chunk):]
+                rest = rest[len(chunk) :]
                 if self._send(chunk, [0] * len(chunk)):
                     return {0}
             return set()
@@ -155,12 +154,7 @@ class Sender:
         return False
 
     def _splittable(self, spans: list[ReadableSpan], depth: int) -> bool:
-        return (
-            len(spans) >= 2
-            and depth < _MAX_PROBE_DEPTH
-            and not self._closed()
-            and sum(estimate_span_bytes(s) for s in spans) > MIN_REQUEST_BYTES
-        )
+        return len(spans) >= 2 and depth < _MAX_PROBE_DEPTH and not self._closed() and sum(estimate_span_bytes(s) for s in spans) > MIN_REQUEST_BYTES
 
     def _probe(self, spans: list[ReadableSpan], owners: list[int], depth: int) -> set[int]:
         """One attempt, then halves while large: a receiver that refuses by size accepts a smaller
@@ -174,14 +168,16 @@ class Sender:
         first_failed = self._probe(first, owners[: len(first)], depth + 1)
         if first_failed == set(owners[: len(first)]):
             return set(owners)
-        return first_failed | self._probe(second, owners[len(first):], depth + 1)
+        return first_failed | self._probe(second, owners[len(first) :], depth + 1)
 
     def _lower_request_limit(self, accepted: list[ReadableSpan]) -> None:
         size = max(MIN_REQUEST_BYTES, sum(estimate_span_bytes(s) for s in accepted))
         if size < self.max_request_bytes:
             _logger.warning(
                 "ragtrail: the receiver refused a larger export and accepted %d bytes; max_request_bytes %d -> %d",
-                size, self.max_request_bytes, size,
+                size,
+                self.max_request_bytes,
+                size,
             )
             self.max_request_bytes = size
 

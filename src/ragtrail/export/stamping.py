@@ -61,8 +61,7 @@ def stamp_segment(
         marks[semconv.TRACE_LATE] = True
     if incomplete:
         marks[semconv.TRACE_INCOMPLETE] = True
-    segment = {**marks, semconv.TRACE_SEGMENT_ROOT: semconv.span_id_hex(root_span_id),
-               semconv.TRACE_SEGMENT_SPAN_COUNT: span_count}
+    segment = {**marks, semconv.TRACE_SEGMENT_ROOT: semconv.span_id_hex(root_span_id), semconv.TRACE_SEGMENT_SPAN_COUNT: span_count}
     out: list[ReadableSpan] = []
     root: ReadableSpan | None = None
     for span in spans:

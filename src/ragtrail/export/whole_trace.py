@@ -213,8 +213,7 @@ class WholeTraceSpanProcessor(SpanProcessor):
                 flushing = bool(self._flush_waiters)
                 aged = buffer.promote_locked(now, everything=stopping or flushing, include_open=stopping)
                 due = buffer.ready and (
-                    buffer.ready_spans >= self._limits.max_export_batch_size
-                    or (buffer.ready_deadline is not None and now >= buffer.ready_deadline)
+                    buffer.ready_spans >= self._limits.max_export_batch_size or (buffer.ready_deadline is not None and now >= buffer.ready_deadline)
                 )
                 if aged or due or stopping or flushing or now >= self._reporter.next_due:
                     break
@@ -248,8 +247,7 @@ class WholeTraceSpanProcessor(SpanProcessor):
         try:
             groups = [segment.export_spans() for segment in segments]
             oversized = len(segments) == 1 and (
-                len(groups[0]) > self._limits.max_export_batch_size
-                or segments[0].bytes > self._sender.max_request_bytes
+                len(groups[0]) > self._limits.max_export_batch_size or segments[0].bytes > self._sender.max_request_bytes
             )
             failed = self._sender.deliver(groups, oversized)
         except Exception:

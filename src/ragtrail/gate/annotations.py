@@ -50,9 +50,12 @@ def command(name: str, message: str, **properties: str) -> str:
 def _capped(kind: str, lines: list[tuple[str, str]], what: str) -> list[str]:
     out = [command(kind, message, title=title) for title, message in lines[:PER_KIND]]
     if len(lines) > PER_KIND:
-        out[-1] = command(kind, f"{len(lines) - PER_KIND + 1} more {what} not annotated here (GitHub shows "
-                                f"{PER_KIND} per step); the JUnit file, the markdown summary and --json have every one",
-                          title=f"ragtrail gate: {len(lines) - PER_KIND + 1} more")
+        out[-1] = command(
+            kind,
+            f"{len(lines) - PER_KIND + 1} more {what} not annotated here (GitHub shows "
+            f"{PER_KIND} per step); the JUnit file, the markdown summary and --json have every one",
+            title=f"ragtrail gate: {len(lines) - PER_KIND + 1} more",
+        )
     return out
 
 
@@ -61,8 +64,7 @@ def render(report: GateReport) -> str:
     # the most telling first, since GitHub shows only ten: what made the run inconclusive, then the
     # failures of the slices themselves (a loss concentrated in one slice), then the aggregate's
     errors = [(f"ragtrail gate INCONCLUSIVE: {wording.problem_name(p)}", wording.problem_line(p)) for p in report.problems]
-    errors += [(f"ragtrail gate FAIL: {c.slice} {wording.check_name(c)}", wording.failure_message(c))
-               for c in wording.failed_first_by_slice(report)]
+    errors += [(f"ragtrail gate FAIL: {c.slice} {wording.check_name(c)}", wording.failure_message(c)) for c in wording.failed_first_by_slice(report)]
     warnings = [("ragtrail gate warning", w) for w in wording.warnings(report)]
     lines = _capped("error", errors, "errors") + _capped("warning", warnings, "warnings")
     if report.verdict == "PASS":

@@ -40,13 +40,20 @@ def file_name(case_id: str) -> str:
 def case_text(result: CaseResult) -> str:
     """The text file of one case: what a reviewer needs before reading the diff, then the diff."""
     case = result.case
-    lines = [f"case: {case.id}", f"query: {case.query}", f"slice: {case.slice or '(none)'}",
-             f"relevant: {', '.join(case.relevant) or '(none)'}", f"trace: {result.trace_id or '(none)'}",
-             f"movement: {wording.movement_line(result)}"]
+    lines = [
+        f"case: {case.id}",
+        f"query: {case.query}",
+        f"slice: {case.slice or '(none)'}",
+        f"relevant: {', '.join(case.relevant) or '(none)'}",
+        f"trace: {result.trace_id or '(none)'}",
+        f"movement: {wording.movement_line(result)}",
+    ]
     for stage in result.stages:
         lost = ", ".join(f"{i} ({r or 'reason unknown'})" for i, r in stage.relevant_lost)
-        lines.append(f"stage {stage.index} {wording.stage_label(stage)}: k={stage.k}, relevant kept "
-                     f"{len(stage.relevant_kept)}" + (f", lost {lost}" if lost else ""))
+        lines.append(
+            f"stage {stage.index} {wording.stage_label(stage)}: k={stage.k}, relevant kept "
+            f"{len(stage.relevant_kept)}" + (f", lost {lost}" if lost else "")
+        )
     if result.in_context or result.cited:
         lines.append(f"in context: {', '.join(result.in_context) or '(none)'}; cited: {', '.join(result.cited) or '(none)'}")
     if result.refused is not None:

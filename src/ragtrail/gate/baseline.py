@@ -40,8 +40,7 @@ from .runner import CaseRun
 
 FORMAT = "ragtrail-gate-baseline"
 VERSION = 1
-DEFAULTS: dict[str, Any] = {"bootstrap_resamples": 2000, "bootstrap_seed": 16, "quantile": 0.05,
-                            "rbo_tolerance": 0.15, "min_slice": 20}
+DEFAULTS: dict[str, Any] = {"bootstrap_resamples": 2000, "bootstrap_seed": 16, "quantile": 0.05, "rbo_tolerance": 0.15, "min_slice": 20}
 _EPS = 1e-9
 
 
@@ -103,24 +102,32 @@ def _frozen(metric: str, run_values: list[float], per_case: list[float], default
     boot, thr = threshold(run_values, per_case, metric, defaults)
     n = len(per_case)
     return {
-        "runs": [_r(v) for v in run_values], "mean": _r(fmean(run_values)), "worst": _r(
-            max(run_values) if metric in m.CEILINGS else min(run_values)),
-        "bootstrap": _r(boot), "threshold": _r(thr), "n": n,
-        "direction": "ceiling" if metric in m.CEILINGS else "floor", "stage": m.stage_of(metric),
-        "warning": (f"slice too small to be statistically boring (n={n} < {defaults['min_slice']})"
-                    if n < defaults["min_slice"] else None)}
+        "runs": [_r(v) for v in run_values],
+        "mean": _r(fmean(run_values)),
+        "worst": _r(max(run_values) if metric in m.CEILINGS else min(run_values)),
+        "bootstrap": _r(boot),
+        "threshold": _r(thr),
+        "n": n,
+        "direction": "ceiling" if metric in m.CEILINGS else "floor",
+        "stage": m.stage_of(metric),
+        "warning": (f"slice too small to be statistically boring (n={n} < {defaults['min_slice']})" if n < defaults["min_slice"] else None),
+    }
 
 
-def _thresholds(evalset: EvalSet, wanted: list[str], per_run: list[dict[tuple[str, str], m.SliceValue]],
-                by_case: dict[str, list[dict[str, float | None]]], defaults: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _thresholds(
+    evalset: EvalSet,
+    wanted: list[str],
+    per_run: list[dict[tuple[str, str], m.SliceValue]],
+    by_case: dict[str, list[dict[str, float | None]]],
+    defaults: dict[str, Any],
+) -> dict[str, dict[str, Any]]:
     """Per slice (and the whole set), per metric measured in some run: its frozen row."""
     thresholds: dict[str, dict[str, Any]] = {}
     for slice_ in [*evalset.slices(), ALL_SLICE]:
         members = [c for c in evalset.cases if slice_ in m.slices_of(c)]
         frozen: dict[str, Any] = {}
         for metric in wanted:
-            run_values = [v for v in (agg[(slice_, metric)].value for agg in per_run if (slice_, metric) in agg)
-                          if v is not None]
+            run_values = [v for v in (agg[(slice_, metric)].value for agg in per_run if (slice_, metric) in agg) if v is not None]
             if not run_values:
                 continue
             per_case = []
@@ -133,8 +140,7 @@ def _thresholds(evalset: EvalSet, wanted: list[str], per_run: list[dict[tuple[st
     return thresholds
 
 
-def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None = None,
-           defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None = None, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
     """The baseline document of ``runs`` (one list of case runs per repetition, in the set's order)."""
     defaults = {**DEFAULTS, **(defaults or {})}
     problems = [p for run in runs for r in run for p in r.problems]
@@ -163,12 +169,21 @@ def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None 
         obs["trace_id"] = ""
         case_rows[r.case.id] = {"observation": obs, "top": top.get(r.case.id, [])}
     return {
-        "format": FORMAT, "version": VERSION,
+        "format": FORMAT,
+        "version": VERSION,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "pipeline": pipeline, "runs": len(runs), "defaults": defaults,
-        "set": {"digest": evalset.digest, "path": evalset.path, "cases": len(cases),
-                "slices": {s: sum(1 for c in cases if c.slice == s) for s in evalset.slices()}},
-        "stages": stage_order, "thresholds": _thresholds(evalset, wanted, per_run, by_case, defaults), "cases": case_rows,
+        "pipeline": pipeline,
+        "runs": len(runs),
+        "defaults": defaults,
+        "set": {
+            "digest": evalset.digest,
+            "path": evalset.path,
+            "cases": len(cases),
+            "slices": {s: sum(1 for c in cases if c.slice == s) for s in evalset.slices()},
+        },
+        "stages": stage_order,
+        "thresholds": _thresholds(evalset, wanted, per_run, by_case, defaults),
+        "cases": case_rows,
     }
 
 
@@ -191,13 +206,13 @@ def load(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise TraceNotFound(f"no baseline at {p}", "freeze one with `ragtrail gate baseline ... -o FILE`") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedInput(f"{p} is not a JSON baseline ({str(exc).split(':')[0]})",
-                             "freeze one with `ragtrail gate baseline`") from None
+        raise MalformedInput(f"{p} is not a JSON baseline ({str(exc).split(':')[0]})", "freeze one with `ragtrail gate baseline`") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise MalformedInput(f"{p} is not a ragtrail gate baseline", "freeze one with `ragtrail gate baseline`")
     if data.get("version") != VERSION:
-        raise MalformedInput(f"{p} is baseline format version {data.get('version')!r}; this ragtrail reads {VERSION}",
-                             "re-freeze the baseline with this ragtrail")
+        raise MalformedInput(
+            f"{p} is baseline format version {data.get('version')!r}; this ragtrail reads {VERSION}", "re-freeze the baseline with this ragtrail"
+        )
     return data
 
 

@@ -45,9 +45,9 @@ class EvalSet:
 
 
 def _fail(where: str, number: int, message: str) -> MalformedInput:
-    return MalformedInput(f"{where} line {number}: {message}",
-                          'each line is {"query": "...", "relevant": ["doc-id", ...]} '
-                          'with optional "id", "slice", "claim"')
+    return MalformedInput(
+        f"{where} line {number}: {message}", 'each line is {"query": "...", "relevant": ["doc-id", ...]} with optional "id", "slice", "claim"'
+    )
 
 
 def _case(obj: object, where: str, number: int) -> EvalCase:
@@ -78,8 +78,7 @@ def _case(obj: object, where: str, number: int) -> EvalCase:
 
 def digest(cases: list[EvalCase]) -> str:
     """sha256 of the cases (id, query, relevant ids, slice, claim) in file order, canonical JSON."""
-    rows = [{"id": c.id, "query": c.query, "relevant": list(c.relevant), "slice": c.slice, "claim": c.claim}
-            for c in cases]
+    rows = [{"id": c.id, "query": c.query, "relevant": list(c.relevant), "slice": c.slice, "claim": c.claim} for c in cases]
     data = json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return hashlib.sha256(data).hexdigest()
 

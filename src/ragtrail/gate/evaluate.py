@@ -52,11 +52,9 @@ def identity_problems(runs: list[CaseRun], baseline: dict[str, Any]) -> list[Pro
         for ident, sha in was.content.items():
             other = now.content.get(ident)
             if other is not None and other != sha:
-                changes["corpus_changed"].setdefault(f"content of {ident} changed (sha256 {sha[:12]}… → {other[:12]}…)",
-                                                     []).append(run.case.id)
+                changes["corpus_changed"].setdefault(f"content of {ident} changed (sha256 {sha[:12]}… → {other[:12]}…)", []).append(run.case.id)
         if was.index and now.index and was.index != now.index:
-            changes["index_changed"].setdefault(f"retrieve components {', '.join(was.index)} → {', '.join(now.index)}",
-                                                []).append(run.case.id)
+            changes["index_changed"].setdefault(f"retrieve components {', '.join(was.index)} → {', '.join(now.index)}", []).append(run.case.id)
         for name in sorted(set(was.versions) | set(now.versions)):
             a, b = was.versions.get(name), now.versions.get(name)
             if a != b:
@@ -64,9 +62,13 @@ def identity_problems(runs: list[CaseRun], baseline: dict[str, Any]) -> list[Pro
     problems = []
     for kind, found in changes.items():
         for detail, case_ids in found.items():
-            problems.append(Problem(kind=kind, case_id=case_ids[0] if len(case_ids) == 1 else None,
-                                    detail=f"{detail} in {len(case_ids)} case{'s' if len(case_ids) != 1 else ''} "
-                                           f"({_names(case_ids)})"))
+            problems.append(
+                Problem(
+                    kind=kind,
+                    case_id=case_ids[0] if len(case_ids) == 1 else None,
+                    detail=f"{detail} in {len(case_ids)} case{'s' if len(case_ids) != 1 else ''} ({_names(case_ids)})",
+                )
+            )
     return problems
 
 
@@ -79,9 +81,15 @@ def _unknown_relevance(runs: list[CaseRun], baseline: dict[str, Any]) -> list[Pr
         seen = run.observation.seen() | (Observation.from_dict(row["observation"]).seen() if row else set())
         never = [r for r in run.case.relevant if r not in seen]
         if never and len(never) == len(run.case.relevant):
-            out.append(Problem("unknown_relevance", run.case.id,
-                               f"no stage ever saw {_names(never)} (baseline or now) and the corpus size is not "
-                               "recorded: whether these documents exist in the index cannot be told", run.trace_id))
+            out.append(
+                Problem(
+                    "unknown_relevance",
+                    run.case.id,
+                    f"no stage ever saw {_names(never)} (baseline or now) and the corpus size is not "
+                    "recorded: whether these documents exist in the index cannot be told",
+                    run.trace_id,
+                )
+            )
     return out
 
 
@@ -98,10 +106,19 @@ def survival_rows(case_relevant: tuple[str, ...], obs: Observation) -> list[Stag
             lost: tuple[tuple[str, str | None], ...] = ()
         else:
             before = held_before if held_before is not None else set()
-            lost = tuple((r, reasons.get(r)) for r in case_relevant
-                         if r not in out and (r in reasons or r in before))
-        rows.append(StageSurvival(index=s.index, kind=s.kind, component=s.component, k=len(s.ids),
-                                  relevant_kept=kept, relevant_lost=lost, status=s.label_status(), key=s.key))
+            lost = tuple((r, reasons.get(r)) for r in case_relevant if r not in out and (r in reasons or r in before))
+        rows.append(
+            StageSurvival(
+                index=s.index,
+                kind=s.kind,
+                component=s.component,
+                k=len(s.ids),
+                relevant_kept=kept,
+                relevant_lost=lost,
+                status=s.label_status(),
+                key=s.key,
+            )
+        )
         held_before = (held_before or set()) | (out & rel) if s.kind == "retrieve" else out & rel
     return rows
 
@@ -209,8 +226,9 @@ def _stage_warnings(good: list[CaseRun], baseline: dict[str, Any], present: set[
     return warnings
 
 
-def _checks(evalset: EvalSet, good: list[CaseRun], results: list[CaseResult], baseline: dict[str, Any],
-            values: dict[tuple[str, str], m.SliceValue]) -> tuple[list[Check], list[str]]:
+def _checks(
+    evalset: EvalSet, good: list[CaseRun], results: list[CaseResult], baseline: dict[str, Any], values: dict[tuple[str, str], m.SliceValue]
+) -> tuple[list[Check], list[str]]:
     present = {s.key for r in good if r.observation for s in r.observation.stages}
     warnings = _stage_warnings(good, baseline, present)
     by_slice: dict[str, list[CaseResult]] = {}
@@ -237,9 +255,12 @@ def _check(ctx: _Checking, sl: _Slice, metric: str) -> Check:
     if value is None:
         passed = stage is not None and stage not in ctx.present  # a stage gone is a warning, not a measure
         kinds = sorted({p.kind for r in ctx.results if sl.name in m.slices_of(r.case) for p in r.problems})
-        message = ("stage did not run now" if passed else
-                   "not measured: " + (f"every case of the slice has a problem ({', '.join(kinds)})"
-                                       if kinds else "no case of the slice could be measured"))
+        message = (
+            "stage did not run now"
+            if passed
+            else "not measured: "
+            + (f"every case of the slice has a problem ({', '.join(kinds)})" if kinds else "no case of the slice could be measured")
+        )
     else:
         passed = value <= thr + _EPS if ceiling else value >= thr - _EPS
         message = ""
@@ -247,9 +268,18 @@ def _check(ctx: _Checking, sl: _Slice, metric: str) -> Check:
         verb = "rose to" if ceiling else "fell to"
         message = f"{metric} {verb} {_fmt(value)} ({'ceiling' if ceiling else 'floor'} {_fmt(thr)}, baseline {_fmt(mean)})"
         message += _regression(ctx, sl, metric, stage)
-    return Check(slice=sl.name, metric=metric, value=None if value is None else round(value, 6),
-                 threshold=thr, baseline_mean=mean, n=n, passed=passed, stage=stage, message=message,
-                 warning=row.get("warning"))
+    return Check(
+        slice=sl.name,
+        metric=metric,
+        value=None if value is None else round(value, 6),
+        threshold=thr,
+        baseline_mean=mean,
+        n=n,
+        passed=passed,
+        stage=stage,
+        message=message,
+        warning=row.get("warning"),
+    )
 
 
 def _regression(ctx: _Checking, sl: _Slice, metric: str, stage: str | None) -> str:
@@ -269,11 +299,12 @@ def _regression(ctx: _Checking, sl: _Slice, metric: str, stage: str | None) -> s
             if before - set(run.observation.retrieved):
                 missed.append(run.case.id)
         if missed:
-            return (f"; relevant ids retrieved in the baseline and not now in {len(missed)} "
-                    f"case{'s' if len(missed) != 1 else ''} ({_names(sorted(missed))})")
+            return (
+                f"; relevant ids retrieved in the baseline and not now in {len(missed)} "
+                f"case{'s' if len(missed) != 1 else ''} ({_names(sorted(missed))})"
+            )
     elif metric == m.RBO:
-        moved = sorted((r.movement.rbo, r.case.id) for r in sl.results
-                       if r.movement and r.movement.rbo is not None and r.movement.rbo < 1)
+        moved = sorted((r.movement.rbo, r.case.id) for r in sl.results if r.movement and r.movement.rbo is not None and r.movement.rbo < 1)
         if moved:
             return f"; moved most: {_names([c for _, c in moved])}"
     return ""
@@ -300,15 +331,33 @@ def _stage_regression(ctx: _Checking, sl: _Slice, stage: str) -> str:
 
 
 # --- the decision ----------------------------------------------------------------------------------
-def evaluate(evalset: EvalSet, runs: list[CaseRun], baseline: dict[str, Any], *, pipeline: str | None = None,
-             baseline_path: str | None = None, started_at: str | None = None,
-             duration_s: float | None = None) -> GateReport:
+def _set_mismatch(evalset: EvalSet, baseline: dict[str, Any]) -> list[Problem]:
+    """A baseline frozen from another eval set compares nothing: one problem saying so."""
+    if baseline["set"]["digest"] == evalset.digest:
+        return []
+    return [
+        Problem(
+            "baseline_mismatch",
+            None,
+            f"the baseline was frozen from another eval set (digest {baseline['set']['digest'][:12]}…, "
+            f"this set {evalset.digest[:12]}…): re-freeze it with `ragtrail gate baseline`",
+        )
+    ]
+
+
+def evaluate(
+    evalset: EvalSet,
+    runs: list[CaseRun],
+    baseline: dict[str, Any],
+    *,
+    pipeline: str | None = None,
+    baseline_path: str | None = None,
+    started_at: str | None = None,
+    duration_s: float | None = None,
+) -> GateReport:
     """The report of one gate run against its baseline."""
     problems: list[Problem] = [p for r in runs for p in r.problems]
-    if baseline["set"]["digest"] != evalset.digest:
-        problems.append(Problem("baseline_mismatch", None,
-                                f"the baseline was frozen from another eval set (digest {baseline['set']['digest'][:12]}…, "
-                                f"this set {evalset.digest[:12]}…): re-freeze it with `ragtrail gate baseline`"))
+    problems.extend(_set_mismatch(evalset, baseline))
     clean = [r for r in runs if not r.problems and r.observation is not None]
     problems.extend(identity_problems(clean, baseline))
     problems.extend(_unknown_relevance(clean, baseline))
@@ -319,16 +368,14 @@ def evaluate(evalset: EvalSet, runs: list[CaseRun], baseline: dict[str, Any], *,
     measured: list[Any] = []
     for run in runs:
         obs = run.observation
-        result = CaseResult(case=run.case, trace_id=run.trace_id,
-                            problems=[p for p in problems if p.case_id == run.case.id])
+        result = CaseResult(case=run.case, trace_id=run.trace_id, problems=[p for p in problems if p.case_id == run.case.id])
         if obs is not None:
             top = cases_base.get(run.case.id, {}).get("top")
             result.stages = survival_rows(run.case.relevant, obs)
             result.in_context, result.cited, result.refused = tuple(obs.in_context), tuple(obs.cited), obs.refused
             result.movement = movement(obs, top)
             was = cases_base.get(run.case.id, {}).get("observation")
-            if was is not None and (result.movement.rbo is None or result.movement.rbo < 1
-                                    or any(s.relevant_lost for s in result.stages)):
+            if was is not None and (result.movement.rbo is None or result.movement.rbo < 1 or any(s.relevant_lost for s in result.stages)):
                 result.diff_text = _diff_text(Observation.from_dict(was), obs)
             if run.case.id not in bad and not run.problems:
                 rows.append(m.case_values(run.case, obs, top))
@@ -340,10 +387,18 @@ def evaluate(evalset: EvalSet, runs: list[CaseRun], baseline: dict[str, Any], *,
         warning = next((row["warning"] for row in per_metric.values() if row.get("warning")), None)
         if warning:
             warnings.append(f"{slice_}: {warning}")
-    return GateReport(verdict=decide(checks, problems), checks=checks, problems=problems, cases=results,
-                      warnings=warnings, set_path=evalset.path, baseline_path=baseline_path, pipeline=pipeline,
-                      started_at=started_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      duration_s=duration_s)
+    return GateReport(
+        verdict=decide(checks, problems),
+        checks=checks,
+        problems=problems,
+        cases=results,
+        warnings=warnings,
+        set_path=evalset.path,
+        baseline_path=baseline_path,
+        pipeline=pipeline,
+        started_at=started_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        duration_s=duration_s,
+    )
 
 
 __all__ = ["evaluate", "identity_problems", "movement", "survival_rows"]

@@ -71,13 +71,17 @@ class _Names:
 
 def _check_case(suite: ET.Element, check: Check, names: _Names) -> None:
     classname = _s(check.slice)
-    case = ET.SubElement(suite, "testcase", classname=classname, name=names(classname, _s(wording.check_name(check))),
-                         time="0")
+    case = ET.SubElement(suite, "testcase", classname=classname, name=names(classname, _s(wording.check_name(check))), time="0")
     if not check.passed:
         failure = ET.SubElement(case, "failure", message=_s(wording.failure_message(check)), type="REGRESSION")
-        failure.text = _lines(wording.check_line(check), f"value: {wording.number(check.value)}",
-                              f"threshold: {wording.number(check.threshold)}", f"baseline mean: {wording.number(check.baseline_mean)}",
-                              f"cases measured: {check.n}", f"stage: {check.stage or 'n/a'}")
+        failure.text = _lines(
+            wording.check_line(check),
+            f"value: {wording.number(check.value)}",
+            f"threshold: {wording.number(check.threshold)}",
+            f"baseline mean: {wording.number(check.baseline_mean)}",
+            f"cases measured: {check.n}",
+            f"stage: {check.stage or 'n/a'}",
+        )
     if check.warning:
         ET.SubElement(case, "system-out").text = _lines(f"warning: {check.warning}")
 
@@ -85,8 +89,13 @@ def _check_case(suite: ET.Element, check: Check, names: _Names) -> None:
 def _problem_case(suite: ET.Element, problem: Problem, names: _Names) -> None:
     case = ET.SubElement(suite, "testcase", classname=EVIDENCE, name=names(EVIDENCE, _s(wording.problem_name(problem))), time="0")
     error = ET.SubElement(case, "error", message=_s(problem.detail), type=_s(problem.kind))
-    error.text = _lines(wording.problem_line(problem), f"kind: {problem.kind}", f"case: {problem.case_id or 'n/a (the whole run)'}",
-                        f"trace: {problem.trace_id or 'n/a'}", "INCONCLUSIVE: this evidence cannot be trusted, the gate cannot pass")
+    error.text = _lines(
+        wording.problem_line(problem),
+        f"kind: {problem.kind}",
+        f"case: {problem.case_id or 'n/a (the whole run)'}",
+        f"trace: {problem.trace_id or 'n/a'}",
+        "INCONCLUSIVE: this evidence cannot be trusted, the gate cannot pass",
+    )
 
 
 def _suite(parent: ET.Element, name: str, timestamp: str | None) -> ET.Element:

@@ -64,8 +64,7 @@ def _checks(report: GateReport, slice_name: str) -> list[str]:
         bound = ("≤ " if wording.is_ceiling(c) else "≥ ") + wording.number(c.threshold) if c.threshold is not None else "n/a"
         result = "pass" if c.passed else "**FAIL**"
         why = code(c.message) if c.message else ""
-        lines.append(_row(code(wording.check_name(c)), wording.number(c.value), bound, wording.number(c.baseline_mean),
-                          str(c.n), result, why))
+        lines.append(_row(code(wording.check_name(c)), wording.number(c.value), bound, wording.number(c.baseline_mean), str(c.n), result, why))
     return lines
 
 
@@ -86,16 +85,22 @@ def _slice_section(report: GateReport, slice_name: str) -> list[str]:
 def _problems(report: GateReport) -> list[str]:
     if not report.problems:
         return []
-    lines = ["", f"### Inconclusive evidence ({len(report.problems)})", "",
-             "Each of these makes the verdict INCONCLUSIVE: the gate does not pass on evidence it cannot trust.", "",
-             _row("problem", "case", "detail", "trace"), _row(*["---"] * 4)]
+    lines = [
+        "",
+        f"### Inconclusive evidence ({len(report.problems)})",
+        "",
+        "Each of these makes the verdict INCONCLUSIVE: the gate does not pass on evidence it cannot trust.",
+        "",
+        _row("problem", "case", "detail", "trace"),
+        _row(*["---"] * 4),
+    ]
     for p in report.problems[:MAX_PROBLEMS]:
-        lines.append(_row(code(p.kind), code(p.case_id) if p.case_id is not None else "(whole run)", code(p.detail),
-                          code(p.trace_id) if p.trace_id else "n/a"))
+        lines.append(
+            _row(code(p.kind), code(p.case_id) if p.case_id is not None else "(whole run)", code(p.detail), code(p.trace_id) if p.trace_id else "n/a")
+        )
     if len(report.problems) > MAX_PROBLEMS:
         kinds = ", ".join(f"{k} ×{n}" for k, n in Counter(p.kind for p in report.problems[MAX_PROBLEMS:]).most_common())
-        lines += ["", f"… {len(report.problems) - MAX_PROBLEMS} more problems not listed ({kinds}); the JUnit file and the "
-                      "artifacts have every one."]
+        lines += ["", f"… {len(report.problems) - MAX_PROBLEMS} more problems not listed ({kinds}); the JUnit file and the artifacts have every one."]
     return lines
 
 
@@ -111,14 +116,18 @@ def _cases(report: GateReport, budget: int) -> list[str]:
     still = len(report.cases) - len(moved)
     summary = f"Per-case movement ({len(moved)} case{'' if len(moved) == 1 else 's'} moved or in doubt"
     summary += f"; {still} unchanged)" if still else ")"
-    head = ["", "<details>", f"<summary>{summary}</summary>", "",
-            _row("case", "slice", "query", "movement", "problems"), _row(*["---"] * 5)]
+    head = ["", "<details>", f"<summary>{summary}</summary>", "", _row("case", "slice", "query", "movement", "problems"), _row(*["---"] * 5)]
     rows: list[str] = []
     used = sum(len(x) + 1 for x in head) + 200
     for case in moved:
         problems = ", ".join(sorted({p.kind for p in case.problems}))
-        row = _row(code(case.case.id), code(case.case.slice) if case.case.slice is not None else "", code(case.case.query),
-                   code(wording.movement_line(case)), code(problems) if problems else "")
+        row = _row(
+            code(case.case.id),
+            code(case.case.slice) if case.case.slice is not None else "",
+            code(case.case.query),
+            code(wording.movement_line(case)),
+            code(problems) if problems else "",
+        )
         if used + len(row) + 1 > budget:
             break
         rows.append(row)
@@ -131,10 +140,12 @@ def _cases(report: GateReport, budget: int) -> list[str]:
 
 def render(report: GateReport, max_chars: int = MAX_CHARS) -> str:
     """The report as a markdown comment, at most about ``max_chars`` characters."""
-    lines = [f"## {_ICON[report.verdict]} ragtrail gate: **{report.verdict}**", "",
-             code(wording.verdict_line(report), table=False)]
-    meta = [f"{label} {code(value, table=False)}" for label, value in
-            (("set", report.set_path), ("baseline", report.baseline_path), ("pipeline", report.pipeline)) if value]
+    lines = [f"## {_ICON[report.verdict]} ragtrail gate: **{report.verdict}**", "", code(wording.verdict_line(report), table=False)]
+    meta = [
+        f"{label} {code(value, table=False)}"
+        for label, value in (("set", report.set_path), ("baseline", report.baseline_path), ("pipeline", report.pipeline))
+        if value
+    ]
     if meta:
         lines += ["", " · ".join(meta)]
     lines += _problems(report)

@@ -43,7 +43,7 @@ def survival_metric(stage_key: str) -> str:
 
 def stage_of(metric: str) -> str | None:
     """The stage key a ``survival@`` metric is read at."""
-    return metric[len(SURVIVAL_PREFIX):] if metric.startswith(SURVIVAL_PREFIX) else None
+    return metric[len(SURVIVAL_PREFIX) :] if metric.startswith(SURVIVAL_PREFIX) else None
 
 
 def _share(relevant: tuple[str, ...], held: Iterable[str]) -> float | None:
@@ -73,8 +73,8 @@ def rbo(a: list[str], b: list[str], p: float = RBO_P) -> float:
         seen_a.add(a[d - 1] if d <= len(a) else object())
         seen_b.add(b[d - 1] if d <= len(b) else object())
         overlap = len(seen_a & seen_b)
-        total += overlap / d * p ** d
-    value = (1 - p) / p * total + overlap / depth * p ** depth
+        total += overlap / d * p**d
+    value = (1 - p) / p * total + overlap / depth * p**depth
     return max(0.0, min(1.0, value))
 
 
@@ -121,5 +121,18 @@ def aggregate(cases: list[EvalCase], values: list[dict[str, float | None]]) -> d
     return out
 
 
-__all__ = ["CEILINGS", "CITED", "IN_CONTEXT", "RBO", "RECALL", "REFUSAL", "SliceValue", "aggregate", "case_values",
-           "rbo", "slices_of", "stage_of", "survival_metric"]
+__all__ = [
+    "CEILINGS",
+    "CITED",
+    "IN_CONTEXT",
+    "RBO",
+    "RECALL",
+    "REFUSAL",
+    "SliceValue",
+    "aggregate",
+    "case_values",
+    "rbo",
+    "slices_of",
+    "stage_of",
+    "survival_metric",
+]

@@ -31,17 +31,17 @@ ALL_SLICE = "(all)"
 
 #: Problem kinds. Each one makes the verdict INCONCLUSIVE and is named in every output.
 PROBLEM_KINDS = (
-    "missing_query",       # a case of the set has no trace (not run, not found among --traces)
-    "pipeline_error",      # the user's pipeline raised for this case
-    "failed_trace",        # the run status or a stage status is failed
-    "sampled_out",         # the trace was sampled away (adjusted count > 1, or no stage spans at all)
-    "receipt_alarm",       # ragtrail verify raised an alarm on the trace
-    "truncated",           # the trace or a segment is incomplete (split, lost spans, cut attributes)
-    "corpus_changed",      # a store's size, or a relevant document's content hash, differs from the baseline
-    "index_changed",       # the index identity (store names/collections) differs from the baseline
-    "version_changed",     # a component version differs from the baseline
-    "unknown_relevance",   # a relevant id of the set was never seen by any stage and the corpus size is unknown
-    "baseline_mismatch",   # the baseline was frozen from a different eval set (its digest differs)
+    "missing_query",  # a case of the set has no trace (not run, not found among --traces)
+    "pipeline_error",  # the user's pipeline raised for this case
+    "failed_trace",  # the run status or a stage status is failed
+    "sampled_out",  # the trace was sampled away (adjusted count > 1, or no stage spans at all)
+    "receipt_alarm",  # ragtrail verify raised an alarm on the trace
+    "truncated",  # the trace or a segment is incomplete (split, lost spans, cut attributes)
+    "corpus_changed",  # a store's size, or a relevant document's content hash, differs from the baseline
+    "index_changed",  # the index identity (store names/collections) differs from the baseline
+    "version_changed",  # a component version differs from the baseline
+    "unknown_relevance",  # a relevant id of the set was never seen by any stage and the corpus size is unknown
+    "baseline_mismatch",  # the baseline was frozen from a different eval set (its digest differs)
 )
 
 
@@ -60,22 +60,22 @@ class EvalCase:
 class StageSurvival:
     """How many of a case's relevant ids one stage still held, and where the others went."""
 
-    index: int               # position of the stage in the pipeline, 0 = first retrieval
-    kind: str                # retrieve, filter, rerank, budget, ... (ragtrail.stage.kind)
+    index: int  # position of the stage in the pipeline, 0 = first retrieval
+    kind: str  # retrieve, filter, rerank, budget, ... (ragtrail.stage.kind)
     component: str
-    k: int                   # how many ids the stage handed on
+    k: int  # how many ids the stage handed on
     relevant_kept: tuple[str, ...]
     relevant_lost: tuple[tuple[str, str | None], ...]  # (id, exclusion reason or None when unknown)
     status: str | None = None
-    key: str | None = None   # "kind component" (+ " #n" for the n-th of the same): what checks name as ``stage``
+    key: str | None = None  # "kind component" (+ " #n" for the n-th of the same): what checks name as ``stage``
 
 
 @dataclass(slots=True)
 class Movement:
     """How far a case's final top-k moved against the baseline."""
 
-    rbo: float | None                            # rank-biased overlap with the baseline's top-k, None if no baseline
-    entered: tuple[str, ...] = ()                # ids in the top-k now, not in the baseline's
+    rbo: float | None  # rank-biased overlap with the baseline's top-k, None if no baseline
+    entered: tuple[str, ...] = ()  # ids in the top-k now, not in the baseline's
     left: tuple[tuple[str, str | None, str | None], ...] = ()  # (id, stage label that removed it, reason)
 
 
@@ -104,21 +104,21 @@ class Check:
 
     slice: str
     metric: str
-    value: float | None              # None when no case of the slice could be measured
-    threshold: float | None          # the floor (or, for refusal_rate, the ceiling); None without a baseline
+    value: float | None  # None when no case of the slice could be measured
+    threshold: float | None  # the floor (or, for refusal_rate, the ceiling); None without a baseline
     baseline_mean: float | None
-    n: int                           # cases measured in the slice
+    n: int  # cases measured in the slice
     passed: bool
-    stage: str | None = None         # the stage label the metric is read at, when it has one
-    message: str = ""                # one line: why it failed, or which stage lost the evidence
-    warning: str | None = None       # e.g. "slice too small to be statistically boring (n=3)"
+    stage: str | None = None  # the stage label the metric is read at, when it has one
+    message: str = ""  # one line: why it failed, or which stage lost the evidence
+    warning: str | None = None  # e.g. "slice too small to be statistically boring (n=3)"
 
 
 @dataclass(slots=True)
 class Problem:
     """Evidence the gate cannot trust. Any problem makes the verdict INCONCLUSIVE."""
 
-    kind: str                        # one of PROBLEM_KINDS
+    kind: str  # one of PROBLEM_KINDS
     case_id: str | None
     detail: str
     trace_id: str | None = None
@@ -135,8 +135,8 @@ class GateReport:
     warnings: list[str] = field(default_factory=list)
     set_path: str | None = None
     baseline_path: str | None = None
-    pipeline: str | None = None      # pkg.module:function, or None with --traces
-    started_at: str | None = None    # ISO 8601 UTC
+    pipeline: str | None = None  # pkg.module:function, or None with --traces
+    started_at: str | None = None  # ISO 8601 UTC
     duration_s: float | None = None
 
     @property

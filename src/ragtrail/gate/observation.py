@@ -30,11 +30,11 @@ _IGNORED_VERSIONS = frozenset({"telemetry.sdk.version", "telemetry.auto.version"
 
 @dataclass(slots=True)
 class StageObservation:
-    key: str                               # "rerank my_app.rerank" (+ " #2" for a second one)
-    index: int                             # position among the evidence stages, 0 = first
+    key: str  # "rerank my_app.rerank" (+ " #2" for a second one)
+    index: int  # position among the evidence stages, 0 = first
     kind: str
     component: str
-    ids: list[str]                         # output ids in rank order
+    ids: list[str]  # output ids in rank order
     excluded: list[ExcludedId]
     status: str | None = None
     failure_class: str | None = None
@@ -54,13 +54,13 @@ class Observation:
     retrieved: list[str]
     in_context: list[str]
     cited: list[str]
-    cites: bool                             # the pipeline records citations at all
+    cites: bool  # the pipeline records citations at all
     refused: bool | None
     answer_claim: str | None
     corpus_size: int | None
     stores: int | None
-    index: list[str]                        # components of the retrieve stages, sorted: the index identity
-    content: dict[str, str] = field(default_factory=dict)   # relevant id -> content sha256 as recorded
+    index: list[str]  # components of the retrieve stages, sorted: the index identity
+    content: dict[str, str] = field(default_factory=dict)  # relevant id -> content sha256 as recorded
     versions: dict[str, str] = field(default_factory=dict)  # resource *.version attributes
     query_sha256: str | None = None
 
@@ -122,36 +122,63 @@ def observe(manifest: Manifest, relevant: tuple[str, ...] = (), resource: dict[s
     """The observation of one manifest; ``relevant`` ids get their recorded content sha256 kept."""
     stages = []
     for index, (key, s) in enumerate(stage_keys(manifest.stages)):
-        stages.append(StageObservation(
-            key=key, index=index, kind=s.kind, component=str(s.component), ids=_ranked(s.candidates),
-            excluded=[ExcludedId(str(e.id), e.reason) for e in s.excluded],
-            status=s.status, failure_class=s.failure_class, fallback=s.fallback))
+        stages.append(
+            StageObservation(
+                key=key,
+                index=index,
+                kind=s.kind,
+                component=str(s.component),
+                ids=_ranked(s.candidates),
+                excluded=[ExcludedId(str(e.id), e.reason) for e in s.excluded],
+                status=s.status,
+                failure_class=s.failure_class,
+                fallback=s.fallback,
+            )
+        )
     hop0 = next((h for h in manifest.query_hops if h.hop == 0), None)
     answer = manifest.answer or Answer()
     cover = manifest.coverage
-    versions = {k: str(v) for k, v in (resource or {}).items()
-                if k.endswith(".version") and k not in _IGNORED_VERSIONS and isinstance(v, (str, int, float))}
+    versions = {
+        k: str(v) for k, v in (resource or {}).items() if k.endswith(".version") and k not in _IGNORED_VERSIONS and isinstance(v, (str, int, float))
+    }
     cites = bool(manifest.cited) or any(s.kind == sc.KIND_CITE for s in manifest.stages)
     return Observation(
-        trace_id=manifest.trace_id, stages=stages,
-        retrieved=[str(r.id) for r in manifest.retrieved if r.stage == sc.KIND_RETRIEVE]
-        or [str(r.id) for r in manifest.retrieved],
-        in_context=[str(i) for i in manifest.in_context], cited=[str(i) for i in manifest.cited], cites=cites,
+        trace_id=manifest.trace_id,
+        stages=stages,
+        retrieved=[str(r.id) for r in manifest.retrieved if r.stage == sc.KIND_RETRIEVE] or [str(r.id) for r in manifest.retrieved],
+        in_context=[str(i) for i in manifest.in_context],
+        cited=[str(i) for i in manifest.cited],
+        cites=cites,
         refused=answer.refused if isinstance(answer.refused, bool) else None,
-        answer_claim=answer.claim, corpus_size=cover.corpus_size, stores=cover.stores,
-        index=sorted({s.component for s in stages if s.kind == sc.KIND_RETRIEVE}), content=_content(manifest, relevant),
-        versions=versions, query_sha256=hop0.sha256 if hop0 else None)
+        answer_claim=answer.claim,
+        corpus_size=cover.corpus_size,
+        stores=cover.stores,
+        index=sorted({s.component for s in stages if s.kind == sc.KIND_RETRIEVE}),
+        content=_content(manifest, relevant),
+        versions=versions,
+        query_sha256=hop0.sha256 if hop0 else None,
+    )
 
 
 def as_manifest(obs: Observation) -> Manifest:
     """A manifest of the evidence skeleton, what ``ragtrail.inspect.diff.diff`` reads."""
-    stages = [Stage(span_id="", parent_span_id=None, kind=s.kind, component=s.component, status=s.status,
-                    failure_class=s.failure_class, fallback=s.fallback,
-                    candidates=[Row(id=i, rank=r) for r, i in enumerate(s.ids)],
-                    excluded=[Row(id=e.id, reason=e.reason, keys=("reason",)) for e in s.excluded])
-              for s in obs.stages]
-    return Manifest(trace_id=obs.trace_id, source="", stages=stages, cited=list(obs.cited),
-                    answer=None if obs.refused is None else Answer(refused=obs.refused))
+    stages = [
+        Stage(
+            span_id="",
+            parent_span_id=None,
+            kind=s.kind,
+            component=s.component,
+            status=s.status,
+            failure_class=s.failure_class,
+            fallback=s.fallback,
+            candidates=[Row(id=i, rank=r) for r, i in enumerate(s.ids)],
+            excluded=[Row(id=e.id, reason=e.reason, keys=("reason",)) for e in s.excluded],
+        )
+        for s in obs.stages
+    ]
+    return Manifest(
+        trace_id=obs.trace_id, source="", stages=stages, cited=list(obs.cited), answer=None if obs.refused is None else Answer(refused=obs.refused)
+    )
 
 
 __all__ = ["EVIDENCE_KINDS", "Observation", "StageObservation", "as_manifest", "observe", "stage_keys"]

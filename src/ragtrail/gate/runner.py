@@ -41,10 +41,20 @@ from .observation import Observation, observe
 Progress = Callable[[int, int], None]
 
 # fidelity alarms that say "part of the trace did not arrive" rather than "a receipt does not match"
-_TRUNCATION_FIELDS = frozenset({
-    "droppedEventsCount", "droppedAttributesCount", "event.droppedAttributesCount", "status",
-    sc.TRACE_SPAN_COUNT, sc.TRACE_SEGMENT_ROOT, sc.TRACE_SEGMENT_SPAN_COUNT, sc.EVENTS_SPANS,
-    sc.STAGE_CONTINUATION, sc.STAGE_INSTRUMENTATION_ERRORS})
+_TRUNCATION_FIELDS = frozenset(
+    {
+        "droppedEventsCount",
+        "droppedAttributesCount",
+        "event.droppedAttributesCount",
+        "status",
+        sc.TRACE_SPAN_COUNT,
+        sc.TRACE_SEGMENT_ROOT,
+        sc.TRACE_SEGMENT_SPAN_COUNT,
+        sc.EVENTS_SPANS,
+        sc.STAGE_CONTINUATION,
+        sc.STAGE_INSTRUMENTATION_ERRORS,
+    }
+)
 _TRUNCATION_PROBLEMS = frozenset({"missing events in continuation", "event count mismatch", "missing spans"})
 # the readers' notes that say a trace arrived in pieces (split, duplicated) or with lines lost
 _TRUNCATION_NOTES = ("a later part of a trace", "duplicate spans")
@@ -86,20 +96,24 @@ def examine(case: EvalCase, trace: Trace, key: bytes | None = None) -> CaseRun:
     receipts = [a for a in fidelity.alarms if a not in truncation]
     if truncation or fidelity.partial or trace.partial:
         first = truncation[0] if truncation else None
-        what = (f"{first.problem} at {first.stage or first.field}" + (f" ({first.detail})" if first.detail else "")
-                if first else trace.partial_message or "the backend returned a partial trace")
+        what = (
+            f"{first.problem} at {first.stage or first.field}" + (f" ({first.detail})" if first.detail else "")
+            if first
+            else trace.partial_message or "the backend returned a partial trace"
+        )
         problem("truncated", f"{len(truncation) or 1} completeness alarm(s): {what}")
     notes = [n for n in trace.notes if n.startswith(_TRUNCATION_NOTES) or "unreadable lines" in n]
     if notes and not truncation:
         problem("truncated", f"the reader says: {notes[0]}")
     if receipts:
         a = receipts[0]
-        problem("receipt_alarm", f"{len(receipts)} receipt alarm(s): {a.problem} at {a.stage or '-'} "
-                                 f"{a.candidate or ''} {a.field}".rstrip())
+        problem("receipt_alarm", f"{len(receipts)} receipt alarm(s): {a.problem} at {a.stage or '-'} {a.candidate or ''} {a.field}".rstrip())
     adjusted = manifest.sampling.adjusted_count
     if isinstance(adjusted, (int, float)) and adjusted > 1:
-        problem("sampled_out", f"sampled at p={manifest.sampling.probability:g}: this trace stands for "
-                               f"{adjusted:g} requests, the others of the set may be missing")
+        problem(
+            "sampled_out",
+            f"sampled at p={manifest.sampling.probability:g}: this trace stands for {adjusted:g} requests, the others of the set may be missing",
+        )
     failed = [s.label for s in manifest.stages if s.status == sc.STATUS_FAILED]
     if manifest.run_status == sc.RUN_FAILED or failed:
         problem("failed_trace", "run status failed" if not failed else f"stage {failed[0]} failed")
@@ -186,9 +200,13 @@ def _recording() -> _Recording:
         options = {"schedule_delay_millis": 50, "grace_millis": 1}
         current = otel_trace.get_tracer_provider()
         if isinstance(current, ProxyTracerProvider):
-            provider = configure(exporter=collector, sampling_probability=1.0, set_global=True,  # type: ignore[arg-type]
-                                 service_name=os.environ.get("OTEL_SERVICE_NAME") or "ragtrail-gate",
-                                 processor_options=options)
+            provider = configure(
+                exporter=collector,  # type: ignore[arg-type]
+                sampling_probability=1.0,
+                set_global=True,
+                service_name=os.environ.get("OTEL_SERVICE_NAME") or "ragtrail-gate",
+                processor_options=options,
+            )
             flush: Callable[[], Any] = provider.force_flush
             always_on = True
         elif isinstance(current, TracerProvider):
@@ -198,8 +216,10 @@ def _recording() -> _Recording:
             description = current.sampler.get_description()
             always_on = "AlwaysOnSampler" in description or description in ("RagtrailSampler{1}", "RagtrailSampler{1.0}")
         else:
-            raise UsageError(f"the global tracer provider is a {type(current).__name__}, not the OpenTelemetry SDK's",
-                             "let ragtrail set the provider up, or use --traces with recorded traces")
+            raise UsageError(
+                f"the global tracer provider is a {type(current).__name__}, not the OpenTelemetry SDK's",
+                "let ragtrail set the provider up, or use --traces with recorded traces",
+            )
         _RECORDING = _Recording(collector, flush, always_on)
         return _RECORDING
 
@@ -234,8 +254,10 @@ def _call(fn: Callable[..., Any], query: str) -> Any:
         return asyncio.run(fn(query))
     result = fn(query)
     if inspect.isawaitable(result):
+
         async def wait() -> Any:
             return await result
+
         return asyncio.run(wait())
     return result
 
@@ -258,13 +280,24 @@ def _pick(case: EvalCase, traces: list[Trace]) -> Trace | None:
     if len(ours) <= 1:
         return ours[0] if ours else (traces[0] if traces else None)
     wanted = receipt(case.query).sha256
-    matching = [t for t in ours if any(s.attributes.get(sc.QUERY_SHA256) == wanted and s.attributes.get(sc.QUERY_HOP) == 0
-                                       for s in t.spans)]
+    matching = [t for t in ours if any(s.attributes.get(sc.QUERY_SHA256) == wanted and s.attributes.get(sc.QUERY_HOP) == 0 for s in t.spans)]
     return matching[0] if len(matching) == 1 else None
 
 
-def run_in_process(fn: Callable[..., Any], cases: Iterable[EvalCase], *, key: bytes | None = None,
-                   progress: Progress | None = None, instrument: bool = True) -> list[CaseRun]:
+def _untraced(case: EvalCase, traces: int, always_on: bool) -> CaseRun:
+    """A call whose trace cannot be told: several candidates, none recorded, or sampled out."""
+    if traces > 1:
+        why = Problem("missing_query", case.id, f"the call made {traces} ragtrail traces and none (or several) has this query's receipt at hop 0")
+    elif always_on:
+        why = Problem("missing_query", case.id, "the call recorded no trace: is the function (or the library it calls) instrumented by ragtrail?")
+    else:
+        why = Problem("sampled_out", case.id, "the call recorded no trace and the host's sampler does not keep every trace")
+    return CaseRun(case=case, problems=[why])
+
+
+def run_in_process(
+    fn: Callable[..., Any], cases: Iterable[EvalCase], *, key: bytes | None = None, progress: Progress | None = None, instrument: bool = True
+) -> list[CaseRun]:
     """Call ``fn(query)`` once per case under ragtrail and judge each call's trace."""
     cases = list(cases)
     rec = _recording()
@@ -284,19 +317,7 @@ def run_in_process(fn: Callable[..., Any], cases: Iterable[EvalCase], *, key: by
                 spans, rec.collector.active = rec.collector.active or [], None
             traces = _spans_to_traces(spans, "in-process run")
             trace = _pick(case, traces)
-            if trace is None:
-                run = CaseRun(case=case)
-                if len(traces) > 1:
-                    run.problems.append(Problem("missing_query", case.id, f"the call made {len(traces)} ragtrail traces "
-                                                "and none (or several) has this query's receipt at hop 0"))
-                elif rec.always_on:
-                    run.problems.append(Problem("missing_query", case.id, "the call recorded no trace: is the function "
-                                                "(or the library it calls) instrumented by ragtrail?"))
-                else:
-                    run.problems.append(Problem("sampled_out", case.id, "the call recorded no trace and the host's "
-                                                "sampler does not keep every trace"))
-            else:
-                run = examine(case, trace, key)
+            run = _untraced(case, len(traces), rec.always_on) if trace is None else examine(case, trace, key)
             if error is not None:
                 run.error = f"{type(error).__name__}: {error}"
                 # the raise is the problem; the failed run status it left on the trace says it again
@@ -315,19 +336,34 @@ def run_in_process(fn: Callable[..., Any], cases: Iterable[EvalCase], *, key: by
 
 
 # --- recorded traces -------------------------------------------------------------------------------
-def from_traces(source: str, cases: Iterable[EvalCase], *, key: bytes | None = None, progress: Progress | None = None,
-                lookback: str = "24h", limit: int | None = None, timeout: float = 10.0) -> list[CaseRun]:
+def from_traces(
+    source: str,
+    cases: Iterable[EvalCase],
+    *,
+    key: bytes | None = None,
+    progress: Progress | None = None,
+    lookback: str = "24h",
+    limit: int | None = None,
+    timeout: float = 10.0,
+) -> list[CaseRun]:
     """Pair each case with its recorded trace by the hop-0 query receipt; judge each pair.
 
     A query asked more often than the set asks it keeps its most recent traces, in order (a store
     holding yesterday's run too); a case whose query has no trace is ``missing_query``."""
-    return from_traces_runs(source, cases, runs=1, key=key, progress=progress, lookback=lookback, limit=limit,
-                            timeout=timeout)[0]
+    return from_traces_runs(source, cases, runs=1, key=key, progress=progress, lookback=lookback, limit=limit, timeout=timeout)[0]
 
 
-def from_traces_runs(source: str, cases: Iterable[EvalCase], *, runs: int, key: bytes | None = None,
-                     progress: Progress | None = None, lookback: str = "24h", limit: int | None = None,
-                     timeout: float = 10.0) -> list[list[CaseRun]]:
+def from_traces_runs(
+    source: str,
+    cases: Iterable[EvalCase],
+    *,
+    runs: int,
+    key: bytes | None = None,
+    progress: Progress | None = None,
+    lookback: str = "24h",
+    limit: int | None = None,
+    timeout: float = 10.0,
+) -> list[list[CaseRun]]:
     """``runs`` repetitions of the set from recorded traces: each query's most recent ``runs`` traces
     (times the cases that ask it), oldest run first. Pairing is by the hop-0 query receipt only; a
     repetition that has no trace for a case gets ``missing_query`` for it."""
@@ -339,30 +375,32 @@ def from_traces_runs(source: str, cases: Iterable[EvalCase], *, runs: int, key: 
         wanted.setdefault(receipt(case.query).sha256, []).append(case)
     need = {sha: runs * len(same) for sha, same in wanted.items()}
     found: dict[str, list[tuple[int, Trace]]] = {}
-    stream = TraceStream(source, lookback=lookback, limit=limit or max(1000, 4 * runs * len(cases)), timeout=timeout,
-                         progress=progress)
+    stream = TraceStream(source, lookback=lookback, limit=limit or max(1000, 4 * runs * len(cases)), timeout=timeout, progress=progress)
     for trace in stream:
-        hop0 = {str(s.attributes[sc.QUERY_SHA256]) for s in trace.spans
-                if s.attributes.get(sc.QUERY_HOP) == 0 and isinstance(s.attributes.get(sc.QUERY_SHA256), str)}
+        hop0 = {
+            str(s.attributes[sc.QUERY_SHA256])
+            for s in trace.spans
+            if s.attributes.get(sc.QUERY_HOP) == 0 and isinstance(s.attributes.get(sc.QUERY_SHA256), str)
+        }
         for sha in hop0 & set(wanted):
             kept = found.setdefault(sha, [])
             kept.append((min((s.start_ns for s in trace.spans), default=0), trace))
             if len(kept) > 2 * need[sha]:  # bounded memory over a store holding many old runs
                 kept.sort(key=lambda x: x[0])
-                del kept[:-need[sha]]
+                del kept[: -need[sha]]
     out: list[list[CaseRun]] = [[] for _ in range(runs)]
     for case in cases:
         sha = receipt(case.query).sha256
         same = wanted[sha]
-        traces = [t for _, t in sorted(found.get(sha, []), key=lambda x: x[0])][-need[sha]:]
+        traces = [t for _, t in sorted(found.get(sha, []), key=lambda x: x[0])][-need[sha] :]
         padded: list[Trace | None] = [None] * (need[sha] - len(traces)) + list(traces)
         position = same.index(case)
         for r in range(runs):
             picked = padded[r * len(same) + position]
             if picked is None:
-                out[r].append(CaseRun(case=case, problems=[Problem(
-                    "missing_query", case.id, f"no trace in {stream.description or source} has this query's receipt "
-                    f"({sha[:16]}…) at hop 0" + (f" for run {r + 1} of {runs}" if runs > 1 else ""))]))
+                where = f"no trace in {stream.description or source} has this query's receipt ({sha[:16]}…) at hop 0"
+                missing = Problem("missing_query", case.id, where + (f" for run {r + 1} of {runs}" if runs > 1 else ""))
+                out[r].append(CaseRun(case=case, problems=[missing]))
             else:
                 out[r].append(examine(case, picked, key))
     return out

@@ -33,13 +33,27 @@ def render(report: GateReport, console: Console) -> None:
     _line(console, text(wording.verdict_line(report), _STYLE[report.verdict]))
     if report.checks:
         table = Table(title="checks", title_justify="left")
-        for col, kw in (("slice", {}), ("metric", {}), ("value", {"justify": "right"}), ("threshold", {"justify": "right"}),
-                        ("baseline", {"justify": "right"}), ("n", {"justify": "right"}), ("result", {})):
+        for col, kw in (
+            ("slice", {}),
+            ("metric", {}),
+            ("value", {"justify": "right"}),
+            ("threshold", {"justify": "right"}),
+            ("baseline", {"justify": "right"}),
+            ("n", {"justify": "right"}),
+            ("result", {}),
+        ):
             table.add_column(col, overflow="fold", **kw)  # type: ignore[arg-type]
         for c in report.checks:
             bound = ("<= " if wording.is_ceiling(c) else ">= ") + wording.number(c.threshold) if c.threshold is not None else "n/a"
-            table.add_row(text(c.slice), text(wording.check_name(c)), text(wording.number(c.value)), text(bound),
-                          text(wording.number(c.baseline_mean)), text(c.n), text(wording.check_status(c), "green" if c.passed else "bold red"))
+            table.add_row(
+                text(c.slice),
+                text(wording.check_name(c)),
+                text(wording.number(c.value)),
+                text(bound),
+                text(wording.number(c.baseline_mean)),
+                text(c.n),
+                text(wording.check_status(c), "green" if c.passed else "bold red"),
+            )
         console.print(table)
     for c in wording.failed_first_by_slice(report):
         _line(console, text(f"FAIL {c.slice} {wording.check_name(c)}: {wording.failure_message(c)}", "red"))
@@ -51,8 +65,7 @@ def render(report: GateReport, console: Console) -> None:
         for col in ("problem", "case", "detail", "trace"):
             table.add_column(col, overflow="fold")
         for p in report.problems:
-            table.add_row(text(p.kind, "yellow"), text(p.case_id if p.case_id is not None else "(whole run)"), text(p.detail),
-                          text(p.trace_id or ""))
+            table.add_row(text(p.kind, "yellow"), text(p.case_id if p.case_id is not None else "(whole run)"), text(p.detail), text(p.trace_id or ""))
         console.print(table)
     for w in wording.warnings(report):
         _line(console, text(f"warning: {w}", "yellow"))

@@ -42,12 +42,10 @@ def comparison(check: Check) -> str:
         head = f"{number(check.value)}, no {bound} (no baseline)"
     elif check.value is None:
         head = f"n/a, {bound} {number(check.threshold)}"
+    elif is_ceiling(check):
+        head = f"{number(check.value)} {'>' if check.value > check.threshold else '<='} {bound} {number(check.threshold)}"
     else:
-        if is_ceiling(check):
-            op = ">" if check.value > check.threshold else "<="
-        else:
-            op = "<" if check.value < check.threshold else ">="
-        head = f"{number(check.value)} {op} {bound} {number(check.threshold)}"
+        head = f"{number(check.value)} {'<' if check.value < check.threshold else '>='} {bound} {number(check.threshold)}"
     tail = [f"baseline {number(check.baseline_mean)}"] if check.baseline_mean is not None else []
     tail.append(f"n={check.n}")
     return f"{head} ({', '.join(tail)})"
@@ -89,8 +87,10 @@ def problem_line(problem: Problem) -> str:
 def verdict_line(report: GateReport) -> str:
     """``ragtrail gate: REGRESSION (exit 1): 14 checks, 2 failed, 0 problems, 30 cases``: the one verdict
     line every output (terminal, markdown, annotations) says."""
-    return (f"ragtrail gate: {report.verdict} (exit {EXIT_CODES[report.verdict]}): {len(report.checks)} checks, "
-            f"{len(report.failed_checks())} failed, {len(report.problems)} problems, {len(report.cases)} cases")
+    return (
+        f"ragtrail gate: {report.verdict} (exit {EXIT_CODES[report.verdict]}): {len(report.checks)} checks, "
+        f"{len(report.failed_checks())} failed, {len(report.problems)} problems, {len(report.cases)} cases"
+    )
 
 
 def warnings(report: GateReport) -> list[str]:

@@ -26,12 +26,22 @@ from ragtrail.contract import semconv as sc
 
 # each Row field's per-candidate (schema 2) name; a record lists them in the Row's order, then the
 # metadata, the content pointer and the reason
-_RECORD_NAME = {"id": sc.CANDIDATE_ID, "rank": sc.CANDIDATE_RANK, "score": sc.CANDIDATE_SCORE,
-                "score_raw": sc.CANDIDATE_SCORE_RAW, "score_kind": sc.CANDIDATE_SCORE_KIND, "hop": sc.CANDIDATE_HOP,
-                "content_chars": sc.CANDIDATE_CONTENT_CHARS, "content_bytes": sc.CANDIDATE_CONTENT_BYTES,
-                "content_sha256": sc.CANDIDATE_CONTENT_SHA256, "transform_rule": sc.CANDIDATE_TRANSFORM_RULE,
-                "derived_from": sc.CANDIDATE_TRANSFORM_DERIVED_FROM, "detail": sc.EXCLUSION_DETAIL,
-                "content_preview": sc.CANDIDATE_CONTENT_PREVIEW, "content_text": sc.CANDIDATE_CONTENT_TEXT}
+_RECORD_NAME = {
+    "id": sc.CANDIDATE_ID,
+    "rank": sc.CANDIDATE_RANK,
+    "score": sc.CANDIDATE_SCORE,
+    "score_raw": sc.CANDIDATE_SCORE_RAW,
+    "score_kind": sc.CANDIDATE_SCORE_KIND,
+    "hop": sc.CANDIDATE_HOP,
+    "content_chars": sc.CANDIDATE_CONTENT_CHARS,
+    "content_bytes": sc.CANDIDATE_CONTENT_BYTES,
+    "content_sha256": sc.CANDIDATE_CONTENT_SHA256,
+    "transform_rule": sc.CANDIDATE_TRANSFORM_RULE,
+    "derived_from": sc.CANDIDATE_TRANSFORM_DERIVED_FROM,
+    "detail": sc.EXCLUSION_DETAIL,
+    "content_preview": sc.CANDIDATE_CONTENT_PREVIEW,
+    "content_text": sc.CANDIDATE_CONTENT_TEXT,
+}
 # each column's per-candidate name (what an alarm about a decoded record names)
 RECORD_NAMES = {column: _RECORD_NAME[field] for column, field in codec.FIELD_OF_COLUMN.items()}
 W = TypeVar("W")
@@ -123,8 +133,9 @@ def _input_rank(row: Mapping[str, Any]) -> float:
     return rank if type(rank) is int else float("inf")
 
 
-def expand(attributes: Mapping[str, Any], events: Iterable[tuple[W, str, Mapping[str, Any]]],
-           head: W, schema: int = sc.SCHEMA_VERSION) -> list[tuple[W, str, dict[str, Any]]]:
+def expand(
+    attributes: Mapping[str, Any], events: Iterable[tuple[W, str, Mapping[str, Any]]], head: W, schema: int = sc.SCHEMA_VERSION
+) -> list[tuple[W, str, dict[str, Any]]]:
     """A schema 3 stage's records in emission order: its produced queries as they arrived, its
     outputs (from the stage span's columns, ``head``) by rank, then its exclusions (from each
     reason's event) by input rank, those without one last. Each record keeps where it came from
@@ -136,8 +147,7 @@ def expand(attributes: Mapping[str, Any], events: Iterable[tuple[W, str, Mapping
             queries.append((where, name, event_attributes))  # type: ignore[arg-type]  # as it arrived
         elif name == sc.EVENT_EXCLUSION:
             reason = event_attributes.get(sc.EXCLUSION_REASON)
-            excluded.extend((where, name, row)
-                            for row in records(event_attributes, "" if reason is None else reason, schema))
+            excluded.extend((where, name, row) for row in records(event_attributes, "" if reason is None else reason, schema))
     excluded.sort(key=lambda item: _input_rank(item[2]))
     outputs = [(head, sc.EVENT_CANDIDATE, row) for row in records(attributes, None, schema)]
     return queries + outputs + excluded

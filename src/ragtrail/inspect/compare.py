@@ -46,8 +46,8 @@ class SideSummary:
                 return
         # what a pairing needs, not what ls shows: 100,000 questions a side must fit in memory
         self.by_query[r.query_sha256] = replace(
-            r, resource={}, findings=[], insights=[], notes=[],
-            stages=[replace(st, span_id="", parent_span_id=None) for st in r.stages])
+            r, resource={}, findings=[], insights=[], notes=[], stages=[replace(st, span_id="", parent_span_id=None) for st in r.stages]
+        )
 
 
 def _keyed(stages: Iterable[StageRecord]) -> list[tuple[tuple[str, str, int], StageRecord]]:
@@ -75,8 +75,7 @@ def stage_change(a: StageRecord | None, b: StageRecord | None) -> dict[str, Any]
     ids_a, ids_b = set(a.out_ids), set(b.out_ids)
     reasons_b = {e.id: e.reason for e in b.excluded}
     reasons_a = {e.id: e.reason for e in a.excluded}
-    left = [{"id": i, "reason": reasons_b.get(i, "not in B's input" if i not in reasons_b else None)}
-            for i in a.out_ids if i not in ids_b]
+    left = [{"id": i, "reason": reasons_b.get(i, "not in B's input" if i not in reasons_b else None)} for i in a.out_ids if i not in ids_b]
     entered = [{"id": i, "was": reasons_a.get(i, "not in A's input")} for i in b.out_ids if i not in ids_a]
     if left or entered:
         out["left"], out["entered"] = left, entered
@@ -123,11 +122,21 @@ def pair(a: TraceRecord, b: TraceRecord) -> dict[str, Any]:
         verdict = "same evidence, same answer"
     else:
         verdict = "same evidence"
-    return {"query_sha256": a.query_sha256, "a": a.trace_id, "b": b.trace_id, "verdict": verdict,
-            "first_difference": evidence[0]["stage"] if evidence else None,
-            "refused_a": a.refused, "refused_b": b.refused, "run_status_a": a.run_status, "run_status_b": b.run_status,
-            "chain": chain, "cause": _cause(chain) if chain else "",
-            "cited_a": list(a.cited), "cited_b": list(b.cited)}
+    return {
+        "query_sha256": a.query_sha256,
+        "a": a.trace_id,
+        "b": b.trace_id,
+        "verdict": verdict,
+        "first_difference": evidence[0]["stage"] if evidence else None,
+        "refused_a": a.refused,
+        "refused_b": b.refused,
+        "run_status_a": a.run_status,
+        "run_status_b": b.run_status,
+        "chain": chain,
+        "cause": _cause(chain) if chain else "",
+        "cited_a": list(a.cited),
+        "cited_b": list(b.cited),
+    }
 
 
 def _rate(n: float, d: float) -> float | None:
@@ -158,16 +167,31 @@ def totals(side: SideSummary, other: SideSummary) -> dict[str, Any]:
             stage_counts[s.label] += 1
             survived_cited[s.label] += len(cited & out)
             survived_context[s.label] += len(context & out)
-    survival = [{"stage": label, "traces": n,
-                 "other_cited_present": _rate(survived_cited[label], cited_total),
-                 "other_in_context_present": _rate(survived_context[label], context_total)}
-                for label, n in stage_counts.items()]
-    return {"name": side.name, "traces": side.traces, "questions": len(rs), "repeats": side.repeats,
-            "no_query_receipt": side.no_query,
-            "refused": refused, "refusal_known": len(known), "refusal_rate": _rate(refused, len(known)),
-            "degraded": sum(1 for r in rs if r.degraded()), "degraded_rate": _rate(sum(1 for r in rs if r.degraded()), len(rs)),
-            "fallback": sum(1 for r in rs if r.fallback()), "fallback_rate": _rate(sum(1 for r in rs if r.fallback()), len(rs)),
-            "survival": survival, "notes": side.notes}
+    survival = [
+        {
+            "stage": label,
+            "traces": n,
+            "other_cited_present": _rate(survived_cited[label], cited_total),
+            "other_in_context_present": _rate(survived_context[label], context_total),
+        }
+        for label, n in stage_counts.items()
+    ]
+    return {
+        "name": side.name,
+        "traces": side.traces,
+        "questions": len(rs),
+        "repeats": side.repeats,
+        "no_query_receipt": side.no_query,
+        "refused": refused,
+        "refusal_known": len(known),
+        "refusal_rate": _rate(refused, len(known)),
+        "degraded": sum(1 for r in rs if r.degraded()),
+        "degraded_rate": _rate(sum(1 for r in rs if r.degraded()), len(rs)),
+        "fallback": sum(1 for r in rs if r.fallback()),
+        "fallback_rate": _rate(sum(1 for r in rs if r.fallback()), len(rs)),
+        "survival": survival,
+        "notes": side.notes,
+    }
 
 
 def compare(a: SideSummary, b: SideSummary) -> dict[str, Any]:
@@ -178,9 +202,12 @@ def compare(a: SideSummary, b: SideSummary) -> dict[str, Any]:
     newly_refused = [p for p in pairs if p["refused_b"] and not p["refused_a"]]
     causes = Counter(p["first_difference"] or p["verdict"] for p in newly_refused)
     return {
-        "a": totals(a, b), "b": totals(b, a),
-        "paired": len(pairs), "verdicts": dict(verdicts),
-        "newly_refused": len(newly_refused), "newly_refused_first_difference": dict(causes),
+        "a": totals(a, b),
+        "b": totals(b, a),
+        "paired": len(pairs),
+        "verdicts": dict(verdicts),
+        "newly_refused": len(newly_refused),
+        "newly_refused_first_difference": dict(causes),
         "only_in_a": [{"query_sha256": q, "trace_id": r.trace_id} for q, r in a.by_query.items() if q not in b.by_query],
         "only_in_b": [{"query_sha256": q, "trace_id": r.trace_id} for q, r in b.by_query.items() if q not in a.by_query],
         "questions": pairs,
@@ -196,18 +223,30 @@ def markdown(result: dict[str, Any], limit: int = 50) -> str:
 
     a, b = result["a"], result["b"]
     lines = ["# ragtrail compare", "", "| | A | B |", "|---|---|---|"]
-    for label, key in (("traces", "traces"), ("questions", "questions"), ("refused", "refused"),
-                       ("refusal rate", "refusal_rate"), ("degraded", "degraded"), ("fallback", "fallback"),
-                       ("no query receipt", "no_query_receipt")):
+    for label, key in (
+        ("traces", "traces"),
+        ("questions", "questions"),
+        ("refused", "refused"),
+        ("refusal rate", "refusal_rate"),
+        ("degraded", "degraded"),
+        ("fallback", "fallback"),
+        ("no query receipt", "no_query_receipt"),
+    ):
         lines.append(f"| {label} | {cell(a[key])} | {cell(b[key])} |")
-    lines += ["", f"{result['paired']} questions paired: " + ", ".join(f"{n} {v}" for v, n in sorted(result['verdicts'].items())),
-              f"only in A: {len(result['only_in_a'])}, only in B: {len(result['only_in_b'])}", ""]
+    lines += [
+        "",
+        f"{result['paired']} questions paired: " + ", ".join(f"{n} {v}" for v, n in sorted(result["verdicts"].items())),
+        f"only in A: {len(result['only_in_a'])}, only in B: {len(result['only_in_b'])}",
+        "",
+    ]
     changed = [p for p in result["questions"] if p["verdict"] != "same evidence, same answer" and p["verdict"] != "same evidence"]
     if changed:
         lines += ["| question (sha256) | verdict | refused A → B | first difference | what changed |", "|---|---|---|---|---|"]
         for p in changed[:limit]:
-            lines.append(f"| {cell(p['query_sha256'][:16])} | {cell(p['verdict'])} | {cell(p['refused_a'])} → "
-                         f"{cell(p['refused_b'])} | {cell(p['first_difference'])} | {cell(p['cause'])} |")
+            lines.append(
+                f"| {cell(p['query_sha256'][:16])} | {cell(p['verdict'])} | {cell(p['refused_a'])} → "
+                f"{cell(p['refused_b'])} | {cell(p['first_difference'])} | {cell(p['cause'])} |"
+            )
         if len(changed) > limit:
             lines.append(f"\n… {len(changed) - limit} more (--json has every one)")
     return "\n".join(lines) + "\n"

@@ -26,9 +26,31 @@ def _of(corpus_size: int | None, approximate: bool) -> str:
     return f"~{corpus_size} (approximate)" if approximate else f"{corpus_size}"
 
 
-def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: int, *, claim: str | None = None,
-             run_status: str | None = None, approximate: bool = False, stores: int | None = None,
-             excluded: int = 0) -> Coverage:
+def _nothing_read(retrieved: int, run_status: str | None, excluded: int) -> str:
+    """Why nothing reached the model, in words that tell a failure from an empty result."""
+    if retrieved:
+        return f"context failure: {retrieved} retrieved, none reached the model: no claim is supported"
+    if run_status == "failed":
+        return "retrieval failed: nothing retrieved: no claim is supported"
+    if excluded:
+        return f"nothing handed on: {excluded} found, all excluded before they were retrieved (not an empty result): no claim is supported"
+    if run_status in ("empty", "available", None):
+        return "empty result: the search found nothing (not a failure): no claim is supported"
+    return f"nothing retrieved (run {run_status}): no claim is supported"
+
+
+def coverage(
+    corpus_size: int | None,
+    retrieved: int,
+    in_context: int,
+    cited: int,
+    *,
+    claim: str | None = None,
+    run_status: str | None = None,
+    approximate: bool = False,
+    stores: int | None = None,
+    excluded: int = 0,
+) -> Coverage:
     """The manifest's ``coverage`` block: counts, ``exhaustive``, one statement, per-claim verdicts,
     and the verdict for the claim the answer made when the app said which (``ragtrail.answer.claim``).
 
@@ -53,17 +75,7 @@ def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: in
             ok, why = False, f"asserts something about the {corpus_size - read} units never read"
         claims.append(ClaimVerdict(name, example, ok, why))
     if read == 0:
-        if retrieved:
-            statement = f"context failure: {retrieved} retrieved, none reached the model: no claim is supported"
-        elif run_status == "failed":
-            statement = "retrieval failed: nothing retrieved: no claim is supported"
-        elif excluded:
-            statement = (f"nothing handed on: {excluded} found, all excluded before they were retrieved "
-                         "(not an empty result): no claim is supported")
-        elif run_status in ("empty", "available", None):
-            statement = "empty result: the search found nothing (not a failure): no claim is supported"
-        else:
-            statement = f"nothing retrieved (run {run_status}): no claim is supported"
+        statement = _nothing_read(retrieved, run_status, excluded)
     elif exhaustive:
         statement = f"all {corpus_size} of {corpus_size} read: absence, universal, latest and count claims are supported"
     elif corpus_size is None:
@@ -75,19 +87,30 @@ def coverage(corpus_size: int | None, retrieved: int, in_context: int, cited: in
     verdict = _claim_verdict(claim, claims, read, corpus_size, approximate)
     if verdict is not None:
         statement = verdict.statement
-    return Coverage(corpus_size=corpus_size, approximate=approximate, stores=stores, retrieved=retrieved,
-                    in_context=in_context, cited=cited, exhaustive=exhaustive, statement=statement,
-                    claims=claims, answer_claim=verdict)
+    return Coverage(
+        corpus_size=corpus_size,
+        approximate=approximate,
+        stores=stores,
+        retrieved=retrieved,
+        in_context=in_context,
+        cited=cited,
+        exhaustive=exhaustive,
+        statement=statement,
+        claims=claims,
+        answer_claim=verdict,
+    )
 
 
-def _claim_verdict(claim: str | None, claims: list[ClaimVerdict], read: int, corpus_size: int | None,
-                   approximate: bool) -> AnswerClaim | None:
+def _claim_verdict(claim: str | None, claims: list[ClaimVerdict], read: int, corpus_size: int | None, approximate: bool) -> AnswerClaim | None:
     """The verdict for the one claim the answer said it made (absence, presence, none)."""
     if claim not in ("absence", "presence", "none"):
         return None
     if claim == "none":
-        return AnswerClaim(claim, None, f"the answer makes no claim about the corpus ({read} read"
-                                        f"{'' if corpus_size is None else f' of {_of(corpus_size, approximate)}'})")
+        return AnswerClaim(
+            claim,
+            None,
+            f"the answer makes no claim about the corpus ({read} read{'' if corpus_size is None else f' of {_of(corpus_size, approximate)}'})",
+        )
     row = next(c for c in claims if c.claim == ("absence" if claim == "absence" else "quote"))
     if claim == "absence":
         if row.supported:
@@ -98,18 +121,25 @@ def _claim_verdict(claim: str | None, claims: list[ClaimVerdict], read: int, cor
             text = f"the answer claims absence: not supported ({read} read of a corpus of unknown size)"
         else:
             unread = max(corpus_size - read, 0)
-            text = (f"the answer claims absence: not supported ({read} of {_of(corpus_size, approximate)} read"
-                    + (f", {unread} never read)" if unread else ")"))
+            text = f"the answer claims absence: not supported ({read} of {_of(corpus_size, approximate)} read" + (
+                f", {unread} never read)" if unread else ")"
+            )
     else:
         of = "" if corpus_size is None else f" of {_of(corpus_size, approximate)}"
-        text = (f"the answer claims presence: supported by what was read ({read}{of} read; "
-                "an absence claim would not be)" if row.supported and read != corpus_size else
-                f"the answer claims presence: supported by what was read ({read}{of} read)" if row.supported
-                else "the answer claims presence: not supported (nothing reached the model)")
+        text = (
+            f"the answer claims presence: supported by what was read ({read}{of} read; an absence claim would not be)"
+            if row.supported and read != corpus_size
+            else f"the answer claims presence: supported by what was read ({read}{of} read)"
+            if row.supported
+            else "the answer claims presence: not supported (nothing reached the model)"
+        )
     return AnswerClaim(claim, row.supported, text, why=row.why)
 
 
 def survival(stages: Sequence[Stage]) -> list[Survival]:
     """Evidence in and out of every stage that handles candidates, in pipeline order (the funnel)."""
-    return [Survival(stage.kind, stage.component, stage.n_in, stage.n_out, stage.excluded_count)
-            for stage in stages if not (stage.kind in ("query_transform",) and not stage.n_out)]
+    return [
+        Survival(stage.kind, stage.component, stage.n_in, stage.n_out, stage.excluded_count)
+        for stage in stages
+        if not (stage.kind in ("query_transform",) and not stage.n_out)
+    ]

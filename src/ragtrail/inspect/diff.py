@@ -48,17 +48,25 @@ def _candidate_changes(a: Stage | None, b: Stage | None) -> dict[str, Any]:
         other = cb.get(ident)
         if other is not None and other.rank != c.rank:
             ra, rb = c.rank, other.rank
-            moved.append({"id": ident, "rank_a": ra, "rank_b": rb,
-                          "delta": (rb - ra) if isinstance(ra, int) and isinstance(rb, int) else None,
-                          "score_a": c.score, "score_b": other.score})
+            moved.append(
+                {
+                    "id": ident,
+                    "rank_a": ra,
+                    "rank_b": rb,
+                    "delta": (rb - ra) if isinstance(ra, int) and isinstance(rb, int) else None,
+                    "score_a": c.score,
+                    "score_b": other.score,
+                }
+            )
     return {
         "added": [{"id": i, "rank": c.rank, "score": c.score} for i, c in cb.items() if i not in ca],
         "removed": [{"id": i, "rank": c.rank, "score": c.score} for i, c in ca.items() if i not in cb],
         "moved": moved,
         "content_changed": [
-            {"id": ident, "sha256_a": c.sha256, "sha256_b": cb[ident].sha256,
-             "rule_a": c.transform_rule, "rule_b": cb[ident].transform_rule}
-            for ident, c in ca.items() if ident in cb and c.sha256 != cb[ident].sha256],
+            {"id": ident, "sha256_a": c.sha256, "sha256_b": cb[ident].sha256, "rule_a": c.transform_rule, "rule_b": cb[ident].transform_rule}
+            for ident, c in ca.items()
+            if ident in cb and c.sha256 != cb[ident].sha256
+        ],
     }
 
 
@@ -70,15 +78,20 @@ def _exclusion_changes(a: Stage | None, b: Stage | None) -> dict[str, Any]:
         "exclusions_gone": [{"id": i, "reason": e.reason, "detail": e.detail} for i, e in ea.items() if i not in eb],
         "exclusions_changed": [
             {"id": i, "reason_a": e.reason, "reason_b": eb[i].reason, "detail_a": e.detail, "detail_b": eb[i].detail}
-            for i, e in ea.items() if i in eb and (e.reason, e.detail) != (eb[i].reason, eb[i].detail)],
+            for i, e in ea.items()
+            if i in eb and (e.reason, e.detail) != (eb[i].reason, eb[i].detail)
+        ],
     }
 
 
 def stage_diff(a: Stage | None, b: Stage | None) -> dict[str, Any]:
     """Added, removed and moved candidates (with rank deltas), exclusion changes, query change."""
     base = a or b
-    result: dict[str, Any] = {"kind": base.kind if base else None, "component": base.component if base else None,
-                              "only_in": None if (a and b) else ("A" if a else "B")}
+    result: dict[str, Any] = {
+        "kind": base.kind if base else None,
+        "component": base.component if base else None,
+        "only_in": None if (a and b) else ("A" if a else "B"),
+    }
     result.update(_candidate_changes(a, b))
     result.update(_exclusion_changes(a, b))
     if a and b and _status(a) != _status(b):
@@ -87,10 +100,17 @@ def stage_diff(a: Stage | None, b: Stage | None) -> dict[str, Any]:
     if result["query_changed"]:
         result["query_a"] = _query_text(a)  # both present: query_changed says so
         result["query_b"] = _query_text(b)
-    result["same"] = not (result["only_in"] or result["added"] or result["removed"] or result["moved"]
-                          or result["content_changed"]
-                          or result["exclusions_new"] or result["exclusions_gone"] or result["exclusions_changed"]
-                          or result["query_changed"])
+    result["same"] = not (
+        result["only_in"]
+        or result["added"]
+        or result["removed"]
+        or result["moved"]
+        or result["content_changed"]
+        or result["exclusions_new"]
+        or result["exclusions_gone"]
+        or result["exclusions_changed"]
+        or result["query_changed"]
+    )
     return result
 
 
@@ -108,8 +128,9 @@ def status_text(status: Any, failure: Any, fallback: Any) -> str:
     return f"{status or 'unknown'} ({', '.join(extra)})" if extra else str(status or "unknown")
 
 
-def _under_fuse(first: dict[str, Any], stages: list[dict[str, Any]], span_ids: dict[int, tuple[Any, Any]],
-                parents: dict[int, tuple[Any, Any]]) -> dict[str, Any] | None:
+def _under_fuse(
+    first: dict[str, Any], stages: list[dict[str, Any]], span_ids: dict[int, tuple[Any, Any]], parents: dict[int, tuple[Any, Any]]
+) -> dict[str, Any] | None:
     """The first differing stage whose span is a child of the fuse ``first`` (the retriever underneath)."""
     fuse_ids = span_ids[id(first)]
     for s in stages:
@@ -148,8 +169,13 @@ def _hop_diff(a: Manifest, b: Manifest) -> list[dict[str, Any]]:
     for hop in sorted(set(ha) | set(hb), key=lambda h: (h is None, h)):
         x, y = ha.get(hop), hb.get(hop)
         if _hop_sig(x) != _hop_sig(y):
-            out.append({"hop": hop, "a": None if x is None else {"transform": x.transform, "text": x.text},
-                        "b": None if y is None else {"transform": y.transform, "text": y.text}})
+            out.append(
+                {
+                    "hop": hop,
+                    "a": None if x is None else {"transform": x.transform, "text": x.text},
+                    "b": None if y is None else {"transform": y.transform, "text": y.text},
+                }
+            )
     return out
 
 
@@ -218,8 +244,9 @@ def diff(a: Manifest, b: Manifest) -> dict[str, Any]:
         underneath = _under_fuse(first, stages, span_ids, parents)
         if underneath is not None:
             fuse, first = first, underneath
-    status_changes = [f"{s['kind']} {s['component']}: {s['status_changed']['a']} → {s['status_changed']['b']}"
-                      for s in stages if s.get("status_changed")]
+    status_changes = [
+        f"{s['kind']} {s['component']}: {s['status_changed']['a']} → {s['status_changed']['b']}" for s in stages if s.get("status_changed")
+    ]
     answer = _answer_verdict(a, b)
     hops = _hop_diff(a, b)
     verdict = _same(answer, list(a.cited) == list(b.cited)) if first is None else _differs(first, fuse, answer)
@@ -228,6 +255,16 @@ def diff(a: Manifest, b: Manifest) -> dict[str, Any]:
     first_difference = None if first is None else {"kind": first["kind"], "component": first["component"]}
     if first_difference is not None and fuse is not None:
         first_difference["under"] = {"kind": fuse["kind"], "component": fuse["component"]}
-    return {"a": a.trace_id, "b": b.trace_id, "same_evidence": first is None, "verdict": verdict,
-            "first_difference": first_difference, "status_changes": status_changes, "answer": answer,
-            "query_hops": hops, "cited_a": a.cited, "cited_b": b.cited, "stages": stages}
+    return {
+        "a": a.trace_id,
+        "b": b.trace_id,
+        "same_evidence": first is None,
+        "verdict": verdict,
+        "first_difference": first_difference,
+        "status_changes": status_changes,
+        "answer": answer,
+        "query_hops": hops,
+        "cited_a": a.cited,
+        "cited_b": b.cited,
+        "stages": stages,
+    }

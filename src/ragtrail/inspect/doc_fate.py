@@ -43,8 +43,10 @@ def fate(manifest: Manifest, doc_id: str) -> dict[str, Any]:
             step["fallback"] = s.fallback
         steps.append(step)
     if not any(st["state"] != "absent" for st in steps):
-        raise TraceNotFound(f"document {doc_id!r} appears in no stage of trace {manifest.trace_id}",
-                            "check the id (ragtrail show TRACE lists every candidate with --all)")
+        raise TraceNotFound(
+            f"document {doc_id!r} appears in no stage of trace {manifest.trace_id}",
+            "check the id (ragtrail show TRACE lists every candidate with --all)",
+        )
     cited = doc_id in manifest.cited
     in_context = doc_id in manifest.in_context
     last = next(st for st in reversed(steps) if st["state"] != "absent")
@@ -56,8 +58,7 @@ def fate(manifest: Manifest, doc_id: str) -> dict[str, Any]:
         verdict = f"excluded at {last['stage']} ({last.get('reason')})"
     else:
         verdict = f"last seen at {last['stage']}; did not reach the context"
-    return {"trace_id": manifest.trace_id, "id": doc_id, "steps": steps, "cited": cited,
-            "in_context": in_context, "verdict": verdict}
+    return {"trace_id": manifest.trace_id, "id": doc_id, "steps": steps, "cited": cited, "in_context": in_context, "verdict": verdict}
 
 
 def render(console: Any, f: dict[str, Any]) -> None:

@@ -28,12 +28,20 @@ class Alarm:
         """The one line ``ragtrail verify`` prints per alarm."""
         cand = self.candidate or "-"
         detail = f" ({self.detail})" if self.detail else ""
-        return (f"ALARM trace={self.trace_id} span={self.span_id} stage={self.stage or '-'} "
-                f"candidate={cand} field={self.field}: {self.problem}{detail}")
+        return (
+            f"ALARM trace={self.trace_id} span={self.span_id} stage={self.stage or '-'} candidate={cand} field={self.field}: {self.problem}{detail}"
+        )
 
     def as_dict(self) -> dict[str, str]:
-        return {"trace_id": self.trace_id, "span_id": self.span_id, "stage": self.stage,
-                "candidate": self.candidate, "field": self.field, "problem": self.problem, "detail": self.detail}
+        return {
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "stage": self.stage,
+            "candidate": self.candidate,
+            "field": self.field,
+            "problem": self.problem,
+            "detail": self.detail,
+        }
 
 
 @dataclass
@@ -58,11 +66,18 @@ class Fidelity:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "intact": self.intact, "changed_cited": self.changed_cited, "changed_uncited": self.changed_uncited,
-            "unverifiable": self.unverifiable, "not_captured": self.not_captured,
-            "missing_events": self.missing_events, "missing_spans": self.missing_spans,
-            "dropped_attributes": self.dropped_attributes, "dropped_events": self.dropped_events,
-            "partial": self.partial, "alarms": [a.as_dict() for a in self.alarms], "notes": list(self.notes),
+            "intact": self.intact,
+            "changed_cited": self.changed_cited,
+            "changed_uncited": self.changed_uncited,
+            "unverifiable": self.unverifiable,
+            "not_captured": self.not_captured,
+            "missing_events": self.missing_events,
+            "missing_spans": self.missing_spans,
+            "dropped_attributes": self.dropped_attributes,
+            "dropped_events": self.dropped_events,
+            "partial": self.partial,
+            "alarms": [a.as_dict() for a in self.alarms],
+            "notes": list(self.notes),
         }
 
 
@@ -82,8 +97,7 @@ class Ledger:
         self.f = Fidelity(partial=trace.partial)
 
     def alarm(self, where: Where, field_name: str, problem: str, detail: str = "") -> None:
-        self.f.alarms.append(Alarm(self.trace.trace_id, where.span.span_id, where.stage, where.candidate, field_name,
-                                   problem, detail))
+        self.f.alarms.append(Alarm(self.trace.trace_id, where.span.span_id, where.stage, where.candidate, field_name, problem, detail))
 
 
 __all__ = ["Alarm", "Fidelity", "Ledger", "Where"]

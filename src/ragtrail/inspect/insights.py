@@ -73,12 +73,20 @@ def _rank(row: Row) -> int:
 def _stale(c: Row, u: Row, date_key: str, label: str) -> dict[str, Any]:
     cited_date, newer_date = (c.meta or {})[date_key], (u.meta or {})[date_key]
     return {
-        "insight": STALE_CITATION, "stage": label, "stages": [label],
-        "cited": c.id, "cited_date": cited_date, "cited_rank": c.rank,
-        "newer": u.id, "newer_date": newer_date, "newer_rank": u.rank,
-        "said": (f"cited {c.id} ({date_key} {cited_date}, rank {c.rank}) outranked "
-                 f"the newer {u.id} ({date_key} {newer_date}, rank {u.rank}) "
-                 f"at {label}, which was not cited"),
+        "insight": STALE_CITATION,
+        "stage": label,
+        "stages": [label],
+        "cited": c.id,
+        "cited_date": cited_date,
+        "cited_rank": c.rank,
+        "newer": u.id,
+        "newer_date": newer_date,
+        "newer_rank": u.rank,
+        "said": (
+            f"cited {c.id} ({date_key} {cited_date}, rank {c.rank}) outranked "
+            f"the newer {u.id} ({date_key} {newer_date}, rank {u.rank}) "
+            f"at {label}, which was not cited"
+        ),
     }
 
 
@@ -95,8 +103,9 @@ def stale_citations(manifest: Manifest, date_key: str) -> list[dict[str, Any]]:
         for c, when_c in dated:
             if c.id not in cited or when_c is None:
                 continue
-            newer = sorted((u for u, when_u in dated if u.id not in cited and when_u is not None
-                            and _rank(c) < _rank(u) and _earlier(when_c, when_u)), key=_rank)
+            newer = sorted(
+                (u for u, when_u in dated if u.id not in cited and when_u is not None and _rank(c) < _rank(u) and _earlier(when_c, when_u)), key=_rank
+            )
             if not newer:
                 continue
             if c.id in found:
@@ -115,10 +124,20 @@ def echoes(manifest: Manifest) -> list[dict[str, Any]]:
             sha = c.sha256
             if sha and sha in hops and c.id not in seen:
                 seen.add(c.id)
-                out.append({"insight": ECHO, "stage": stage.label, "id": c.id, "rank": c.rank, "hop": hops[sha],
-                            "said": (f"candidate {c.id} (rank {c.rank} at {stage.kind} "
-                                     f"{stage.component}) has the same content sha256 as query hop "
-                                     f"{hops[sha]}: the question came back as its own evidence")})
+                out.append(
+                    {
+                        "insight": ECHO,
+                        "stage": stage.label,
+                        "id": c.id,
+                        "rank": c.rank,
+                        "hop": hops[sha],
+                        "said": (
+                            f"candidate {c.id} (rank {c.rank} at {stage.kind} "
+                            f"{stage.component}) has the same content sha256 as query hop "
+                            f"{hops[sha]}: the question came back as its own evidence"
+                        ),
+                    }
+                )
     return out
 
 
@@ -131,8 +150,14 @@ def self_citations(manifest: Manifest, key: str, value: str) -> list[dict[str, A
             author = (c.meta or {}).get(key)
             if c.id in cited and author is not None and str(author) == value and c.id not in seen:
                 seen.add(c.id)
-                out.append({"insight": SELF_CITATION, "id": c.id, "stage": stage.label,
-                            "said": f"the answer cited {c.id}, whose {key} is {value}: content the system wrote itself"})
+                out.append(
+                    {
+                        "insight": SELF_CITATION,
+                        "id": c.id,
+                        "stage": stage.label,
+                        "said": f"the answer cited {c.id}, whose {key} is {value}: content the system wrote itself",
+                    }
+                )
     return out
 
 
@@ -149,8 +174,9 @@ def silent_fallbacks(manifest: Manifest) -> list[dict[str, Any]]:
         if stage.status in (sc.STATUS_DEGRADED, sc.STATUS_FAILED):
             continue  # it said so: a declared fallback is a stage status, not a silent one
         ins = {c.id for c in stage.candidates} | {e.id for e in stage.excluded}
-        upstream = next((s for s in reversed(stages[:i]) if s.candidates
-                         and s.kind not in (sc.KIND_CITE, sc.KIND_GENERATE, sc.KIND_QUERY_TRANSFORM)), None)
+        upstream = next(
+            (s for s in reversed(stages[:i]) if s.candidates and s.kind not in (sc.KIND_CITE, sc.KIND_GENERATE, sc.KIND_QUERY_TRANSFORM)), None
+        )
         if upstream is None:
             continue
         given_rows = _by_rank(upstream.candidates)
@@ -162,12 +188,21 @@ def silent_fallbacks(manifest: Manifest) -> list[dict[str, Any]]:
         # the same order alone is what a reranker that agrees with its retriever also does: the
         # evidence of a fallback is the same order *and* the upstream scores handed on unscored
         same_scores = all(k.score == g.score for k, g in zip(kept_rows, given_rows, strict=False))
-        if len(given) >= _MIN_ORDER_EVIDENCE and len(kept) >= 2 and kept == given[:len(kept)] and same_scores:
-            out.append({"insight": SILENT_FALLBACK, "stage": stage.label, "upstream": upstream.label, "count": len(given),
-                        "said": (f"{stage.label} handed on its input order from "
-                                 f"{upstream.label} unchanged, scores too ({len(kept)} of "
-                                 f"{len(given)} kept) and reported no fallback: a reranker that fell back "
-                                 "silently looks exactly like this")})
+        if len(given) >= _MIN_ORDER_EVIDENCE and len(kept) >= 2 and kept == given[: len(kept)] and same_scores:
+            out.append(
+                {
+                    "insight": SILENT_FALLBACK,
+                    "stage": stage.label,
+                    "upstream": upstream.label,
+                    "count": len(given),
+                    "said": (
+                        f"{stage.label} handed on its input order from "
+                        f"{upstream.label} unchanged, scores too ({len(kept)} of "
+                        f"{len(given)} kept) and reported no fallback: a reranker that fell back "
+                        "silently looks exactly like this"
+                    ),
+                }
+            )
     return out
 
 

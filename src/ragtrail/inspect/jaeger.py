@@ -15,9 +15,18 @@ from .errors import MalformedInput
 from .model import Event, Span, Trace, normalize_trace_id
 from .otlp import DECODE_ERRORS, MAX_VALUE_DEPTH, attribute_key, int64, text_or_none, uint64
 
-_RESERVED_TAGS = {"span.kind", "otel.status_code", "otel.status_description", "w3c.tracestate",
-                  "otel.scope.name", "otel.library.name", "otel.scope.version", "otel.library.version",
-                  "internal.span.format", "error"}
+_RESERVED_TAGS = {
+    "span.kind",
+    "otel.status_code",
+    "otel.status_description",
+    "w3c.tracestate",
+    "otel.scope.name",
+    "otel.library.name",
+    "otel.scope.version",
+    "otel.library.version",
+    "internal.span.format",
+    "error",
+}
 
 
 def _tag_value(tag: dict[str, Any]) -> Any:
@@ -46,8 +55,7 @@ def _depth_within(value: Any, limit: int) -> bool:
     """True when ``value`` nests at most ``limit`` lists/dicts deep (checked without recursion)."""
     level = [value]
     for _ in range(limit + 1):
-        level = [v for item in level for v in (item.values() if isinstance(item, dict) else item)
-                 if isinstance(v, (list, dict))]
+        level = [v for item in level for v in (item.values() if isinstance(item, dict) else item) if isinstance(v, (list, dict))]
         if not level:
             return True
     return False
@@ -60,8 +68,7 @@ def _tags(items: list[dict[str, Any]] | None) -> dict[str, Any]:
 def decode_jaeger_trace(data: dict[str, Any], source: str) -> Trace:
     """One element of v1's ``data`` list."""
     try:
-        processes = {pid: _tags(p.get("tags")) | {"service.name": p.get("serviceName")}
-                     for pid, p in (data.get("processes") or {}).items()}
+        processes = {pid: _tags(p.get("tags")) | {"service.name": p.get("serviceName")} for pid, p in (data.get("processes") or {}).items()}
         spans: list[Span] = []
         notes: list[str] = []
         trace_id = normalize_trace_id(data.get("traceID", ""))
@@ -77,31 +84,35 @@ def decode_jaeger_trace(data: dict[str, Any], source: str) -> Trace:
             for log in raw.get("logs") or ():
                 fields = _tags(log.get("fields"))
                 name = fields.pop("event", "")
-                events.append(Event(name=str(name), time_ns=uint64(uint64(log.get("timestamp", 0)) * 1000),
-                                    attributes=fields, dropped_attributes=None))
+                events.append(
+                    Event(name=str(name), time_ns=uint64(uint64(log.get("timestamp", 0)) * 1000), attributes=fields, dropped_attributes=None)
+                )
             start = uint64(uint64(raw.get("startTime", 0)) * 1000)
             for warning in raw.get("warnings") or ():
                 notes.append(f"Jaeger warning on span {raw.get('spanID')}: {warning}")
-            spans.append(Span(
-                trace_id=normalize_trace_id(raw.get("traceID", trace_id)),
-                span_id=str(raw["spanID"]).lower().rjust(16, "0"),
-                parent_span_id=str(parent).lower().rjust(16, "0") if parent else None,
-                name=text_or_none(raw.get("operationName", ""), "an operationName") or "",
-                start_ns=start,
-                end_ns=uint64(start + uint64(raw.get("duration", 0)) * 1000),
-                attributes={k: v for k, v in tags.items() if k not in _RESERVED_TAGS},
-                events=events,
-                dropped_attributes=None,
-                dropped_events=None,
-                dropped_links=None,
-                trace_state=text_or_none(tags.get("w3c.tracestate") or None, "a w3c.tracestate tag"),
-                resource=processes.get(raw.get("processID"), {}),
-                scope_name=text_or_none(tags.get("otel.scope.name") or tags.get("otel.library.name"), "a scope name"),
-                status_code=text_or_none(tags.get("otel.status_code"), "an otel.status_code tag"),
-                status_message=text_or_none(tags.get("otel.status_description"), "an otel.status_description tag"),
-            ))
+            spans.append(
+                Span(
+                    trace_id=normalize_trace_id(raw.get("traceID", trace_id)),
+                    span_id=str(raw["spanID"]).lower().rjust(16, "0"),
+                    parent_span_id=str(parent).lower().rjust(16, "0") if parent else None,
+                    name=text_or_none(raw.get("operationName", ""), "an operationName") or "",
+                    start_ns=start,
+                    end_ns=uint64(start + uint64(raw.get("duration", 0)) * 1000),
+                    attributes={k: v for k, v in tags.items() if k not in _RESERVED_TAGS},
+                    events=events,
+                    dropped_attributes=None,
+                    dropped_events=None,
+                    dropped_links=None,
+                    trace_state=text_or_none(tags.get("w3c.tracestate") or None, "a w3c.tracestate tag"),
+                    resource=processes.get(raw.get("processID"), {}),
+                    scope_name=text_or_none(tags.get("otel.scope.name") or tags.get("otel.library.name"), "a scope name"),
+                    status_code=text_or_none(tags.get("otel.status_code"), "an otel.status_code tag"),
+                    status_message=text_or_none(tags.get("otel.status_description"), "an otel.status_description tag"),
+                )
+            )
     except DECODE_ERRORS as exc:
-        raise MalformedInput(f"not valid Jaeger JSON ({type(exc).__name__}: {str(exc)[:200]})",
-                             "expected the body of Jaeger's GET /api/traces/{id}") from None
+        raise MalformedInput(
+            f"not valid Jaeger JSON ({type(exc).__name__}: {str(exc)[:200]})", "expected the body of Jaeger's GET /api/traces/{id}"
+        ) from None
     notes.append("Jaeger's v1 API does not carry dropped counts: SDK evictions cannot be seen from this source")
     return Trace(trace_id=trace_id, spans=spans, source=source, keeps_dropped_counts=False, notes=notes)

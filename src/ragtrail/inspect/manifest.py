@@ -14,8 +14,8 @@ from typing import Any
 from ragtrail.contract import receipts
 from ragtrail.contract import semconv as sc
 
-from .gc_pause import gc_paused
 from .coverage import coverage, survival
+from .gc_pause import gc_paused
 from .manifest_model import (
     META,
     PREVIEW,
@@ -40,9 +40,19 @@ from .model import Span, Trace
 from .stages import StageView, Stitched, stitch
 from .verify import Fidelity, check
 
-_CANDIDATE_KEYS = frozenset({sc.CANDIDATE_ID, sc.CANDIDATE_RANK, sc.CANDIDATE_SCORE, sc.CANDIDATE_SCORE_KIND,
-                             sc.CANDIDATE_HOP, sc.CANDIDATE_CONTENT_CHARS, sc.CANDIDATE_CONTENT_BYTES,
-                             sc.CANDIDATE_TRANSFORM_DERIVED_FROM, sc.EXCLUSION_DETAIL})
+_CANDIDATE_KEYS = frozenset(
+    {
+        sc.CANDIDATE_ID,
+        sc.CANDIDATE_RANK,
+        sc.CANDIDATE_SCORE,
+        sc.CANDIDATE_SCORE_KIND,
+        sc.CANDIDATE_HOP,
+        sc.CANDIDATE_CONTENT_CHARS,
+        sc.CANDIDATE_CONTENT_BYTES,
+        sc.CANDIDATE_TRANSFORM_DERIVED_FROM,
+        sc.EXCLUSION_DETAIL,
+    }
+)
 _META = sc.CANDIDATE_META_PREFIX
 _META_LEN = len(_META)
 
@@ -77,9 +87,13 @@ def candidate_entry(attributes: dict[str, Any]) -> Row:
     score = a.get(sc.CANDIDATE_SCORE)
     rank = a.get(sc.CANDIDATE_RANK)
     hop = a.get(sc.CANDIDATE_HOP)
-    row = Row(id=str(a.get(sc.CANDIDATE_ID, "")), rank=rank if type(rank) is int else _int(rank),
-              score=score if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
-              score_kind=a.get(sc.CANDIDATE_SCORE_KIND), hop=hop if type(hop) is int else _int(hop))
+    row = Row(
+        id=str(a.get(sc.CANDIDATE_ID, "")),
+        rank=rank if type(rank) is int else _int(rank),
+        score=score if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
+        score_kind=a.get(sc.CANDIDATE_SCORE_KIND),
+        hop=hop if type(hop) is int else _int(hop),
+    )
     keys: list[str] = []
     meta: dict[str, Any] | None = None
     for key, value in a.items():
@@ -114,13 +128,23 @@ def candidate_entry(attributes: dict[str, Any]) -> Row:
 
 
 def _hop(attributes: dict[str, Any]) -> Hop:
-    return Hop(hop=_int(attributes.get(sc.QUERY_HOP)), parent_hop=_int(attributes.get(sc.QUERY_PARENT_HOP)),
-               transform=attributes.get(sc.QUERY_TRANSFORM, sc.TRANSFORM_NONE), text=attributes.get(sc.QUERY_TEXT),
-               sha256=attributes.get(sc.QUERY_SHA256), chars=attributes.get(sc.QUERY_CHARS))
+    return Hop(
+        hop=_int(attributes.get(sc.QUERY_HOP)),
+        parent_hop=_int(attributes.get(sc.QUERY_PARENT_HOP)),
+        transform=attributes.get(sc.QUERY_TRANSFORM, sc.TRANSFORM_NONE),
+        text=attributes.get(sc.QUERY_TEXT),
+        sha256=attributes.get(sc.QUERY_SHA256),
+        chars=attributes.get(sc.QUERY_CHARS),
+    )
 
 
-_KNOBS = (("top_k", sc.STAGE_TOP_K), ("threshold", sc.STAGE_THRESHOLD), ("budget_limit", sc.STAGE_BUDGET_LIMIT),
-          ("budget_used", sc.STAGE_BUDGET_USED), ("budget_unit", sc.STAGE_BUDGET_UNIT))
+_KNOBS = (
+    ("top_k", sc.STAGE_TOP_K),
+    ("threshold", sc.STAGE_THRESHOLD),
+    ("budget_limit", sc.STAGE_BUDGET_LIMIT),
+    ("budget_used", sc.STAGE_BUDGET_USED),
+    ("budget_unit", sc.STAGE_BUDGET_UNIT),
+)
 
 
 def stage_entry(view: StageView) -> Stage:
@@ -138,20 +162,30 @@ def stage_entry(view: StageView) -> Stage:
             variants.append(_hop(event.attributes))
     n_in, n_out, n_ex = _int(a.get(sc.CANDIDATES_IN)), _int(a.get(sc.CANDIDATES_OUT)), _int(a.get(sc.CANDIDATES_EXCLUDED))
     return Stage(
-        span_id=view.span.span_id, parent_span_id=view.span.parent_span_id, kind=view.kind, component=view.component,
-        status=a.get(sc.STAGE_STATUS), failure_class=a.get(sc.STAGE_FAILURE_CLASS), fallback=a.get(sc.STAGE_FALLBACK),
+        span_id=view.span.span_id,
+        parent_span_id=view.span.parent_span_id,
+        kind=view.kind,
+        component=view.component,
+        status=a.get(sc.STAGE_STATUS),
+        failure_class=a.get(sc.STAGE_FAILURE_CLASS),
+        fallback=a.get(sc.STAGE_FALLBACK),
         n_in=n_in if n_in is not None else len(candidates) + len(excluded),
         n_out=n_out if n_out is not None else len(candidates),
         excluded_count=n_ex if n_ex is not None else len(excluded),
         knobs={name: a[key] for name, key in _KNOBS if key in a},
         query=_hop(a) if sc.QUERY_HOP in a else None,
         embedding_hops=[h for h in (_int(x) for x in _as_list(a.get(sc.QUERY_EMBEDDING_HOPS))) if h is not None],
-        query_variants=variants, candidates=candidates, excluded=excluded,
+        query_variants=variants,
+        candidates=candidates,
+        excluded=excluded,
         findings=[str(f) for f in _as_list(a.get(sc.STAGE_FINDINGS))],
-        filter=a.get(sc.STAGE_FILTER), collection=a.get(sc.STAGE_COLLECTION), model=a.get(sc.STAGE_MODEL),
+        filter=a.get(sc.STAGE_FILTER),
+        collection=a.get(sc.STAGE_COLLECTION),
+        model=a.get(sc.STAGE_MODEL),
         # the span's error status: "<Type>: <message>" when the producer let the message leave
         error=view.span.status_message if view.span.status_code == "ERROR" else None,
-        start_ns=view.span.start_ns, duration_ms=round((view.span.end_ns - view.span.start_ns) / 1e6, 3),
+        start_ns=view.span.start_ns,
+        duration_ms=round((view.span.end_ns - view.span.start_ns) / 1e6, 3),
     )
 
 
@@ -165,8 +199,9 @@ def _add_hop(hops: dict[int, QueryHop], entry: Hop | None, used_by: str | None, 
         return
     hop = hops.get(entry.hop)
     if hop is None:
-        hop = hops[entry.hop] = QueryHop(entry.hop, entry.parent_hop, entry.transform, entry.text, entry.sha256, entry.chars,
-                                         keys=(*_HOP_FIELDS, "used_by", "produced_by"))
+        hop = hops[entry.hop] = QueryHop(
+            entry.hop, entry.parent_hop, entry.transform, entry.text, entry.sha256, entry.chars, keys=(*_HOP_FIELDS, "used_by", "produced_by")
+        )
     for key in ("text", "sha256", "parent_hop", "chars"):
         if getattr(hop, key) is None and getattr(entry, key) is not None:
             _fill(hop, key, getattr(entry, key))
@@ -218,15 +253,19 @@ def answer_entry(attributes: dict[str, Any]) -> Answer | None:
     if not any(k.startswith(sc.ANSWER_RECEIPT_PREFIX + ".") for k in attributes):
         return None
     refused = attributes.get(sc.ANSWER_REFUSED)
-    return Answer(sha256=attributes.get(sc.ANSWER_SHA256), chars=_int(attributes.get(sc.ANSWER_CHARS)),
-                  refused=refused if isinstance(refused, bool) else None, claim=attributes.get(sc.ANSWER_CLAIM),
-                  preview=attributes.get(sc.ANSWER_PREVIEW) or (receipts.preview(str(attributes[sc.ANSWER_TEXT]))
-                                                                if sc.ANSWER_TEXT in attributes else None))
+    return Answer(
+        sha256=attributes.get(sc.ANSWER_SHA256),
+        chars=_int(attributes.get(sc.ANSWER_CHARS)),
+        refused=refused if isinstance(refused, bool) else None,
+        claim=attributes.get(sc.ANSWER_CLAIM),
+        preview=attributes.get(sc.ANSWER_PREVIEW) or (receipts.preview(str(attributes[sc.ANSWER_TEXT])) if sc.ANSWER_TEXT in attributes else None),
+    )
 
 
 def _sampling(trace: Trace, stitched: Stitched) -> Sampling:
-    candidates: list[Span] = [v.span for v in stitched.pipelines] + sorted(
-        (s for s in trace.spans if not s.parent_span_id), key=lambda s: s.start_ns) + list(trace.spans)
+    candidates: list[Span] = (
+        [v.span for v in stitched.pipelines] + sorted((s for s in trace.spans if not s.parent_span_id), key=lambda s: s.start_ns) + list(trace.spans)
+    )
     for span in candidates:
         a = span.attributes
         p = a.get(sc.SAMPLING_PROBABILITY)
@@ -240,10 +279,13 @@ def _sampling(trace: Trace, stitched: Stitched) -> Sampling:
     for span in candidates:
         p = _threshold_probability(span.trace_state)
         if p is not None:
-            return Sampling(p, 1 / p, "tracestate ot=th",
-                            f"sampled at p={p:g} (tracestate): this trace stands for {_requests(1 / p)}")
-    return Sampling(None, None, None, "no sampling recorded: kept unsampled, or by a sampler that does not say; "
-                                      "this trace stands for itself only as far as anyone can tell")
+            return Sampling(p, 1 / p, "tracestate ot=th", f"sampled at p={p:g} (tracestate): this trace stands for {_requests(1 / p)}")
+    return Sampling(
+        None,
+        None,
+        None,
+        "no sampling recorded: kept unsampled, or by a sampler that does not say; this trace stands for itself only as far as anyone can tell",
+    )
 
 
 def _requests(n: float) -> str:
@@ -310,16 +352,19 @@ def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, int, in
     claim = pa.get(sc.ANSWER_CLAIM)
     run_status = pa.get(sc.RUN_STATUS)
     approximate = pa.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True or (
-        sc.COVERAGE_CORPUS_SIZE not in pa
-        and any(v.attributes.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True for v in stitched.stages))
-    return coverage(corpus,
-                    n_retrieved if n_retrieved is not None else retrieved,
-                    n_in_context if n_in_context is not None else in_context,
-                    n_cited if n_cited is not None else cited,
-                    claim=claim if isinstance(claim, str) else None,
-                    run_status=run_status if isinstance(run_status, str) else None,
-                    approximate=approximate, stores=_int(pa.get(sc.COVERAGE_STORES)),
-                    excluded=excluded)
+        sc.COVERAGE_CORPUS_SIZE not in pa and any(v.attributes.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True for v in stitched.stages)
+    )
+    return coverage(
+        corpus,
+        n_retrieved if n_retrieved is not None else retrieved,
+        n_in_context if n_in_context is not None else in_context,
+        n_cited if n_cited is not None else cited,
+        claim=claim if isinstance(claim, str) else None,
+        run_status=run_status if isinstance(run_status, str) else None,
+        approximate=approximate,
+        stores=_int(pa.get(sc.COVERAGE_STORES)),
+        excluded=excluded,
+    )
 
 
 def _findings(stages: list[Stage]) -> list[str]:
@@ -355,8 +400,7 @@ def build(trace: Trace, key: bytes | None = None) -> Manifest:
     in_context_ids = [c.id for c in context_stages[-1].candidates] if context_stages else list(retrieved)
     if not pa:
         # no pipeline span: a retrieval root that wrote the run's coverage speaks for it
-        pa = next((v.attributes for v in stitched.stages if v.span.parent_span_id is None
-                   and sc.COVERAGE_RETRIEVED in v.attributes), {})
+        pa = next((v.attributes for v in stitched.stages if v.span.parent_span_id is None and sc.COVERAGE_RETRIEVED in v.attributes), {})
     cover = _coverage(stitched, pa, (len(retrieved), len(in_context_ids), len(cited), len(excluded)))
     return Manifest(
         trace_id=trace.trace_id,
@@ -386,5 +430,4 @@ def fidelity_only(trace: Trace, key: bytes | None = None) -> FidelityReport:
     stitched = stitch(trace)
     fidelity = check(trace, stitched, key)
     events = sum(len(v.events()) for v in [*stitched.pipelines, *stitched.stages])
-    return FidelityReport(trace_id=trace.trace_id, source=trace.source, fidelity=fidelity,
-                          span_count=len(trace.spans), events_checked=events)
+    return FidelityReport(trace_id=trace.trace_id, source=trace.source, fidelity=fidelity, span_count=len(trace.spans), events_checked=events)

@@ -42,8 +42,7 @@ class Row:
     keys: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "rank": self.rank, "score": self.score, "score_kind": self.score_kind,
-                               "hop": self.hop}
+        out: dict[str, Any] = {"id": self.id, "rank": self.rank, "score": self.score, "score_kind": self.score_kind, "hop": self.hop}
         for key in self.keys:
             if key == SHA256:
                 out["sha256"], out["chars"] = self.sha256, self.chars
@@ -75,8 +74,14 @@ class Hop:
     chars: Any = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"hop": self.hop, "parent_hop": self.parent_hop, "transform": self.transform, "text": self.text,
-                "sha256": self.sha256, "chars": self.chars}
+        return {
+            "hop": self.hop,
+            "parent_hop": self.parent_hop,
+            "transform": self.transform,
+            "text": self.text,
+            "sha256": self.sha256,
+            "chars": self.chars,
+        }
 
 
 @dataclass(slots=True)
@@ -133,14 +138,29 @@ class Stage:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "span_id": self.span_id, "parent_span_id": self.parent_span_id, "kind": self.kind,
-            "component": self.component, "status": self.status, "failure_class": self.failure_class,
-            "fallback": self.fallback, "in": self.n_in, "out": self.n_out, "excluded_count": self.excluded_count,
-            "knobs": self.knobs, "query": self.query.as_dict() if self.query is not None else None,
-            "embedding_hops": self.embedding_hops, "query_variants": [v.as_dict() for v in self.query_variants],
-            "candidates": [c.as_dict() for c in self.candidates], "excluded": [e.as_dict() for e in self.excluded],
-            "findings": self.findings, "filter": self.filter, "collection": self.collection, "model": self.model,
-            "error": self.error, "start_ns": self.start_ns, "duration_ms": self.duration_ms,
+            "span_id": self.span_id,
+            "parent_span_id": self.parent_span_id,
+            "kind": self.kind,
+            "component": self.component,
+            "status": self.status,
+            "failure_class": self.failure_class,
+            "fallback": self.fallback,
+            "in": self.n_in,
+            "out": self.n_out,
+            "excluded_count": self.excluded_count,
+            "knobs": self.knobs,
+            "query": self.query.as_dict() if self.query is not None else None,
+            "embedding_hops": self.embedding_hops,
+            "query_variants": [v.as_dict() for v in self.query_variants],
+            "candidates": [c.as_dict() for c in self.candidates],
+            "excluded": [e.as_dict() for e in self.excluded],
+            "findings": self.findings,
+            "filter": self.filter,
+            "collection": self.collection,
+            "model": self.model,
+            "error": self.error,
+            "start_ns": self.start_ns,
+            "duration_ms": self.duration_ms,
         }
 
 
@@ -167,8 +187,7 @@ class Retrieved:
     cited: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "score": self.score, "hop": self.hop, "stage": self.stage,
-                               "component": self.component}
+        out: dict[str, Any] = {"id": self.id, "score": self.score, "hop": self.hop, "stage": self.stage, "component": self.component}
         if self.meta is not None:
             out["meta"] = self.meta
         out["cited"] = self.cited
@@ -186,8 +205,7 @@ class Excluded:
     detail: Any
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "stage": self.stage, "component": self.component, "reason": self.reason,
-                "detail": self.detail}
+        return {"id": self.id, "stage": self.stage, "component": self.component, "reason": self.reason, "detail": self.detail}
 
 
 @dataclass(slots=True)
@@ -201,8 +219,7 @@ class Survival:
     excluded: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "component": self.component, "in": self.n_in, "out": self.n_out,
-                "excluded": self.excluded}
+        return {"stage": self.stage, "component": self.component, "in": self.n_in, "out": self.n_out, "excluded": self.excluded}
 
 
 @dataclass(slots=True)
@@ -249,11 +266,18 @@ class Coverage:
     answer_claim: AnswerClaim | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"corpus_size": self.corpus_size, "approximate": self.approximate, "stores": self.stores,
-                "retrieved": self.retrieved, "in_context": self.in_context, "cited": self.cited,
-                "exhaustive": self.exhaustive, "statement": self.statement,
-                "claims": [c.as_dict() for c in self.claims],
-                "answer_claim": self.answer_claim.as_dict() if self.answer_claim is not None else None}
+        return {
+            "corpus_size": self.corpus_size,
+            "approximate": self.approximate,
+            "stores": self.stores,
+            "retrieved": self.retrieved,
+            "in_context": self.in_context,
+            "cited": self.cited,
+            "exhaustive": self.exhaustive,
+            "statement": self.statement,
+            "claims": [c.as_dict() for c in self.claims],
+            "answer_claim": self.answer_claim.as_dict() if self.answer_claim is not None else None,
+        }
 
 
 @dataclass(slots=True)
@@ -267,8 +291,7 @@ class Answer:
     preview: Any = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"sha256": self.sha256, "chars": self.chars, "refused": self.refused, "claim": self.claim,
-                "preview": self.preview}
+        return {"sha256": self.sha256, "chars": self.chars, "refused": self.refused, "claim": self.claim, "preview": self.preview}
 
 
 @dataclass(slots=True)
@@ -281,8 +304,7 @@ class Sampling:
     statement: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"probability": self.probability, "adjusted_count": self.adjusted_count, "source": self.source,
-                "statement": self.statement}
+        return {"probability": self.probability, "adjusted_count": self.adjusted_count, "source": self.source, "statement": self.statement}
 
 
 @dataclass(slots=True)
@@ -316,16 +338,21 @@ class Manifest:
     def as_dict(self) -> dict[str, Any]:
         """Exactly the dict (keys and their order) ``ragtrail show --json`` prints."""
         return {
-            "trace_id": self.trace_id, "source": self.source, "schema": self.schema,
+            "trace_id": self.trace_id,
+            "source": self.source,
+            "schema": self.schema,
             "pipeline": self.pipeline.as_dict() if self.pipeline is not None else None,
             "query_hops": [h.as_dict() for h in self.query_hops],
             "stages": [s.as_dict() for s in self.stages],
             "retrieved": [r.as_dict() for r in self.retrieved],
             "excluded": [e.as_dict() for e in self.excluded],
-            "cited": self.cited, "in_context": self.in_context,
+            "cited": self.cited,
+            "in_context": self.in_context,
             "survival": [r.as_dict() for r in self.survival],
             "coverage": self.coverage.as_dict(),
-            "fidelity": self.fidelity.as_dict(), "findings": self.findings, "run_status": self.run_status,
+            "fidelity": self.fidelity.as_dict(),
+            "findings": self.findings,
+            "run_status": self.run_status,
             "answer": self.answer.as_dict() if self.answer is not None else None,
             "sampling": self.sampling.as_dict(),
             "span_count": self.span_count,
@@ -343,9 +370,30 @@ class FidelityReport:
     events_checked: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {"trace_id": self.trace_id, "source": self.source, "fidelity": self.fidelity.as_dict(),
-                "span_count": self.span_count, "events_checked": self.events_checked}
+        return {
+            "trace_id": self.trace_id,
+            "source": self.source,
+            "fidelity": self.fidelity.as_dict(),
+            "span_count": self.span_count,
+            "events_checked": self.events_checked,
+        }
 
 
-__all__ = ["Answer", "AnswerClaim", "ClaimVerdict", "Coverage", "Excluded", "ExcludedId", "FidelityReport", "Hop", "Manifest",
-           "PipelineSummary", "QueryHop", "Retrieved", "Row", "Sampling", "Stage", "Survival"]
+__all__ = [
+    "Answer",
+    "AnswerClaim",
+    "ClaimVerdict",
+    "Coverage",
+    "Excluded",
+    "ExcludedId",
+    "FidelityReport",
+    "Hop",
+    "Manifest",
+    "PipelineSummary",
+    "QueryHop",
+    "Retrieved",
+    "Row",
+    "Sampling",
+    "Stage",
+    "Survival",
+]

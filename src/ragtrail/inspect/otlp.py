@@ -17,8 +17,14 @@ from typing import Any
 from .errors import MalformedInput
 from .model import Event, Span
 
-STATUS_CODES: dict[object, str] = {0: "UNSET", 1: "OK", 2: "ERROR", "STATUS_CODE_UNSET": "UNSET", "STATUS_CODE_OK": "OK",
-                                  "STATUS_CODE_ERROR": "ERROR"}
+STATUS_CODES: dict[object, str] = {
+    0: "UNSET",
+    1: "OK",
+    2: "ERROR",
+    "STATUS_CODE_UNSET": "UNSET",
+    "STATUS_CODE_OK": "OK",
+    "STATUS_CODE_ERROR": "ERROR",
+}
 """OTLP status codes, as numbers or enum names (both JSON spellings), to the model's UNSET/OK/ERROR."""
 
 MAX_VALUE_DEPTH = 32
@@ -29,8 +35,7 @@ RecursionError (exit 70) instead of a one-line "malformed input" (exit 4)."""
 _INT64 = (-(1 << 63), 1 << 63)
 _UINT64 = (0, 1 << 64)
 # what a span or event decoder may meet and must report as malformed input, never as a bug
-DECODE_ERRORS: tuple[type[Exception], ...] = (AttributeError, KeyError, TypeError, ValueError, OverflowError,
-                                              IndexError)
+DECODE_ERRORS: tuple[type[Exception], ...] = (AttributeError, KeyError, TypeError, ValueError, OverflowError, IndexError)
 
 
 def int64(value: Any) -> int:
@@ -62,8 +67,7 @@ def attribute_key(key: Any) -> str:
     """An attribute key: always a string (a number or object there would break every reader downstream)."""
     if isinstance(key, str):
         return key
-    raise MalformedInput(f"attribute key {key!r:.60} is a {type(key).__name__}, not a string",
-                         "the input is not OTLP JSON")
+    raise MalformedInput(f"attribute key {key!r:.60} is a {type(key).__name__}, not a string", "the input is not OTLP JSON")
 
 
 def _get(d: dict[str, Any], camel: str, snake: str, default: Any = None) -> Any:
@@ -119,8 +123,10 @@ def decode_value(value: Any, depth: int = 0) -> Any:
             return bool(inner) if not isinstance(inner, str) else inner == "true"
         if key in ("arrayValue", "array_value", "kvlistValue", "kvlist_value"):
             if depth >= MAX_VALUE_DEPTH:
-                raise MalformedInput(f"an attribute value nests deeper than {MAX_VALUE_DEPTH} levels",
-                                     "ragtrail reads values nested up to that depth: the input is not a trace it reads")
+                raise MalformedInput(
+                    f"an attribute value nests deeper than {MAX_VALUE_DEPTH} levels",
+                    "ragtrail reads values nested up to that depth: the input is not a trace it reads",
+                )
             values = (inner or {}).get("values") or []
             if not isinstance(values, list):
                 raise TypeError(f"{key}.values is a {type(values).__name__}, not a list")
@@ -168,9 +174,13 @@ _int = uint64
 
 
 def _scope_spans(resource_spans: dict[str, Any]) -> list[dict[str, Any]]:
-    return (resource_spans.get("scopeSpans") or resource_spans.get("scope_spans")
-            or resource_spans.get("instrumentationLibrarySpans")
-            or resource_spans.get("instrumentation_library_spans") or [])
+    return (
+        resource_spans.get("scopeSpans")
+        or resource_spans.get("scope_spans")
+        or resource_spans.get("instrumentationLibrarySpans")
+        or resource_spans.get("instrumentation_library_spans")
+        or []
+    )
 
 
 def decode_span(raw: dict[str, Any], resource: dict[str, Any], scope_name: str | None) -> Span:
@@ -237,8 +247,9 @@ def decode_document(document: dict[str, Any], trace_id: str | None = None) -> It
     except MalformedInput:
         raise
     except DECODE_ERRORS as exc:
-        raise MalformedInput(f"not valid OTLP JSON ({type(exc).__name__}: {str(exc)[:200]})",
-                             "expected OTLP JSON traces (resourceSpans/scopeSpans/spans)") from None
+        raise MalformedInput(
+            f"not valid OTLP JSON ({type(exc).__name__}: {str(exc)[:200]})", "expected OTLP JSON traces (resourceSpans/scopeSpans/spans)"
+        ) from None
 
 
 def id_forms(trace_id: str) -> tuple[str, str]:

@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - msgspec is a runtime dependency; the g
 _Int = int | str | None  # int64 values may arrive as JSON strings
 
 if msgspec is not None:
+
     class _Value(msgspec.Struct, forbid_unknown_fields=True):
         stringValue: str | None = None
         intValue: _Int = None
@@ -150,8 +151,7 @@ def decode_line(data: bytes, trace_id: str | None = None) -> list[Span] | None:
                         start_ns=_n(raw.startTimeUnixNano),
                         end_ns=_n(raw.endTimeUnixNano),
                         attributes=_attributes(raw.attributes),
-                        events=[Event(e.name, _n(e.timeUnixNano), _attributes(e.attributes), _n(e.droppedAttributesCount))
-                                for e in raw.events or ()],
+                        events=[Event(e.name, _n(e.timeUnixNano), _attributes(e.attributes), _n(e.droppedAttributesCount)) for e in raw.events or ()],
                         dropped_attributes=_n(raw.droppedAttributesCount),
                         dropped_events=_n(raw.droppedEventsCount),
                         dropped_links=_n(raw.droppedLinksCount),

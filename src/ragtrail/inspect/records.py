@@ -51,10 +51,18 @@ class StageRecord:
         return status_text(self.status, self.failure_class, self.fallback)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "component": self.component, "status": self.status,
-                "failure_class": self.failure_class, "fallback": self.fallback, "in": self.n_in, "out": self.n_out,
-                "excluded_count": self.n_excluded, "out_ids": list(self.out_ids),
-                "excluded": [{"id": e.id, "reason": e.reason} for e in self.excluded]}
+        return {
+            "kind": self.kind,
+            "component": self.component,
+            "status": self.status,
+            "failure_class": self.failure_class,
+            "fallback": self.fallback,
+            "in": self.n_in,
+            "out": self.n_out,
+            "excluded_count": self.n_excluded,
+            "out_ids": list(self.out_ids),
+            "excluded": [{"id": e.id, "reason": e.reason} for e in self.excluded],
+        }
 
 
 @dataclass(slots=True)
@@ -85,8 +93,7 @@ class TraceRecord:
         return {s.status for s in self.stages if s.status}
 
     def degraded(self) -> bool:
-        return self.run_status in (sc.RUN_DEGRADED, sc.RUN_FAILED) or bool(
-            self.stage_statuses() & {sc.STATUS_DEGRADED, sc.STATUS_FAILED})
+        return self.run_status in (sc.RUN_DEGRADED, sc.RUN_FAILED) or bool(self.stage_statuses() & {sc.STATUS_DEGRADED, sc.STATUS_FAILED})
 
     def fallback(self) -> bool:
         return any(s.fallback for s in self.stages)
@@ -99,28 +106,46 @@ class TraceRecord:
         return ids
 
     def as_dict(self) -> dict[str, Any]:
-        return {"trace_id": self.trace_id, "start_ns": self.start_ns, "end_ns": self.end_ns, "service": self.service,
-                "service_version": self.service_version, "pipeline": self.pipeline, "run_status": self.run_status,
-                "query_sha256": self.query_sha256, "answer_sha256": self.answer_sha256, "refused": self.refused,
-                "adjusted_count": self.weight if self.weighted else None,
-                "stages": [s.as_dict() for s in self.stages], "cited": list(self.cited),
-                "in_context": list(self.in_context), "findings": self.findings, "insights": self.insights,
-                "alarms": self.alarms, "notes": self.notes}
+        return {
+            "trace_id": self.trace_id,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "service": self.service,
+            "service_version": self.service_version,
+            "pipeline": self.pipeline,
+            "run_status": self.run_status,
+            "query_sha256": self.query_sha256,
+            "answer_sha256": self.answer_sha256,
+            "refused": self.refused,
+            "adjusted_count": self.weight if self.weighted else None,
+            "stages": [s.as_dict() for s in self.stages],
+            "cited": list(self.cited),
+            "in_context": list(self.in_context),
+            "findings": self.findings,
+            "insights": self.insights,
+            "alarms": self.alarms,
+            "notes": self.notes,
+        }
 
 
 def _stage_record(s: Stage) -> StageRecord:
     return StageRecord(
-        kind=_i(s.kind), component=_i(s.component), status=_s(s.status),
-        failure_class=_s(s.failure_class), fallback=_s(s.fallback), n_in=s.n_in, n_out=s.n_out,
+        kind=_i(s.kind),
+        component=_i(s.component),
+        status=_s(s.status),
+        failure_class=_s(s.failure_class),
+        fallback=_s(s.fallback),
+        n_in=s.n_in,
+        n_out=s.n_out,
         n_excluded=s.excluded_count,
         out_ids=tuple(_i(c.id) for c in sorted(s.candidates, key=lambda c: (c.rank is None, c.rank or 0))),
         excluded=tuple(ExcludedId(_i(e.id), _s(e.reason)) for e in s.excluded),
-        span_id=s.span_id, parent_span_id=s.parent_span_id,
+        span_id=s.span_id,
+        parent_span_id=s.parent_span_id,
     )
 
 
-def from_manifest(m: Manifest, trace: Trace | None = None,
-                  settings: InsightSettings | None = None) -> TraceRecord:
+def from_manifest(m: Manifest, trace: Trace | None = None, settings: InsightSettings | None = None) -> TraceRecord:
     """The record of one manifest (and of its trace's resource, for service name and version)."""
     hop0 = next((h for h in m.query_hops if h.hop == 0), None)
     answer = m.answer or Answer()
@@ -132,18 +157,28 @@ def from_manifest(m: Manifest, trace: Trace | None = None,
     starts = [s.start_ns for s in m.stages]
     end = max((sp.end_ns for sp in trace.spans), default=0) if trace is not None else 0
     return TraceRecord(
-        trace_id=m.trace_id, start_ns=min(starts) if starts else 0, end_ns=end,
-        service=_s(resource.get("service.name")), service_version=_s(resource.get("service.version")),
-        pipeline=_s(m.pipeline.component if m.pipeline else None), run_status=_s(m.run_status),
-        query_sha256=hop0.sha256 if hop0 else None, answer_sha256=answer.sha256,
+        trace_id=m.trace_id,
+        start_ns=min(starts) if starts else 0,
+        end_ns=end,
+        service=_s(resource.get("service.name")),
+        service_version=_s(resource.get("service.version")),
+        pipeline=_s(m.pipeline.component if m.pipeline else None),
+        run_status=_s(m.run_status),
+        query_sha256=hop0.sha256 if hop0 else None,
+        answer_sha256=answer.sha256,
         refused=answer.refused,
         weight=float(adjusted) if isinstance(adjusted, (int, float)) and adjusted > 0 else 1.0,
         weighted=isinstance(adjusted, (int, float)) and adjusted > 0,
-        stages=[_stage_record(s) for s in m.stages], cited=tuple(_i(c) for c in m.cited),
+        stages=[_stage_record(s) for s in m.stages],
+        cited=tuple(_i(c) for c in m.cited),
         in_context=tuple(_i(c) for c in m.in_context),
-        corpus_size=m.coverage.corpus_size, findings=m.findings,
-        insights=insights(m, settings), alarms=len(m.fidelity.alarms),
-        notes=list(trace.notes) if trace is not None else [], resource=resource)
+        corpus_size=m.coverage.corpus_size,
+        findings=m.findings,
+        insights=insights(m, settings),
+        alarms=len(m.fidelity.alarms),
+        notes=list(trace.notes) if trace is not None else [],
+        resource=resource,
+    )
 
 
 def from_trace(trace: Trace, settings: InsightSettings | None = None) -> TraceRecord:

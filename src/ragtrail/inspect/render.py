@@ -55,8 +55,11 @@ def _meta(meta: Any, width: int = 40) -> str:
 def _stage_details(s: Stage) -> list[Text]:
     """What a stage ran against (filter, collection, model) and the error it ended with, one line each."""
     lines = []
-    ran = [f"{label} {_short(value, 120)}" for value, label in
-           ((s.filter, "filter"), (s.collection, "collection"), (s.model, "model")) if value is not None]
+    ran = [
+        f"{label} {_short(value, 120)}"
+        for value, label in ((s.filter, "filter"), (s.collection, "collection"), (s.model, "model"))
+        if value is not None
+    ]
     if ran:
         lines.append(Text("  " + " · ".join(ran), style="dim"))
     if s.error:
@@ -104,8 +107,7 @@ def show(console: Console, m: Manifest, limit: int = 10, max_stages: int = 20) -
         for f in m.findings[:max_stages]:
             console.print(Text(f"  • {plain(f)}", style="yellow"))
         if len(m.findings) > max_stages:
-            console.print(Text(f"  … {len(m.findings) - max_stages} more findings (--all shows every one)",
-                               style="dim"))
+            console.print(Text(f"  … {len(m.findings) - max_stages} more findings (--all shows every one)", style="dim"))
 
 
 def _header(console: Console, m: Manifest) -> str:
@@ -125,8 +127,7 @@ def _header(console: Console, m: Manifest) -> str:
 def _hops(console: Console, hops: list[QueryHop], max_stages: int) -> None:
     console.print(_heading("Query hops", " (raw → rewritten → what hit the index)"))
     for hop in hops[:max_stages]:
-        origin = plain(hop.transform) if hop.parent_hop is None \
-            else f"{plain(hop.transform)} of hop {_num(hop.parent_hop)}"
+        origin = plain(hop.transform) if hop.parent_hop is None else f"{plain(hop.transform)} of hop {_num(hop.parent_hop)}"
         mark = " → index" if hop.hit_index else ""
         console.print(Text.assemble(f"  hop {_num(hop.hop)}  ", (origin, "cyan"), f"  {_hop_text(hop)}{mark}"))
         if hop.used_by:
@@ -143,9 +144,17 @@ def _stage_table(console: Console, stages: list[Stage], max_stages: int, run_sta
         status = plain(s.status or "")
         style = {"degraded": "yellow", "failed": "red", "empty": "magenta"}.get(status, "")
         status_text = Text(status + (f" ({plain(s.failure_class)})" if s.failure_class else ""), style=style)
-        table.add_row(Text(str(i)), Text(plain(s.kind)), Text(_short(s.component, 40)), status_text,
-                      Text(_num(s.n_in)), Text(_num(s.n_out)), Text(_num(s.excluded_count)),
-                      Text("" if not s.query else _num(s.query.hop)), Text(_knobs(s.knobs)))
+        table.add_row(
+            Text(str(i)),
+            Text(plain(s.kind)),
+            Text(_short(s.component, 40)),
+            status_text,
+            Text(_num(s.n_in)),
+            Text(_num(s.n_out)),
+            Text(_num(s.excluded_count)),
+            Text("" if not s.query else _num(s.query.hop)),
+            Text(_knobs(s.knobs)),
+        )
     console.print(_heading("Stages", f" ({run_status})" if run_status else ""))
     console.print(table)
     if len(stages) > max_stages * 5:
@@ -162,12 +171,21 @@ def _stage_rows(console: Console, m: Manifest, limit: int, max_stages: int) -> N
             continue
         shown += 1
         if shown > max_stages:
-            console.print(Text(f"\n… candidates of {sum(1 for x in m.stages[i:] if x.candidates or x.excluded)} "
-                               "more stages not shown (--all shows every one)", style="dim"))
+            console.print(
+                Text(
+                    f"\n… candidates of {sum(1 for x in m.stages[i:] if x.candidates or x.excluded)} more stages not shown (--all shows every one)",
+                    style="dim",
+                )
+            )
             break
-        console.print(Text.assemble("\n", (f"{i} {plain(s.kind)}", "bold"), f" {plain(s.component)}  ",
-                                    (f"in {_num(s.n_in)} → out {_num(s.n_out)}, excluded {_num(s.excluded_count)}",
-                                     "dim")))
+        console.print(
+            Text.assemble(
+                "\n",
+                (f"{i} {plain(s.kind)}", "bold"),
+                f" {plain(s.component)}  ",
+                (f"in {_num(s.n_in)} → out {_num(s.n_out)}, excluded {_num(s.excluded_count)}", "dim"),
+            )
+        )
         for line in details:
             console.print(line)
         if s.candidates:
@@ -184,8 +202,7 @@ def _candidates(console: Console, rows: list[Row], cited: set[str], limit: int) 
         flag = "cited" if c.id in cited else ""
         if c.transform_rule:
             flag = (flag + " " if flag else "") + plain(c.transform_rule)
-        t.add_row(Text(_num(c.rank)), Text(plain(c.id)), Text(_score(c.score)), Text(_num(c.hop)),
-                  Text(_meta(c.meta)), Text(flag, style="green"))
+        t.add_row(Text(_num(c.rank)), Text(plain(c.id)), Text(_score(c.score)), Text(_num(c.hop)), Text(_meta(c.meta)), Text(flag, style="green"))
     console.print(t)
     if len(rows) > limit:
         console.print(Text(f"  … {len(rows) - limit} more candidates (--all shows every one)", style="dim"))
@@ -197,8 +214,7 @@ def _exclusions(console: Console, rows: list[Row], limit: int) -> None:
         t.add_column(col)
     for e in rows[:limit]:
         reason_style = "red" if e.reason == "unexplained" else "yellow"
-        t.add_row(Text(plain(e.id)), Text(_num(e.rank)), Text(plain(e.reason), style=reason_style),
-                  Text(_short(e.detail, 60)))
+        t.add_row(Text(plain(e.id)), Text(_num(e.rank)), Text(plain(e.reason), style=reason_style), Text(_short(e.detail, 60)))
     console.print(t)
     if len(rows) > limit:
         console.print(Text(f"  … {len(rows) - limit} more exclusions (--all shows every one)", style="dim"))
@@ -206,15 +222,19 @@ def _exclusions(console: Console, rows: list[Row], limit: int) -> None:
 
 def fidelity(console: Console, f: Fidelity, limit: int = 100) -> None:
     """One line of verdict counts, then one line per alarm."""
-    dropped = ("unknown (source drops them)" if f.dropped_events is None
-               else f"{_num(f.dropped_events)} events, {_num(f.dropped_attributes)} attributes")
+    dropped = (
+        "unknown (source drops them)" if f.dropped_events is None else f"{_num(f.dropped_events)} events, {_num(f.dropped_attributes)} attributes"
+    )
     verdict = Text("faithful", style="green") if not f.alarms else Text(f"{len(f.alarms)} ALARMS", style="bold red")
-    line = Text.assemble(("Fidelity", "bold"), ": ", verdict,
-                         f" · receipts intact {_num(f.intact)}, changed_cited {_num(f.changed_cited)}, "
-                         f"changed_uncited {_num(f.changed_uncited)}, unverifiable {_num(f.unverifiable)}, "
-                         f"not captured {_num(f.not_captured)} · missing events {_num(f.missing_events)}, "
-                         f"missing spans {_num(f.missing_spans)} · dropped {dropped}"
-                         + (" · backend PARTIAL" if f.partial else ""))
+    line = Text.assemble(
+        ("Fidelity", "bold"),
+        ": ",
+        verdict,
+        f" · receipts intact {_num(f.intact)}, changed_cited {_num(f.changed_cited)}, "
+        f"changed_uncited {_num(f.changed_uncited)}, unverifiable {_num(f.unverifiable)}, "
+        f"not captured {_num(f.not_captured)} · missing events {_num(f.missing_events)}, "
+        f"missing spans {_num(f.missing_spans)} · dropped {dropped}" + (" · backend PARTIAL" if f.partial else ""),
+    )
     console.print(line)
     for a in f.alarms[:limit]:
         console.print(Text(f"  {alarm_line(a)}", style="red"))
@@ -232,35 +252,40 @@ def alarm_line(a: Alarm | Mapping[str, Any]) -> str:
 
 
 def diff(console: Console, d: dict[str, Any], limit: int = 10) -> None:
-    console.print(Text.assemble(("ragtrail diff ", "bold"), ("A ", "dim"), (plain(d["a"]), "cyan"), ("  B ", "dim"),
-                                (plain(d["b"]), "cyan")))
+    console.print(Text.assemble(("ragtrail diff ", "bold"), ("A ", "dim"), (plain(d["a"]), "cyan"), ("  B ", "dim"), (plain(d["b"]), "cyan")))
     for h in d["query_hops"]:
         a = h["a"] or {}
         b = h["b"] or {}
-        console.print(Text(f"  query hop {_num(h['hop'])}: A {plain(a.get('transform'))} {_hop_text(a) if a else '(none)'}  "
-                           f"B {plain(b.get('transform'))} {_hop_text(b) if b else '(none)'}", style="yellow"))
+        console.print(
+            Text(
+                f"  query hop {_num(h['hop'])}: A {plain(a.get('transform'))} {_hop_text(a) if a else '(none)'}  "
+                f"B {plain(b.get('transform'))} {_hop_text(b) if b else '(none)'}",
+                style="yellow",
+            )
+        )
     for s in d["stages"]:
         name = f"{plain(s['kind'])} {plain(s['component'])}"
         if s["same"]:
             console.print(Text.assemble("  ", ("=", "green"), f" {name}: same"))
             continue
-        console.print(Text.assemble("  ", ("≠", "yellow"), " ", (name, "bold"),
-                                    f" (only in {plain(s['only_in'])})" if s["only_in"] else ""))
+        console.print(Text.assemble("  ", ("≠", "yellow"), " ", (name, "bold"), f" (only in {plain(s['only_in'])})" if s["only_in"] else ""))
         if s["query_changed"]:
             console.print(Text(f"      query: A {_short(s.get('query_a'), 50)!r} → B {_short(s.get('query_b'), 50)!r}"))
         for c in s["added"][:limit]:
             console.print(Text(f"      + {plain(c['id'])} (rank {_num(c['rank'])}, score {_score(c['score'])})", style="green"))
         for c in s["removed"][:limit]:
-            console.print(Text(f"      - {plain(c['id'])} (was rank {_num(c['rank'])}, score {_score(c['score'])})",
-                               style="red"))
+            console.print(Text(f"      - {plain(c['id'])} (was rank {_num(c['rank'])}, score {_score(c['score'])})", style="red"))
         for c in sorted(s["moved"], key=lambda c: -abs(c["delta"] or 0))[:limit]:
-            console.print(Text(f"      ~ {plain(c['id'])} rank {_num(c['rank_a'])} → {_num(c['rank_b'])} ({c['delta']:+d})"
-                               if c["delta"] is not None else f"      ~ {plain(c['id'])} moved"))
+            console.print(
+                Text(
+                    f"      ~ {plain(c['id'])} rank {_num(c['rank_a'])} → {_num(c['rank_b'])} ({c['delta']:+d})"
+                    if c["delta"] is not None
+                    else f"      ~ {plain(c['id'])} moved"
+                )
+            )
         for c in s["content_changed"][:limit]:
-            rules = (f" (rule {plain(c['rule_a'] or '-')} → {plain(c['rule_b'] or '-')})"
-                     if (c["rule_a"] or c["rule_b"]) else "")
-            console.print(Text(f"      * {plain(c['id'])} content {plain(str(c['sha256_a'])[:12])}… → "
-                               f"{plain(str(c['sha256_b'])[:12])}…{rules}"))
+            rules = f" (rule {plain(c['rule_a'] or '-')} → {plain(c['rule_b'] or '-')})" if (c["rule_a"] or c["rule_b"]) else ""
+            console.print(Text(f"      * {plain(c['id'])} content {plain(str(c['sha256_a'])[:12])}… → {plain(str(c['sha256_b'])[:12])}…{rules}"))
         for e in s["exclusions_new"][:limit]:
             console.print(Text(f"      excluded in B only: {plain(e['id'])} {plain(e['reason'])} {_short(e['detail'], 40)}"))
         for e in s["exclusions_gone"][:limit]:

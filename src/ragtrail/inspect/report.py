@@ -31,9 +31,13 @@ def funnel(survival: Sequence[Survival]) -> dict[str, Any]:
 
 
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("ragtrail.inspect", "templates"),
-                             autoescape=jinja2.select_autoescape(["html", "j2"]),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("ragtrail.inspect", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["score"] = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
     # the embedded manifest holds whatever the trace held (bytes values too): never a reason to fail
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "default": str}
@@ -43,8 +47,7 @@ def _environment() -> jinja2.Environment:
 def render(manifest: Manifest, limit: int = 200) -> str:
     """The report as one HTML string (the template reads the manifest's JSON, which it also embeds)."""
     template = _environment().get_template("report.html.j2")
-    return template.render(m=manifest.as_dict(), funnel=funnel(manifest.survival), limit=limit,
-                           cited=set(manifest.cited))
+    return template.render(m=manifest.as_dict(), funnel=funnel(manifest.survival), limit=limit, cited=set(manifest.cited))
 
 
 def write(manifest: Manifest, path: str | Path, limit: int = 200) -> Path:

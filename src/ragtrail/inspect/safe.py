@@ -20,9 +20,11 @@ from typing import Any
 
 # the Cc, Cf, Cs, Zl and Zp code points (tests/test_inspect_safe.py checks the list against the
 # running Python's unicodedata, so a newer Unicode with new format characters is noticed)
-_RANGES = ("\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
-           "\u2028-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
-           "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
+_RANGES = (
+    "\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+)
 _UNSAFE = re.compile(f"[{_RANGES}]")
 # json.dumps already escapes C0 controls inside strings: any left in its output are its own indentation
 _JSON_UNSAFE = re.compile(f"[{_RANGES[3:]}]")

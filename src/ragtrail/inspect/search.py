@@ -65,8 +65,7 @@ class Filter:
         if self.stage_status is not None and self.stage_status not in sc.STATUSES:
             raise UsageError(f"unknown stage status {self.stage_status!r}", f"use one of {', '.join(sc.STATUSES)}")
         if self.reason is not None and not sc.is_valid_reason(self.reason):
-            raise UsageError(f"unknown exclusion reason {self.reason!r}",
-                             f"use one of {', '.join(sc.REASONS)} or custom:NAME")
+            raise UsageError(f"unknown exclusion reason {self.reason!r}", f"use one of {', '.join(sc.REASONS)} or custom:NAME")
 
     def matches(self, r: TraceRecord) -> bool:
         if self.since_ns is not None and r.end_ns < self.since_ns:
@@ -80,12 +79,12 @@ class Filter:
         if self.finding is not None:
             needle = self.finding.lower()
             if not any(needle in f.lower() for f in r.findings) and not any(
-                    needle == i["insight"] or needle in i["said"].lower() for i in r.insights):
+                needle == i["insight"] or needle in i["said"].lower() for i in r.insights
+            ):
                 return False
         if self.reason is not None and not any(reason == self.reason for s in r.stages for _, reason in s.excluded):
             return False
-        if self.component is not None and not any(self.component in (s.component, s.label) for s in r.stages) \
-                and r.pipeline != self.component:
+        if self.component is not None and not any(self.component in (s.component, s.label) for s in r.stages) and r.pipeline != self.component:
             return False
         if self.doc is not None and self.doc not in r.doc_ids():
             return False
@@ -99,8 +98,12 @@ class Filter:
     def _span_filters(self) -> list[tuple[str, str]]:
         """The filters a backend can match on span attributes, as (attribute, value): the part of the
         search that both Tempo's TraceQL and Jaeger's tag search can carry."""
-        pairs = ((sc.RUN_STATUS, self.run_status), (sc.STAGE_STATUS, self.stage_status),
-                 (sc.STAGE_COMPONENT, self.component), (sc.QUERY_SHA256, self.query_sha256))
+        pairs = (
+            (sc.RUN_STATUS, self.run_status),
+            (sc.STAGE_STATUS, self.stage_status),
+            (sc.STAGE_COMPONENT, self.component),
+            (sc.QUERY_SHA256, self.query_sha256),
+        )
         return [(key, value) for key, value in pairs if value]
 
     def traceql(self) -> str:
@@ -108,13 +111,13 @@ class Filter:
         event-level or free text: those are checked after reading)."""
         parts = [f"{{ span.{key} = {json.dumps(value)} }}" for key, value in self._span_filters()]
         if self.service_version:
-            parts.append(f'{{ resource.service.version = {json.dumps(self.service_version)} }}')
+            parts.append(f"{{ resource.service.version = {json.dumps(self.service_version)} }}")
         if self.tag:
-            parts.append(f'{{ resource.{self.tag[0]} = {json.dumps(self.tag[1])} }}')
+            parts.append(f"{{ resource.{self.tag[0]} = {json.dumps(self.tag[1])} }}")
         if self.reason:
-            parts.append(f'{{ event.{sc.EXCLUSION_REASON} = {json.dumps(self.reason)} }}')
+            parts.append(f"{{ event.{sc.EXCLUSION_REASON} = {json.dumps(self.reason)} }}")
         if self.doc:
-            parts.append(f'{{ event.{sc.CANDIDATE_ID} = {json.dumps(self.doc)} }}')
+            parts.append(f"{{ event.{sc.CANDIDATE_ID} = {json.dumps(self.doc)} }}")
         if not parts:
             return f"{{ span.{sc.SCHEMA} >= 1 }}"  # schema 1 and 2 traces alike
         return " && ".join(parts)
@@ -135,5 +138,7 @@ def summary_line(r: TraceRecord) -> str:
     answer = "refused" if r.refused else ("answered" if r.refused is False else "answer ?")
     extra = f" findings {len(r.findings) + len(r.insights)}" if (r.findings or r.insights) else ""
     alarms = f" ALARMS {r.alarms}" if r.alarms else ""
-    return (f"{r.trace_id} {when} {r.pipeline or '-'} run={r.run_status or '?'} stages={len(r.stages)} "
-            f"cited={len(r.cited)} {answer}{' ' + ' '.join(bad) if bad else ''}{extra}{alarms}")
+    return (
+        f"{r.trace_id} {when} {r.pipeline or '-'} run={r.run_status or '?'} stages={len(r.stages)} "
+        f"cited={len(r.cited)} {answer}{' ' + ' '.join(bad) if bad else ''}{extra}{alarms}"
+    )

@@ -77,12 +77,12 @@ class StageView:
             if schema >= sc.SCHEMA_COLUMNS:
                 head = self.span
                 # each record keeps the time of the event that carried it (outputs: the stage span's end)
-                expanded = columns.expand(head.attributes, [((s, e), e.name, e.attributes) for s, e in wire],
-                                          (head, Event(sc.EVENT_CANDIDATE, head.end_ns, {})), schema)
+                expanded = columns.expand(
+                    head.attributes, [((s, e), e.name, e.attributes) for s, e in wire], (head, Event(sc.EVENT_CANDIDATE, head.end_ns, {})), schema
+                )
                 if schema >= sc.SCHEMA_CONTENT_FROM:
                     columns.resolve_content((a for _, _, a in expanded), self.source_of or _no_sources)
-                wire = [(where[0], where[1] if name == sc.EVENT_QUERY else Event(name, where[1].time_ns, a))
-                        for where, name, a in expanded]
+                wire = [(where[0], where[1] if name == sc.EVENT_QUERY else Event(name, where[1].time_ns, a)) for where, name, a in expanded]
             self._events = emission_order(wire) if schema >= 2 else wire
         return self._events
 
@@ -109,11 +109,13 @@ def emission_order(events: list[tuple[Span, Event]]) -> list[tuple[Span, Event]]
     """Events in the order the recorder emits them: produced queries by hop, then candidates by
     output rank, then exclusions by input rank (those without a rank last), ties as received.
     Backends reorder a span's events (Jaeger v2 sorts them by name); this order is on the wire."""
+
     def key(item: tuple[Span, Event]) -> tuple[int, float]:
         _, event = item
         group = _NAME_ORDER.get(event.name, 3)
         field = sc.QUERY_HOP if group == 0 else sc.CANDIDATE_RANK
         return group, _rank(event.attributes.get(field))
+
     return sorted(events, key=key)
 
 
@@ -140,9 +142,10 @@ def stitch(trace: Trace) -> Stitched:
     """Group continuation spans under their stage span; raise when the trace has no ragtrail span."""
     ragtrail_spans = [s for s in trace.spans if is_ragtrail(s)]
     if not ragtrail_spans:
-        raise NoRagtrailSpans(f"trace {trace.trace_id} has {len(trace.spans)} spans but none from ragtrail",
-                              "instrument the pipeline (ragtrail decorators or opentelemetry-instrument) "
-                              "or pick another trace")
+        raise NoRagtrailSpans(
+            f"trace {trace.trace_id} has {len(trace.spans)} spans but none from ragtrail",
+            "instrument the pipeline (ragtrail decorators or opentelemetry-instrument) or pick another trace",
+        )
     heads: dict[str, StageView] = {}
     continuations: list[Span] = []
     for span in ragtrail_spans:
@@ -162,6 +165,7 @@ def stitch(trace: Trace) -> Stitched:
             orphans.append(span)
         else:
             head.continuations.append(span)
+
     def source_of(span_id: str) -> dict[str, dict[str, Any]] | None:
         view = heads.get(span_id)
         return view.content_by_id() if view is not None else None

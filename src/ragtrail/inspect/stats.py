@@ -36,8 +36,7 @@ def _quantiles(values: Weights[int]) -> dict[str, Any]:
     if not total:
         return {"min": None, "median": None, "p90": None, "max": None, "mean": None}
     keys = sorted(values)
-    out: dict[str, Any] = {"min": keys[0], "max": keys[-1],
-                           "mean": round(sum(k * w for k, w in values.items()) / total, 3)}
+    out: dict[str, Any] = {"min": keys[0], "max": keys[-1], "mean": round(sum(k * w for k, w in values.items()) / total, 3)}
     for name, q in (("median", 0.5), ("p90", 0.9)):
         running = 0.0
         for k in keys:
@@ -78,13 +77,21 @@ class StageStats:
     def as_dict(self) -> dict[str, Any]:
         weight = sum(self.statuses.values())
         excluded = sum(self.reasons.values())
-        return {"kind": self.kind, "component": self.component, "traces": round(self.traces, 3), "spans": self.spans,
-                "in": _quantiles(self.n_in), "out": _quantiles(self.n_out), "excluded": _quantiles(self.n_excluded),
-                "exclusion_reasons": dict(self.reasons.most_common()),
-                "statuses": dict(self.statuses.most_common()), "failure_classes": dict(self.failure_classes.most_common()),
-                "fallbacks": dict(self.fallbacks.most_common()),
-                "fallback_rate": round(sum(self.fallbacks.values()) / weight, 4) if weight else None,
-                "unexplained_rate": round(self.reasons.get(sc.REASON_UNEXPLAINED, 0) / excluded, 4) if excluded else None}
+        return {
+            "kind": self.kind,
+            "component": self.component,
+            "traces": round(self.traces, 3),
+            "spans": self.spans,
+            "in": _quantiles(self.n_in),
+            "out": _quantiles(self.n_out),
+            "excluded": _quantiles(self.n_excluded),
+            "exclusion_reasons": dict(self.reasons.most_common()),
+            "statuses": dict(self.statuses.most_common()),
+            "failure_classes": dict(self.failure_classes.most_common()),
+            "fallbacks": dict(self.fallbacks.most_common()),
+            "fallback_rate": round(sum(self.fallbacks.values()) / weight, 4) if weight else None,
+            "unexplained_rate": round(self.reasons.get(sc.REASON_UNEXPLAINED, 0) / excluded, 4) if excluded else None,
+        }
 
 
 @dataclass
@@ -135,18 +142,29 @@ class Stats:
         unweighted = self.traces - self.weighted_traces
         if not self.weighted_traces:
             return f"{self.traces} traces, none carries a sampling record: each counts once (figures are trace counts)"
-        return (f"{self.traces} traces standing for {self.requests:g} requests: weighted by "
-                f"ragtrail.sampling.adjusted_count ({self.weighted_traces} traces carry it"
-                + (f"; {unweighted} do not and count once)" if unweighted else ")"))
+        return (
+            f"{self.traces} traces standing for {self.requests:g} requests: weighted by "
+            f"ragtrail.sampling.adjusted_count ({self.weighted_traces} traces carry it"
+            + (f"; {unweighted} do not and count once)" if unweighted else ")")
+        )
 
     def as_dict(self) -> dict[str, Any]:
         order = {k: i for i, k in enumerate(sc.STAGE_KINDS)}
         stages = sorted(self.stages.values(), key=lambda s: (order.get(s.kind, 99), s.component))
-        return {"traces": self.traces, "weighted_traces": self.weighted_traces, "requests": round(self.requests, 3),
-                "sampling": self.statement(), "run_statuses": dict(self.run_statuses.most_common()),
-                "refusal_rate": round(self.refused / self.refusal_known, 4) if self.refusal_known else None,
-                "refusal_known": round(self.refusal_known, 3), "insights": dict(self.insights.most_common()),
-                "coverage": {"corpus_known": round(self.corpus_known, 3),
-                             "mean_read_fraction": round(self.read_fraction_sum / self.corpus_known, 6) if self.corpus_known else None,
-                             "exhaustive": round(self.exhaustive, 3)},
-                "alarms": self.alarms, "stages": [s.as_dict() for s in stages]}
+        return {
+            "traces": self.traces,
+            "weighted_traces": self.weighted_traces,
+            "requests": round(self.requests, 3),
+            "sampling": self.statement(),
+            "run_statuses": dict(self.run_statuses.most_common()),
+            "refusal_rate": round(self.refused / self.refusal_known, 4) if self.refusal_known else None,
+            "refusal_known": round(self.refusal_known, 3),
+            "insights": dict(self.insights.most_common()),
+            "coverage": {
+                "corpus_known": round(self.corpus_known, 3),
+                "mean_read_fraction": round(self.read_fraction_sum / self.corpus_known, 6) if self.corpus_known else None,
+                "exhaustive": round(self.exhaustive, 3),
+            },
+            "alarms": self.alarms,
+            "stages": [s.as_dict() for s in stages],
+        }

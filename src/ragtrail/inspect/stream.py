@@ -136,8 +136,7 @@ class TraceStream:
     def _mark(self, trace: Trace) -> Trace:
         if trace.trace_id in self._emitted:
             self.split_traces += 1
-            trace.notes.append("a later part of a trace already read (its spans were exported far apart): "
-                               "read as a separate part")
+            trace.notes.append("a later part of a trace already read (its spans were exported far apart): read as a separate part")
         else:
             self._emitted.add(trace.trace_id)
         return trace

@@ -29,8 +29,9 @@ def _partial(ledger: Ledger) -> None:
     """A backend's partial flag, pinned on the root it returned (a span without a parent), else the first span."""
     trace = ledger.trace
     root = next((s for s in trace.spans if not s.parent_span_id), trace.spans[0] if trace.spans else None)
-    ledger.f.alarms.append(Alarm(trace.trace_id, root.span_id if root else "-", "", "", "status",
-                                 "backend returned a partial trace", trace.partial_message or ""))
+    ledger.f.alarms.append(
+        Alarm(trace.trace_id, root.span_id if root else "-", "", "", "status", "backend returned a partial trace", trace.partial_message or "")
+    )
 
 
 def check(trace: Trace, stitched: Stitched, key: bytes | None = None) -> Fidelity:

@@ -93,8 +93,13 @@ class CountChecks:
             if n_missing:
                 first = [str(i) for i in itertools.islice((i for i in range(1, announced) if i not in have), 5)]
                 self.f.missing_spans += n_missing
-                self.alarm(view.span, label, sc.EVENTS_SPANS, "missing continuation spans",
-                           f"{n_missing} of {announced - 1} missing (index {', '.join(first)})")
+                self.alarm(
+                    view.span,
+                    label,
+                    sc.EVENTS_SPANS,
+                    "missing continuation spans",
+                    f"{n_missing} of {announced - 1} missing (index {', '.join(first)})",
+                )
         for cont in view.continuations:
             own = cont.attributes.get(sc.EVENTS_COUNT)
             got = sum(1 for e in cont.events if e.name in (sc.EVENT_CANDIDATE, sc.EVENT_EXCLUSION, sc.EVENT_QUERY))
@@ -109,8 +114,7 @@ class CountChecks:
         received = view.events()
         stamped = attrs.get(sc.EVENTS_COUNT)
         if not isinstance(stamped, int):
-            self.alarm(view.span, label, sc.EVENTS_COUNT, UNVERIFIABLE,
-                       "the stage's event count is missing: its events cannot be checked")
+            self.alarm(view.span, label, sc.EVENTS_COUNT, UNVERIFIABLE, "the stage's event count is missing: its events cannot be checked")
             return
         if len(received) < stamped:
             self.f.missing_events += stamped - len(received)
@@ -121,8 +125,12 @@ class CountChecks:
         if not (isinstance(digest, str) and len(digest) == 64):
             self.alarm(view.span, label, sc.EVENTS_DIGEST, UNVERIFIABLE, "digest missing or damaged")
         elif len(received) == stamped and not _digest_matches(schema_of(view.span), items, received, digest):
-            self.ledger.alarm(Where(view.span, label, _first_bad(items)), sc.EVENTS_DIGEST, "events changed in transit",
-                              "ids or content receipts differ from what the stage emitted")
+            self.ledger.alarm(
+                Where(view.span, label, _first_bad(items)),
+                sc.EVENTS_DIGEST,
+                "events changed in transit",
+                "ids or content receipts differ from what the stage emitted",
+            )
 
     # --- stage receipts ----------------------------------------------------------------------------
     def stage_receipt(self, view: StageView) -> None:
@@ -147,8 +155,13 @@ class CountChecks:
             received_fields = attrs.get(sc.STAGE_RECEIPT_FIELDS)
             # the field digests only locate a change: one cut by a value-length limit is harmless
             if not (isinstance(received_fields, str) and computed.fields.startswith(received_fields)):
-                self.alarm(view.span, label, sc.STAGE_RECEIPT_FIELDS, CHANGED_UNCITED,
-                           "the per-field digests were changed after the producer (the fields themselves match)")
+                self.alarm(
+                    view.span,
+                    label,
+                    sc.STAGE_RECEIPT_FIELDS,
+                    CHANGED_UNCITED,
+                    "the per-field digests were changed after the producer (the fields themselves match)",
+                )
             return
         self.changed(view, fields, key, named)
 
@@ -156,19 +169,29 @@ class CountChecks:
         """Whether the stage receipt can be checked, and with which key (``None``: unkeyed sha256)."""
         label = view.label
         if alg is None:
-            self.alarm(view.span, label, sc.STAGE_RECEIPT, UNVERIFIABLE,
-                       "the stage receipt is missing or damaged: the stage's fields cannot be checked")
+            self.alarm(
+                view.span, label, sc.STAGE_RECEIPT, UNVERIFIABLE, "the stage receipt is missing or damaged: the stage's fields cannot be checked"
+            )
             return False, None
         if alg == ALG_HMAC_SHA256 and self.key is None:
             self.f.count(UNVERIFIABLE)
-            self.alarm(view.span, label, sc.STAGE_RECEIPT, UNVERIFIABLE,
-                       "the receipt is keyed (hmac-sha256) and cannot be checked without the key: pass --key-file")
+            self.alarm(
+                view.span,
+                label,
+                sc.STAGE_RECEIPT,
+                UNVERIFIABLE,
+                "the receipt is keyed (hmac-sha256) and cannot be checked without the key: pass --key-file",
+            )
             return False, None
         if alg != ALG_HMAC_SHA256 and self.key is not None:
             # verify was given a key: an unkeyed receipt is what a forger without the key would write
-            self.alarm(view.span, label, sc.STAGE_RECEIPT, CHANGED_UNCITED,
-                       "the receipt is unkeyed (sha256) but a key was given: restamped without the key, "
-                       "or the producer ran without RAGTRAIL_RECEIPT_KEY")
+            self.alarm(
+                view.span,
+                label,
+                sc.STAGE_RECEIPT,
+                CHANGED_UNCITED,
+                "the receipt is unkeyed (sha256) but a key was given: restamped without the key, or the producer ran without RAGTRAIL_RECEIPT_KEY",
+            )
             return False, None
         return True, self.key if alg == ALG_HMAC_SHA256 else None
 
@@ -179,15 +202,23 @@ class CountChecks:
         changed = changed_fields(fields, stamped_fields, key)
         if len(changed) > 1 and len(changed) == len(set(fields) | set(stamped_fields)):
             # not one field digest matches: the digests were made by another key (or none)
-            self.alarm(view.span, label, sc.STAGE_RECEIPT, CHANGED_UNCITED,
-                       "changed after the producer: every field digest differs, the receipt was restamped "
-                       + ("without the key" if key is not None else "or damaged"))
+            self.alarm(
+                view.span,
+                label,
+                sc.STAGE_RECEIPT,
+                CHANGED_UNCITED,
+                "changed after the producer: every field digest differs, the receipt was restamped "
+                + ("without the key" if key is not None else "or damaged"),
+            )
             return
         if not changed and named:
             return  # the change is one an earlier check named (the field digests that would say so were cut)
         if not changed:
-            why = ("the key does not match the producer's, or the fields and their digests were restamped"
-                   if key is not None else "the fields and their digests were restamped")
+            why = (
+                "the key does not match the producer's, or the fields and their digests were restamped"
+                if key is not None
+                else "the fields and their digests were restamped"
+            )
             self.alarm(view.span, label, sc.STAGE_RECEIPT, CHANGED_UNCITED, f"changed after the producer: {why}")
             return
         for name in changed:
@@ -220,18 +251,19 @@ class CountChecks:
             if span.dropped_attributes:
                 self.f.dropped_attributes = (self.f.dropped_attributes or 0) + span.dropped_attributes
                 if ours:
-                    self.alarm(span, label, "droppedAttributesCount", "attributes evicted by the SDK",
-                               f"{span.dropped_attributes} dropped")
+                    self.alarm(span, label, "droppedAttributesCount", "attributes evicted by the SDK", f"{span.dropped_attributes} dropped")
             for event in span.events:
                 if event.dropped_attributes and ours:
                     self.f.dropped_attributes = (self.f.dropped_attributes or 0) + event.dropped_attributes
-                    self.ledger.alarm(Where(span, label, str(event.attributes.get(sc.CANDIDATE_ID, ""))),
-                                      "event.droppedAttributesCount", "event attributes evicted by the SDK",
-                                      f"{event.dropped_attributes} dropped from {event.name}")
+                    self.ledger.alarm(
+                        Where(span, label, str(event.attributes.get(sc.CANDIDATE_ID, ""))),
+                        "event.droppedAttributesCount",
+                        "event attributes evicted by the SDK",
+                        f"{event.dropped_attributes} dropped from {event.name}",
+                    )
             errors = span.attributes.get(sc.STAGE_INSTRUMENTATION_ERRORS)
             if ours and isinstance(errors, int) and errors > 0:
-                self.alarm(span, label, sc.STAGE_INSTRUMENTATION_ERRORS, "recorder errors",
-                           f"{errors} internal errors: the record may be incomplete")
+                self.alarm(span, label, sc.STAGE_INSTRUMENTATION_ERRORS, "recorder errors", f"{errors} internal errors: the record may be incomplete")
 
     def segments(self) -> Segments:
         by_id = {s.span_id: s for s in self.trace.spans}
@@ -253,13 +285,13 @@ class CountChecks:
         the root never arrived."""
         seg = self.segments()
         if not seg.roots and not seg.claims:
-            self.f.notes.append("no ragtrail.trace.span_count stamped: whole spans lost in export cannot be "
-                                "counted (export through ragtrail's whole-trace processor)")
+            self.f.notes.append(
+                "no ragtrail.trace.span_count stamped: whole spans lost in export cannot be counted (export through ragtrail's whole-trace processor)"
+            )
             return
         for root_id in [*seg.roots, *(r for r in seg.claims if r not in seg.roots)]:
             self.segment(seg, root_id)
-        missing_parents = {s.parent_span_id for s in self.trace.spans
-                           if s.parent_span_id and s.parent_span_id not in seg.by_id}
+        missing_parents = {s.parent_span_id for s in self.trace.spans if s.parent_span_id and s.parent_span_id not in seg.by_id}
         if missing_parents and len(missing_parents) > 1:
             self.f.notes.append(f"{len(missing_parents)} parent spans referenced but not in the trace")
 
@@ -276,25 +308,36 @@ class CountChecks:
             self.f.missing_spans += 1
             present = seg.by_id.get(root_id)
             problem = "root span missing" if present is None else "root span count missing"
-            detail = (f"{len(members)} spans name root {root_id}, which did not arrive" if present is None
-                      else f"root {root_id} arrived without {sc.TRACE_SPAN_COUNT}")
+            detail = (
+                f"{len(members)} spans name root {root_id}, which did not arrive"
+                if present is None
+                else f"root {root_id} arrived without {sc.TRACE_SPAN_COUNT}"
+            )
             self.alarm(pin, label, sc.TRACE_SEGMENT_ROOT, problem, detail)
         for claim in counts:
             if claim.stated != stamped:
                 field_name = sc.TRACE_SPAN_COUNT if claim.span is root else sc.TRACE_SEGMENT_SPAN_COUNT
-                self.alarm(claim.span, str(claim.span.attributes.get(sc.STAGE_KIND, claim.span.name)), field_name,
-                           "span count changed", f"{claim.stated} here, {stamped} on another span of the segment")
+                self.alarm(
+                    claim.span,
+                    str(claim.span.attributes.get(sc.STAGE_KIND, claim.span.name)),
+                    field_name,
+                    "span count changed",
+                    f"{claim.stated} here, {stamped} on another span of the segment",
+                )
         seen = self.arrived(seg, root_id, pin, 1 if root is not None or root_id in seg.by_id else 0)
-        unreached = sum(1 for c in members if c.span.parent_span_id and c.span.parent_span_id not in seg.by_id
-                        and c.span.parent_span_id != root_id)
+        unreached = sum(1 for c in members if c.span.parent_span_id and c.span.parent_span_id not in seg.by_id and c.span.parent_span_id != root_id)
         missing = stamped - seen - (1 if root is None else 0)  # a missing root is counted above
         if missing > 0:
             self.f.missing_spans += missing
-            self.alarm(pin, label, sc.TRACE_SPAN_COUNT, "missing spans", f"{seen} received, {stamped} stamped"
-                       + (f" ({unreached} under a span that did not arrive)" if unreached else ""))
+            self.alarm(
+                pin,
+                label,
+                sc.TRACE_SPAN_COUNT,
+                "missing spans",
+                f"{seen} received, {stamped} stamped" + (f" ({unreached} under a span that did not arrive)" if unreached else ""),
+            )
         elif seen > stamped:
-            self.f.notes.append(f"span {pin.span_id}: {seen} spans received for {stamped} stamped "
-                                "(late spans, or spans of another process under it)")
+            self.f.notes.append(f"span {pin.span_id}: {seen} spans received for {stamped} stamped (late spans, or spans of another process under it)")
 
     @staticmethod
     def arrived(seg: Segments, root_id: str, pin: Span, seen: int) -> int:
@@ -315,9 +358,13 @@ class CountChecks:
     def orphans(self) -> None:
         for span in self.stitched.orphans:
             self.f.missing_spans += 1
-            self.alarm(span, f"{span.attributes.get(sc.STAGE_KIND)} {span.attributes.get(sc.STAGE_COMPONENT)}",
-                       sc.STAGE_CONTINUATION, "stage span missing",
-                       f"continuation {span.attributes.get(sc.STAGE_CONTINUATION_INDEX)} arrived without its stage span")
+            self.alarm(
+                span,
+                f"{span.attributes.get(sc.STAGE_KIND)} {span.attributes.get(sc.STAGE_COMPONENT)}",
+                sc.STAGE_CONTINUATION,
+                "stage span missing",
+                f"continuation {span.attributes.get(sc.STAGE_CONTINUATION_INDEX)} arrived without its stage span",
+            )
 
 
 __all__ = ["Claim", "CountChecks", "Segments"]

@@ -104,8 +104,9 @@ class Chain:
 
     def upstream(self, cid: str, sha256: str | None, attributes: dict[str, Any]) -> Upstream:
         rule = attributes.get(sc.CANDIDATE_TRANSFORM_RULE)
-        return Upstream(sha256, self.latest_chars.get(cid), (rule,) if isinstance(rule, str) else (),
-                        attributes.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM))
+        return Upstream(
+            sha256, self.latest_chars.get(cid), (rule,) if isinstance(rule, str) else (), attributes.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM)
+        )
 
 
 def _describe(received: Any, original: Receipt | None) -> str:
@@ -224,8 +225,7 @@ class ReceiptChecks:
         for cid, out in outputs.items():
             chain.latest[cid] = out.sha256
             chain.latest_chars[cid] = out.chars
-            chain.handed[cid] = Handed(view.span.start_ns, view.span.end_ns, view.span, label, out.attributes, view.kind,
-                                       out.first_unchecked)
+            chain.handed[cid] = Handed(view.span.start_ns, view.span.end_ns, view.span, label, out.attributes, view.kind, out.first_unchecked)
 
     def candidate(self, view: StageView, label: str, span: Span, event: Event, chain: Chain) -> Output | None:
         """One candidate or exclusion event's content receipt; the output it hands on, if it is one.
@@ -234,16 +234,25 @@ class ReceiptChecks:
         a = event.attributes
         cid = str(a.get(sc.CANDIDATE_ID, ""))
         if sc.CANDIDATE_CONTENT_FROM in a and sc.CANDIDATE_CONTENT_SHA256 not in a:
-            self.ledger.alarm(Where(span, label, cid), sc.CANDIDATE_CONTENT_FROM, UNVERIFIABLE,
-                              f"its content receipt is the one span {str(a[sc.CANDIDATE_CONTENT_FROM])[:16]} wrote, "
-                              "which did not arrive or does not hold this candidate")
+            self.ledger.alarm(
+                Where(span, label, cid),
+                sc.CANDIDATE_CONTENT_FROM,
+                UNVERIFIABLE,
+                f"its content receipt is the one span {str(a[sc.CANDIDATE_CONTENT_FROM])[:16]} wrote, "
+                "which did not arrive or does not hold this candidate",
+            )
             self.f.count(UNVERIFIABLE)
             return None
         upstream = chain.latest.get(cid)
         producer = chain.handed.get(cid)
-        if upstream is not None and producer is not None and producer.start <= view.span.start_ns \
-                and producer.end >= view.span.end_ns and producer.kind in _GATHERING \
-                and a.get(sc.CANDIDATE_CONTENT_SHA256) != upstream:
+        if (
+            upstream is not None
+            and producer is not None
+            and producer.start <= view.span.start_ns
+            and producer.end >= view.span.end_ns
+            and producer.kind in _GATHERING
+            and a.get(sc.CANDIDATE_CONTENT_SHA256) != upstream
+        ):
             # handed on by a retrieval still open around this one (a compression retriever
             # around its base retriever and compressor): it hands on what the stages inside it
             # produced, when it ends, so its outputs are checked then, against what they handed
@@ -278,8 +287,11 @@ class ReceiptChecks:
                 continue
             if p.first_unchecked:
                 self.f.not_captured -= 1
-            self.payload(Where(p.span, p.label, cid), Payload(p.attributes, sc.CANDIDATE_CONTENT_PREFIX),
-                         chain.upstream(cid, chain.latest.get(cid), p.attributes))
+            self.payload(
+                Where(p.span, p.label, cid),
+                Payload(p.attributes, sc.CANDIDATE_CONTENT_PREFIX),
+                chain.upstream(cid, chain.latest.get(cid), p.attributes),
+            )
 
     def query(self, where: Where, attrs: dict[str, Any], hop_sha: dict[int, HopSeen]) -> None:
         """A query receipt, and the same hop's query everywhere it is stated."""

@@ -135,5 +135,4 @@ def mapping_text(data: Any, keys: tuple[str, ...]) -> str | None:
     return None
 
 
-__all__ = ["REASON_NOT_IN_PROMPT", "answer_text", "mapping_text", "model_name", "prompt_text", "record_generation",
-           "set_model"]
+__all__ = ["REASON_NOT_IN_PROMPT", "answer_text", "mapping_text", "model_name", "prompt_text", "record_generation", "set_model"]

@@ -22,7 +22,12 @@ from ragtrail.contract import semconv as sc
 
 # pgvector's distance operators (the ``bit`` ones too): every one orders lower-is-better
 OPERATORS: Mapping[str, str] = {
-    "<->": "l2", "<=>": "cosine", "<#>": "negative_inner_product", "<+>": "l1", "<~>": "hamming", "<%>": "jaccard",
+    "<->": "l2",
+    "<=>": "cosine",
+    "<#>": "negative_inner_product",
+    "<+>": "l1",
+    "<~>": "hamming",
+    "<%>": "jaccard",
 }
 _OPERATOR = re.compile("|".join(re.escape(op) for op in OPERATORS))
 _PLACEHOLDER = re.compile(r"%%|%\((?P<name>[^)]+)\)[sbt]|%[sbt]|\$(?P<number>\d+)")
@@ -235,13 +240,13 @@ def _alias(item: str) -> tuple[str, str | None]:
     match = re.search(r"\s+as\s+(\"[^\"]+\"|[A-Za-z_][\w$]*)\s*$", masked, re.IGNORECASE)
     if match is None:
         match = re.search(r"(?<=[\s)])(\"[^\"]+\"|[A-Za-z_][\w$]*)\s*$", masked)
-        if match is not None and _OPERATOR.search(item[:match.start()]) is None:
+        if match is not None and _OPERATOR.search(item[: match.start()]) is None:
             match = None
     if match is None:
         return item, None
-    alias = item[match.start(1):match.end(1)]
+    alias = item[match.start(1) : match.end(1)]
     alias = alias[1:-1] if alias.startswith('"') else alias.lower()
-    expr = item[:match.start(1)].rstrip()
+    expr = item[: match.start(1)].rstrip()
     if expr[-2:].lower() == "as" and (len(expr) == 2 or not (expr[-3].isalnum() or expr[-3] == "_")):
         expr = expr[:-2]
     return expr.strip(), alias
@@ -254,9 +259,9 @@ def _parse(text: str) -> Search | None:
         return None
     params = _params(text)
     select_at = clauses["select"]
-    items = _split_top(text[select_at[0]:select_at[1]], masked[select_at[0]:select_at[1]])
+    items = _split_top(text[select_at[0] : select_at[1]], masked[select_at[0] : select_at[1]])
     order_at = clauses["order by"]
-    order_items = _split_top(text[order_at[0]:order_at[1]], masked[order_at[0]:order_at[1]])
+    order_items = _split_top(text[order_at[0] : order_at[1]], masked[order_at[0] : order_at[1]])
     first = order_items[0]
     words = first.split()
     if words and words[-1].lower() == "desc" or "nulls" in (w.lower() for w in words[-2:-1]):
@@ -296,7 +301,7 @@ def _parse(text: str) -> Search | None:
         table=_table(text, masked, clauses),
         vector=vector,
         limit=_limit(text, clauses["limit"], params),
-        where=" ".join(text[clauses["where"][0]:clauses["where"][1]].split()) if "where" in clauses else None,
+        where=" ".join(text[clauses["where"][0] : clauses["where"][1]].split()) if "where" in clauses else None,
         where_params=tuple(p for at, p in sorted(params.items()) if "where" in clauses and clauses["where"][0] <= at < clauses["where"][1]),
         score_item=score_item,
         score_alias=selected[score_item][1] if score_item is not None else None,
@@ -319,10 +324,10 @@ def _table(text: str, masked: str, clauses: Mapping[str, tuple[int, int]]) -> st
 
 
 def _limit(text: str, at: tuple[int, int], params: dict[int, Param]) -> Param | int | None:
-    body = text[at[0]:at[1]].strip()
+    body = text[at[0] : at[1]].strip()
     if body.isdigit():
         return int(body)
     match = _PLACEHOLDER.fullmatch(_CAST.sub("", body).strip())
     if match is not None and match.group(0) != "%%":
-        return params.get(at[0] + text[at[0]:at[1]].find(match.group(0)))
+        return params.get(at[0] + text[at[0] : at[1]].find(match.group(0)))
     return None

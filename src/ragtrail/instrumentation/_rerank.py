@@ -66,8 +66,9 @@ class RerankCall(Call):
 
     per_instance = False
 
-    def __init__(self, tracer: Any, site: str, wrapped: Callable[..., Any], instance: Any, args: Args,
-                 kwargs: Kwargs, prepare: Prepare, record: Record) -> None:
+    def __init__(
+        self, tracer: Any, site: str, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs, prepare: Prepare, record: Record
+    ) -> None:
         super().__init__(tracer, wrapped, instance, args, kwargs)
         self.site = site
         self.prepare = prepare
@@ -151,8 +152,7 @@ def ranked(
                 not_numbers += 1
             elif finite_or_none(score) is None:
                 nonfinite += 1
-        outputs.append(source.copy(score=score, score_kind=sc.SCORE_RERANK, raw=raw, transform_rule=None,
-                                   derived_from=None))
+        outputs.append(source.copy(score=score, score_kind=sc.SCORE_RERANK, raw=raw, transform_rule=None, derived_from=None))
     if unmatched:
         s.finding(f"{unmatched} result(s) pointed at no input document")
     if nonfinite:
@@ -207,6 +207,14 @@ def top_k_of(value: Any) -> int | None:
 
 
 __all__ = [
-    "RerankCall", "RerankArgs", "argument", "component_name", "document_list", "inside_rerank_stage", "plain_score",
-    "ranked", "snapshot", "top_k_of",
+    "RerankCall",
+    "RerankArgs",
+    "argument",
+    "component_name",
+    "document_list",
+    "inside_rerank_stage",
+    "plain_score",
+    "ranked",
+    "snapshot",
+    "top_k_of",
 ]

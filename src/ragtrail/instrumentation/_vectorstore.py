@@ -167,8 +167,9 @@ class StoreStages:
         """Open stage 0 with what is known before the call (its query, knobs and filter)."""
         parent_valid = trace.get_current_span().get_span_context().is_valid
         self._t0 = time.time_ns()
-        s = stage(sc.KIND_RETRIEVE, self.component, top_k=first.top_k, threshold=first.threshold,
-                  score_kind=first.score_kind, tracer=self._tracer).start()
+        s = stage(
+            sc.KIND_RETRIEVE, self.component, top_k=first.top_k, threshold=first.threshold, score_kind=first.score_kind, tracer=self._tracer
+        ).start()
         self._stage0 = s
         try:
             # siblings share stage 0's start; they are worth building only if one could record
@@ -213,8 +214,7 @@ class StoreStages:
                 if s0.recording and outcome is not None:
                     row = outcome.row(0) if outcome.rows > 0 else Row()
                     if outcome.rows > limit:
-                        s0.finding(f"batch of {outcome.rows} queries: stages written for the first {limit} "
-                                   f"only ({sc.ENV_VECTORSTORE_MAX_QUERIES})")
+                        s0.finding(f"batch of {outcome.rows} queries: stages written for the first {limit} only ({sc.ENV_VECTORSTORE_MAX_QUERIES})")
                     self._record(s0, row, 0, outcome.rows, size, first=True)
         except Exception as exc:
             s0.record_error("vectorstore.complete", exc)
@@ -283,8 +283,7 @@ class StoreStages:
             s.finding(finding)
         nonfinite = sum(1 for c in row.candidates if c.score is not None and finite_or_none(c.score) is None)
         if nonfinite:
-            s.finding(f"{nonfinite} of {len(row.candidates)} scores are not finite (NaN or inf); "
-                      f"recorded as {sc.CANDIDATE_SCORE_RAW}")
+            s.finding(f"{nonfinite} of {len(row.candidates)} scores are not finite (NaN or inf); recorded as {sc.CANDIDATE_SCORE_RAW}")
         if size is not None:
             # a size the user set for this store (ragtrail.corpus_size) wins, also when none is known
             s.corpus_size(size[0], store=size[1], approximate=size[2])
@@ -307,8 +306,9 @@ class VectorStoreCall(Call, Generic[_S]):
 
     per_instance = False
 
-    def __init__(self, site: str, start: Callable[[], _S | None], done: Callable[[_S, Any], None],
-                 wrapped: Callable[..., Any], args: Args, kwargs: Kwargs) -> None:
+    def __init__(
+        self, site: str, start: Callable[[], _S | None], done: Callable[[_S, Any], None], wrapped: Callable[..., Any], args: Args, kwargs: Kwargs
+    ) -> None:
         super().__init__(None, wrapped, None, args, kwargs)
         self.site = site
         self._start = start
@@ -331,13 +331,15 @@ class VectorStoreCall(Call, Generic[_S]):
             self.store.write_siblings()
 
 
-def call_through(key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: Args,
-                 kwargs: Kwargs, done: Callable[[_S, Any], None]) -> Any:
+def call_through(
+    key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: Args, kwargs: Kwargs, done: Callable[[_S, Any], None]
+) -> Any:
     """Every vector-store wrapper: the client's call as :class:`VectorStoreCall` stages (see :mod:`ragtrail.hooks`)."""
     return run(VectorStoreCall(key, start, done, wrapped, args, kwargs))
 
 
-async def acall_through(key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: Args,
-                        kwargs: Kwargs, done: Callable[[_S, Any], None]) -> Any:
+async def acall_through(
+    key: str, start: Callable[[], _S | None], wrapped: Callable[..., Any], args: Args, kwargs: Kwargs, done: Callable[[_S, Any], None]
+) -> Any:
     """:func:`call_through` for async clients: the stages cover the awaited query."""
     return await run_async(VectorStoreCall(key, start, done, wrapped, args, kwargs))

@@ -60,13 +60,24 @@ class ChromaInstrumentor(RagtrailInstrumentor):
             _counts.clear()
 
     def _query(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
-        return call_through(_KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
-                            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
+        return call_through(
+            _KEY,
+            lambda: _start(self.tracer, wrapped, instance, args, kwargs),
+            wrapped,
+            args,
+            kwargs,
+            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)),
+        )
 
     async def _aquery(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return await acall_through(
-            _KEY, lambda: _start(self.tracer, wrapped, instance, args, kwargs), wrapped, args, kwargs,
-            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
+            _KEY,
+            lambda: _start(self.tracer, wrapped, instance, args, kwargs),
+            wrapped,
+            args,
+            kwargs,
+            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)),
+        )
 
 
 class _ChromaStages(StoreStages):
@@ -148,19 +159,20 @@ def _outcome(stages: _ChromaStages, instance: Any, result: Any) -> Outcome | Non
         for position, ident in enumerate(ids):
             content = documents[position] if documents is not None else None
             metadata = metadatas[position] if metadatas is not None else None
-            candidates.append(Candidate(
-                id=normalize_id(ident) or content_id(content),
-                content=content,
-                score=plain(distances[position]) if distances is not None else None,
-                score_kind=kind,
-                metadata=metadata if isinstance(metadata, Mapping) else None,
-            ))
+            candidates.append(
+                Candidate(
+                    id=normalize_id(ident) or content_id(content),
+                    content=content,
+                    score=plain(distances[position]) if distances is not None else None,
+                    score_kind=kind,
+                    metadata=metadata if isinstance(metadata, Mapping) else None,
+                )
+            )
         found = _row(stages, index, candidates)
         found.score_kind = kind
         return found
 
-    return Outcome(rows=len(result["ids"]), row=row, corpus_size=lambda: _observed_count(instance),
-                   store=stages.collection, approximate=True)
+    return Outcome(rows=len(result["ids"]), row=row, corpus_size=lambda: _observed_count(instance), store=stages.collection, approximate=True)
 
 
 def _observed_count(instance: Any) -> int | None:

@@ -67,8 +67,7 @@ class FaissInstrumentor(RagtrailInstrumentor):
 
     _instruments: Collection[str] = ("faiss-cpu >= 1.8",)
     # the same ``faiss`` module ships in several wheels: any one of them will do
-    _instruments_any: Collection[str] = ("faiss-cpu >= 1.8", "faiss-gpu >= 1.7", "faiss-gpu-cu11 >= 1.8",
-                                         "faiss-gpu-cu12 >= 1.8")
+    _instruments_any: Collection[str] = ("faiss-cpu >= 1.8", "faiss-gpu >= 1.7", "faiss-gpu-cu11 >= 1.8", "faiss-gpu-cu12 >= 1.8")
     patched: list[str]
 
     def _check_dependency_conflicts(self) -> Any:
@@ -99,8 +98,14 @@ class FaissInstrumentor(RagtrailInstrumentor):
         self.patched = []
 
     def _search(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
-        return call_through(_KEY, lambda: _start(self.tracer, instance, args, kwargs), wrapped, args, kwargs,
-                            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)))
+        return call_through(
+            _KEY,
+            lambda: _start(self.tracer, instance, args, kwargs),
+            wrapped,
+            args,
+            kwargs,
+            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, result)),
+        )
 
 
 class _FaissStages(StoreStages):
@@ -163,8 +168,9 @@ def _outcome(stages: _FaissStages, instance: Any, result: Any) -> Outcome | None
         ids = labels[index].tolist()
         scores = distances[index].tolist()
         kind = stages.base.score_kind
-        candidates = [Candidate(id=_id_of(ident, mapped), score=score, score_kind=kind)
-                      for ident, score in zip(ids, scores) if ident != -1]
+        candidates = [
+            Candidate(id=_id_of(ident, mapped), score=score, score_kind=kind) for ident, score in zip(ids, scores, strict=False) if ident != -1
+        ]
         found = _row(stages, index, candidates)
         empty = len(ids) - len(candidates)
         if empty:

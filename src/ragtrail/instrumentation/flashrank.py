@@ -74,5 +74,6 @@ class FlashrankInstrumentor(RagtrailInstrumentor):
 
     def _rerank(self, wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
         listwise = getattr(instance, "llm_model", None) is not None
-        return run(RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare,
-                              lambda s, request, result: _record(s, request, result, listwise)))
+        return run(
+            RerankCall(self.tracer, _KEY, wrapped, instance, args, kwargs, _prepare, lambda s, request, result: _record(s, request, result, listwise))
+        )

@@ -51,8 +51,8 @@ from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import canonical_json
-from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.hooks import guard
+from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._pgvector_sql import OPERATORS, Param, Search, maybe_search, parse, statement_text
 from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, acall_through, call_through
 from ragtrail.recorder.candidates import CONTENT_KEYS, Candidate, normalize_id
@@ -80,16 +80,27 @@ class PsycopgInstrumentor(RagtrailInstrumentor):
         search = _search(instance, args, kwargs)
         if search is None:
             return wrapped(*args, **kwargs)
-        return call_through(_KEY, lambda: _start(self.tracer, search, instance, args, kwargs), wrapped, args, kwargs,
-                            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, self.id_column)))
+        return call_through(
+            _KEY,
+            lambda: _start(self.tracer, search, instance, args, kwargs),
+            wrapped,
+            args,
+            kwargs,
+            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, self.id_column)),
+        )
 
     async def _aexecute(self, wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         search = _search(instance, args, kwargs)
         if search is None:
             return await wrapped(*args, **kwargs)
         return await acall_through(
-            _KEY, lambda: _start(self.tracer, search, instance, args, kwargs), wrapped, args, kwargs,
-            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, self.id_column)))
+            _KEY,
+            lambda: _start(self.tracer, search, instance, args, kwargs),
+            wrapped,
+            args,
+            kwargs,
+            lambda stages, result: stages.complete(lambda: _outcome(stages, instance, self.id_column)),
+        )
 
 
 def _query_arg(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -160,13 +171,15 @@ def _start(tracer: Any, search: Search, cursor: Any, args: tuple[Any, ...], kwar
             found["params"] = [_plain_param(p.value(params)) for p in search.where_params]
         where = canonical_json(found)
     vector = _value(search.vector, params)
-    return stages.start(Row(
-        query=Query(vector=_vector(vector)) if vector is not None else None,
-        top_k=limit if isinstance(limit, int) and not isinstance(limit, bool) else None,
-        filter=where,
-        score_kind=search.score_kind,
-        attributes={},
-    ))
+    return stages.start(
+        Row(
+            query=Query(vector=_vector(vector)) if vector is not None else None,
+            top_k=limit if isinstance(limit, int) and not isinstance(limit, bool) else None,
+            filter=where,
+            score_kind=search.score_kind,
+            attributes={},
+        )
+    )
 
 
 @dataclass
@@ -227,14 +240,20 @@ def _outcome(stages: _PgStages, cursor: Any, id_column: str) -> Outcome | None:
 
     def row(_index: int) -> Row:
         if ids is None:
-            base.findings.append(f"{result.ntuples} rows returned, ids unknown: the result has no column named {id_column!r} "
-                                 f"({ENV_ID_COLUMN} names the id column); no candidate recorded")
+            base.findings.append(
+                f"{result.ntuples} rows returned, ids unknown: the result has no column named {id_column!r} "
+                f"({ENV_ID_COLUMN} names the id column); no candidate recorded"
+            )
             return base
         kind = search.score_kind if scores is not None else sc.SCORE_NONE
         base.score_kind = kind
         base.candidates = [
-            Candidate(id=normalize_id(ident) or "", content=contents[i] if contents is not None else None,
-                      score=scores[i] if scores is not None else None, score_kind=kind)
+            Candidate(
+                id=normalize_id(ident) or "",
+                content=contents[i] if contents is not None else None,
+                score=scores[i] if scores is not None else None,
+                score_kind=kind,
+            )
             for i, ident in enumerate(ids)
         ]
         return base

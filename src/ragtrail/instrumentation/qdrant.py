@@ -65,8 +65,7 @@ class _Facts:
 # remote clients: collection name -> the facts the application's own calls revealed
 _remote_facts: weakref.WeakKeyDictionary[Any, dict[str, _Facts]] = weakref.WeakKeyDictionary()
 _remote_lock = threading.Lock()
-UNREAD = ("score kind unknown: the application has not read this collection's config "
-          "(ragtrail adds no request to the database)")
+UNREAD = "score kind unknown: the application has not read this collection's config (ragtrail adds no request to the database)"
 
 
 class QdrantInstrumentor(RagtrailInstrumentor):
@@ -93,22 +92,33 @@ class QdrantInstrumentor(RagtrailInstrumentor):
 
     def _sync(self, method: str) -> Callable[..., Any]:
         def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
-            return call_through(_KEY, lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
-                                wrapped, args, kwargs, lambda stages, result: _complete(stages, result, instance, _facts))
+            return call_through(
+                _KEY,
+                lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
+                wrapped,
+                args,
+                kwargs,
+                lambda stages, result: _complete(stages, result, instance, _facts),
+            )
 
         return wrapper
 
     def _async(self, method: str) -> Callable[..., Any]:
         async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
             # nothing is awaited after the result has arrived: it is the host's
-            return await acall_through(_KEY, lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
-                                       wrapped, args, kwargs, lambda stages, result: _complete(stages, result, instance, _afacts))
+            return await acall_through(
+                _KEY,
+                lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
+                wrapped,
+                args,
+                kwargs,
+                lambda stages, result: _complete(stages, result, instance, _afacts),
+            )
 
         return wrapper
 
 
-def _complete(stages: _QdrantStages, result: Any, instance: Any,
-              facts_of: Callable[[Any, str | None], _Facts | None]) -> None:
+def _complete(stages: _QdrantStages, result: Any, instance: Any, facts_of: Callable[[Any, str | None], _Facts | None]) -> None:
     """Read the collection's facts (local or cached: never a wait on the network) and record the
     result (the hook skeleton ends the stages whatever happens here)."""
     facts = guard("qdrant.facts", facts_of, instance, stages.collection) if stages.active else None
@@ -131,12 +141,12 @@ class _QdrantStages(StoreStages):
     requests: list[dict[str, Any]]
 
 
-def _start(tracer: Any, method: str, wrapped: Callable[..., Any], instance: Any, args: Args,
-           kwargs: Kwargs) -> _QdrantStages:
+def _start(tracer: Any, method: str, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> _QdrantStages:
     arguments = bind(wrapped, args, kwargs)
     collection = arguments.get("collection_name")
-    stages = _QdrantStages(tracer, f"qdrant_client.{type(instance).__qualname__}.{method}",
-                       collection=collection if isinstance(collection, str) else None)
+    stages = _QdrantStages(
+        tracer, f"qdrant_client.{type(instance).__qualname__}.{method}", collection=collection if isinstance(collection, str) else None
+    )
     stages.method = method
     if method == "query_batch_points":
         requests = arguments.get("requests")
@@ -186,8 +196,9 @@ def _row(stages: _QdrantStages, index: int, candidates: Any, facts: _Facts | Non
         threshold=request.get("score_threshold"),
         filter=filter_json(request.get("filter")),
         # an unread request (an iterator was passed): assume the default vector's meaning
-        score_kind=(_score_kind(request.get("query"), request.get("using"), request.get("prefetch"), facts)
-                    if request else _vector_kind(None, facts)),
+        score_kind=(
+            _score_kind(request.get("query"), request.get("using"), request.get("prefetch"), facts) if request else _vector_kind(None, facts)
+        ),
         attributes=attributes,
     )
 
@@ -223,8 +234,7 @@ def _score_kind(query: Any, using: str | None, prefetch: Any, facts: _Facts | No
     if query is None:
         if prefetch:
             first = prefetch[0] if isinstance(prefetch, (list, tuple)) else prefetch
-            return _score_kind(getattr(first, "query", None), getattr(first, "using", None),
-                               getattr(first, "prefetch", None), facts)
+            return _score_kind(getattr(first, "query", None), getattr(first, "using", None), getattr(first, "prefetch", None), facts)
         return sc.SCORE_NONE
     nearest = query.nearest if isinstance(query, models.NearestQuery) else query
     if isinstance(nearest, models.SparseVector):
@@ -270,8 +280,7 @@ def _outcome(stages: _QdrantStages, result: Any, facts: _Facts | None) -> Outcom
             candidates.append(candidate)
         found.candidates = candidates
         if found.score_kind is None and candidates:
-            found.findings.append(UNREAD if facts is None and stages.remote
-                                  else "score kind unknown: the collection's distance could not be read")
+            found.findings.append(UNREAD if facts is None and stages.remote else "score kind unknown: the collection's distance could not be read")
         return found
 
     size = None
@@ -279,8 +288,13 @@ def _outcome(stages: _QdrantStages, result: Any, facts: _Facts | None) -> Outcom
         size = lambda: facts.points_count  # noqa: E731
     # the collection is the store (a name the user can give ragtrail.corpus_size); without a size,
     # a user's figure for it is still looked up
-    return Outcome(rows=len(lists), row=row, corpus_size=size or (lambda: None), store=stages.collection,
-                   approximate=bool(facts is not None and facts.approximate))
+    return Outcome(
+        rows=len(lists),
+        row=row,
+        corpus_size=size or (lambda: None),
+        store=stages.collection,
+        approximate=bool(facts is not None and facts.approximate),
+    )
 
 
 def _is_local(client: Any) -> bool:

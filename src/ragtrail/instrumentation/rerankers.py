@@ -130,8 +130,14 @@ def _record(s: Stage, request: RerankArgs, result: Any) -> None:
         s.finding(f"rank returned a {type(result).__name__} without results: outputs not recorded")
         return
     lookup: _Lookup = request.lookup
-    s.outputs(ranked(s, request, ((lookup.index(r.document), getattr(r, "score", None), r.document) for r in results),
-                     orphan=lambda document: _adapt_document(document)))
+    s.outputs(
+        ranked(
+            s,
+            request,
+            ((lookup.index(r.document), getattr(r, "score", None), r.document) for r in results),
+            orphan=lambda document: _adapt_document(document),
+        )
+    )
 
 
 def _in_callers_context(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:

@@ -17,8 +17,19 @@ from typing import Any
 from ragtrail.contract.receipts import Receipt, canonical_json, content_id, receipt
 from ragtrail.recorder.pipeline import PipelineState
 
-__all__ = ["CONTENT_KEYS", "Adapter", "Candidate", "adapt", "adapt_all", "hand_over", "is_candidate_list",
-           "lookup_adapter", "normalize_id", "register_adapter", "unregister_adapter"]
+__all__ = [
+    "CONTENT_KEYS",
+    "Adapter",
+    "Candidate",
+    "adapt",
+    "adapt_all",
+    "hand_over",
+    "is_candidate_list",
+    "lookup_adapter",
+    "normalize_id",
+    "register_adapter",
+    "unregister_adapter",
+]
 
 _MISSING = object()
 _ID_KEYS = ("id", "doc_id", "document_id", "chunk_id", "node_id", "_id", "uuid", "corpus_id")
@@ -100,8 +111,9 @@ def _take_over(item: Any) -> Candidate | None:
 _NOT_MEMOISED: tuple[Any, Receipt | None] = (None, None)
 
 
-def adapt_all(items: Iterable[Any], score_kind: str | None, receipts: dict[int, tuple[Any, Receipt | None]],
-              inherited: PipelineState | None = None) -> list[Candidate]:
+def adapt_all(
+    items: Iterable[Any], score_kind: str | None, receipts: dict[int, tuple[Any, Receipt | None]], inherited: PipelineState | None = None
+) -> list[Candidate]:
     """Adapt every item for one stage (a handed-over candidate taken as it is): ``score_kind`` for
     those that carry none; with ``inherited`` (a stage's inputs), the hop and score kind an earlier
     stage of that pipeline gave each id. ``receipts`` is the stage's memo, ``id(content)`` ->
@@ -128,8 +140,7 @@ def adapt_all(items: Iterable[Any], score_kind: str | None, receipts: dict[int, 
     return result
 
 
-_PUBLIC_FIELDS = frozenset(("id", "content", "score", "score_kind", "metadata", "hop", "transform_rule",
-                            "derived_from", "raw"))
+_PUBLIC_FIELDS = frozenset(("id", "content", "score", "score_kind", "metadata", "hop", "transform_rule", "derived_from", "raw"))
 
 
 Adapter = Callable[[Any], "Candidate | None"]
@@ -271,9 +282,15 @@ def adapt(item: Any) -> Candidate:
     if isinstance(item, tuple) and len(item) == 2 and _is_number(item[1]):
         doc, score = item
         candidate = adapt(doc)
-        return Candidate(id=candidate.id, content=candidate.content, score=score,
-                         score_kind=candidate.score_kind, metadata=candidate.metadata, raw=item,
-                         hop=candidate.hop)
+        return Candidate(
+            id=candidate.id,
+            content=candidate.content,
+            score=score,
+            score_kind=candidate.score_kind,
+            metadata=candidate.metadata,
+            raw=item,
+            hop=candidate.hop,
+        )
     if isinstance(item, (int, float)) and not isinstance(item, bool):
         return Candidate(id=normalize_id(item) or "", raw=item)
     return _from_object(item)

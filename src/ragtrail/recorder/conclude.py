@@ -21,12 +21,19 @@ from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import derive, resolve_string_ids
 from ragtrail.recorder.record import Conclusion, StageRecord
 
-__all__ = ["CANCELLATIONS", "INPUTS_NOT_RECORDED", "RETRIEVAL_KINDS", "conclude", "failure_class_of", "final_status",
-           "is_cancellation", "name_private_strings"]
+__all__ = [
+    "CANCELLATIONS",
+    "INPUTS_NOT_RECORDED",
+    "RETRIEVAL_KINDS",
+    "conclude",
+    "failure_class_of",
+    "final_status",
+    "is_cancellation",
+    "name_private_strings",
+]
 
 # raised to stop the work, not by it: a cancelled task, Ctrl-C, a closed generator
-CANCELLATIONS: tuple[type[BaseException], ...] = (KeyboardInterrupt, GeneratorExit, asyncio.CancelledError,
-                                                  concurrent.futures.CancelledError)
+CANCELLATIONS: tuple[type[BaseException], ...] = (KeyboardInterrupt, GeneratorExit, asyncio.CancelledError, concurrent.futures.CancelledError)
 RETRIEVAL_KINDS = (sc.KIND_RETRIEVE, sc.KIND_FUSE)
 INPUTS_NOT_RECORDED = "inputs not recorded: candidates.in is out + excluded"
 
@@ -75,13 +82,13 @@ def conclude(record: StageRecord, exc: BaseException | None) -> Conclusion:
         unrecorded = record.outputs is not None
         count_in = len(outputs) + len(exclusions)
     answer = record.state.answer
-    conclusion = record.conclusion = Conclusion(exc, status, failure_class, exclusions, count_in, unrecorded, run,
-                                                answer.attributes if answer is not None else None)
+    conclusion = record.conclusion = Conclusion(
+        exc, status, failure_class, exclusions, count_in, unrecorded, run, answer.attributes if answer is not None else None
+    )
     return conclusion
 
 
-def _run_attributes(record: StageRecord, exc: BaseException | None, status: str,
-                    outputs: list[Candidate]) -> dict[str, Any]:
+def _run_attributes(record: StageRecord, exc: BaseException | None, status: str, outputs: list[Candidate]) -> dict[str, Any]:
     """The pipeline's bookkeeping for this stage, and the run's attributes its span says: a
     pipeline's coverage, run status and answer; a retrieval root's coverage."""
     state, kind = record.state, record.kind
@@ -138,8 +145,7 @@ def _inner_as_inputs(record: StageRecord) -> list[Candidate] | None:
     it: those drops are explained there. Only when they share an id space (some inner id is among its outputs or exclusions: a
     store that numbers rows differently from the framework above it says nothing about trimming),
     or when it handed nothing on at all (then none of the inner hits reached anyone)."""
-    if record.inputs is not None or not record.inner or record.kind not in RETRIEVAL_KINDS or record.outputs is None \
-            or record.inner_other:
+    if record.inputs is not None or not record.inner or record.kind not in RETRIEVAL_KINDS or record.outputs is None or record.inner_other:
         return record.inputs
     mine = {c.id for c in record.outputs} | set(record.explicit)
     if record.outputs and not mine & {c.id for c in record.inner}:

@@ -60,9 +60,15 @@ class Columns(NamedTuple):
 class EventBuilder:
     """Builds one stage's columns and events under the capture settings in force."""
 
-    def __init__(self, config: CaptureSettings, default_score_kind: str | None,
-                 state: PipelineState | None = None, span_id: str | None = None, *,
-                 schema: int = sc.SCHEMA_VERSION) -> None:
+    def __init__(
+        self,
+        config: CaptureSettings,
+        default_score_kind: str | None,
+        state: PipelineState | None = None,
+        span_id: str | None = None,
+        *,
+        schema: int = sc.SCHEMA_VERSION,
+    ) -> None:
         self.config = config
         # the wire schema whose column rules are written: the current one (an older accepted one only
         # in tests, to check that the reader reads what that schema's writer wrote)
@@ -76,8 +82,7 @@ class EventBuilder:
         if config.content_for("") is not None:  # content capture is on: preview or full
             self.content_key = sc.COLUMN_CONTENT_PREVIEW if config.content_is_preview() else sc.COLUMN_CONTENT_TEXT
 
-    def build(self, variants: Sequence[QueryRecord], outputs: Sequence[Candidate],
-              exclusions: Sequence[Exclusion]) -> Columns:
+    def build(self, variants: Sequence[QueryRecord], outputs: Sequence[Candidate], exclusions: Sequence[Exclusion]) -> Columns:
         config = self.config
         events: list[Event] = [(sc.EVENT_QUERY, query_attributes(v, config)) for v in variants]
         items = [digest_item(name, attributes) for name, attributes in events]
@@ -91,7 +96,7 @@ class EventBuilder:
                     remember(c.id, r.sha256, self.span_id)
         ids = span_attributes.get(sc.COLUMN_IDS, ())
         shas = span_attributes.get(sc.COLUMN_CONTENT_SHA256) or [""] * len(ids)
-        items.extend(zip([sc.EVENT_CANDIDATE] * len(ids), ids, shas))
+        items.extend(zip([sc.EVENT_CANDIDATE] * len(ids), ids, shas, strict=False))
         groups: dict[str, list[Exclusion]] = {}
         for exclusion in exclusions:
             group = groups.get(exclusion.reason)
@@ -108,11 +113,10 @@ class EventBuilder:
             events.append((sc.EVENT_EXCLUSION, attributes))
             ids = attributes[sc.COLUMN_IDS]
             shas = attributes.get(sc.COLUMN_CONTENT_SHA256) or [""] * len(ids)
-            items.extend(zip([sc.EVENT_EXCLUSION] * len(ids), ids, shas))
+            items.extend(zip([sc.EVENT_EXCLUSION] * len(ids), ids, shas, strict=False))
         return Columns(span_attributes, events, items)
 
-    def columns(self, candidates: Sequence[Candidate], default_kind: str | None,
-                ranks: list[int] | None) -> dict[str, Any]:
+    def columns(self, candidates: Sequence[Candidate], default_kind: str | None, ranks: list[int] | None) -> dict[str, Any]:
         """The columns of ``candidates`` in their order, each written by its rule in
         ``ragtrail.contract.columns`` (docs/semconv.md §3): here the rows become wire values."""
         if not candidates:
@@ -133,8 +137,11 @@ class EventBuilder:
             codec.encode_receipts(out, receipts, self.schema)
             if self.content_key is not None:
                 content_for = self.config.content_for
-                codec.encode_payload(out, self.content_key, [(content_for(wire_text(c.content)) or "") if r is not None else ""
-                                                             for c, r in zip(candidates, receipts, strict=True)])
+                codec.encode_payload(
+                    out,
+                    self.content_key,
+                    [(content_for(wire_text(c.content)) or "") if r is not None else "" for c, r in zip(candidates, receipts, strict=True)],
+                )
         codec.encode_text(out, sc.COLUMN_TRANSFORM_RULE, [c.transform_rule or "" for c in candidates])
         codec.encode_text(out, sc.COLUMN_TRANSFORM_DERIVED_FROM, [c.derived_from or "" for c in candidates])
         keys = self.config.metadata
@@ -187,30 +194,41 @@ def capacity(configured: int | None, limits: Any) -> int | None:
     return sdk_capacity if configured is None else min(configured, sdk_capacity)
 
 
-def emit(span: Any, events: list[Event], room: int | None, tracer: trace.Tracer, name: str,
-         kind: str, component: str,
-         continuation: Callable[[int, int, int, int, int], dict[str, Any]] | None = None) -> int:
+def emit(
+    span: Any,
+    events: list[Event],
+    room: int | None,
+    tracer: trace.Tracer,
+    name: str,
+    kind: str,
+    component: str,
+    continuation: Callable[[int, int, int, int, int], dict[str, Any]] | None = None,
+) -> int:
     """Add the events, spilling into continuation child spans so the SDK never evicts any.
     Returns how many spans carry the stage's events. ``continuation(index, parts, first, last,
     total)`` gives a continuation span's mirror attributes (``None``: none)."""
     if room is None or len(events) <= room:
         add_events(span, events)
         return 1
-    chunks = [events[i:i + room] for i in range(0, len(events), room)]
+    chunks = [events[i : i + room] for i in range(0, len(events), room)]
     add_events(span, chunks[0])
     parent = trace.set_span_in_context(span)
     for index, chunk in enumerate(chunks[1:], start=1):
         first = index * room + 1
-        mirror = {} if continuation is None else continuation(index, len(chunks), first,
-                                                              first + len(chunk) - 1, len(events))
-        child = tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes={
-            **mirror,
-            sc.SCHEMA: sc.SCHEMA_VERSION,
-            sc.STAGE_KIND: kind,
-            sc.STAGE_COMPONENT: component,
-            sc.STAGE_CONTINUATION: True,
-            sc.STAGE_CONTINUATION_INDEX: index,
-        })
+        mirror = {} if continuation is None else continuation(index, len(chunks), first, first + len(chunk) - 1, len(events))
+        child = tracer.start_span(
+            name,
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes={
+                **mirror,
+                sc.SCHEMA: sc.SCHEMA_VERSION,
+                sc.STAGE_KIND: kind,
+                sc.STAGE_COMPONENT: component,
+                sc.STAGE_CONTINUATION: True,
+                sc.STAGE_CONTINUATION_INDEX: index,
+            },
+        )
         add_events(child, chunk)
         child.set_attribute(sc.EVENTS_COUNT, len(chunk))
         child.end()

@@ -17,8 +17,7 @@ from ragtrail.contract.receipts import content_id, finite_or_none
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.rescoring import unproduced_scores
 
-__all__ = ["Exclusion", "Explicit", "KeptEvidence", "Knobs", "derive", "derive_reason", "kept_evidence", "on_knob_scale",
-           "resolve_string_ids"]
+__all__ = ["Exclusion", "Explicit", "KeptEvidence", "Knobs", "derive", "derive_reason", "kept_evidence", "on_knob_scale", "resolve_string_ids"]
 
 
 class Explicit(NamedTuple):
@@ -63,8 +62,9 @@ def resolve_string_ids(explicit: dict[str, Explicit], strings: set[str], inputs:
                 explicit[alias] = explicit.pop(text)
 
 
-def derive(inputs: Sequence[Candidate] | None, outputs: Sequence[Candidate], explicit: Mapping[str, Explicit],
-           knobs: Knobs, *, failed: bool = False) -> tuple[list[Exclusion], list[str]]:
+def derive(
+    inputs: Sequence[Candidate] | None, outputs: Sequence[Candidate], explicit: Mapping[str, Explicit], knobs: Knobs, *, failed: bool = False
+) -> tuple[list[Exclusion], list[str]]:
     """Every input that did not leave, by identity, and the findings the derivation made (also
     :func:`ragtrail.recorder.rescoring.unproduced_scores`, which gives scores handed on unchanged
     their upstream kind back). A stage that failed before producing output (or whose inputs are
@@ -108,8 +108,9 @@ def _kept_positions(inputs: Sequence[Candidate], outputs: Sequence[Candidate]) -
     return kept
 
 
-def _dropped(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: set[int],
-             explicit: Mapping[str, Explicit], knobs: Knobs) -> tuple[list[Exclusion], list[str]]:
+def _dropped(
+    inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: set[int], explicit: Mapping[str, Explicit], knobs: Knobs
+) -> tuple[list[Exclusion], list[str]]:
     """The inputs not kept, each with its reason; the surplus copies of a kept id are ``deduplicated``."""
     result: list[Exclusion] = []
     findings: list[str] = []
@@ -179,8 +180,7 @@ def _fails(score: float, threshold: float, lower_is_better: bool) -> bool:
     return score > threshold if lower_is_better else score < threshold
 
 
-def kept_evidence(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: set[int],
-                  knobs: Knobs) -> KeptEvidence:
+def kept_evidence(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kept: set[int], knobs: Knobs) -> KeptEvidence:
     """Check the knobs against the kept outputs once per stage (see :class:`KeptEvidence`)."""
     findings: list[str] = []
     scores: list[float] = []
@@ -197,14 +197,15 @@ def kept_evidence(inputs: Sequence[Candidate], outputs: Sequence[Candidate], kep
     held = not violators
     if violators:
         op = ">" if _lower_is_better(None, knobs) else "<"
-        findings.append(f"{sc.FINDING_KEPT_PAST_THRESHOLD}: {len(violators)} kept output(s) score {op} "
-                        f"threshold={knobs.threshold:g} ({', '.join(violators[:5])}): the threshold did not "
-                        "decide what was kept, so no exclusion is explained by it")
+        findings.append(
+            f"{sc.FINDING_KEPT_PAST_THRESHOLD}: {len(violators)} kept output(s) score {op} "
+            f"threshold={knobs.threshold:g} ({', '.join(violators[:5])}): the threshold did not "
+            "decide what was kept, so no exclusion is explained by it"
+        )
     return KeptEvidence(held, tuple(scores) if complete and scores else None, tuple(sorted(kept)), findings)
 
 
-def _rank_cut_explains(candidate: Candidate, rank: int, outputs: Sequence[Candidate], knobs: Knobs,
-                       evidence: KeptEvidence) -> bool:
+def _rank_cut_explains(candidate: Candidate, rank: int, outputs: Sequence[Candidate], knobs: Knobs, evidence: KeptEvidence) -> bool:
     """A top-k cut explains a drop when exactly ``top_k`` were kept and the dropped input ranks
     below every kept output in some order the cut could have used: by score (when both are on the
     cut's scale) or by input position. A reranker's own order of the dropped inputs is unknown (their
@@ -216,13 +217,18 @@ def _rank_cut_explains(candidate: Candidate, rank: int, outputs: Sequence[Candid
         return True
     lower = _lower_is_better(candidate.score_kind, knobs)
     by_score = all((kept <= score) if lower else (kept >= score) for kept in evidence.kept_scores)
-    by_position = bool(evidence.kept_ranks) and len(evidence.kept_ranks) == len(outputs) \
-        and all(kept < rank for kept in evidence.kept_ranks)
+    by_position = bool(evidence.kept_ranks) and len(evidence.kept_ranks) == len(outputs) and all(kept < rank for kept in evidence.kept_ranks)
     return by_score or by_position
 
 
-def derive_reason(candidate: Candidate, outputs: Sequence[Candidate], kept_by_sha: Mapping[str, str],
-                  knobs: Knobs, rank: int = -1, evidence: KeptEvidence | None = None) -> tuple[str, str | None]:
+def derive_reason(
+    candidate: Candidate,
+    outputs: Sequence[Candidate],
+    kept_by_sha: Mapping[str, str],
+    knobs: Knobs,
+    rank: int = -1,
+    evidence: KeptEvidence | None = None,
+) -> tuple[str, str | None]:
     """Why an input with no explicit reason did not leave, from the stage's knobs, consistent with
     every kept output: a threshold some kept output fails explains nothing, nor does a top-k cut
     that kept fewer than k or kept something that ranks below this input. What no knob explains is

@@ -29,8 +29,18 @@ from ragtrail.recorder.exclusions import Exclusion
 from ragtrail.recorder.values import wire_str, wire_text
 from ragtrail.settings import CaptureSettings
 
-__all__ = ["GENAI_ATTRIBUTES", "NARROWING_KINDS", "STAGE_ATTRIBUTE_RESERVE", "MirrorInput", "answer_text", "continuation",
-           "genai", "openinference", "span_kind", "summary"]
+__all__ = [
+    "GENAI_ATTRIBUTES",
+    "NARROWING_KINDS",
+    "STAGE_ATTRIBUTE_RESERVE",
+    "MirrorInput",
+    "answer_text",
+    "continuation",
+    "genai",
+    "openinference",
+    "span_kind",
+    "summary",
+]
 
 STAGE_ATTRIBUTE_RESERVE = 40  # span attributes kept free for ragtrail's own when mirroring documents
 _CAP_ATTRIBUTES = 4  # the mirrored/total pairs, kept free so a cut list can always say so
@@ -115,8 +125,7 @@ def genai(m: MirrorInput, max_documents: int | None = None) -> dict[str, Any]:
         documents, written = _genai_documents(m, max_documents)
         attributes[sc.GEN_AI_RETRIEVAL_DOCUMENTS] = documents
         if written < len(m.outputs):
-            attributes.update(_cap(sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL,
-                                   written, len(m.outputs)))
+            attributes.update(_cap(sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL, written, len(m.outputs)))
     elif m.kind == sc.KIND_RERANK:
         if m.inputs is not None:
             attributes[sc.GEN_AI_RERANK_CANDIDATE_COUNT] = len(m.inputs)
@@ -182,21 +191,22 @@ def openinference(m: MirrorInput) -> dict[str, Any]:
     if kind == sc.OI_RETRIEVER:
         lists = [(sc.OI_RETRIEVAL_DOCUMENTS, m.outputs, False)]
     elif kind == sc.OI_RERANKER:
-        lists = [(sc.OI_RERANKER_OUTPUT_DOCUMENTS, m.outputs, False),
-                 (sc.OI_RERANKER_INPUT_DOCUMENTS, m.inputs or [], True)]
+        lists = [(sc.OI_RERANKER_OUTPUT_DOCUMENTS, m.outputs, False), (sc.OI_RERANKER_INPUT_DOCUMENTS, m.inputs or [], True)]
     else:
         return attributes
     max_attributes = getattr(m.limits, "max_span_attributes", None)
-    room = None if max_attributes is None else max(
-        0, max_attributes - STAGE_ATTRIBUTE_RESERVE - _CAP_ATTRIBUTES - len(attributes) - m.extra)
+    room = None if max_attributes is None else max(0, max_attributes - STAGE_ATTRIBUTE_RESERVE - _CAP_ATTRIBUTES - len(attributes) - m.extra)
     excluded = {id(e.candidate): e for e in m.exclusions}
     most = m.config.mirror_documents
     for prefix, candidates, is_input in lists:
         shown = candidates if most is None else candidates[:most]  # no work for documents beyond the cap
         written, room = _documents(attributes, prefix, shown, m.config, excluded if is_input else {}, room)
         if written < len(candidates):
-            names = ((sc.MIRROR_INPUT_DOCUMENTS_MIRRORED, sc.MIRROR_INPUT_DOCUMENTS_TOTAL) if is_input
-                     else (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL))
+            names = (
+                (sc.MIRROR_INPUT_DOCUMENTS_MIRRORED, sc.MIRROR_INPUT_DOCUMENTS_TOTAL)
+                if is_input
+                else (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL)
+            )
             attributes.update(_cap(*names, written, len(candidates)))
     return attributes
 
@@ -210,8 +220,14 @@ def _cap(mirrored_key: str, total_key: str, mirrored: int, total: int) -> dict[s
     return {mirrored_key: mirrored, total_key: total}
 
 
-def _documents(attributes: dict[str, Any], prefix: str, candidates: Sequence[Candidate], config: CaptureSettings,
-               excluded: Mapping[int, Exclusion], room: int | None) -> tuple[int, int | None]:
+def _documents(
+    attributes: dict[str, Any],
+    prefix: str,
+    candidates: Sequence[Candidate],
+    config: CaptureSettings,
+    excluded: Mapping[int, Exclusion],
+    room: int | None,
+) -> tuple[int, int | None]:
     """``<prefix>.<i>.document.id|score|content|metadata`` for each candidate while there is room
     for the whole document; returns how many were written and the room left."""
     content_on = config.content_for("") is not None  # off: no document carries content
@@ -259,8 +275,10 @@ def _document_names(prefix: str, count: int) -> list[tuple[str, str, str, str]]:
     (a stage mirrors a hundred documents, four names each, on the host's thread)."""
     names = _names.get(prefix, [])
     if len(names) < count:
-        names = names + [tuple(f"{prefix}.{i}.{key}" for key in _DOCUMENT_KEYS)  # type: ignore[misc]
-                         for i in range(len(names), count)]
+        names = names + [
+            tuple(f"{prefix}.{i}.{key}" for key in _DOCUMENT_KEYS)  # type: ignore[misc]
+            for i in range(len(names), count)
+        ]
         if count <= _NAMES_CACHED:
             _names[prefix] = names
     return names
@@ -316,7 +334,9 @@ def continuation(kind: str, index: int, parts: int, first: int, last: int, total
     """A continuation span's mirror: its stage's OpenInference kind and which part it is."""
     return {
         sc.OPENINFERENCE_SPAN_KIND: span_kind(kind),
-        sc.OI_OUTPUT_VALUE: (f"continuation {index} of {parts - 1}: ragtrail events {first}-{last} of {total} "
-                             f"of this stage (the stage span holds the rest, its counts and digest)"),
+        sc.OI_OUTPUT_VALUE: (
+            f"continuation {index} of {parts - 1}: ragtrail events {first}-{last} of {total} "
+            f"of this stage (the stage span holds the rest, its counts and digest)"
+        ),
         sc.OI_OUTPUT_MIME_TYPE: sc.OI_MIME_TEXT,
     }

@@ -20,8 +20,7 @@ from ragtrail.recorder.candidates import Candidate
 __all__ = ["unproduced_scores"]
 
 
-def unproduced_scores(stage_score_kind: str | None, inputs: Sequence[Candidate] | None,
-                      outputs: Sequence[Candidate]) -> list[str]:
+def unproduced_scores(stage_score_kind: str | None, inputs: Sequence[Candidate] | None, outputs: Sequence[Candidate]) -> list[str]:
     """Give every output that claims a ``rerank`` score equal to its own input's (non-rerank) score
     its upstream kind back, and an output of a stage that claims no kind (a filter, a budget) that
     hands its input's score on that score's kind (the candidates are changed in place); return the
@@ -66,10 +65,11 @@ def unproduced_scores(stage_score_kind: str | None, inputs: Sequence[Candidate] 
             out.score_kind = source.score_kind
     kinds = ", ".join(sorted({inputs[i].score_kind or sc.SCORE_NONE for i in passed}))
     if claims and len(passed) == len(outputs) and passed == sorted(passed):
-        return [f"{sc.FINDING_RERANK_IS_IDENTITY}: the stage handed on {len(outputs)} of its {len(inputs)} inputs "
-                f"in their input order with their input scores: nothing was reranked (a silent fallback?); "
-                f"the scores keep their upstream kind ({kinds})"]
+        return [
+            f"{sc.FINDING_RERANK_IS_IDENTITY}: the stage handed on {len(outputs)} of its {len(inputs)} inputs "
+            f"in their input order with their input scores: nothing was reranked (a silent fallback?); "
+            f"the scores keep their upstream kind ({kinds})"
+        ]
     if relabelled:
-        return [f"{relabelled} output score(s) are the inputs' own scores, not produced by this stage: "
-                f"recorded with their upstream kind ({kinds})"]
+        return [f"{relabelled} output score(s) are the inputs' own scores, not produced by this stage: recorded with their upstream kind ({kinds})"]
     return []

@@ -85,9 +85,15 @@ def set_attributes(span: Any, attributes: Mapping[str, Any]) -> None:
     count limit and the dropped count are the SDK's. Anything else takes the public path."""
     parts = _PARTS
     bounded = getattr(span, "_attributes", None)
-    if (parts is None or not isinstance(span, parts.span) or not isinstance(bounded, parts.attributes)
-            or bounded.max_value_len is not None or bounded._immutable
-            or not hasattr(bounded, "_setitem_locked") or not _all_plain(attributes.values())):
+    if (
+        parts is None
+        or not isinstance(span, parts.span)
+        or not isinstance(bounded, parts.attributes)
+        or bounded.max_value_len is not None
+        or bounded._immutable
+        or not hasattr(bounded, "_setitem_locked")
+        or not _all_plain(attributes.values())
+    ):
         span.set_attributes(attributes)
         return
     with span._lock:
@@ -97,12 +103,19 @@ def set_attributes(span: Any, attributes: Mapping[str, Any]) -> None:
             with bounded._lock:
                 held = bounded._dict
                 maxlen = bounded.maxlen
-                if ((maxlen is None or len(held) + len(attributes) <= maxlen) and held.keys().isdisjoint(attributes)
-                        and set(map(type, attributes)) <= _STR and "" not in attributes):
+                if (
+                    (maxlen is None or len(held) + len(attributes) <= maxlen)
+                    and held.keys().isdisjoint(attributes)
+                    and set(map(type, attributes)) <= _STR
+                    and "" not in attributes
+                ):
                     # new keys only, all of them fitting: what _setitem_locked does key by key (no
                     # key moved, none evicted) is one update, in the same order
-                    held.update(attributes if list not in set(map(type, attributes.values()))
-                                else {k: tuple(v) if type(v) is list else v for k, v in attributes.items()})
+                    held.update(
+                        attributes
+                        if list not in set(map(type, attributes.values()))
+                        else {k: tuple(v) if type(v) is list else v for k, v in attributes.items()}
+                    )
                 else:
                     for key, value in attributes.items():
                         if type(key) is not str or not key:  # pragma: no cover - ragtrail's keys are names

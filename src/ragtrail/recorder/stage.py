@@ -76,10 +76,20 @@ def current_stage() -> Stage | None:
 class Stage:
     """Records one stage. Use it through :func:`ragtrail.stage` or the decorators."""
 
-    def __init__(self, kind: str, component: str | None = None, *, top_k: int | None = None,
-                 threshold: float | None = None, budget_limit: float | None = None, budget_unit: str | None = None,
-                 score_kind: str | None = None, tracer: trace.Tracer | None = None,
-                 span_kind: SpanKind | None = None, attributes: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        component: str | None = None,
+        *,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        budget_limit: float | None = None,
+        budget_unit: str | None = None,
+        score_kind: str | None = None,
+        tracer: trace.Tracer | None = None,
+        span_kind: SpanKind | None = None,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> None:
         self.kind = kind
         self.component = component or kind
         self.top_k = top_k
@@ -112,29 +122,25 @@ class Stage:
             self.recording = self.span.is_recording()
             if self.recording:
                 outer = parent._recorded() if parent is not None else None
-                self._record, self._pipeline_token = _open_record(self.kind, self.component, self._attributes,
-                                                                  self._tracer, outer)
+                self._record, self._pipeline_token = _open_record(self.kind, self.component, self._attributes, self._tracer, outer)
         except Exception as exc:  # pragma: no cover - defensive
             self.record_error("start", exc)
         return self
 
     def _recorded(self) -> StageRecord | None:
-        """What this stage keeps while it records; ``None`` when it does not (sampled out, or its
-        start failed before the record was made)."""
+        """What this stage keeps while it records; ``None`` when not (sampled out, or a failed start)."""
         return self._record if self.recording else None
 
     def __enter__(self) -> Stage:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.finish(exc)
 
     async def __aenter__(self) -> Stage:
         return self.start()
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.finish(exc)
 
     def finish(self, exc: BaseException | None = None) -> None:
@@ -161,15 +167,13 @@ class Stage:
             self._detach()
 
     def _conclude(self, record: StageRecord, exc: BaseException | None) -> None:
-        """Close the record (no answer is taken after this), hand it what only the stage holds (its
-        knobs as it ran, the errors counted) and conclude it."""
+        """Close the record (no answer taken after this), hand it the knobs as run and the errors counted, conclude it."""
         record.close()
         try:
             name_private_strings(record)
         except Exception as error:  # pragma: no cover - defensive
             self.record_error("exclude", error)
-        record.knobs = Knobs(self.top_k, self.threshold, self.budget_limit, self.budget_used, self.budget_unit,
-                             self.score_kind)
+        record.knobs = Knobs(self.top_k, self.threshold, self.budget_limit, self.budget_used, self.budget_unit, self.score_kind)
         record.errors = self._errors
         conclude(record, exc)
 
@@ -185,8 +189,7 @@ class Stage:
         self._token = self._stage_token = self._pipeline_token = None
 
     def record_error(self, site: str, exc: BaseException) -> None:
-        """Count an error caught while recording this stage: in the process-wide count and on the
-        span (``ragtrail.instrumentation.errors``), so a reader knows the record may be incomplete."""
+        """Count an error caught while recording: process-wide and on the span (the record may be incomplete)."""
         self._errors += 1
         record_internal_error(site, exc)
 
@@ -289,11 +292,18 @@ class Stage:
         if fallback is not None:
             record.fallback = fallback
 
-    def set(self, *, top_k: int | None = None, threshold: float | None = None, budget_limit: float | None = None,
-            budget_used: float | None = None, budget_unit: str | None = None) -> None:
+    def set(
+        self,
+        *,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        budget_limit: float | None = None,
+        budget_used: float | None = None,
+        budget_unit: str | None = None,
+    ) -> None:
         """Record the stage's knobs as it actually ran."""
-        for name, value in (("top_k", top_k), ("threshold", threshold), ("budget_limit", budget_limit),
-                            ("budget_used", budget_used), ("budget_unit", budget_unit)):
+        knobs = {"top_k": top_k, "threshold": threshold, "budget_limit": budget_limit, "budget_used": budget_used, "budget_unit": budget_unit}
+        for name, value in knobs.items():
             if value is not None:
                 setattr(self, name, value)
 
@@ -308,25 +318,20 @@ class Stage:
         if record is None:
             return
         try:
-            if store is not None:
-                known = user_corpus_size(store)
-                if known is not None:
-                    size, approximate = known
+            known = user_corpus_size(store) if store is not None else None
+            size, approximate = known if known is not None else (size, approximate)
             if size is None:
                 return
-            size = int(size)
-            record.extra[sc.COVERAGE_CORPUS_SIZE] = size
+            record.extra[sc.COVERAGE_CORPUS_SIZE] = size = int(size)
             if approximate:
                 record.extra[sc.COVERAGE_CORPUS_APPROXIMATE] = True
-            key = store_key(store) if store is not None else ("component", self.component)
-            record.state.add_corpus_size(size, key, bool(approximate))
+            record.state.add_corpus_size(size, store_key(store) if store is not None else ("component", self.component), bool(approximate))
         except Exception as exc:
             self.record_error("corpus_size", exc)
 
     def set_attribute(self, key: str, value: Any) -> None:
         """An extra attribute (e.g. the filter a vector store applied), written with the stage's own.
-        A filter follows the query's capture mode (it is often built from the query):
-        :meth:`ragtrail.settings.CaptureSettings.filter_for` decides what of it may leave."""
+        A filter follows the query's capture mode (often built from the query): ``CaptureSettings.filter_for``."""
         record = self._recorded()
         if record is None:
             return
@@ -353,8 +358,7 @@ class Stage:
         except Exception as exc:
             self.record_error("cite", exc)
 
-    def adapt(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None,
-              inherit: bool = False) -> list[Candidate]:
+    def adapt(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None, inherit: bool = False) -> list[Candidate]:
         """Adapt a list of library objects the way this stage adapts its own inputs (``inherit``:
         each keeps the hop and score kind an earlier stage of this pipeline gave it) or outputs.
         Content receipts are memoised per stage. ``[]`` when not recording (sampled out: nothing
@@ -370,8 +374,9 @@ class Stage:
             return []
 
 
-def _open_record(kind: str, component: str, attributes: Mapping[str, Any] | None, tracer: trace.Tracer | None,
-                 parent: StageRecord | None) -> tuple[StageRecord, contextvars.Token[PipelineState | None] | None]:
+def _open_record(
+    kind: str, component: str, attributes: Mapping[str, Any] | None, tracer: trace.Tracer | None, parent: StageRecord | None
+) -> tuple[StageRecord, contextvars.Token[PipelineState | None] | None]:
     """The record of a stage that records, in the pipeline it belongs to: a pipeline stage (or a
     stage outside any) opens one (returned: the token to leave it with), and a pipeline stage takes
     the run's answer."""
@@ -388,8 +393,7 @@ def _open_record(kind: str, component: str, attributes: Mapping[str, Any] | None
     return record, token
 
 
-def _adapt_list(record: StageRecord, candidates: Iterable[Any] | None, score_kind: str | None, which: str,
-                inherit: bool = False) -> list[Candidate]:
+def _adapt_list(record: StageRecord, candidates: Iterable[Any] | None, score_kind: str | None, which: str, inherit: bool = False) -> list[Candidate]:
     """Adapt every item for ``record`` (``which``: what the list is, for a finding when it is no list).
     Inputs keep the score kind an earlier stage gave them (a reranker's input scores are the
     retriever's similarities, not rerank scores)."""
@@ -401,22 +405,40 @@ def _adapt_list(record: StageRecord, candidates: Iterable[Any] | None, score_kin
     return adapt_all(candidates, score_kind, record.receipts, record.state if inherit else None)
 
 
-def stage(kind: str, component: str | None = None, *, top_k: int | None = None, threshold: float | None = None,
-          budget_limit: float | None = None, budget_unit: str | None = None, score_kind: str | None = None,
-          tracer: trace.Tracer | None = None, span_kind: SpanKind | None = None,
-          attributes: Mapping[str, Any] | None = None) -> Stage:
+def stage(
+    kind: str,
+    component: str | None = None,
+    *,
+    top_k: int | None = None,
+    threshold: float | None = None,
+    budget_limit: float | None = None,
+    budget_unit: str | None = None,
+    score_kind: str | None = None,
+    tracer: trace.Tracer | None = None,
+    span_kind: SpanKind | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> Stage:
     """A stage as a context manager (sync ``with`` or ``async with``)::
 
-        with ragtrail.stage("filter", "my_app.freshness") as s:
-            s.inputs(docs)
-            kept = [d for d in docs if not d["superseded"]]
-            for d in docs:
-                if d["superseded"]:
-                    s.exclude(d, "superseded", "newer version exists")
-            s.outputs(kept)
+    with ragtrail.stage("filter", "my_app.freshness") as s:
+        s.inputs(docs)
+        kept = [d for d in docs if not d["superseded"]]
+        for d in docs:
+            if d["superseded"]:
+                s.exclude(d, "superseded", "newer version exists")
+        s.outputs(kept)
     """
     if kind not in sc.STAGE_KINDS:
         record_internal_error("stage kind", ValueError(f"unknown stage kind {kind!r}"))
-    return Stage(kind, component, top_k=top_k, threshold=threshold, budget_limit=budget_limit,
-                 budget_unit=budget_unit, score_kind=score_kind, tracer=tracer, span_kind=span_kind,
-                 attributes=attributes)
+    return Stage(
+        kind,
+        component,
+        top_k=top_k,
+        threshold=threshold,
+        budget_limit=budget_limit,
+        budget_unit=budget_unit,
+        score_kind=score_kind,
+        tracer=tracer,
+        span_kind=span_kind,
+        attributes=attributes,
+    )

@@ -57,16 +57,16 @@ def write(record: StageRecord, span: Any) -> None:
     limits = getattr(span, "_limits", None)
     outputs = record.outputs or []
     exclusions = concluded.exclusions
-    written_columns = event_rules.EventBuilder(record.config, record.knobs.score_kind, record.state,
-                                               _span_id(span)).build(record.variants, outputs, exclusions)
+    written_columns = event_rules.EventBuilder(record.config, record.knobs.score_kind, record.state, _span_id(span)).build(
+        record.variants, outputs, exclusions
+    )
     # the stage's own attributes are made before the mirrors (written after them), so the mirrors' cap
     # can leave room for exactly what ragtrail will write: nothing of ragtrail's is ever evicted by a mirror
     own = _own_attributes(record, concluded, outputs)
     own.update(written_columns.span_attributes)
     held = held_attributes(span)
     ragtrail_attributes = (len(held) if held is not None else 0) + len(own) + _WRITTEN_LAST
-    attributes = _mirrors(record, concluded, limits, outputs,
-                          max(0, ragtrail_attributes - mirrors.STAGE_ATTRIBUTE_RESERVE))  # 1.
+    attributes = _mirrors(record, concluded, limits, outputs, max(0, ragtrail_attributes - mirrors.STAGE_ATTRIBUTE_RESERVE))  # 1.
     if attributes:
         add_attributes(span, attributes)
     add_attributes(span, own)  # 2.
@@ -108,10 +108,8 @@ def _emit(span: Any, record: StageRecord, events: list[Event], limits: Any) -> i
     """Add the stage's events, spilling into continuation spans; returns how many spans carry them."""
     room = event_rules.capacity(record.config.events_per_span, limits)
     tracer = record.tracer or trace.get_tracer(TRACER_NAME)
-    continuation = (functools.partial(mirrors.continuation, record.kind) if record.config.mirror_openinference
-                    else None)
-    return event_rules.emit(span, events, room, tracer, span_name(record.kind, record.component), record.kind,
-                            record.component, continuation)
+    continuation = functools.partial(mirrors.continuation, record.kind) if record.config.mirror_openinference else None
+    return event_rules.emit(span, events, room, tracer, span_name(record.kind, record.component), record.kind, record.component, continuation)
 
 
 def _span_id(span: Any) -> str | None:
@@ -125,8 +123,7 @@ def _span_id(span: Any) -> str | None:
 _WRITTEN_LAST = 9
 
 
-def _mirrors(record: StageRecord, concluded: Conclusion, limits: Any, outputs: list[Candidate],
-             beyond_reserve: int) -> dict[str, Any]:
+def _mirrors(record: StageRecord, concluded: Conclusion, limits: Any, outputs: list[Candidate], beyond_reserve: int) -> dict[str, Any]:
     """The mirror attributes; ``beyond_reserve``: how many of ragtrail's own attributes the stage
     will hold beyond the mirrors' reserve (``mirrors.STAGE_ATTRIBUTE_RESERVE``), so the cap leaves them room."""
     config = record.config
@@ -134,12 +131,20 @@ def _mirrors(record: StageRecord, concluded: Conclusion, limits: Any, outputs: l
         return {}
     text_allowed = config.query_text_allowed()
     m = mirrors.MirrorInput(
-        kind=record.kind, component=record.component, top_k=record.knobs.top_k, config=config, limits=limits,
+        kind=record.kind,
+        component=record.component,
+        top_k=record.knobs.top_k,
+        config=config,
+        limits=limits,
         extra=beyond_reserve + (mirrors.GENAI_ATTRIBUTES if config.mirror_genai else 0),
         query_text=wire_text(record.query.text) if record.query is not None and text_allowed else None,
         produced_queries=[wire_text(v.text) for v in record.variants] if text_allowed else [],
-        inputs=record.inputs, outputs=outputs, exclusions=concluded.exclusions, answer=concluded.answer,
-        model=record.extra.get(sc.STAGE_MODEL))
+        inputs=record.inputs,
+        outputs=outputs,
+        exclusions=concluded.exclusions,
+        answer=concluded.answer,
+        model=record.extra.get(sc.STAGE_MODEL),
+    )
     attributes: dict[str, Any] = {}
     oi = mirrors.openinference(m) if config.mirror_openinference else {}
     if config.mirror_genai:
@@ -152,16 +157,24 @@ def _mirrors(record: StageRecord, concluded: Conclusion, limits: Any, outputs: l
 def _own_attributes(record: StageRecord, concluded: Conclusion, outputs: list[Candidate]) -> dict[str, Any]:
     """ragtrail's own attributes of the stage: what it is, how it ended, its knobs, its query, what
     the caller set, the run's attributes it says, its counts and findings."""
-    own: dict[str, Any] = {sc.SCHEMA: sc.SCHEMA_VERSION, sc.STAGE_KIND: record.kind,
-                           sc.STAGE_COMPONENT: record.component, sc.STAGE_STATUS: concluded.status}
+    own: dict[str, Any] = {
+        sc.SCHEMA: sc.SCHEMA_VERSION,
+        sc.STAGE_KIND: record.kind,
+        sc.STAGE_COMPONENT: record.component,
+        sc.STAGE_STATUS: concluded.status,
+    }
     if concluded.failure_class:
         own[sc.STAGE_FAILURE_CLASS] = concluded.failure_class
     if record.fallback:
         own[sc.STAGE_FALLBACK] = record.fallback
     knobs = record.knobs
-    for key, value in ((sc.STAGE_TOP_K, knobs.top_k), (sc.STAGE_THRESHOLD, knobs.threshold),
-                       (sc.STAGE_BUDGET_LIMIT, knobs.budget_limit), (sc.STAGE_BUDGET_USED, knobs.budget_used),
-                       (sc.STAGE_BUDGET_UNIT, knobs.budget_unit)):
+    for key, value in (
+        (sc.STAGE_TOP_K, knobs.top_k),
+        (sc.STAGE_THRESHOLD, knobs.threshold),
+        (sc.STAGE_BUDGET_LIMIT, knobs.budget_limit),
+        (sc.STAGE_BUDGET_USED, knobs.budget_used),
+        (sc.STAGE_BUDGET_UNIT, knobs.budget_unit),
+    ):
         if value is not None:
             own[key] = value
     if record.query is not None:
@@ -206,6 +219,7 @@ def _record_exception(span: Any, record: StageRecord, exc: BaseException) -> Non
         span.set_status(Status(StatusCode.ERROR, f"{name}: {message}"))
         return
     record.findings.append(f"the {name} raised by the stage has a message that could not be read (its __str__ raised)")
-    span.add_event("exception", {"exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-                                 "exception.message": "<unreadable: __str__ raised>"})
+    span.add_event(
+        "exception", {"exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}", "exception.message": "<unreadable: __str__ raised>"}
+    )
     span.set_status(Status(StatusCode.ERROR, name))

@@ -14,8 +14,23 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["MAX_CHARS", "MAX_DEPTH", "MAX_ITEMS", "TIME_BUDGET_S", "LEAF_TYPES", "Canonical", "CutObserver", "canonical_bytes",
-           "canonical_json", "canonical_json_bounded", "canonical_text", "cut_observer", "dumps", "finite_or_none", "set_cut_observer"]
+__all__ = [
+    "MAX_CHARS",
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "TIME_BUDGET_S",
+    "LEAF_TYPES",
+    "Canonical",
+    "CutObserver",
+    "canonical_bytes",
+    "canonical_json",
+    "canonical_json_bounded",
+    "canonical_text",
+    "cut_observer",
+    "dumps",
+    "finite_or_none",
+    "set_cut_observer",
+]
 
 # A candidate, a metadata value or a filter is whatever the host handed over: a deeply nested dict, a
 # million-item list, or an object that answers every attribute (``unittest.mock.MagicMock``: its
@@ -99,8 +114,7 @@ def _json_default(value: Any, budget: _Budget | None = None) -> Any:
             if isinstance(result, _NATIVE):
                 return result
             if budget is not None:  # an object answering every attribute (a mock): its type name only
-                return budget.cut(f"opaque {_type_name(value)} (its tolist() returned a {_type_name(result)})",
-                                  f"opaque:{_type_name(value)}")
+                return budget.cut(f"opaque {_type_name(value)} (its tolist() returned a {_type_name(result)})", f"opaque:{_type_name(value)}")
         if isinstance(value, (bytes, bytearray, memoryview)):
             return {"$bytes": bytes(value).hex()}
         isoformat = getattr(value, "isoformat", None)
@@ -273,4 +287,3 @@ def finite_or_none(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
-

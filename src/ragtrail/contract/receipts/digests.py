@@ -19,9 +19,24 @@ from ragtrail.contract import semconv
 from ragtrail.contract.receipts.canonical import LEAF_TYPES, MAX_CHARS, MAX_ITEMS, canonical_json, dumps
 from ragtrail.contract.receipts.stamp import is_sha256_hex, sha256_hex
 
-__all__ = ["ALG_HMAC_SHA256", "ALG_SHA256", "FIELD_DIGEST_HEX", "StageReceipt", "changed_fields", "digest_item", "events_digest",
-           "field_json", "field_value", "json_leaf", "parse_field_digests", "receipt_algorithm", "sorted_events_digest", "stage_fields",
-           "stage_receipt"]
+__all__ = [
+    "ALG_HMAC_SHA256",
+    "ALG_SHA256",
+    "FIELD_DIGEST_HEX",
+    "StageReceipt",
+    "changed_fields",
+    "digest_item",
+    "events_digest",
+    "field_json",
+    "field_value",
+    "json_leaf",
+    "parse_field_digests",
+    "receipt_algorithm",
+    "sorted_events_digest",
+    "stage_fields",
+    "stage_receipt",
+]
+
 
 def _digest_part(value: Any) -> str:
     """A digest item's sha256 part as the recorder wrote it (a string, or ``""`` when missing). Any
@@ -40,8 +55,7 @@ def digest_item(name: str, attributes: Mapping[str, Any]) -> tuple[str, str, str
         return name, f"hop:{attributes.get(semconv.QUERY_HOP)}", _digest_part(attributes.get(semconv.QUERY_SHA256, ""))
     if semconv.CANDIDATE_CONTENT_FROM in attributes:
         return name, str(attributes.get(semconv.CANDIDATE_ID, "")), ""
-    return (name, str(attributes.get(semconv.CANDIDATE_ID, "")),
-            _digest_part(attributes.get(semconv.CANDIDATE_CONTENT_SHA256, "")))
+    return (name, str(attributes.get(semconv.CANDIDATE_ID, "")), _digest_part(attributes.get(semconv.CANDIDATE_CONTENT_SHA256, "")))
 
 
 def events_digest(items: Iterable[tuple[str, str, str]]) -> str:
@@ -70,9 +84,19 @@ FIELD_DIGEST_HEX = 8  # the per-field digests only locate a change: the stage re
 
 # span attributes a stage receipt does not cover: itself, and what is stamped after the producer
 # (the export side's segment stamps, the sampler's marks set when the span starts)
-_UNCOVERED = frozenset({semconv.STAGE_RECEIPT, semconv.STAGE_RECEIPT_FIELDS, semconv.TRACE_SPAN_COUNT,
-                        semconv.TRACE_SEGMENT_ROOT, semconv.TRACE_SEGMENT_SPAN_COUNT, semconv.TRACE_LATE,
-                        semconv.TRACE_INCOMPLETE, semconv.SAMPLING_PROBABILITY, semconv.SAMPLING_ADJUSTED_COUNT})
+_UNCOVERED = frozenset(
+    {
+        semconv.STAGE_RECEIPT,
+        semconv.STAGE_RECEIPT_FIELDS,
+        semconv.TRACE_SPAN_COUNT,
+        semconv.TRACE_SEGMENT_ROOT,
+        semconv.TRACE_SEGMENT_SPAN_COUNT,
+        semconv.TRACE_LATE,
+        semconv.TRACE_INCOMPLETE,
+        semconv.SAMPLING_PROBABILITY,
+        semconv.SAMPLING_ADJUSTED_COUNT,
+    }
+)
 _PREFIX = "ragtrail."
 _is_ragtrail = operator.methodcaller("startswith", _PREFIX)
 
@@ -144,8 +168,7 @@ def _quoted_array(value: Sequence[Any]) -> str | None:
     (kind,) = types
     if kind is str:
         joined = '","'.join(value)
-        if (len(joined) <= MAX_CHARS and joined.isascii() and joined.isprintable() and "\\" not in joined
-                and joined.count('"') == 2 * len(value) - 2):
+        if len(joined) <= MAX_CHARS and joined.isascii() and joined.isprintable() and "\\" not in joined and joined.count('"') == 2 * len(value) - 2:
             # the array is '["' + joined + '"]'; as a JSON string only its quotes are escaped
             return '"[\\"' + joined.replace('"', '\\"') + '\\"]"'
         return None
@@ -196,8 +219,7 @@ def _event_ident(name: str, attributes: Mapping[str, Any]) -> str:
     return "" if ident is None else str(ident)
 
 
-def stage_fields(span_attributes: Mapping[str, Any],
-                 events: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+def stage_fields(span_attributes: Mapping[str, Any], events: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
     """Every semantic field of a stage as canonical text, by field name (``ragtrail.`` cut).
 
     The span's own ``ragtrail.*`` attributes are one field each. Each event attribute is a column:
@@ -259,8 +281,7 @@ def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageR
     whole = _mac(dumps(ordered) if plain else canonical_json([[k, v] for k, v in ordered]), key)
     if key is None:  # _mac(v, None) inline: a stage has thirty fields, the call was a third of their cost
         sha256 = hashlib.sha256
-        short = ";".join([f"{k}={sha256(v.encode('utf-8', 'backslashreplace')).hexdigest()[:FIELD_DIGEST_HEX]}"
-                          for k, v in ordered])
+        short = ";".join([f"{k}={sha256(v.encode('utf-8', 'backslashreplace')).hexdigest()[:FIELD_DIGEST_HEX]}" for k, v in ordered])
     else:
         short = ";".join([f"{k}={_mac(v, key)[:FIELD_DIGEST_HEX]}" for k, v in ordered])
     # unkeyed: the bare 64 hex digits (so it fits the 64-character value limit the other receipts
@@ -308,7 +329,10 @@ def changed_fields(received: Mapping[str, str], stamped: Mapping[str, str], key:
             cut = True
     bound = next(reversed(stamped)) if (cut and stamped) else None
     names = set(received) | set(stamped)
-    return sorted(n for n in names
-                  if (n not in stamped and not (cut and (bound is None or n > bound)))
-                  or n not in received
-                  or (n in stamped and _mac(received[n], key)[:FIELD_DIGEST_HEX] != stamped[n]))
+    return sorted(
+        n
+        for n in names
+        if (n not in stamped and not (cut and (bound is None or n > bound)))
+        or n not in received
+        or (n in stamped and _mac(received[n], key)[:FIELD_DIGEST_HEX] != stamped[n])
+    )

@@ -10,8 +10,17 @@ from typing import Any
 from ragtrail.contract import semconv
 from ragtrail.contract.receipts.stamp import Receipt, is_count
 
-__all__ = ["BUDGET_TRIM_RULE", "PREVIEW_CHARS", "PREVIEW_RULE", "SPLIT_RULE", "TransformRule", "metadata_header_rule", "parse_rule",
-           "preview", "truncate_rule"]
+__all__ = [
+    "BUDGET_TRIM_RULE",
+    "PREVIEW_CHARS",
+    "PREVIEW_RULE",
+    "SPLIT_RULE",
+    "TransformRule",
+    "metadata_header_rule",
+    "parse_rule",
+    "preview",
+    "truncate_rule",
+]
 
 PREVIEW_CHARS = 256
 
@@ -91,4 +100,3 @@ def parse_rule(rule: str | TransformRule) -> TransformRule | None:
     if match:
         return metadata_header_rule(int(match.group(1)))
     return None
-

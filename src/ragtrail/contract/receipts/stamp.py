@@ -10,8 +10,19 @@ from typing import Any, NamedTuple
 
 from ragtrail.contract.receipts.canonical import canonical_bytes
 
-__all__ = ["RECEIPT_CACHE_CHARS", "RECEIPT_CACHE_ENTRIES", "Receipt", "clear_receipt_cache", "content_id", "is_count", "is_sha256_hex",
-           "receipt", "receipt_keys", "sha256_hex", "stamp"]
+__all__ = [
+    "RECEIPT_CACHE_CHARS",
+    "RECEIPT_CACHE_ENTRIES",
+    "Receipt",
+    "clear_receipt_cache",
+    "content_id",
+    "is_count",
+    "is_sha256_hex",
+    "receipt",
+    "receipt_keys",
+    "sha256_hex",
+    "stamp",
+]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -36,7 +47,6 @@ def receipt_keys(prefix: str) -> tuple[str, str, str]:
     if keys is None:
         keys = _KEYS[prefix] = (f"{prefix}.chars", f"{prefix}.bytes", f"{prefix}.sha256")
     return keys
-
 
 
 class Receipt(NamedTuple):

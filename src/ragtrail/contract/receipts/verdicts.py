@@ -35,4 +35,3 @@ def classify(received: Any, original: Receipt | None, rules: Iterable[str | Tran
         if parsed is not None and parsed.covers(received_chars, original):
             return CHANGED_CITED
     return CHANGED_UNCITED
-

@@ -26,7 +26,7 @@ def _looks_truncated(text: str, exc: Exception) -> bool:
             return True
         if exc.msg.startswith("Extra data"):
             return False
-        rest = stripped[exc.pos:]
+        rest = stripped[exc.pos :]
         return len(rest) < 16 and "\n" not in rest and not any(c in rest for c in "{}[]")
     return False
 
@@ -39,8 +39,7 @@ except ImportError:  # pragma: no cover - msgspec is a runtime dependency
 
 def too_deep(where: str) -> MalformedInput:
     """The error for JSON nested past the parser's recursion limit: malformed input, not a bug."""
-    return MalformedInput(f"{where} nests JSON too deeply to be a trace (hundreds of levels)",
-                          "pass OTLP JSON (lines), Jaeger or Tempo JSON")
+    return MalformedInput(f"{where} nests JSON too deeply to be a trace (hundreds of levels)", "pass OTLP JSON (lines), Jaeger or Tempo JSON")
 
 
 def loads(text: str | bytes, where: str) -> Any:
@@ -62,11 +61,11 @@ def loads(text: str | bytes, where: str) -> Any:
     except (ValueError, UnicodeDecodeError) as exc:
         as_text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
         if _looks_truncated(as_text, exc):
-            raise TruncatedInput(f"{where} ends in the middle of a JSON record",
-                                 "the file was cut (disk full, or copied while being written): "
-                                 "re-export it or point --source at a complete copy") from None
-        raise MalformedInput(f"{where} is not valid JSON ({str(exc).split(':')[0]})",
-                             "pass OTLP JSON (lines), Jaeger or Tempo JSON") from None
+            raise TruncatedInput(
+                f"{where} ends in the middle of a JSON record",
+                "the file was cut (disk full, or copied while being written): re-export it or point --source at a complete copy",
+            ) from None
+        raise MalformedInput(f"{where} is not valid JSON ({str(exc).split(':')[0]})", "pass OTLP JSON (lines), Jaeger or Tempo JSON") from None
 
 
 def spans_from_document(doc: Any, source: str, trace_id: str | None = None) -> tuple[list[Span], dict[str, Any]]:
@@ -98,8 +97,7 @@ def spans_from_document(doc: Any, source: str, trace_id: str | None = None) -> t
         info["notes"] = notes
         return spans, info
     if "error" in doc and "resourceSpans" not in doc:
-        raise MalformedInput(f"{source} holds an error, not a trace: {str(doc['error'])[:200]}",
-                             "check the trace id and the source")
+        raise MalformedInput(f"{source} holds an error, not a trace: {str(doc['error'])[:200]}", "check the trace id and the source")
     return list(decode_document(doc, trace_id)), info
 
 
@@ -112,9 +110,14 @@ def group_traces(spans: list[Span], source: str, info: dict[str, Any] | None = N
         trace = traces.get(span.trace_id)
         if trace is None:
             trace = traces[span.trace_id] = Trace(
-                trace_id=span.trace_id, spans=[], source=source,
-                partial=bool(info.get("partial")), partial_message=info.get("partial_message"),
-                keeps_dropped_counts=not info.get("jaeger_v1"), notes=list(info.get("notes", ())))
+                trace_id=span.trace_id,
+                spans=[],
+                source=source,
+                partial=bool(info.get("partial")),
+                partial_message=info.get("partial_message"),
+                keeps_dropped_counts=not info.get("jaeger_v1"),
+                notes=list(info.get("notes", ())),
+            )
         key = (span.trace_id, span.span_id)
         if key in seen:
             if not any(n.startswith("duplicate spans") for n in trace.notes):

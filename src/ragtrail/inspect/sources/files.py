@@ -34,8 +34,7 @@ class FileSource:
         self.progress = progress
         if not path_exists(self.path):
             if self.path.name == DEFAULT_STORE or str(path) == DEFAULT_STORE:
-                raise TraceNotFound(f"no local store at {self.path.resolve()}",
-                                    "run `ragtrail demo` or your app first, or pass --source")
+                raise TraceNotFound(f"no local store at {self.path.resolve()}", "run `ragtrail demo` or your app first, or pass --source")
             raise TraceNotFound(f"no such file or directory: {self.path}", "check the path given to --source")
 
     def files(self) -> list[Path]:
@@ -82,8 +81,7 @@ class FileSource:
         """All spans (of ``trace_id`` when given), info, lines read, unreadable lines skipped."""
         files = self.files()
         if not files:
-            raise TraceNotFound(f"no trace files (*.jsonl, *.json) under {self.path}",
-                                "run your app with ragtrail's local store or pass --source")
+            raise TraceNotFound(f"no trace files (*.jsonl, *.json) under {self.path}", "run your app with ragtrail's local store or pass --source")
         spans: list[Span] = []
         info: dict[str, Any] = {}
         forms = tuple(f.encode() for f in id_forms(trace_id)) if trace_id else ()
@@ -118,8 +116,10 @@ class FileSource:
                     got, got_info = spans_from_document(doc, str(line.path), trace_id)
                 except TruncatedInput:
                     if single and not line.complete:
-                        raise TruncatedInput(f"{line.path} ends in the middle of a record (line {line.number})",
-                                             "the file was cut: re-export it or use a complete copy") from None
+                        raise TruncatedInput(
+                            f"{line.path} ends in the middle of a record (line {line.number})",
+                            "the file was cut: re-export it or use a complete copy",
+                        ) from None
                     skipped += 1
                     continue
                 except InspectError:
@@ -137,8 +137,10 @@ class FileSource:
         traces = group_traces(spans, self.description, info)
         if trace_id not in traces:
             extra = f" ({skipped} unreadable lines skipped)" if skipped else ""
-            raise TraceNotFound(f"trace {trace_id} not found in {self.description}{extra}",
-                                "check the id (ragtrail verify --search lists recent traces) or the --source")
+            raise TraceNotFound(
+                f"trace {trace_id} not found in {self.description}{extra}",
+                "check the id (ragtrail verify --search lists recent traces) or the --source",
+            )
         trace = traces[trace_id]
         if skipped:
             trace.notes.append(f"{skipped} unreadable lines in {self.description} were skipped")
@@ -149,8 +151,9 @@ class FileSource:
         spans, info, _, skipped = self._read_documents(None)
         traces = list(group_traces(spans, self.description, info).values())
         if not traces and skipped:
-            raise MalformedInput(f"no readable trace in {self.description} ({skipped} unreadable lines)",
-                                 "pass OTLP JSON lines, Jaeger or Tempo JSON")
+            raise MalformedInput(
+                f"no readable trace in {self.description} ({skipped} unreadable lines)", "pass OTLP JSON lines, Jaeger or Tempo JSON"
+            )
         traces.sort(key=lambda t: max((s.end_ns for s in t.spans), default=0), reverse=True)
         return traces
 
@@ -173,8 +176,9 @@ class FileSource:
                     break
         if not spans:
             if skipped:
-                raise MalformedInput(f"no readable trace in {self.description} ({skipped} unreadable files or lines)",
-                                     "pass OTLP JSON lines, Jaeger or Tempo JSON")
+                raise MalformedInput(
+                    f"no readable trace in {self.description} ({skipped} unreadable files or lines)", "pass OTLP JSON lines, Jaeger or Tempo JSON"
+                )
             raise TraceNotFound(f"no traces in {self.description}", "run your app or `ragtrail demo` first")
         return max(spans, key=lambda s: s.end_ns).trace_id
 
@@ -182,8 +186,10 @@ class FileSource:
         """The most recent traces; ``lookback`` keeps those that ended within it. A local store has no
         query language: ``query`` is refused, never ignored (``ragtrail ls`` filters local stores)."""
         if query:
-            raise UsageError(f"--query is a Jaeger or Tempo search; {self.description} is a local store",
-                             "use `ragtrail ls` filters (--status, --reason, --doc, --query-text, ...) instead")
+            raise UsageError(
+                f"--query is a Jaeger or Tempo search; {self.description} is a local store",
+                "use `ragtrail ls` filters (--status, --reason, --doc, --query-text, ...) instead",
+            )
         traces = self.all_traces()
         seconds = lookback_seconds(lookback or "")
         if seconds:
@@ -192,7 +198,6 @@ class FileSource:
             since = (time.time() - seconds) * 1e9
             traces = [t for t in traces if max((s.end_ns for s in t.spans), default=0) >= since]
         return [t.trace_id for t in traces[:limit]]
-
 
 
 def path_exists(path: Path) -> bool:

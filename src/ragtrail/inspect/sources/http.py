@@ -30,8 +30,7 @@ class HttpSource(ABC):
     page_size = 1000
     """Traces asked for in one search request (a server that pages by time windows asks this many per window)."""
 
-    def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT, transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.description = f"{self.name} at {self.base_url}"
         import httpx
@@ -51,17 +50,20 @@ class HttpSource(ABC):
         try:
             response = self.client.get(path, params=params)
         except httpx.TimeoutException:
-            raise SourceUnreachable(f"{self.description} timed out on {path}",
-                                    "check the server is up and not overloaded, or raise --timeout") from None
+            raise SourceUnreachable(
+                f"{self.description} timed out on {path}", "check the server is up and not overloaded, or raise --timeout"
+            ) from None
         except httpx.TransportError as exc:
-            raise SourceUnreachable(f"cannot reach {self.description} ({type(exc).__name__})",
-                                    "start the server or fix --source / RAGTRAIL_SOURCE") from None
+            raise SourceUnreachable(
+                f"cannot reach {self.description} ({type(exc).__name__})", "start the server or fix --source / RAGTRAIL_SOURCE"
+            ) from None
         if response.status_code == 404 and allow_404:
             return None
         if response.status_code >= 400:
             body = " ".join(response.text.split())[:160]
-            raise HttpStatusError(f"{self.description} answered HTTP {response.status_code} on {path}: {body}",
-                                  "check the URL in --source and the server's logs")
+            raise HttpStatusError(
+                f"{self.description} answered HTTP {response.status_code} on {path}: {body}", "check the URL in --source and the server's logs"
+            )
         return response
 
     @abstractmethod

@@ -33,14 +33,14 @@ class JaegerSource(HttpSource):
             trace = self.trace_from(self.json_body(response, self.description), trace_id, self.description)
             if trace is not None:
                 return trace
-        raise TraceNotFound(f"trace {trace_id} not found in {self.description}",
-                            "check the id, or that the trace has reached Jaeger (export delay, retention)")
+        raise TraceNotFound(
+            f"trace {trace_id} not found in {self.description}", "check the id, or that the trace has reached Jaeger (export delay, retention)"
+        )
 
     def latest(self) -> str:
         found = self.search(1, None, "24h")
         if not found:
-            raise TraceNotFound(f"no ragtrail traces in the last 24h in {self.description}",
-                                "run your app with OTLP export to this Jaeger")
+            raise TraceNotFound(f"no ragtrail traces in the last 24h in {self.description}", "run your app with OTLP export to this Jaeger")
         return found[0]
 
     def search(self, limit: int, query: str | None = None, lookback: str | None = "1h") -> list[str]:
@@ -52,14 +52,18 @@ class JaegerSource(HttpSource):
         (Jaeger's search has no cursor); ``capped`` when a window Jaeger cannot narrow answered a full page."""
         searches = self._tag_searches(query)
         services_body = self.json_body(self.fetch("/api/services"), self.description)
-        services = [s for s in (services_body.get("data") or []) if isinstance(s, str) and s != "jaeger-all-in-one"] \
-            if isinstance(services_body, dict) else []
+        services = (
+            [s for s in (services_body.get("data") or []) if isinstance(s, str) and s != "jaeger-all-in-one"]
+            if isinstance(services_body, dict)
+            else []
+        )
         end_us = int(time.time() * 1_000_000)
         start_us = end_us - lookback_seconds(lookback or "1h") * 1_000_000
         found: dict[str, int] = {}
         capped = False
         requests = 0
         for service, tags in ((svc, t) for svc in services for t in searches):
+
             def fetch(lo: int, hi: int, want: int, service: str = service, tags: dict[str, str] = tags) -> list[Hit]:
                 return self._search_page(service, tags, lookback, lo, hi, want)
 
@@ -77,24 +81,30 @@ class JaegerSource(HttpSource):
             try:
                 return [{str(k): str(v) for k, v in json.loads(query).items()}]
             except (ValueError, AttributeError):
-                raise UsageError(f"Jaeger tags must be a JSON object, got {query!r}",
-                                 'e.g. --query \'{"ragtrail.stage.status": "degraded"}\'') from None
+                raise UsageError(
+                    f"Jaeger tags must be a JSON object, got {query!r}", 'e.g. --query \'{"ragtrail.stage.status": "degraded"}\''
+                ) from None
         key, _, value = query.partition("=")
         if not value:
-            raise UsageError(f"Jaeger search wants key=value, got {query!r}",
-                             "e.g. --query ragtrail.stage.status=degraded")
+            raise UsageError(f"Jaeger search wants key=value, got {query!r}", "e.g. --query ragtrail.stage.status=degraded")
         return [{key.strip(): value.strip()}]
 
-    def _search_page(self, service: str, tags: dict[str, str], lookback: str | None, start_us: int, end_us: int,
-                     limit: int) -> list[Hit]:
+    def _search_page(self, service: str, tags: dict[str, str], lookback: str | None, start_us: int, end_us: int, limit: int) -> list[Hit]:
         """One v1 search request: the traces of ``service`` with ``tags`` that started in ``[start_us, end_us]``."""
-        response = self.fetch("/api/traces", params={"service": service, "tags": json.dumps(tags), "limit": limit,
-                                                     "lookback": lookback or "1h", "start": start_us, "end": end_us})
+        response = self.fetch(
+            "/api/traces",
+            params={"service": service, "tags": json.dumps(tags), "limit": limit, "lookback": lookback or "1h", "start": start_us, "end": end_us},
+        )
         body = self.json_body(response, self.description)
         try:
-            return [Hit(normalize_trace_id(item.get("traceID", "")),
-                        max((uint64(s.get("startTime", 0)) for s in item.get("spans") or ()), default=0) * 1000)
-                    for item in ((body.get("data") or []) if isinstance(body, dict) else [])]
+            return [
+                Hit(
+                    normalize_trace_id(item.get("traceID", "")),
+                    max((uint64(s.get("startTime", 0)) for s in item.get("spans") or ()), default=0) * 1000,
+                )
+                for item in ((body.get("data") or []) if isinstance(body, dict) else [])
+            ]
         except DECODE_ERRORS as exc:
-            raise MalformedInput(f"{self.description} answered a search with something else than Jaeger JSON "
-                                 f"({type(exc).__name__})", "check the server version") from None
+            raise MalformedInput(
+                f"{self.description} answered a search with something else than Jaeger JSON ({type(exc).__name__})", "check the server version"
+            ) from None

@@ -26,8 +26,10 @@ from .http import HttpSource
 from .paging import SearchResult
 
 PAGE = 1000  # Phoenix's largest page
-NOTE_NO_DROPPED_COUNTS = ("Phoenix keeps no dropped attribute or event counts: SDK evictions cannot be seen "
-                          "from this source (read the same trace from the local store, Jaeger v3 or Tempo to check them)")
+NOTE_NO_DROPPED_COUNTS = (
+    "Phoenix keeps no dropped attribute or event counts: SDK evictions cannot be seen "
+    "from this source (read the same trace from the local store, Jaeger v3 or Tempo to check them)"
+)
 
 
 def split_project(url: str) -> tuple[str, str | None]:
@@ -56,9 +58,15 @@ def decode_span(raw: dict[str, Any], where: str) -> Span:
     """One span of Phoenix's REST answer as the inspector's model."""
     try:
         context = raw["context"]
-        events = [Event(name=str(e.get("name", "")), time_ns=_time_ns(e.get("timestamp"), where),
-                        attributes=dict(e.get("attributes") or {}), dropped_attributes=None)
-                  for e in raw.get("events") or ()]
+        events = [
+            Event(
+                name=str(e.get("name", "")),
+                time_ns=_time_ns(e.get("timestamp"), where),
+                attributes=dict(e.get("attributes") or {}),
+                dropped_attributes=None,
+            )
+            for e in raw.get("events") or ()
+        ]
         parent = raw.get("parent_id") or None
         return Span(
             trace_id=normalize_trace_id(str(context["trace_id"])),
@@ -76,8 +84,9 @@ def decode_span(raw: dict[str, Any], where: str) -> Span:
             status_message=raw.get("status_message") or None,
         )
     except (AttributeError, KeyError, TypeError) as exc:
-        raise MalformedInput(f"{where}: not a Phoenix span ({type(exc).__name__}: {exc})",
-                             "expected the body of Phoenix's GET /v1/projects/{project}/spans") from None
+        raise MalformedInput(
+            f"{where}: not a Phoenix span ({type(exc).__name__}: {exc})", "expected the body of Phoenix's GET /v1/projects/{project}/spans"
+        ) from None
 
 
 class PhoenixSource(HttpSource):
@@ -100,8 +109,7 @@ class PhoenixSource(HttpSource):
                 return
             body = self.json_body(response, self.description)
             if not isinstance(body, dict) or not isinstance(body.get("data"), list):
-                raise MalformedInput(f"{self.description} answered {path} with no data list",
-                                     "check that --source points at Phoenix")
+                raise MalformedInput(f"{self.description} answered {path} with no data list", "check that --source points at Phoenix")
             yield from body["data"]
             cursor = body.get("next_cursor")
             if not cursor:
@@ -121,17 +129,19 @@ class PhoenixSource(HttpSource):
             raws = list(self._pages(self._spans_path(project), {"trace_id": trace_id, "limit": PAGE}))
             if raws:
                 spans = [decode_span(r, self.description) for r in raws]
-                return Trace(trace_id=trace_id, spans=[s for s in spans if s.trace_id == trace_id],
-                             source=self.description, keeps_dropped_counts=False,
-                             notes=[NOTE_NO_DROPPED_COUNTS])
-        raise TraceNotFound(f"trace {trace_id} not found in {self.description}",
-                            "check the id, or that the trace has reached Phoenix (export delay)")
+                return Trace(
+                    trace_id=trace_id,
+                    spans=[s for s in spans if s.trace_id == trace_id],
+                    source=self.description,
+                    keeps_dropped_counts=False,
+                    notes=[NOTE_NO_DROPPED_COUNTS],
+                )
+        raise TraceNotFound(f"trace {trace_id} not found in {self.description}", "check the id, or that the trace has reached Phoenix (export delay)")
 
     def latest(self) -> str:
         found = self.search(1, None, "")
         if not found:
-            raise TraceNotFound(f"no ragtrail traces found in {self.description}",
-                                "run your app with OTLP export to this Phoenix")
+            raise TraceNotFound(f"no ragtrail traces found in {self.description}", "run your app with OTLP export to this Phoenix")
         return found[0]
 
     def search_all(self, limit: int | None, query: str | None = None, lookback: str | None = "") -> SearchResult:
@@ -146,8 +156,7 @@ class PhoenixSource(HttpSource):
         if query:
             key, _, value = query.partition("=")
             if not value:
-                raise UsageError(f"Phoenix search wants key=value, got {query!r}",
-                                 "e.g. --query ragtrail.stage.status=degraded")
+                raise UsageError(f"Phoenix search wants key=value, got {query!r}", "e.g. --query ragtrail.stage.status=degraded")
             key, value = key.strip(), value.strip()
         params: dict[str, Any] = {"limit": PAGE, "sort": "start_time", "order": "desc"}
         seconds = lookback_seconds(lookback)

@@ -29,14 +29,14 @@ class TempoSource(HttpSource):
             trace = self.trace_from(self.json_body(response, self.description), trace_id, self.description)
             if trace is not None:
                 return trace
-        raise TraceNotFound(f"trace {trace_id} not found in {self.description}",
-                            "check the id, or wait for Tempo to flush (it can take a few seconds)")
+        raise TraceNotFound(
+            f"trace {trace_id} not found in {self.description}", "check the id, or wait for Tempo to flush (it can take a few seconds)"
+        )
 
     def latest(self) -> str:
         found = self.search(1, None, "24h")
         if not found:
-            raise TraceNotFound(f"no ragtrail traces found in {self.description}",
-                                "run your app with OTLP export to this Tempo")
+            raise TraceNotFound(f"no ragtrail traces found in {self.description}", "run your app with OTLP export to this Tempo")
         return found[0]
 
     def search(self, limit: int, query: str | None = None, lookback: str | None = "1h") -> list[str]:
@@ -77,8 +77,8 @@ class TempoSource(HttpSource):
         body = self.json_body(response, self.description)
         try:
             items = body.get("traces") or [] if isinstance(body, dict) else []
-            return [Hit(normalize_trace_id(t["traceID"]), uint64(t.get("startTimeUnixNano", 0) or 0))
-                    for t in items if t.get("traceID")]
+            return [Hit(normalize_trace_id(t["traceID"]), uint64(t.get("startTimeUnixNano", 0) or 0)) for t in items if t.get("traceID")]
         except DECODE_ERRORS as exc:
-            raise MalformedInput(f"{self.description} answered a search with something else than Tempo JSON "
-                                 f"({type(exc).__name__})", "check the server version") from None
+            raise MalformedInput(
+                f"{self.description} answered a search with something else than Tempo JSON ({type(exc).__name__})", "check the server version"
+            ) from None

@@ -20,11 +20,9 @@ from ragtrail.recorder.stage import Stage
 query_text: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragtrail_haystack_query", default=None)
 # the user's query of the Haystack pipeline run this call is in (hop 0), so a retriever that only
 # sees a vector (the text embedder ran before it) can name the hop it searched for
-pipeline_query: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragtrail_haystack_pipeline_query",
-                                                                           default=None)
+pipeline_query: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragtrail_haystack_pipeline_query", default=None)
 # (id of the multi-query retriever, [(query, documents), ...]) collected by its per-query workers
-collector: contextvars.ContextVar[tuple[int, list[tuple[Any, Any]]] | None] = contextvars.ContextVar(
-    "ragtrail_haystack_multi_query", default=None)
+collector: contextvars.ContextVar[tuple[int, list[tuple[Any, Any]]] | None] = contextvars.ContextVar("ragtrail_haystack_multi_query", default=None)
 
 
 def document_adapter(doc: Any) -> Candidate:
@@ -34,8 +32,9 @@ def document_adapter(doc: Any) -> Candidate:
         blob = getattr(doc, "blob", None)
         content = getattr(blob, "data", None) if blob is not None else None
     meta = getattr(doc, "meta", None)
-    return Candidate(id=str(doc.id), content=content, score=getattr(doc, "score", None),
-                     metadata=dict(meta) if isinstance(meta, Mapping) and meta else None)
+    return Candidate(
+        id=str(doc.id), content=content, score=getattr(doc, "score", None), metadata=dict(meta) if isinstance(meta, Mapping) and meta else None
+    )
 
 
 def documents_of(result: Any) -> list[Any] | None:
@@ -103,8 +102,7 @@ def outputs_like_inputs(docs: list[Any], inputs: list[Candidate], kind: str | No
     return result
 
 
-def exclude_missing(s: Stage, inputs: list[Candidate], outputs: list[Candidate],
-                     reason_of: Callable[[Candidate], tuple[str, str | None]]) -> None:
+def exclude_missing(s: Stage, inputs: list[Candidate], outputs: list[Candidate], reason_of: Callable[[Candidate], tuple[str, str | None]]) -> None:
     """Give the first copy of every input id that did not leave its reason; surplus copies of an id
     are left to the recorder, which calls them ``deduplicated``."""
     kept = {c.id for c in outputs}

@@ -56,8 +56,11 @@ class Joiner(HaystackCall):
         inputs = snapshotted or []
         mode = self.mode
         # concatenate keeps the input objects (and their scores); the other modes rescore copies
-        kind = {"reciprocal_rank_fusion": sc.SCORE_RRF, "merge": sc.SCORE_RELATIVE,
-                "distribution_based_rank_fusion": sc.SCORE_RELATIVE}.get(mode) if mode is not None else None
+        kind = (
+            {"reciprocal_rank_fusion": sc.SCORE_RRF, "merge": sc.SCORE_RELATIVE, "distribution_based_rank_fusion": sc.SCORE_RELATIVE}.get(mode)
+            if mode is not None
+            else None
+        )
         outputs = outputs_like_inputs(docs, inputs, kind)
         s.outputs(outputs)
         if snapshotted is not None:

@@ -60,8 +60,7 @@ class Generate(HaystackCall):
 
     def skip(self) -> bool:
         bound = self.arguments
-        return run_state.get() is None or not (isinstance(bound.get("prompt"), str)
-                                               or isinstance(bound.get("messages"), (list, tuple)))
+        return run_state.get() is None or not (isinstance(bound.get("prompt"), str) or isinstance(bound.get("messages"), (list, tuple)))
 
     def before(self, s: Stage) -> None:
         bound = self.arguments
@@ -125,5 +124,4 @@ def install(p: ClassPatcher | None) -> None:
         _current.append(p)
 
 
-__all__ = ["ClassPatcher", "Generate", "HaystackRun", "current_patcher", "install", "prompt_builder_run",
-           "role_of", "run_state"]
+__all__ = ["ClassPatcher", "Generate", "HaystackRun", "current_patcher", "install", "prompt_builder_run", "role_of", "run_state"]

@@ -48,8 +48,7 @@ class Expander(HaystackCall):
         for text in expansions:
             s.add_query_variant(text, transform=sc.TRANSFORM_EXPAND)
         if not expansions:
-            s.set_status(sc.STATUS_DEGRADED, failure_class="no_expansion",
-                         fallback="original_query" if self.original else "no_query")
+            s.set_status(sc.STATUS_DEGRADED, failure_class="no_expansion", fallback="original_query" if self.original else "no_query")
 
 
 class PipelineRun(HaystackCall):

@@ -101,8 +101,7 @@ class LostInTheMiddle(Ranker):
         top_k, limit = self.top_k, self.words
         unique = list(best_copies(inputs).values())
         reorder = unique[:top_k] if top_k else unique
-        reasons: dict[str, tuple[str, str | None]] = {
-            c.id: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_k}") for c in unique[len(reorder):]}
+        reasons: dict[str, tuple[str, str | None]] = {c.id: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_k}") for c in unique[len(reorder) :]}
         if limit and len(reorder) > 1:
             used = 0
             cut_at = len(reorder)
@@ -115,8 +114,7 @@ class LostInTheMiddle(Ranker):
                     break
             s.set(budget_used=used)
             for candidate in reorder[cut_at:]:
-                reasons[candidate.id] = (sc.REASON_BUDGET_EXCEEDED,
-                                         f"{used} words >= word_count_threshold={limit} before this document")
+                reasons[candidate.id] = (sc.REASON_BUDGET_EXCEEDED, f"{used} words >= word_count_threshold={limit} before this document")
         exclude_missing(s, inputs, outputs, lambda c: reasons.get(c.id, (sc.REASON_UNEXPLAINED, None)))
 
 
@@ -159,8 +157,7 @@ class MetaField(Ranker):
         field, drop = self.field, self.missing == "drop"
         if fallback:
             present = any((c.metadata or {}).get(field) is not None for c in inputs)
-            s.set_status(sc.STATUS_DEGRADED, failure_class="meta_not_sortable" if present else "meta_field_missing",
-                         fallback="input_order")
+            s.set_status(sc.STATUS_DEGRADED, failure_class="meta_not_sortable" if present else "meta_field_missing", fallback="input_order")
 
         def reason(candidate: Candidate) -> tuple[str, str | None]:
             meta = candidate.metadata or {}

@@ -126,8 +126,7 @@ class LangChainCall(Call):
         self.sink: Sink | None = None
         self._entered: list[contextlib.AbstractContextManager[Any]] | None = None
 
-    def open_stage(self, kind: str, *, query: Any = None, top_k: Any = None, threshold: Any = None,
-                   score_kind: str | None = None) -> Stage:
+    def open_stage(self, kind: str, *, query: Any = None, top_k: Any = None, threshold: Any = None, score_kind: str | None = None) -> Stage:
         """Start the stage (the component is the instance's ``module.Class``); knobs that are not
         numbers are left out, a query that is text is recorded."""
         s = self.new_stage(kind, top_k=_int_or_none(top_k), threshold=_float_or_none(threshold), score_kind=score_kind)
@@ -231,7 +230,7 @@ def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> Non
     else ``none`` (not known)."""
     state: PipelineState | None = None
     looked = False
-    for candidate, doc in zip(candidates, docs):
+    for candidate, doc in zip(candidates, docs, strict=False):
         if candidate.score is not None:
             continue
         metadata = getattr(doc, "metadata", None)

@@ -81,8 +81,7 @@ class CompressorCall(LangChainCall):
     kind = sc.KIND_FILTER
     inputs: list[Candidate] | None = None
 
-    def __init__(self, shared: Shared, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs, *,
-                 transforming: bool = False) -> None:
+    def __init__(self, shared: Shared, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs, *, transforming: bool = False) -> None:
         super().__init__(shared, wrapped, instance, args, kwargs)
         self.transforming = transforming  # a transformer's call takes no query
 
@@ -172,10 +171,10 @@ class CrossEncoderRerank(CompressorCall):
         documents = self.documents
         by_object: dict[int, Any] = {}
         if scores is not None and len(scores) == len(documents):
-            by_object = {id(doc): score for doc, score in zip(documents, scores)}
+            by_object = {id(doc): score for doc, score in zip(documents, scores, strict=False)}
         else:
             s.finding("cross-encoder scores were not observed: outputs recorded without scores")
-        for candidate, doc in zip(outputs, result):
+        for candidate, doc in zip(outputs, result, strict=False):
             if id(doc) in by_object:
                 candidate.score = float(by_object[id(doc)])
                 candidate.score_kind = sc.SCORE_RERANK
@@ -196,15 +195,14 @@ class EmbeddingsFilterCall(CompressorCall):
 
     def start(self, query: Any) -> Stage:
         instance = self.instance
-        return self.open_stage(self.kind, query=query, top_k=instance.k, threshold=instance.similarity_threshold,
-                               score_kind=sc.SCORE_SIMILARITY)
+        return self.open_stage(self.kind, query=query, top_k=instance.k, threshold=instance.similarity_threshold, score_kind=sc.SCORE_SIMILARITY)
 
     def finish(self, s: Stage, result: list[Any], outputs: list[Candidate], inputs: list[Candidate]) -> Dropped:
         """EmbeddingsFilter keeps ``argsort(similarity)[::-1][:k]``, then those above the threshold,
         in similarity order. Fewer than ``min(k, n)`` kept means the threshold cut everything it
         dropped (the ones past rank k score no higher); otherwise rank k cut them."""
         instance = self.instance
-        for candidate, doc in zip(outputs, result):
+        for candidate, doc in zip(outputs, result, strict=False):
             state = getattr(doc, "state", None)
             if isinstance(state, dict) and "query_similarity_score" in state:
                 candidate.score = float(state["query_similarity_score"])
@@ -223,8 +221,7 @@ class LLMFilter(CompressorCall):
 
     def finish(self, s: Stage, result: list[Any], outputs: list[Candidate], inputs: list[Candidate]) -> Dropped:
         s.outputs(outputs)
-        return {c.id: Why(REASON_LLM_IRRELEVANT, "the LLM judged it not relevant to the query")
-                for c in _dropped(inputs, outputs)}
+        return {c.id: Why(REASON_LLM_IRRELEVANT, "the LLM judged it not relevant to the query") for c in _dropped(inputs, outputs)}
 
 
 class LLMExtract(CompressorCall):
@@ -235,7 +232,7 @@ class LLMExtract(CompressorCall):
         metadata, in input order): each keeps the input's identity, with the transform declared.
         (pydantic copies the metadata dict, so it is matched by equality, in order.)"""
         j = 0
-        for candidate, doc in zip(outputs, result):
+        for candidate, doc in zip(outputs, result, strict=False):
             metadata = getattr(doc, "metadata", None)
             while j < len(inputs) and getattr(inputs[j].raw, "metadata", None) != metadata:
                 j += 1
@@ -250,8 +247,7 @@ class LLMExtract(CompressorCall):
                 candidate.derived_from = source.receipt.sha256
             remember_identity(candidate)  # the outer stage meets the extract without an id
         s.outputs(outputs)
-        return {c.id: Why(REASON_NOTHING_EXTRACTED, "the LLM found nothing relevant to extract")
-                for c in _dropped(inputs, outputs)}
+        return {c.id: Why(REASON_NOTHING_EXTRACTED, "the LLM found nothing relevant to extract") for c in _dropped(inputs, outputs)}
 
 
 class ListwiseRerank(CompressorCall):
@@ -282,14 +278,18 @@ class ListwiseRerank(CompressorCall):
             explicit: Dropped = {}
             for candidate in dropped:
                 p = position.get(id(candidate.raw))
-                explicit[candidate.id] = (Why(sc.REASON_BELOW_RANK_CUTOFF, f"ranked {p + 1} by the LLM, top_k={top_n}")
-                                          if p is not None else
-                                          Why(REASON_NOT_RANKED, "left out of the LLM's ranking"))
+                explicit[candidate.id] = (
+                    Why(sc.REASON_BELOW_RANK_CUTOFF, f"ranked {p + 1} by the LLM, top_k={top_n}")
+                    if p is not None
+                    else Why(REASON_NOT_RANKED, "left out of the LLM's ranking")
+                )
             return explicit
         if len(outputs) < min(top_n, len(inputs)):
             return {c.id: Why(REASON_NOT_RANKED, "left out of the LLM's ranking") for c in dropped}
-        return {c.id: Why(sc.REASON_UNEXPLAINED, f"the LLM's whole ranking was not observed: ranked past top_k={top_n} "
-                          "or not ranked at all") for c in dropped}
+        return {
+            c.id: Why(sc.REASON_UNEXPLAINED, f"the LLM's whole ranking was not observed: ranked past top_k={top_n} or not ranked at all")
+            for c in dropped
+        }
 
 
 class Reorder(CompressorCall):
@@ -307,8 +307,7 @@ class RedundantFilter(CompressorCall):
     def finish(self, s: Stage, result: list[Any], outputs: list[Candidate], inputs: list[Candidate]) -> Dropped:
         s.outputs(outputs)
         threshold = self.instance.similarity_threshold
-        return {c.id: Why(sc.REASON_DEDUPLICATED, f"embedding similarity > {threshold:g} with a kept document")
-                for c in _dropped(inputs, outputs)}
+        return {c.id: Why(sc.REASON_DEDUPLICATED, f"embedding similarity > {threshold:g} with a kept document") for c in _dropped(inputs, outputs)}
 
 
 class ClusteringFilter(CompressorCall):
@@ -316,8 +315,7 @@ class ClusteringFilter(CompressorCall):
 
     def finish(self, s: Stage, result: list[Any], outputs: list[Candidate], inputs: list[Candidate]) -> Dropped:
         s.outputs(outputs)
-        return {c.id: Why(REASON_NOT_REPRESENTATIVE, "not among the documents closest to a cluster centre")
-                for c in _dropped(inputs, outputs)}
+        return {c.id: Why(REASON_NOT_REPRESENTATIVE, "not among the documents closest to a cluster centre") for c in _dropped(inputs, outputs)}
 
 
 # most specific first; a compressor of none of them is AnyCompressor, a transformer of none is no stage
@@ -526,8 +524,7 @@ def _observer_class() -> type:
             self.ranking: Any = None
             self.observed = False
 
-        def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: Any, parent_run_id: Any = None,
-                           **kwargs: Any) -> None:
+        def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: Any, parent_run_id: Any = None, **kwargs: Any) -> None:
             if self.root is None and parent_run_id not in self.started:
                 self.root = run_id
             self.started.add(run_id)
@@ -552,7 +549,19 @@ def _new_observer() -> Any:
 
 
 __all__ = [
-    "COMPRESSORS", "AnyCompressor", "ClusteringFilter", "CompressorCall", "CompressorWrappers", "CrossEncoderRerank",
-    "EmbeddingsFilterCall", "LLMExtract", "LLMFilter", "ListwiseRerank", "RedundantFilter", "Reorder", "Why",
-    "cross_encoder_score", "register_ranking_hook",
+    "COMPRESSORS",
+    "AnyCompressor",
+    "ClusteringFilter",
+    "CompressorCall",
+    "CompressorWrappers",
+    "CrossEncoderRerank",
+    "EmbeddingsFilterCall",
+    "LLMExtract",
+    "LLMFilter",
+    "ListwiseRerank",
+    "RedundantFilter",
+    "Reorder",
+    "Why",
+    "cross_encoder_score",
+    "register_ranking_hook",
 ]

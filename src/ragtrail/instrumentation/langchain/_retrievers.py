@@ -193,11 +193,11 @@ class BM25Retrieval(RetrieverCall):
             top: Any = ()  # the first document is none of the best-scored: no need to sort them all
         else:
             top = np.argsort(scores)[::-1][: len(result)]
-        if len(top) != len(result) or any(docs[i] is not doc for i, doc in zip(top, result)):
+        if len(top) != len(result) or any(docs[i] is not doc for i, doc in zip(top, result, strict=False)):
             s.finding("BM25 scores could not be matched to the returned documents")
             s.outputs(hand_over(adapt_all(result)))
             return
-        s.outputs(_scored((doc, float(scores[i])) for i, doc in zip(top, result)))
+        s.outputs(_scored((doc, float(scores[i])) for i, doc in zip(top, result, strict=False)))
 
 
 class VectorStoreRetrieval(RetrieverCall):
@@ -218,8 +218,7 @@ class VectorStoreRetrieval(RetrieverCall):
             score_kind = with_score_kind(store)
         else:
             score_kind = None
-        s = self.open_stage(sc.KIND_RETRIEVE, query=query, top_k=search_kwargs.get("k", 4), threshold=threshold,
-                            score_kind=score_kind)
+        s = self.open_stage(sc.KIND_RETRIEVE, query=query, top_k=search_kwargs.get("k", 4), threshold=threshold, score_kind=score_kind)
         if s.recording and store is not None:
             report_store(self, s, store)
             self.shared.store_class(type(store))
@@ -271,11 +270,11 @@ class EnsembleRetrieval(RetrieverCall):
             return
         key = _rrf_key(instance)
         fused_scores = [scores[key(doc)] for doc in result]
-        if any(a < b for a, b in zip(fused_scores, fused_scores[1:])):
+        if any(a < b for a, b in zip(fused_scores, fused_scores[1:], strict=False)):
             s.finding("recomputed RRF scores disagree with the fused order: scores left out")
             s.outputs(result)
             return
-        s.outputs(_scored(zip(result, fused_scores)))
+        s.outputs(_scored(zip(result, fused_scores, strict=False)))
 
 
 # most specific first: a retriever of none of these is AnyRetriever
@@ -310,8 +309,12 @@ class ScoredSearch(LangChainCall):
 
     def open(self) -> Stage:
         instance, args, kwargs = self.instance, self.args, self.kwargs
-        s = self.open_stage(sc.KIND_RETRIEVE, query=argument(args, kwargs, 0, "query"),
-                            top_k=argument(args, kwargs, 1, "k", default=4), score_kind=with_score_kind(instance))
+        s = self.open_stage(
+            sc.KIND_RETRIEVE,
+            query=argument(args, kwargs, 0, "query"),
+            top_k=argument(args, kwargs, 1, "k", default=4),
+            score_kind=with_score_kind(instance),
+        )
         if s.recording:
             report_store(self, s, instance)
         self.listen((instance,))
@@ -330,9 +333,13 @@ class RelevanceSearch(LangChainCall):
     def open(self) -> Stage:
         instance, args, kwargs = self.instance, self.args, self.kwargs
         threshold = kwargs.get("score_threshold")
-        s = self.open_stage(sc.KIND_RETRIEVE, query=argument(args, kwargs, 0, "query"),
-                            top_k=argument(args, kwargs, 1, "k", default=4), threshold=threshold,
-                            score_kind=sc.SCORE_SIMILARITY)
+        s = self.open_stage(
+            sc.KIND_RETRIEVE,
+            query=argument(args, kwargs, 0, "query"),
+            top_k=argument(args, kwargs, 1, "k", default=4),
+            threshold=threshold,
+            score_kind=sc.SCORE_SIMILARITY,
+        )
         if s.recording:
             report_store(self, s, instance)
             self.shared.store_class(type(instance))
@@ -415,16 +422,14 @@ class RetrieverWrappers:
             return result
         return await run_async(ScoredSearch(self.shared, wrapped, instance, args, kwargs))
 
-    def similarity_search_with_relevance_scores(self, wrapped: Callable[..., Any], instance: Any, args: Args,
-                                                kwargs: Kwargs) -> Any:
+    def similarity_search_with_relevance_scores(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         if sink_for(instance) is not None:
             result = wrapped(*args, **kwargs)
             feed(instance, "relevance", result)
             return result
         return run(RelevanceSearch(self.shared, wrapped, instance, args, kwargs))
 
-    async def asimilarity_search_with_relevance_scores(self, wrapped: Callable[..., Any], instance: Any, args: Args,
-                                                       kwargs: Kwargs) -> Any:
+    async def asimilarity_search_with_relevance_scores(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         if sink_for(instance) is not None:
             result = await wrapped(*args, **kwargs)
             feed(instance, "relevance", result)
@@ -483,7 +488,7 @@ def _scored(pairs: Any) -> list[Any]:
     """``(Document, score)`` pairs as Candidates (cheaper for the recorder than tuples)."""
     pairs = list(pairs)
     out = adapt_all([doc for doc, _ in pairs])
-    for candidate, (_, score) in zip(out, pairs):
+    for candidate, (_, score) in zip(out, pairs, strict=False):
         candidate.score = score
     return hand_over(out)  # each list is handed to one stage call, unchanged after
 
@@ -533,7 +538,7 @@ def _rrf_scores(instance: Any, doc_lists: list[list[Any]]) -> dict[Any, float] |
         return None
     key = _rrf_key(instance)
     scores: dict[Any, float] = defaultdict(float)
-    for docs, weight in zip(doc_lists, weights):
+    for docs, weight in zip(doc_lists, weights, strict=False):
         for rank, doc in enumerate(docs, start=1):
             scores[key(doc)] += weight / (rank + c)
     return scores
@@ -555,7 +560,21 @@ def _add_variants(s: Any, question: Any, result: Any) -> None:
 
 
 __all__ = [
-    "RETRIEVERS", "AnyRetriever", "BM25Retrieval", "EnsembleRetrieval", "MultiQueryRetrieval", "QueryGeneration",
-    "RelevanceSearch", "RetrieverCall", "RetrieverWrappers", "ScoredSearch", "VectorStoreRetrieval", "aretrieve_documents",
-    "apre_threshold", "bm25_get_scores", "pre_threshold", "retrieve_documents", "weighted_reciprocal_rank",
+    "RETRIEVERS",
+    "AnyRetriever",
+    "BM25Retrieval",
+    "EnsembleRetrieval",
+    "MultiQueryRetrieval",
+    "QueryGeneration",
+    "RelevanceSearch",
+    "RetrieverCall",
+    "RetrieverWrappers",
+    "ScoredSearch",
+    "VectorStoreRetrieval",
+    "aretrieve_documents",
+    "apre_threshold",
+    "bm25_get_scores",
+    "pre_threshold",
+    "retrieve_documents",
+    "weighted_reciprocal_rank",
 ]

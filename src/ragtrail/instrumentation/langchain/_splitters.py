@@ -69,7 +69,7 @@ class SplitCall(LangChainCall):
             return
         state = current_pipeline()
         position = 0
-        for parent, (_, texts) in zip(inputs, splits):
+        for parent, (_, texts) in zip(inputs, splits, strict=False):
             if not texts:
                 s.exclude(parent, REASON_NO_CHUNKS, "the splitter cut no chunk from it")
                 continue
@@ -121,9 +121,9 @@ def _paired(inputs: list[Candidate], splits: Any, result: list[Any]) -> bool:
     chunks = [text for _, texts in splits if isinstance(texts, list) for text in texts]
     if len(chunks) != len(result) or any(not isinstance(texts, list) for _, texts in splits):
         return False
-    if any(text != parent.content for parent, (text, _) in zip(inputs, splits)):
+    if any(text != parent.content for parent, (text, _) in zip(inputs, splits, strict=False)):
         return False
-    return all(getattr(doc, "page_content", None) == text for doc, text in zip(result, chunks))
+    return all(getattr(doc, "page_content", None) == text for doc, text in zip(result, chunks, strict=False))
 
 
 __all__ = ["SplitCall", "SplitterWrappers", "split_text"]

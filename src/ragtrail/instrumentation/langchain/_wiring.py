@@ -92,9 +92,14 @@ class Wiring:
         return (
             Patch("BaseDocumentCompressor", "acompress_documents", comp.acompress),
             Patch(_TRANSFORMER, "atransform_documents", comp.atransform),
-            *(patch for name in ("LongContextReorder", "EmbeddingsRedundantFilter", "EmbeddingsClusteringFilter")
-              for patch in (Patch(name, "transform_documents", comp.transform, skip=_TRANSFORMER),
-                            Patch(name, "atransform_documents", comp.atransform))),
+            *(
+                patch
+                for name in ("LongContextReorder", "EmbeddingsRedundantFilter", "EmbeddingsClusteringFilter")
+                for patch in (
+                    Patch(name, "transform_documents", comp.transform, skip=_TRANSFORMER),
+                    Patch(name, "atransform_documents", comp.atransform),
+                )
+            ),
             Patch("TextSplitter", "transform_documents", split.transform),
             Patch("TextSplitter", "atransform_documents", split.atransform, skip=_TRANSFORMER),
         )
@@ -104,8 +109,11 @@ class Wiring:
         return (
             Patch("RunnableSequence", "invoke", chain.sequence_invoke),
             Patch("RunnableSequence", "ainvoke", chain.sequence_ainvoke),
-            *(patch for name in ("BaseChatModel", "BaseLLM")
-              for patch in (Patch(name, "invoke", chain.model_invoke), Patch(name, "ainvoke", chain.model_ainvoke))),
+            *(
+                patch
+                for name in ("BaseChatModel", "BaseLLM")
+                for patch in (Patch(name, "invoke", chain.model_invoke), Patch(name, "ainvoke", chain.model_ainvoke))
+            ),
         )
 
     def patch_loaded(self) -> None:
@@ -118,8 +126,7 @@ class Wiring:
                 continue
             skip = classes[patch.skip] if patch.skip is not None else None
             ensure(cls, patch.method, patch.wrapper, skip=(skip,) if skip is not None else ())
-        for base, ensure_class in (("VectorStore", self.shared.store_class),
-                                   ("BaseDocumentCompressor", self.shared.compressor_class)):
+        for base, ensure_class in (("VectorStore", self.shared.store_class), ("BaseDocumentCompressor", self.shared.compressor_class)):
             cls = classes[base]
             if cls is not None:
                 for sub in subclasses(cls):

@@ -80,19 +80,24 @@ class LlamaIndexInstrumentor(RagtrailInstrumentor):
         self.register_adapter(BaseNode, adapt_node)
 
         t = self._tracer
-        self._wrap_hierarchy(BaseQueryEngine, {"query": sync_wrapper(QueryEngineCall, t),
-                                               "aquery": async_wrapper(QueryEngineCall, t)})
-        self._wrap_hierarchy(BaseChatEngine, {"chat": sync_wrapper(ChatCall, t), "stream_chat": sync_wrapper(ChatCall, t),
-                                              "achat": async_wrapper(ChatCall, t), "astream_chat": async_wrapper(ChatCall, t),
-                                              "_condense_question": sync_wrapper(CondenseCall, t),
-                                              "_acondense_question": async_wrapper(CondenseCall, t)})
-        self._wrap_hierarchy(BaseRetriever, {"retrieve": sync_wrapper(RetrieveCall, t),
-                                             "aretrieve": async_wrapper(RetrieveCall, t)})
-        self._wrap_hierarchy(BaseNodePostprocessor, {"postprocess_nodes": sync_wrapper(PostprocessCall, t),
-                                                     "apostprocess_nodes": async_wrapper(PostprocessCall, t)})
+        self._wrap_hierarchy(BaseQueryEngine, {"query": sync_wrapper(QueryEngineCall, t), "aquery": async_wrapper(QueryEngineCall, t)})
+        self._wrap_hierarchy(
+            BaseChatEngine,
+            {
+                "chat": sync_wrapper(ChatCall, t),
+                "stream_chat": sync_wrapper(ChatCall, t),
+                "achat": async_wrapper(ChatCall, t),
+                "astream_chat": async_wrapper(ChatCall, t),
+                "_condense_question": sync_wrapper(CondenseCall, t),
+                "_acondense_question": async_wrapper(CondenseCall, t),
+            },
+        )
+        self._wrap_hierarchy(BaseRetriever, {"retrieve": sync_wrapper(RetrieveCall, t), "aretrieve": async_wrapper(RetrieveCall, t)})
+        self._wrap_hierarchy(
+            BaseNodePostprocessor, {"postprocess_nodes": sync_wrapper(PostprocessCall, t), "apostprocess_nodes": async_wrapper(PostprocessCall, t)}
+        )
         self._wrap_hierarchy(BaseQueryTransform, {"run": sync_wrapper(QueryTransformCall, t)})
-        self._wrap_hierarchy(BaseSynthesizer, {"synthesize": sync_wrapper(SynthesizeCall, t),
-                                               "asynthesize": async_wrapper(SynthesizeCall, t)})
+        self._wrap_hierarchy(BaseSynthesizer, {"synthesize": sync_wrapper(SynthesizeCall, t), "asynthesize": async_wrapper(SynthesizeCall, t)})
 
         fusion = "llama_index.core.retrievers.fusion_retriever"
         self.wrap(fusion, "QueryFusionRetriever._get_queries", sync_wrapper(FusionQueriesCall, t))

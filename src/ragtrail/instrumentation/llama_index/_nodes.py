@@ -38,8 +38,7 @@ def adapt_node_with_score(item: Any) -> Candidate:
     meta = getattr(node, "metadata", None)
     if meta and settings.get().metadata:
         meta = dict(meta)
-    return Candidate(id=str(node.node_id), content=node_content(node), score=item.score, metadata=meta or None,
-                     raw=item)
+    return Candidate(id=str(node.node_id), content=node_content(node), score=item.score, metadata=meta or None, raw=item)
 
 
 class Snap(NamedTuple):
@@ -63,9 +62,12 @@ def adapt_snapped(items: list[Any], snaps: list[Snap]) -> list[Candidate] | None
     if any(lookup_adapter(type(item)) is not adapt_node_with_score for item in items):
         return None
     keep = settings.get().metadata
-    return [Candidate(id=sn.id, content=sn.content, score=sn.score,
-                      metadata=(dict(sn.metadata) if keep else sn.metadata) if sn.metadata else None, raw=item)
-            for item, sn in zip(items, snaps)]
+    return [
+        Candidate(
+            id=sn.id, content=sn.content, score=sn.score, metadata=(dict(sn.metadata) if keep else sn.metadata) if sn.metadata else None, raw=item
+        )
+        for item, sn in zip(items, snaps, strict=False)
+    ]
 
 
 def node_id(item: Any) -> str:

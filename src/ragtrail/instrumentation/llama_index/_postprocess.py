@@ -78,11 +78,9 @@ def _keywords(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list
         if hit is not None:
             s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "excluded_keyword", f"contains {hit!r} (exclude_keywords)")
         elif required and not any(k in text for k in required):
-            s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "missing_required_keyword",
-                      f"none of required_keywords={required}")
+            s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "missing_required_keyword", f"none of required_keywords={required}")
         else:
-            s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "keyword_rule",
-                      f"required_keywords={required} exclude_keywords={excluded}")
+            s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "keyword_rule", f"required_keywords={required} exclude_keywords={excluded}")
 
 
 def _by_class_name(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
@@ -101,8 +99,11 @@ def _recency(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[
     top_k = getattr(inst, "top_k", None)
     oldest_kept = _meta(outputs[-1].node.metadata, key) if outputs else None
     for candidate in _excluded(inputs, outputs):
-        s.exclude(candidate.id, sc.REASON_STALE,
-                  f"{key}={_meta(candidate.metadata, key)} older than the {top_k} most recent kept (oldest kept {key}={oldest_kept})")
+        s.exclude(
+            candidate.id,
+            sc.REASON_STALE,
+            f"{key}={_meta(candidate.metadata, key)} older than the {top_k} most recent kept (oldest kept {key}={oldest_kept})",
+        )
 
 
 def _embedding_recency(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
@@ -110,8 +111,9 @@ def _embedding_recency(call: PostprocessCall, s: Stage, inputs: list[Snap], outp
     key = getattr(inst, "date_key", "date")
     cutoff = getattr(inst, "similarity_cutoff", None)
     for candidate in _excluded(inputs, outputs):
-        s.exclude(candidate.id, sc.REASON_SUPERSEDED,
-                  f"{key}={_meta(candidate.metadata, key)}: embedding similarity > {cutoff} to a more recent node")
+        s.exclude(
+            candidate.id, sc.REASON_SUPERSEDED, f"{key}={_meta(candidate.metadata, key)}: embedding similarity > {cutoff} to a more recent node"
+        )
 
 
 def _llm_choice(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
@@ -179,8 +181,7 @@ class PostprocessCall(LlamaCall):
         self.policy = policy = policy_for(type(self.instance))
         top_k = next((v for v in (_number(getattr(self.instance, a, None)) for a in policy.top_k) if v is not None), None)
         threshold = _number(getattr(self.instance, policy.threshold, None)) if policy.threshold else None
-        return self.new_stage(policy.kind, top_k=top_k, threshold=threshold,
-                              score_kind=sc.SCORE_RERANK if policy.rescores else None)
+        return self.new_stage(policy.kind, top_k=top_k, threshold=threshold, score_kind=sc.SCORE_RERANK if policy.rescores else None)
 
     def before(self, s: Stage) -> None:
         bundle = argument(self.args, self.kwargs, 1, "query_bundle")

@@ -78,7 +78,7 @@ def record_kept(s: Stage, items: list[Any], ids: list[str]) -> None:
         s.outputs(items, score_kind=next(iter(kinds), None))
         return
     outputs = []
-    for item, ident in zip(items, ids):
+    for item, ident in zip(items, ids, strict=False):
         candidate = adapt(item)
         if candidate.score_kind is None:
             candidate.score_kind = known(ident)

@@ -109,8 +109,14 @@ class SynthesizeCall(LlamaCall):
                 texts.append((ident, built))
                 own = node_content(node)
                 # LlamaIndex strips the built text: a node text ending in a newline loses it
-                if isinstance(own, str) and isinstance(built, str) and built != own and own.rstrip() \
-                        and built.endswith(own.rstrip()) and len(built) > len(own):
+                if (
+                    isinstance(own, str)
+                    and isinstance(built, str)
+                    and built != own
+                    and own.rstrip()
+                    and built.endswith(own.rstrip())
+                    and len(built) > len(own)
+                ):
                     rule = metadata_header_rule(len(built) - len(own)).id
                     headers.setdefault(ident, (rule, receipt(own).sha256))
             self._llm_texts = texts
@@ -147,7 +153,7 @@ def _chunk_candidates(chunks: list[Any]) -> list[Candidate]:
     # two nodes may build the same text (sentence windows overlap): each chunk takes the next node
     # of that text, in input order, so neither node's id is given to the other's chunk
     owners: dict[str, list[str]] = {}
-    for ident, text in (synthesis.llm_texts() if synthesis is not None else ()):
+    for ident, text in synthesis.llm_texts() if synthesis is not None else ():
         owners.setdefault(text, []).append(ident)
     candidates = []
     for chunk in chunks:
@@ -211,8 +217,9 @@ class BudgetCall(LlamaCall):
         self.joined = _joined_nodes(list(chunks)) if self.method == "truncate" else None
         if self.joined is not None:
             synthesis = _recording_synthesis()
-            self.inputs = [synthesis.built(ident, text) if synthesis is not None else Candidate(id=ident, content=text)
-                           for ident, text in self.joined]
+            self.inputs = [
+                synthesis.built(ident, text) if synthesis is not None else Candidate(id=ident, content=text) for ident, text in self.joined
+            ]
         else:
             self.inputs = _chunk_candidates(list(chunks))
         s.inputs(self.inputs)
@@ -241,7 +248,7 @@ class BudgetCall(LlamaCall):
 
     def _truncated(self, result: list[Any]) -> list[Candidate]:
         outputs = []
-        for original, text in zip(self.inputs or (), result):
+        for original, text in zip(self.inputs or (), result, strict=False):
             candidate = Candidate(id=original.id, content=text, raw=text)
             if text != original.content:
                 _cut(candidate, original)
@@ -274,8 +281,7 @@ class BudgetCall(LlamaCall):
                 _cut(candidate, original)
                 outputs.append(candidate)
             else:
-                s.exclude(original, sc.REASON_BUDGET_EXCEEDED,
-                          f"{limit}: the joined context was cut after {len(outputs)} of {len(inputs)} chunks")
+                s.exclude(original, sc.REASON_BUDGET_EXCEEDED, f"{limit}: the joined context was cut after {len(outputs)} of {len(inputs)} chunks")
             position = end + 1
         return outputs
 
