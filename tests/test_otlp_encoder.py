@@ -308,7 +308,8 @@ def test_native_encoder_writes_ragtrail_spans_itself() -> None:
 
 def test_native_encoder_declines_what_python_drops_or_raises_on() -> None:
     native = native_module().encode_spans
-    for value in [2**70, "\ud800", {"k": 1}, {1, 2}, object(), bytearray(b"a"), range(2), [1, 2**64]]:
+    odd: list[Any] = [2**70, "\ud800", {"k": 1}, {1, 2}, object(), bytearray(b"a"), range(2), [1, 2**64]]
+    for value in odd:
         span = ReadableSpan("s", context=SpanContext(1, 2, False), attributes={"v": value}, start_time=1, end_time=2)
         assert native([span], 0) is None, value
     assert native([ReadableSpan("\ud800", context=SpanContext(1, 2, False))], 0) is None
