@@ -106,9 +106,14 @@ fn any_value(out: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: u32) -> Enc<()>
             return Err(Decline);
         }
         nested(out, 0x2a, |out| {
-            for item in value.try_iter()? {
-                let item = item?;
-                nested(out, 0x0a, |out| any_value(out, &item, depth + 1))?;
+            if let Ok(tuple) = value.downcast_exact::<PyTuple>() {
+                for item in tuple.iter() {
+                    nested(out, 0x0a, |out| any_value(out, &item, depth + 1))?;
+                }
+            } else {
+                for item in value.downcast_exact::<PyList>().map_err(|_| Decline)?.iter() {
+                    nested(out, 0x0a, |out| any_value(out, &item, depth + 1))?;
+                }
             }
             Ok(())
         })?;
@@ -139,14 +144,11 @@ fn attributes(out: &mut Vec<u8>, tag: u8, attrs: &Bound<'_, PyAny>) -> Enc<()> {
         }
         return Ok(());
     }
-    let py = attrs.py();
-    for item in attrs.call_method0(intern!(py, "items"))?.try_iter()? {
-        let item = item?;
-        let pair = item.downcast_exact::<PyTuple>().map_err(|_| Decline)?;
-        if pair.len() != 2 {
-            return Err(Decline);
-        }
-        key_value(out, tag, &pair.get_item(0)?, &pair.get_item(1)?)?;
+    // any other mapping (the SDK's MappingProxyType over BoundedAttributes): its keys, then each value,
+    // as `items()` would give them without building a pair per key
+    for key in attrs.try_iter()? {
+        let key = key?;
+        key_value(out, tag, &key, &attrs.get_item(&key)?)?;
     }
     Ok(())
 }
