@@ -14,7 +14,7 @@ fi
 .venv/bin/python -m pip install -q -e '.[test,test-torch]'
 
 # the optional native OTLP encoder (native/ragtrail-encoder, PyO3 + maturin; needs a Rust toolchain; cold
-# build ~2 min on 2 cores, then incremental in native/ragtrail-encoder/target). Required in CI; elsewhere
+# build ~40 s on 2 cores, then incremental in native/ragtrail-encoder/target). Required in CI; elsewhere
 # a warning, and its tests skip loudly (the pure-Python encoder is used).
 if [ -n "${CI:-}" ]; then
   .venv/bin/python -m pip install -q ./native/ragtrail-encoder
