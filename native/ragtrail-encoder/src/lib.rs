@@ -265,7 +265,7 @@ fn status(out: &mut Vec<u8>, status: &Bound<'_, PyAny>) -> Enc<()> {
 /// One Span message's body, fields in number order.
 fn span_body(out: &mut Vec<u8>, span: &Bound<'_, PyAny>, span_kind: &Bound<'_, PyAny>) -> Enc<()> {
     let py = span.py();
-    let context = span.getattr(intern!(py, "context"))?;
+    let context = span.call_method0(intern!(py, "get_span_context"))?; // as the Python encoder reads it
     if context.is_none() {
         return Err(Decline);
     }
