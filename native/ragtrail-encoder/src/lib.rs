@@ -11,9 +11,9 @@
 //! Protobuf is written by hand (varints and length-delimited fields); field numbers follow
 //! opentelemetry-proto's trace.proto / common.proto / resource.proto.
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
-use pyo3::intern;
 
 /// "Not mine": the batch goes back to the pure-Python encoder.
 struct Decline;
@@ -66,7 +66,10 @@ fn utf8<'a>(value: &'a Bound<'_, PyAny>) -> Enc<&'a str> {
     if !value.is_exact_instance_of::<PyString>() {
         return Err(Decline);
     }
-    Ok(value.downcast::<PyString>().map_err(|_| Decline)?.to_str()?)
+    Ok(value
+        .downcast::<PyString>()
+        .map_err(|_| Decline)?
+        .to_str()?)
 }
 
 /// An optional string field, written when truthy (None and "" are left out).
@@ -100,7 +103,11 @@ fn any_value(out: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: u32) -> Enc<()>
         out.push(0x21);
         out.extend_from_slice(&number.to_bits().to_le_bytes());
     } else if value.is_exact_instance_of::<PyBytes>() {
-        bytes_field(out, 0x3a, value.downcast::<PyBytes>().map_err(|_| Decline)?.as_bytes());
+        bytes_field(
+            out,
+            0x3a,
+            value.downcast::<PyBytes>().map_err(|_| Decline)?.as_bytes(),
+        );
     } else if value.is_exact_instance_of::<PyTuple>() || value.is_exact_instance_of::<PyList>() {
         if depth > 32 {
             return Err(Decline);
@@ -111,7 +118,11 @@ fn any_value(out: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: u32) -> Enc<()>
                     nested(out, 0x0a, |out| any_value(out, &item, depth + 1))?;
                 }
             } else {
-                for item in value.downcast_exact::<PyList>().map_err(|_| Decline)?.iter() {
+                for item in value
+                    .downcast_exact::<PyList>()
+                    .map_err(|_| Decline)?
+                    .iter()
+                {
                     nested(out, 0x0a, |out| any_value(out, &item, depth + 1))?;
                 }
             }
@@ -123,7 +134,12 @@ fn any_value(out: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: u32) -> Enc<()>
     Ok(())
 }
 
-fn key_value(out: &mut Vec<u8>, tag: u8, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> Enc<()> {
+fn key_value(
+    out: &mut Vec<u8>,
+    tag: u8,
+    key: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+) -> Enc<()> {
     let key = utf8(key)?; // a key that is not a str: declined
     nested(out, tag, |out| {
         if !key.is_empty() {
@@ -200,7 +216,10 @@ fn trace_state(out: &mut Vec<u8>, state: &Bound<'_, PyAny>) -> Enc<()> {
         return Ok(());
     }
     let mut text = String::new();
-    for item in state.call_method0(intern!(state.py(), "items"))?.try_iter()? {
+    for item in state
+        .call_method0(intern!(state.py(), "items"))?
+        .try_iter()?
+    {
         let item = item?;
         let pair = item.downcast_exact::<PyTuple>().map_err(|_| Decline)?;
         if !text.is_empty() {
@@ -224,7 +243,11 @@ fn events(out: &mut Vec<u8>, events: &Bound<'_, PyAny>) -> Enc<()> {
             time_field(out, 0x09, &event.getattr(intern!(py, "timestamp"))?)?;
             opt_str_field(out, 0x12, &event.getattr(intern!(py, "name"))?)?;
             attributes(out, 0x1a, &event.getattr(intern!(py, "attributes"))?)?;
-            count_field(out, 0x20, &event.getattr(intern!(py, "dropped_attributes"))?)
+            count_field(
+                out,
+                0x20,
+                &event.getattr(intern!(py, "dropped_attributes"))?,
+            )
         })?;
     }
     Ok(())
@@ -239,7 +262,11 @@ fn links(out: &mut Vec<u8>, links: &Bound<'_, PyAny>) -> Enc<()> {
             ids(out, &context)?;
             attributes(out, 0x22, &link.getattr(intern!(py, "attributes"))?)?;
             count_field(out, 0x28, &link.getattr(intern!(py, "dropped_attributes"))?)?;
-            flags(out, &[0x35], context.getattr(intern!(py, "is_remote"))?.is_truthy()?);
+            flags(
+                out,
+                &[0x35],
+                context.getattr(intern!(py, "is_remote"))?.is_truthy()?,
+            );
             Ok(())
         })?;
     }
@@ -253,7 +280,10 @@ fn status(out: &mut Vec<u8>, status: &Bound<'_, PyAny>) -> Enc<()> {
     let py = status.py();
     nested(out, 0x7a, |out| {
         opt_str_field(out, 0x12, &status.getattr(intern!(py, "description"))?)?;
-        let code: u64 = status.getattr(intern!(py, "status_code"))?.getattr(intern!(py, "value"))?.extract()?;
+        let code: u64 = status
+            .getattr(intern!(py, "status_code"))?
+            .getattr(intern!(py, "value"))?
+            .extract()?;
         if code != 0 {
             out.push(0x18);
             varint(out, code);
@@ -338,7 +368,9 @@ fn resource_spans(out: &mut Vec<u8>, group: &ResourceGroup<'_>) -> Enc<()> {
     let py = group.resource.py();
     let resource = &group.resource;
     nested(out, 0x0a, |out| {
-        nested(out, 0x0a, |out| attributes(out, 0x0a, &resource.getattr(intern!(py, "attributes"))?))?;
+        nested(out, 0x0a, |out| {
+            attributes(out, 0x0a, &resource.getattr(intern!(py, "attributes"))?)
+        })?;
         for scope in &group.scopes {
             scope_spans(out, scope)?;
         }
@@ -346,7 +378,11 @@ fn resource_spans(out: &mut Vec<u8>, group: &ResourceGroup<'_>) -> Enc<()> {
     })
 }
 
-fn group_index(index: &Bound<'_, PyDict>, key: &Bound<'_, PyAny>, next: usize) -> Enc<(usize, bool)> {
+fn group_index(
+    index: &Bound<'_, PyDict>,
+    key: &Bound<'_, PyAny>,
+    next: usize,
+) -> Enc<(usize, bool)> {
     if let Some(found) = index.get_item(key)? {
         return Ok((found.extract()?, false));
     }
@@ -358,7 +394,12 @@ fn encode<'py>(py: Python<'py>, spans: &Bound<'py, PyAny>, chunk: usize) -> Enc<
     let span_kind = py.import("opentelemetry.trace")?.getattr("SpanKind")?;
     let resource_index = PyDict::new(py);
     let mut groups: Vec<ResourceGroup<'py>> = Vec::new();
-    let mut last: Option<(*mut pyo3::ffi::PyObject, *mut pyo3::ffi::PyObject, usize, usize)> = None;
+    let mut last: Option<(
+        *mut pyo3::ffi::PyObject,
+        *mut pyo3::ffi::PyObject,
+        usize,
+        usize,
+    )> = None;
     let mut body = Vec::with_capacity(4096);
     for (done, span) in spans.try_iter()?.enumerate() {
         let span = span?;
@@ -374,12 +415,19 @@ fn encode<'py>(py: Python<'py>, spans: &Bound<'py, PyAny>, chunk: usize) -> Enc<
             _ => {
                 let (r, new) = group_index(&resource_index, &resource, groups.len())?;
                 if new {
-                    groups.push(ResourceGroup { resource: resource.clone(), scopes: Vec::new(), index: PyDict::new(py) });
+                    groups.push(ResourceGroup {
+                        resource: resource.clone(),
+                        scopes: Vec::new(),
+                        index: PyDict::new(py),
+                    });
                 }
                 let group = &mut groups[r];
                 let (s, new) = group_index(&group.index, &scope, group.scopes.len())?;
                 if new {
-                    group.scopes.push(ScopeGroup { scope: scope.clone(), spans: Vec::new() });
+                    group.scopes.push(ScopeGroup {
+                        scope: scope.clone(),
+                        spans: Vec::new(),
+                    });
                 }
                 (r, s)
             }
@@ -394,7 +442,11 @@ fn encode<'py>(py: Python<'py>, spans: &Bound<'py, PyAny>, chunk: usize) -> Enc<
             py.allow_threads(std::thread::yield_now); // let the app's threads run between chunks
         }
     }
-    let total: usize = groups.iter().flat_map(|g| g.scopes.iter()).map(|s| s.spans.len() + 16).sum();
+    let total: usize = groups
+        .iter()
+        .flat_map(|g| g.scopes.iter())
+        .map(|s| s.spans.len() + 16)
+        .sum();
     let mut out = Vec::with_capacity(total + 1024);
     for group in &groups {
         resource_spans(&mut out, group)?;
@@ -407,7 +459,11 @@ fn encode<'py>(py: Python<'py>, spans: &Bound<'py, PyAny>, chunk: usize) -> Enc<
 /// `chunk`: when positive, release the GIL after every `chunk` spans.
 #[pyfunction]
 #[pyo3(signature = (spans, chunk = 0))]
-fn encode_spans<'py>(py: Python<'py>, spans: &Bound<'py, PyAny>, chunk: usize) -> Option<Bound<'py, PyBytes>> {
+fn encode_spans<'py>(
+    py: Python<'py>,
+    spans: &Bound<'py, PyAny>,
+    chunk: usize,
+) -> Option<Bound<'py, PyBytes>> {
     match encode(py, spans, chunk) {
         Ok(out) => Some(PyBytes::new(py, &out)),
         Err(Decline) => None,
@@ -417,6 +473,9 @@ fn encode_spans<'py>(py: Python<'py>, spans: &Bound<'py, PyAny>, chunk: usize) -
 #[pymodule]
 fn ragtrail_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_spans, m)?)?;
-    m.add("__doc__", "ragtrail's optional native OTLP span encoder (see ragtrail.export.otlp_encode)")?;
+    m.add(
+        "__doc__",
+        "ragtrail's optional native OTLP span encoder (see ragtrail.export.otlp_encode)",
+    )?;
     Ok(())
 }
