@@ -1,4 +1,4 @@
-"""Issue 25's encoder benchmark: the stock OTLP encoder against ragtrail's pure-Python one, on captured spans.
+"""Issue 25's encoder benchmark: the stock OTLP encoder against ragtrail's pure-Python and native ones, on captured spans.
 
 Spans: the users'-shaped pipelines of benchmarks/bench_users_pipeline.py (BM25 top 100 over 3,000 chunks
 -> cutoff -> rerank 10 -> word budget), LangChain and LlamaIndex, instrumented by ragtrail, ``--queries``
@@ -12,6 +12,11 @@ Per round, interleaved (every encoder once per round, so a change in machine loa
   ragtrail     ``ragtrail.export.encode_spans(batch)`` (warm: its key/value/resource memory from earlier rounds)
   ragtrail-cold  the same after ``clear_caches()`` at the start of the round
   ragtrail-32  ``encode_spans(batch, chunk=32)``, what the exporters run (yields the GIL every 32 spans)
+  native       ``ragtrail_native.encode_spans(batch)``, the optional native encoder (native/ragtrail-encoder),
+               when importable (``pip install ./native/ragtrail-encoder``); it must answer every batch itself
+  native-32    the same in 32-span chunks (what the exporters run when it is installed)
+The ``ragtrail*`` rows are the pure-Python encoder (``encode_spans_python``) whether or not the native
+one is installed.
 Every batch is checked byte-identical to the stock first. Figures: µs per span and per value (every
 attribute value of spans and events, an array's elements one each), min / median / max over rounds
 (process CPU time), and the speed-up (stock / ragtrail) per round, min / median / max.
@@ -20,7 +25,8 @@ With ``--host``: the host's latency while an exporter thread encodes. The main t
 (uninstrumented) LangChain pipeline query after query; a second thread encodes the captured spans in
 ``--batch``-span batches back to back (the worst case: an exporter that never idles; ``--idle-ms``
 makes it rest between batches), with the stock
-encoder, ragtrail's in one hold, or ragtrail's in 32-span chunks (``time.sleep(0)`` between). Figures:
+encoder, ragtrail's in one hold, or ragtrail's in 32-span chunks (``time.sleep(0)`` between), or the
+native one in 32-span chunks when installed. Figures:
 the host's p50 / p95 per query (ms) and its p95 against no exporter, per mode, interleaved rounds.
 
     .venv/bin/python benchmarks/bench_encoder.py --queries 20 --rounds 7
@@ -46,7 +52,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 import bench_users_pipeline as users  # noqa: E402  (the pipelines, shared with the users' benchmark)
 
-ENCODERS = ("stock", "ragtrail", "ragtrail-cold", "ragtrail-32")
+
+def native_available() -> bool:
+    try:
+        importlib.import_module("ragtrail_native")
+    except ImportError:
+        return False
+    return True
+
+
+ENCODERS = ("stock", "ragtrail", "ragtrail-cold", "ragtrail-32") + (("native", "native-32") if native_available() else ())
 
 
 def capture(framework: str, mode: str, queries: int, chunks: int) -> list[Any]:
@@ -91,15 +106,20 @@ def count_values(spans: Sequence[Any]) -> int:
 def encoders() -> dict[str, Callable[[Sequence[Any]], bytes]]:
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as stock
 
-    from ragtrail.export.otlp_encode import clear_caches, encode_spans
+    from ragtrail.export.otlp_encode import clear_caches, encode_spans_python
 
-    return {
+    run: dict[str, Callable[[Sequence[Any]], bytes]] = {
         "stock": lambda batch: stock(batch).SerializeToString(),
-        "ragtrail": encode_spans,
-        "ragtrail-cold": encode_spans,  # after "_clear"
-        "ragtrail-32": lambda batch: encode_spans(batch, chunk=32),
+        "ragtrail": encode_spans_python,
+        "ragtrail-cold": encode_spans_python,  # after "_clear"
+        "ragtrail-32": lambda batch: encode_spans_python(batch, chunk=32),
         "_clear": lambda batch: (clear_caches(), b"")[1],
     }
+    if native_available():
+        native = importlib.import_module("ragtrail_native").encode_spans
+        run["native"] = lambda batch: native(batch, 0)  # None (declined) fails the byte check below
+        run["native-32"] = lambda batch: native(batch, 32)
+    return run
 
 
 def measure(batches: list[list[Any]], rounds: int) -> dict[str, list[float]]:
@@ -152,7 +172,7 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-HOST_MODES = ("none", "stock", "ragtrail", "ragtrail-32")
+HOST_MODES = ("none", "stock", "ragtrail", "ragtrail-32") + (("native-32",) if native_available() else ())
 
 
 def host_round(run: Callable[[str], Any], pool: list[str], batches: list[list[Any]], mode: str, idle: float) -> list[float]:

@@ -13,6 +13,18 @@ fi
 # test: every library integration offline; test-torch: the cross-encoder paths (pulls torch)
 .venv/bin/python -m pip install -q -e '.[test,test-torch]'
 
+# the optional native OTLP encoder (native/ragtrail-encoder, PyO3 + maturin; needs a Rust toolchain; cold
+# build ~40 s on 2 cores, then incremental in native/ragtrail-encoder/target). Required in CI; elsewhere
+# a warning, and its tests skip loudly (the pure-Python encoder is used).
+if [ -n "${CI:-}" ]; then
+  .venv/bin/python -m pip install -q ./native/ragtrail-encoder
+elif command -v cargo >/dev/null 2>&1; then
+  .venv/bin/python -m pip install -q ./native/ragtrail-encoder \
+    || echo "scripts/test.sh: WARNING: native encoder build failed; its tests will SKIP" >&2
+else
+  echo "scripts/test.sh: WARNING: no Rust toolchain (cargo); the native encoder's tests will SKIP" >&2
+fi
+
 # headless Chromium renders the HTML report in tests (Debian's package)
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \

@@ -6,12 +6,19 @@ the stock raises, the same exception type. An attribute the stock cannot encode 
 lone surrogate, an unknown type, anywhere inside an array or mapping) is dropped by both (and logged);
 a span field it cannot encode (a lone surrogate in a name, a time or count out of range, an id past its
 width) makes both raise. Then the real thing: the wire snapshot pipelines' spans, encoded both ways.
+
+Every check runs against each encoder: the pure-Python one (the reference) and the optional native one
+(native/ragtrail-encoder, module ``ragtrail_native``; where it declines a batch, the pure-Python one
+encodes it, as ``encode_spans`` does). When the native module is not installed its cases fail in CI
+(``CI`` set: scripts/test.sh builds it) and skip, saying so, elsewhere.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import math
+import os
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +37,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceSt
 from opentelemetry.trace.status import Status, StatusCode
 
 from ragtrail.export import encode_spans
+from ragtrail.export.otlp_encode import NATIVE_ENV, encode_spans_python, native_encoder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,11 +49,40 @@ def _outcome(encode: Callable[[], bytes]) -> tuple[str, Any]:
         return "raises", type(error)
 
 
-def assert_same_as_stock(spans: list[ReadableSpan]) -> None:
-    ours = _outcome(lambda: encode_spans(spans))
+Encode = Callable[..., bytes]
+ENCODERS = ["python", "native"]
+
+
+def native_module() -> Any:
+    """``ragtrail_native``, or a loud skip (a failure in CI, where scripts/test.sh builds it)."""
+    try:
+        return importlib.import_module("ragtrail_native")
+    except ImportError:
+        message = "the native encoder (ragtrail_native) is not installed: pip install ./native/ragtrail-encoder"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def encoder(name: str) -> Encode:
+    """The encoder under test: the pure-Python one, or the native one with the pure-Python fallback
+    for the batches it declines (what ``encode_spans`` does when the native module is there)."""
+    if name == "python":
+        return encode_spans_python
+    native = native_module().encode_spans
+
+    def encode(spans: list[ReadableSpan], chunk: int = 0) -> bytes:
+        encoded: bytes | None = native(spans, chunk)
+        return encoded if encoded is not None else encode_spans_python(spans, chunk=chunk)
+
+    return encode
+
+
+def assert_same_as_stock(spans: list[ReadableSpan], encode: Encode = encode_spans) -> None:
+    ours = _outcome(lambda: encode(spans))
     theirs = _outcome(lambda: stock_encode_spans(spans).SerializeToString())
     assert ours == theirs
-    chunked = _outcome(lambda: encode_spans(spans, chunk=2))
+    chunked = _outcome(lambda: encode(spans, chunk=2))
     assert chunked == theirs
 
 
@@ -188,17 +225,19 @@ def readable_spans(draw: st.DrawFn) -> ReadableSpan:
     )
 
 
+@pytest.mark.parametrize("name", ENCODERS)
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
 @given(st.lists(readable_spans(), max_size=5))
-def test_the_bytes_of_the_stock_encoder_for_any_span(spans: list[ReadableSpan]) -> None:
-    assert_same_as_stock(spans)
+def test_the_bytes_of_the_stock_encoder_for_any_span(name: str, spans: list[ReadableSpan]) -> None:
+    assert_same_as_stock(spans, encoder(name))
 
 
+@pytest.mark.parametrize("name", ENCODERS)
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(attribute_keys, any_values, max_size=4))
-def test_every_attribute_value_as_the_stock_encodes_or_drops_it(values: dict[Any, Any]) -> None:
+def test_every_attribute_value_as_the_stock_encodes_or_drops_it(name: str, values: dict[Any, Any]) -> None:
     span = ReadableSpan("s", context=SpanContext(1, 2, False), attributes=values, start_time=1, end_time=2)
-    assert_same_as_stock([span])
+    assert_same_as_stock([span], encoder(name))
 
 
 @pytest.mark.parametrize(
@@ -224,13 +263,15 @@ def test_every_attribute_value_as_the_stock_encodes_or_drops_it(values: dict[Any
         object(),
     ],
 )
-def test_each_listed_value(value: Any) -> None:
+@pytest.mark.parametrize("name", ENCODERS)
+def test_each_listed_value(name: str, value: Any) -> None:
     span = ReadableSpan("s", context=SpanContext(1, 2, False), attributes={"v": value, "after": "kept"}, start_time=1, end_time=2)
-    assert_same_as_stock([span])
+    assert_same_as_stock([span], encoder(name))
 
 
 @pytest.mark.parametrize("fault", ["name", "start", "end", "trace_id", "event_name", "event_time", "status", "link_span_id"])
-def test_a_span_field_the_stock_refuses_raises_the_same(fault: str) -> None:
+@pytest.mark.parametrize("name", ENCODERS)
+def test_a_span_field_the_stock_refuses_raises_the_same(name: str, fault: str) -> None:
     context = SpanContext(2**128 if fault == "trace_id" else 1, 2, False)
     span = ReadableSpan(
         "\ud800" if fault == "name" else "s",
@@ -242,7 +283,69 @@ def test_a_span_field_the_stock_refuses_raises_the_same(fault: str) -> None:
         status=Status(StatusCode.ERROR, "\ud800" if fault == "status" else "boom"),
     )
     assert _outcome(lambda: stock_encode_spans([span]).SerializeToString())[0] == "raises"
-    assert_same_as_stock([span])
+    assert_same_as_stock([span], encoder(name))
+
+
+# --- what the native encoder must answer itself (no fallback) ----------------------------------------
+clean_texts = st.text(max_size=20)  # no lone surrogates
+clean_values = st.recursive(
+    st.one_of(sdk_scalars, st.none(), st.binary(max_size=6)),
+    lambda children: st.one_of(st.lists(children, max_size=3), st.lists(children, max_size=3).map(tuple)),
+    max_leaves=6,
+)
+
+
+@st.composite
+def clean_attributes(draw: st.DrawFn) -> Any:
+    if draw(st.booleans()):
+        return draw(st.dictionaries(st.text(max_size=8), clean_values, max_size=5))
+    maxlen = draw(st.one_of(st.none(), st.integers(min_value=0, max_value=4)))
+    return BoundedAttributes(maxlen=maxlen, attributes=draw(st.dictionaries(st.text(max_size=10), sdk_values, max_size=7)), immutable=True)
+
+
+@st.composite
+def clean_contexts(draw: st.DrawFn) -> SpanContext:
+    return SpanContext(
+        draw(st.integers(min_value=0, max_value=2**128 - 1)),
+        draw(st.integers(min_value=0, max_value=2**64 - 1)),
+        is_remote=draw(st.booleans()),
+        trace_state=draw(trace_states),
+    )
+
+
+@st.composite
+def clean_spans(draw: st.DrawFn) -> ReadableSpan:
+    clean_times = st.one_of(st.none(), st.integers(min_value=0, max_value=2**64 - 1))
+    event_list = [
+        Event(draw(clean_texts), draw(clean_attributes()), timestamp=draw(st.integers(min_value=0, max_value=2**64 - 1)))
+        for _ in range(draw(st.integers(min_value=0, max_value=2)))
+    ]
+    link_list = [Link(draw(clean_contexts()), draw(clean_attributes())) for _ in range(draw(st.integers(min_value=0, max_value=2)))]
+    return ReadableSpan(
+        name=draw(clean_texts),
+        context=draw(clean_contexts()),
+        parent=draw(st.one_of(st.none(), clean_contexts())),
+        resource=draw(st.sampled_from(RESOURCES[:4])),
+        attributes=draw(clean_attributes()),
+        events=BoundedList.from_seq(draw(counts_limits), event_list) if draw(st.booleans()) else event_list,
+        links=BoundedList.from_seq(draw(counts_limits), link_list) if draw(st.booleans()) else link_list,
+        kind=draw(st.sampled_from(list(SpanKind))),
+        status=draw(st.one_of(st.none(), st.just(Status(StatusCode.OK)), clean_texts.map(lambda text: Status(StatusCode.ERROR, text)))),
+        start_time=draw(clean_times),
+        end_time=draw(clean_times),
+        instrumentation_scope=draw(st.sampled_from(SCOPES)),
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
+@given(st.lists(clean_spans(), max_size=5))
+def test_native_encoder_answers_every_clean_span_with_the_stock_bytes(spans: list[ReadableSpan]) -> None:
+    """Spans the pure-Python encoder neither drops from, logs on nor raises on: the native encoder writes
+    them itself (a decline here would be a silent slow path)."""
+    native = native_module().encode_spans
+    expected = stock_encode_spans(spans).SerializeToString()
+    assert native(spans, 0) == expected
+    assert native(spans, 2) == expected
 
 
 # --- the real thing: ragtrail's own spans ------------------------------------------------------------
@@ -281,5 +384,37 @@ def test_ragtrail_spans_byte_identical() -> None:
         assert encode_spans(spans) == expected, name
         assert encode_spans(spans, chunk=3) == expected, name
         assert encode_spans(spans) == expected, name  # warm caches: still the same
+        assert encode_spans_python(spans) == expected, name
         total += len(spans)
     assert total > 50
+
+
+def test_native_encoder_writes_ragtrail_spans_itself() -> None:
+    """The native encoder answers for every real ragtrail span (no fallback) with the stock bytes."""
+    native = native_module().encode_spans
+    for name, spans in captured_sections(["demo", "decorators", "langchain", "llama_index"]):
+        expected = stock_encode_spans(spans).SerializeToString()
+        assert native(spans, 0) == expected, name
+        assert native(spans, 3) == expected, name
+
+
+def test_native_encoder_declines_what_python_drops_or_raises_on() -> None:
+    native = native_module().encode_spans
+    odd: list[Any] = [2**70, "\ud800", {"k": 1}, {1, 2}, object(), bytearray(b"a"), range(2), [1, 2**64]]
+    for value in odd:
+        span = ReadableSpan("s", context=SpanContext(1, 2, False), attributes={"v": value}, start_time=1, end_time=2)
+        assert native([span], 0) is None, value
+    assert native([ReadableSpan("\ud800", context=SpanContext(1, 2, False))], 0) is None
+
+
+def test_native_encoder_is_used_unless_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = native_module()
+    native_encoder.cache_clear()
+    try:
+        monkeypatch.setenv(NATIVE_ENV, "off")
+        assert native_encoder() is None
+        native_encoder.cache_clear()
+        monkeypatch.delenv(NATIVE_ENV)
+        assert native_encoder() is module.encode_spans
+    finally:
+        native_encoder.cache_clear()

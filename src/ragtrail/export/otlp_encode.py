@@ -24,14 +24,22 @@ What it reproduces of the stock encoder, on purpose:
 
 ``encode_spans(spans, chunk=32)`` yields the GIL (``time.sleep(0)``) after every 32 spans so that an
 exporter thread encoding a large batch never holds the app's threads for long; the bytes are the same.
+
+The optional native encoder (the package native/ragtrail-encoder, module ``ragtrail_native``, built
+with maturin) is used when importable, unless ``RAGTRAIL_NATIVE_ENCODER=off``: it writes the same bytes
+for the common case and declines (returns None) a batch holding anything else, which is then encoded
+here. This module stays the reference: tests/test_otlp_encoder.py checks both against the stock.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
+import os
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -508,6 +516,39 @@ def _scope_spans(scope: Any, bodies: list[bytes], parts: list[bytes]) -> int:
 def encode_spans(spans: Sequence[ReadableSpan], *, chunk: int = 0) -> bytes:
     """The serialized ``ExportTraceServiceRequest`` of ``spans``: the stock encoder's exact bytes.
 
+    Through the native encoder when it is installed and not switched off (:func:`native_encoder`);
+    a batch it declines (anything the pure-Python encoder would drop, log or raise on, or a value
+    type it does not handle) is encoded by :func:`encode_spans_python`, the reference.
+    ``chunk``: when positive, release the GIL after every ``chunk`` spans."""
+    native = native_encoder()
+    if native is not None:
+        encoded = native(spans, chunk)
+        if encoded is not None:
+            return encoded
+    return encode_spans_python(spans, chunk=chunk)
+
+
+NATIVE_ENV = "RAGTRAIL_NATIVE_ENCODER"  # "off" (or 0, false, no): always the pure-Python encoder
+NativeEncode = Callable[[Sequence[ReadableSpan], int], bytes | None]
+
+
+@functools.cache
+def native_encoder() -> NativeEncode | None:
+    """``ragtrail_native.encode_spans`` (the optional package native/ragtrail-encoder) when importable
+    and not switched off by RAGTRAIL_NATIVE_ENCODER; one import attempt per process."""
+    if os.environ.get(NATIVE_ENV, "").strip().lower() in ("off", "0", "false", "no"):
+        return None
+    try:
+        module = importlib.import_module("ragtrail_native")
+    except ImportError:
+        return None
+    encode: NativeEncode = module.encode_spans
+    return encode
+
+
+def encode_spans_python(spans: Sequence[ReadableSpan], *, chunk: int = 0) -> bytes:
+    """The pure-Python encoder (the reference and the fallback of the native one).
+
     ``chunk``: when positive, release the GIL (``time.sleep(0)``) after every ``chunk`` spans.
     Each span is encoded once and copied once, into the request: the nesting headers are computed
     from the sizes, not by wrapping (and copying) each level."""
@@ -542,4 +583,4 @@ def clear_caches() -> None:
     _ENCODED = _Encoded()
 
 
-__all__ = ["encode_spans", "encode_span", "encode_request", "clear_caches", "CHUNK_SPANS"]
+__all__ = ["encode_spans", "encode_spans_python", "encode_span", "encode_request", "clear_caches", "native_encoder", "CHUNK_SPANS", "NATIVE_ENV"]
