@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import time
 import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,17 @@ class Browser:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        page = rb.wait_until(self._page, 60, what="chromium's DevTools endpoint")
-        self.ws = connect(page["webSocketDebuggerUrl"], max_size=64 << 20, open_timeout=30)
-        self._id = 0
-        self.call("Page.enable")
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+        self._connection = ExitStack()
+        try:
+            page = rb.wait_until(self._page, 60, what="chromium's DevTools endpoint")
+            # a context manager, as websockets 14+ asks (a bare connect() warns, and warnings are errors)
+            self.ws = self._connection.enter_context(connect(page["webSocketDebuggerUrl"], max_size=64 << 20, open_timeout=30))
+            self._id = 0
+            self.call("Page.enable")
+            self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+        except BaseException:
+            self.close()  # never leave a chromium behind when the browser could not be set up
+            raise
 
     def _page(self) -> Any:
         try:
@@ -102,7 +109,7 @@ class Browser:
 
     def close(self) -> None:
         try:
-            self.ws.close()
+            self._connection.close()
         finally:
             self.proc.kill()
             self.proc.wait(10)
