@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ragtrail.contract import semconv
+from ragtrail.contract.policy import PolicyError, TransformPolicy, load_policy
 
 _log = logging.getLogger("ragtrail")
 _TRUE = {"1", "true", "yes", "on"}
@@ -366,3 +367,39 @@ def read_key_file(path: str | Path) -> bytes:
     if data.endswith(b"\r\n"):
         return data[:-2]
     return data[:-1] if data.endswith(b"\n") else data
+
+
+# --- the transform policy (issue 28, docs/semconv.md §8) --------------------------------------------
+_policy_cache: dict[tuple[str, int, int], TransformPolicy | None] = {}
+
+
+def transform_policy() -> TransformPolicy | None:
+    """The policy ``RAGTRAIL_TRANSFORM_POLICY`` names, or ``None`` (unset, unreadable or invalid: logged
+    once, never raised into the host). Read again only when the file changes (path, mtime, size)."""
+    path = os.environ.get(semconv.ENV_TRANSFORM_POLICY)
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        _log_policy_once((path, -1, -1), f"{semconv.ENV_TRANSFORM_POLICY}={path!r} cannot be read: {exc.strerror or exc}")
+        return None
+    where = (path, st.st_mtime_ns, st.st_size)
+    if where not in _policy_cache:
+        try:
+            _policy_cache[where] = load_policy(path)
+        except PolicyError as exc:
+            _log_policy_once(where, f"{semconv.ENV_TRANSFORM_POLICY}={path!r} is not a transform policy ({exc}): no policy recorded")
+    return _policy_cache.get(where)
+
+
+def _log_policy_once(where: tuple[str, int, int], message: str) -> None:
+    if where not in _policy_cache:
+        _policy_cache[where] = None
+        _log.warning("ragtrail: %s", message)
+
+
+def transform_policy_attributes() -> dict[str, object]:
+    """The pipeline span's ``ragtrail.policy.version`` and ``.sha256`` (nothing without a policy)."""
+    policy = transform_policy()
+    return policy.attributes() if policy is not None else {}
