@@ -16,6 +16,7 @@ default (an unknown query mode means ``hash``, the most private one that still k
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ragtrail.contract import semconv
+from ragtrail.contract.policy import PolicyError, TransformPolicy, load_policy
 
 _log = logging.getLogger("ragtrail")
 _TRUE = {"1", "true", "yes", "on"}
@@ -83,6 +85,12 @@ class CaptureSettings:
         """A receipt of the query (or of a query vector) may be written: every mode but ``off``."""
         return self.query != "off"
 
+    def query_receipt_key(self) -> bytes | None:
+        """The key the query receipt is HMAC-ed with: the receipt key (``RAGTRAIL_RECEIPT_KEY``) in
+        ``hash`` mode, where the text is not exported and an unkeyed sha256 would confirm a guessed
+        question offline; ``None`` otherwise (``text`` mode exports the text itself; ``off`` no receipt)."""
+        return receipt_key() if self.query_receipt_allowed() and not self.query_text_allowed() else None
+
     def exception_message_allowed(self) -> bool:
         """An exception's message (and the SDK's exception event) may be exported: a failing
         stage's message often quotes its query, so only where the query text itself may go."""
@@ -96,7 +104,8 @@ class CaptureSettings:
     def filter_for(self, canonical: str) -> str:
         """A store's filter (canonical JSON) as it may be exported: whole in ``text`` query mode
         (filters are often built from the query); in ``hash`` mode its keys and operators with every
-        value replaced by ``sha256:<hex>`` of the value's canonical JSON; in ``off`` mode keys and
+        value replaced by ``sha256:<hex>`` of the value's canonical JSON (``hmac-sha256:<hex>`` under
+        a receipt key: :meth:`query_receipt_key`); in ``off`` mode keys and
         operators only (every value ``null``). A filter that is not JSON is hashed whole, or left
         out (``null``)."""
         if self.query_text_allowed():
@@ -104,11 +113,12 @@ class CaptureSettings:
         from ragtrail.contract.receipts import canonical_json
 
         keep_values = self.query_receipt_allowed()
+        mac_key = self.query_receipt_key()
         try:
             parsed = json.loads(canonical)
         except (TypeError, ValueError, RecursionError):
-            return canonical_json(_redact_leaf(canonical, keep_values))
-        return canonical_json(_redact(parsed, keep_values))
+            return canonical_json(_redact_leaf(canonical, keep_values, mac_key))
+        return canonical_json(_redact(parsed, keep_values, None, mac_key))
 
     def content_for(self, text: str) -> str | None:
         """The part of ``text`` that may be exported as content: ``None`` (receipts only), the
@@ -133,23 +143,28 @@ _FILTER_STRUCTURE_KEYS = frozenset({"key", "field", "operator", "op", "condition
 _FILTER_STRUCTURE_VALUE = re.compile(r"[A-Za-z_$][\w.$-]{0,63}|[=!<>]{1,2}")
 
 
-def _redact_leaf(value: object, keep: bool) -> object:
+def _redact_leaf(value: object, keep: bool, mac_key: bytes | None = None) -> object:
+    """One filter value: ``sha256:<hex>`` of its canonical JSON, ``hmac-sha256:<hex>`` under the
+    query receipt's key (a guessed value is then not confirmed offline), or dropped."""
     if not keep:
         return None
-    from ragtrail.contract.receipts import canonical_json
+    from ragtrail.contract.receipts import ALG_HMAC_SHA256, canonical_json
 
-    return "sha256:" + hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+    data = canonical_json(value).encode("utf-8")
+    if mac_key is not None:
+        return f"{ALG_HMAC_SHA256}:{hmac.new(mac_key, data, hashlib.sha256).hexdigest()}"
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _redact(value: object, keep: bool, key: str | None = None) -> object:
-    """Keys and structure of a parsed filter, each value hashed (``keep``) or dropped."""
+def _redact(value: object, keep: bool, key: str | None = None, mac_key: bytes | None = None) -> object:
+    """Keys and structure of a parsed filter, each value hashed (``keep``; keyed under ``mac_key``) or dropped."""
     if isinstance(value, dict):
-        return {k: _redact(v, keep, k) for k, v in value.items()}
+        return {k: _redact(v, keep, k, mac_key) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact(v, keep) for v in value]
+        return [_redact(v, keep, None, mac_key) for v in value]
     if key in _FILTER_STRUCTURE_KEYS and isinstance(value, str) and _FILTER_STRUCTURE_VALUE.fullmatch(value):
         return value
-    return _redact_leaf(value, keep)
+    return _redact_leaf(value, keep, mac_key)
 
 
 # kept for the name users and tests already import
@@ -352,3 +367,39 @@ def read_key_file(path: str | Path) -> bytes:
     if data.endswith(b"\r\n"):
         return data[:-2]
     return data[:-1] if data.endswith(b"\n") else data
+
+
+# --- the transform policy (issue 28, docs/semconv.md §8) --------------------------------------------
+_policy_cache: dict[tuple[str, int, int], TransformPolicy | None] = {}
+
+
+def transform_policy() -> TransformPolicy | None:
+    """The policy ``RAGTRAIL_TRANSFORM_POLICY`` names, or ``None`` (unset, unreadable or invalid: logged
+    once, never raised into the host). Read again only when the file changes (path, mtime, size)."""
+    path = os.environ.get(semconv.ENV_TRANSFORM_POLICY)
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        _log_policy_once((path, -1, -1), f"{semconv.ENV_TRANSFORM_POLICY}={path!r} cannot be read: {exc.strerror or exc}")
+        return None
+    where = (path, st.st_mtime_ns, st.st_size)
+    if where not in _policy_cache:
+        try:
+            _policy_cache[where] = load_policy(path)
+        except PolicyError as exc:
+            _log_policy_once(where, f"{semconv.ENV_TRANSFORM_POLICY}={path!r} is not a transform policy ({exc}): no policy recorded")
+    return _policy_cache.get(where)
+
+
+def _log_policy_once(where: tuple[str, int, int], message: str) -> None:
+    if where not in _policy_cache:
+        _policy_cache[where] = None
+        _log.warning("ragtrail: %s", message)
+
+
+def transform_policy_attributes() -> dict[str, object]:
+    """The pipeline span's ``ragtrail.policy.version`` and ``.sha256`` (nothing without a policy)."""
+    policy = transform_policy()
+    return policy.attributes() if policy is not None else {}

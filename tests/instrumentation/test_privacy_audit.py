@@ -32,9 +32,23 @@ FILTER_WORD = "quokka"
 SECRETS = (QUERY, REWRITE, HYDE, DOC_TEXT, FILTER_WORD, "zanzibar", "marmalade")
 
 
-def needles() -> set[bytes]:
-    """Every form of every secret an exported byte may carry it in."""
-    forms: set[str] = set()
+def unkeyed_digests() -> set[str]:
+    """The unkeyed digests of every query text and filter word: the sha256 a query receipt would carry
+    (of its bytes) and the one a hashed filter value would (of its canonical JSON). Under a receipt key
+    none may be exported. (A document's content id stays an unkeyed content receipt: docs/semconv.md §8.)"""
+    from ragtrail.contract.receipts import canonical_json, receipt
+
+    digests: set[str] = set()
+    for secret in (QUERY, REWRITE, HYDE, FILTER_WORD):
+        for form in (secret, secret.lower()):
+            digests.add(receipt(form).sha256)
+            digests.add(receipt(canonical_json(form)).sha256)
+    return digests
+
+
+def needles(keyed: bool = False) -> set[bytes]:
+    """Every form of every secret an exported byte may carry it in (and, under a receipt key, its unkeyed digests)."""
+    forms: set[str] = set(unkeyed_digests()) if keyed else set()
     for secret in SECRETS:
         for form in (
             secret,
@@ -49,7 +63,8 @@ def needles() -> set[bytes]:
 
 
 def audit(spans: Any, tmp_path: Path, server: Any) -> None:
-    """Export ``spans`` through both real exporters and grep every byte they wrote or sent."""
+    """Export ``spans`` through both real exporters and grep every byte they wrote or sent (for the
+    unkeyed digests too when a receipt key is set)."""
     assert spans, "nothing was recorded: an audit of nothing proves nothing"
     store = LocalStoreSpanExporter(tmp_path / "store")
     store.export(list(spans))
@@ -62,7 +77,7 @@ def audit(spans: Any, tmp_path: Path, server: Any) -> None:
     hits = [
         (where, needle, blob[max(0, blob.lower().find(needle.lower()) - 120) :][:200])
         for where, blob in blobs.items()
-        for needle in needles()
+        for needle in needles(keyed=settings.receipt_key() is not None)
         if needle.lower() in blob.lower()
     ]
     assert hits == []
@@ -85,13 +100,23 @@ def check_query_receipt(spans: Any, mode: str) -> None:
     queried = [s for s in spans if sc.QUERY_HOP in (s.attributes or {})]
     assert queried
     for s in queried:
-        assert (sc.QUERY_SHA256 in s.attributes) is (mode == "hash"), s.name
+        assert (sc.QUERY_SHA256 in s.attributes) is (mode in HASHED), s.name
         assert sc.QUERY_TEXT not in s.attributes
+        if mode == KEYED:  # issue 28: the receipt is an HMAC under the key, the algorithm named
+            assert s.attributes[sc.QUERY_SHA256].startswith("hmac-sha256:") and len(s.attributes[sc.QUERY_SHA256]) == 76, s.name
 
 
-@pytest.fixture(params=["hash", "off"])
-def mode(request) -> str:
-    settings.set_capture(query=request.param, content="off")
+KEYED = "hash+key"  # hash mode under a receipt key (RAGTRAIL_RECEIPT_KEY)
+HASHED = ("hash", KEYED)
+
+
+@pytest.fixture(params=["hash", "off", KEYED])
+def mode(request, monkeypatch) -> str:
+    if request.param == KEYED:
+        monkeypatch.setenv(sc.ENV_RECEIPT_KEY, "audit key")
+    else:
+        monkeypatch.delenv(sc.ENV_RECEIPT_KEY, raising=False)
+    settings.set_capture(query="off" if request.param == "off" else "hash", content="off")
     return request.param
 
 
@@ -143,7 +168,8 @@ def test_decorators_leak_nothing(mode, span_exporter, tmp_path, otlp_server) -> 
     filtered = next(s for s in spans if s.name == "retrieve store")
     value = filtered.attributes[sc.STAGE_FILTER]
     assert '"$contains"' in value and '"$in"' in value and '"topic"' in value  # keys and operators kept
-    assert ("sha256:" in value) is (mode == "hash")
+    assert ("sha256:" in value) is (mode in HASHED)
+    assert ("hmac-sha256:" in value) is (mode == KEYED)
     check_query_receipt(spans, mode)
     audit(spans, tmp_path, otlp_server)
 

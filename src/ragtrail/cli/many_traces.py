@@ -25,6 +25,22 @@ from ragtrail.inspect.safe import plain, text
 __all__ = ["compare_cmd", "ls_cmd", "stats_cmd"]
 
 
+def _key_file_option(why: str) -> Callable[..., Any]:
+    """``--key-file``: the producer's receipt key (RAGTRAIL_RECEIPT_KEY), read as ``verify --key-file`` reads it."""
+    return click.option(
+        "--key-file",
+        type=click.Path(exists=True, dir_okay=False),
+        default=None,
+        help=f"The receipt key (RAGTRAIL_RECEIPT_KEY of the producer): {why}",
+    )
+
+
+def _read_key(key_file: str | None) -> bytes | None:
+    from ragtrail.settings import read_key_file
+
+    return read_key_file(key_file) if key_file is not None else None
+
+
 def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(
         (
@@ -49,6 +65,7 @@ def _filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                 help="The question (hashed here with the contract's receipt; the raw text is never needed on the wire).",
             ),
             click.option("--query-sha256", default=None, metavar="HEX", help="The question's receipt, as recorded."),
+            _key_file_option("--query-text is hashed with it (hmac-sha256), as a producer in hash mode under that key stamps it."),
             click.option("--service-version", "service_version", default=None, help="The resource's service.version."),
             click.option("--lookback", default="1h", show_default=True, help="How far back a server search looks."),
             click.option(
@@ -96,6 +113,7 @@ def _make_filter(
     query_sha256: str | None,
     service_version: str | None,
     tag: tuple[str, str] | None = None,
+    key: bytes | None = None,
 ) -> Any:
     from ragtrail.inspect.search import Filter, parse_time, query_receipt
 
@@ -110,7 +128,7 @@ def _make_filter(
         reason=reason,
         component=component,
         doc=doc,
-        query_sha256=query_receipt(query_text) if query_text is not None else query_sha256,
+        query_sha256=query_receipt(query_text, key) if query_text is not None else query_sha256,
         service_version=service_version,
         tag=tag,
     )
@@ -199,6 +217,7 @@ def ls_cmd(
     doc: str | None,
     query_text: str | None,
     query_sha256: str | None,
+    key_file: str | None,
     service_version: str | None,
     lookback: str,
     limit: int | None,
@@ -210,7 +229,9 @@ def ls_cmd(
 
     Filters are pushed down to Tempo (TraceQL) and Jaeger (tags) and always checked on what is read;
     a local store is read in bounded memory. Exit 3 when no trace matches."""
-    flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version)
+    flt = _make_filter(
+        since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version, key=_read_key(key_file)
+    )
     settings = _insight_settings(date_key, self_author)
     read: list[ServerRead] = []
     records = _records(source, flt, settings, timeout=timeout, lookback=lookback, limit=limit, label="reading traces", read=read)
@@ -261,6 +282,7 @@ def stats_cmd(
     doc: str | None,
     query_text: str | None,
     query_sha256: str | None,
+    key_file: str | None,
     service_version: str | None,
     lookback: str,
     limit: int | None,
@@ -273,7 +295,9 @@ def stats_cmd(
     sampling adjusted count (and said so)."""
     from ragtrail.inspect.stats import Stats
 
-    flt = _make_filter(since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version)
+    flt = _make_filter(
+        since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version, key=_read_key(key_file)
+    )
     stats = Stats()
     read: list[ServerRead] = []
     for r in _records(
@@ -376,6 +400,12 @@ def _side(arg: str, source: str | None) -> tuple[str | None, dict[str, Any], str
     return source, {"since": since or None, "until": until or None}, arg
 
 
+def _side_filter(selection: dict[str, Any]) -> Any:
+    """A compare side's selection (time, service version, tag) as a filter."""
+    none = (None,) * 8
+    return _make_filter(selection.get("since"), selection.get("until"), *none, selection.get("service_version"), selection.get("tag"))
+
+
 @click.command("compare")
 @click.argument("side_a")
 @click.argument("side_b")
@@ -385,9 +415,19 @@ def _side(arg: str, source: str | None) -> tuple[str | None, dict[str, Any], str
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the comparison as Markdown.")
 @click.option("--show", "show_n", type=int, default=30, show_default=True, help="Questions listed in the terminal view.")
+@_key_file_option("a trace whose question was recorded as text is paired by its keyed receipt, as a hash-mode run under that key stamps it.")
 @gc_paused()
 def compare_cmd(
-    side_a: str, side_b: str, source: str | None, timeout: float, lookback: str, limit: int | None, as_json: bool, as_markdown: bool, show_n: int
+    side_a: str,
+    side_b: str,
+    source: str | None,
+    timeout: float,
+    lookback: str,
+    limit: int | None,
+    as_json: bool,
+    as_markdown: bool,
+    show_n: int,
+    key_file: str | None,
 ) -> int:
     """Compare two runs question by question, paired by the receipt of the question (hop 0).
 
@@ -396,33 +436,21 @@ def compare_cmd(
       version:1.4.0          resource service.version
       tag:KEY=VALUE          a resource attribute (e.g. tag:experiment=hop-v2)
       time:SINCE..UNTIL      ISO times or durations back (time:2h..1h)"""
-    from ragtrail.inspect.compare import SideSummary, compare, markdown
+    from ragtrail.inspect.compare import SideSummary, compare, markdown, paired_by_key
     from ragtrail.inspect.insights import InsightSettings
 
     if as_json and as_markdown:
         raise errors.UsageError("--json and --markdown both given", "pick one")
     sides = []
+    key = _read_key(key_file)
     reads: dict[str, list[ServerRead]] = {}
     for name, arg in (("A", side_a), ("B", side_b)):
         spec, selection, label = _side(arg, source)
-        flt = _make_filter(
-            selection.get("since"),
-            selection.get("until"),
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            selection.get("service_version"),
-            selection.get("tag"),
-        )
+        flt = _side_filter(selection)
         summary = SideSummary(name=label)
         read = reads.setdefault(name, [])
         for r in _records(spec, flt, InsightSettings(), timeout=timeout, lookback=lookback, limit=limit, label=f"reading {name}", read=read):
-            summary.add(r)
+            summary.add(paired_by_key(r, key))
         if not summary.traces:
             raise errors.TraceNotFound(f"side {name} ({plain(label)}) has no ragtrail trace", "check the source or selection")
         sides.append(summary)

@@ -62,6 +62,31 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
     return errors.EXIT_OK
 
 
+def _load_policy(policy_file: str | None) -> Any:
+    """``--policy FILE`` parsed (a usage error, exit 2, when it is not a policy)."""
+    if policy_file is None:
+        return None
+    from ragtrail.contract.policy import PolicyError, load_policy
+
+    try:
+        return load_policy(policy_file)
+    except PolicyError as exc:
+        raise errors.UsageError(
+            f"--policy {policy_file}: {exc}", 'a policy is JSON: {"version": N, "grants": [{"component": GLOB, "rules": [...]}]}'
+        ) from None
+
+
+def _with_policy(m: dict[str, Any], trace: Any, policy: Any) -> dict[str, Any]:
+    """A verified trace's result with the policy check's alarms and notes added (issue 28)."""
+    if policy is not None:
+        from ragtrail.inspect.policy import check_policy
+
+        checked = check_policy(trace, policy)
+        m["fidelity"]["alarms"].extend(a.as_dict() for a in checked.alarms)
+        m["fidelity"]["notes"].extend(checked.notes)
+    return m
+
+
 def _print_verdict(out: Console, m: dict[str, Any]) -> None:
     """One verified trace: its alarms, or the ok line with what was checked; then its findings."""
     f = m["fidelity"]
@@ -95,6 +120,14 @@ def _print_verdict(out: Console, m: dict[str, Any]) -> None:
     default=None,
     help="The receipt key (RAGTRAIL_RECEIPT_KEY of the producer) to check keyed (hmac-sha256) receipts.",
 )
+@click.option(
+    "--policy",
+    "policy_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="A transform policy file (RAGTRAIL_TRANSFORM_POLICY): a rule cited by a stage it does not grant it to, "
+    "or a trace recorded under another policy, is an alarm.",
+)
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def verify(
     traces: tuple[str, ...],
@@ -107,6 +140,7 @@ def verify(
     as_json: bool,
     strict: bool,
     key_file: str | None,
+    policy_file: str | None,
 ) -> int:
     """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm."""
     from ragtrail.inspect.manifest import build, fidelity_only
@@ -114,6 +148,7 @@ def verify(
     from ragtrail.settings import read_key_file
 
     key = read_key_file(key_file) if key_file else None
+    policy = _load_policy(policy_file)
 
     if not traces and not search:
         raise errors.UsageError("nothing to verify", "pass TRACE ids (or `last`) or --search")
@@ -130,7 +165,7 @@ def verify(
     with progress_bar(f"verifying {len(refs)} traces", unit="count") as progress:
         for i, ref in enumerate(refs):
             trace = src.get(ref) if src is not None and ref not in traces else resolve(ref, source, timeout=timeout)
-            results.append((build(trace, key) if strict else fidelity_only(trace, key)).as_dict())
+            results.append(_with_policy((build(trace, key) if strict else fidelity_only(trace, key)).as_dict(), trace, policy))
             progress(i + 1, len(refs))
     failed = False
     for m in results:

@@ -305,6 +305,11 @@ RUN_FAILED = "failed"
 RUN_CANCELLED = "cancelled"  # the pipeline itself was cancelled or interrupted before it ended
 RUN_STATUSES = (RUN_AVAILABLE, RUN_EMPTY, RUN_DEGRADED, RUN_FAILED, RUN_CANCELLED)
 
+# the transform policy the run was recorded under (issue 28; contract/policy.py), on the pipeline span
+# only when RAGTRAIL_TRANSFORM_POLICY names one: its version and the sha256 of its canonical JSON
+POLICY_VERSION = "ragtrail.policy.version"
+POLICY_SHA256 = "ragtrail.policy.sha256"
+
 # the answer, on the pipeline span, said by the app with ragtrail.answer(text, claim=..., refused=...):
 # a receipt of the text (<prefix>.chars / .bytes / .sha256), the text itself when content capture
 # allows, the kind of claim it makes (an absence claim needs the whole corpus read) and a refusal flag
@@ -390,6 +395,8 @@ ENV_VECTORSTORE_MAX_QUERIES = "RAGTRAIL_VECTORSTORE_MAX_QUERIES"
 
 # v2 keyed receipts: the key (text, UTF-8) that makes stage receipts HMAC-SHA256; never exported
 ENV_RECEIPT_KEY = "RAGTRAIL_RECEIPT_KEY"
+# issue 28: a transform policy file (JSON) granting components the transform rules they may cite
+ENV_TRANSFORM_POLICY = "RAGTRAIL_TRANSFORM_POLICY"
 
 CAPTURE_QUERY_MODES = ("text", "hash", "off")
 CAPTURE_CONTENT_MODES = ("off", "preview", "full")

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ragtrail.contract import receipts
 from ragtrail.contract import semconv as sc
 
 from .records import StageRecord, TraceRecord
@@ -48,6 +49,15 @@ class SideSummary:
         self.by_query[r.query_sha256] = replace(
             r, resource={}, findings=[], insights=[], notes=[], stages=[replace(st, span_id="", parent_span_id=None) for st in r.stages]
         )
+
+
+def paired_by_key(r: TraceRecord, key: bytes | None) -> TraceRecord:
+    """``r`` as compare pairs it under the producer's receipt key: a trace whose hop-0 question was
+    recorded as text (``text`` mode) by the keyed receipt of that text, so it pairs with a run recorded
+    in ``hash`` mode under the key; any other trace as recorded."""
+    if key is None or r.query_text is None:
+        return r
+    return replace(r, query_sha256=receipts.keyed_receipt(r.query_text, key).sha256)
 
 
 def _keyed(stages: Iterable[StageRecord]) -> list[tuple[tuple[str, str, int], StageRecord]]:

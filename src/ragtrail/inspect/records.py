@@ -88,6 +88,7 @@ class TraceRecord:
     alarms: int
     notes: list[str] = field(default_factory=list)
     resource: dict[str, Any] = field(default_factory=dict)
+    query_text: str | None = None  # hop 0's text where it was recorded (text mode): compare --key-file keys it
 
     def stage_statuses(self) -> set[str]:
         return {s.status for s in self.stages if s.status}
@@ -178,6 +179,7 @@ def from_manifest(m: Manifest, trace: Trace | None = None, settings: InsightSett
         alarms=len(m.fidelity.alarms),
         notes=list(trace.notes) if trace is not None else [],
         resource=resource,
+        query_text=hop0.text if hop0 is not None and isinstance(hop0.text, str) else None,
     )
 
 

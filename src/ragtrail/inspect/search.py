@@ -21,9 +21,10 @@ from .errors import UsageError
 from .records import TraceRecord
 
 
-def query_receipt(query: str) -> str:
-    """The ``ragtrail.query.sha256`` the recorder stamps for this query text."""
-    return receipts.receipt(query).sha256
+def query_receipt(query: str, key: bytes | None = None) -> str:
+    """The ``ragtrail.query.sha256`` the recorder stamps for this query text: its sha256, or with the
+    producer's receipt key (``hash`` mode under ``RAGTRAIL_RECEIPT_KEY``) ``hmac-sha256:<64 hex>``."""
+    return receipts.receipt(query).sha256 if key is None else receipts.keyed_receipt(query, key).sha256
 
 
 def parse_time(text: str | None, *, now: datetime | None = None) -> int | None:

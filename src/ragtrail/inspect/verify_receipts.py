@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import (
+    ALG_HMAC_SHA256,
     CHANGED_CITED,
     CHANGED_UNCITED,
     INTACT,
@@ -23,6 +24,7 @@ from ragtrail.contract.receipts import (
     is_count,
     is_sha256_hex,
     parse_rule,
+    receipt_algorithm,
     receipt_keys,
 )
 
@@ -107,6 +109,22 @@ class Chain:
         return Upstream(
             sha256, self.latest_chars.get(cid), (rule,) if isinstance(rule, str) else (), attributes.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM)
         )
+
+
+def keyed_query_receipt(attrs: dict[str, Any]) -> bool:
+    """A well-formed keyed query receipt (``hmac-sha256:<64 hex>``, chars and bytes) with no text beside it."""
+    chars_key, bytes_key, sha_key = receipt_keys(sc.QUERY_RECEIPT_PREFIX)
+    return (
+        sc.QUERY_TEXT not in attrs
+        and receipt_algorithm(attrs.get(sha_key)) == ALG_HMAC_SHA256
+        and is_count(attrs.get(chars_key))
+        and is_count(attrs.get(bytes_key))
+    )
+
+
+def _whole(digest: str) -> bool:
+    """A query digest that arrived uncut: 64 characters, or a well-formed keyed one."""
+    return len(digest) == 64 or receipt_algorithm(digest) == ALG_HMAC_SHA256
 
 
 def _describe(received: Any, original: Receipt | None) -> str:
@@ -294,13 +312,17 @@ class ReceiptChecks:
             )
 
     def query(self, where: Where, attrs: dict[str, Any], hop_sha: dict[int, HopSeen]) -> None:
-        """A query receipt, and the same hop's query everywhere it is stated."""
-        self.payload(where, Payload(attrs, sc.QUERY_RECEIPT_PREFIX, sc.QUERY_TEXT), Upstream())
+        """A query receipt, and the same hop's query everywhere it is stated. A keyed one (``hash`` mode
+        under a receipt key: no text on the wire to check it against) is checked for its form only."""
+        if keyed_query_receipt(attrs):
+            self.f.not_captured += 1
+        else:
+            self.payload(where, Payload(attrs, sc.QUERY_RECEIPT_PREFIX, sc.QUERY_TEXT), Upstream())
         sha, hop = attrs.get(sc.QUERY_SHA256), attrs.get(sc.QUERY_HOP)
         if isinstance(sha, str) and isinstance(hop, int):
             seen = hop_sha.setdefault(hop, HopSeen(sha, where.stage))
-            if seen.sha256 != sha and len(sha) == 64 and len(seen.sha256) == 64:
+            if seen.sha256 != sha and _whole(sha) and _whole(seen.sha256):
                 self.ledger.alarm(where, sc.QUERY_SHA256, CHANGED_UNCITED, f"hop {hop} has another query than at {seen.stage}")
 
 
-__all__ = ["Chain", "Deferred", "Handed", "HopSeen", "Output", "Payload", "ReceiptChecks", "Upstream", "covered"]
+__all__ = ["Chain", "Deferred", "Handed", "HopSeen", "Output", "Payload", "ReceiptChecks", "Upstream", "covered", "keyed_query_receipt"]

@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 from typing import Any
 
+from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import content_id
 from ragtrail.recorder.candidates import Candidate
@@ -97,6 +98,7 @@ def _run_attributes(record: StageRecord, exc: BaseException | None, status: str,
         run.update(state.coverage())
         # a cancelled run said as such, not as failed (nor as empty: it did not finish)
         run[sc.RUN_STATUS] = sc.RUN_CANCELLED if is_cancellation(exc) else state.run_status(exc is not None)
+        run.update(settings.transform_policy_attributes())  # issue 28: the policy the run was recorded under
         answer = state.answer.attributes if state.answer is not None else None
         if answer:
             run.update(answer)

@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind
 
 from ragtrail.contract import columns as codec
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import StageReceipt, digest_item, sorted_events_digest, stage_fields, stage_receipt
+from ragtrail.contract.receipts import StageReceipt, digest_item, keyed_receipt, sorted_events_digest, stage_fields, stage_receipt
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import Exclusion
 from ragtrail.recorder.pipeline import PipelineState, QueryRecord
@@ -41,7 +41,9 @@ def query_attributes(query: QueryRecord, config: CaptureSettings) -> dict[str, A
         attributes[sc.QUERY_PARENT_HOP] = query.parent
     if not config.query_receipt_allowed():
         return attributes
-    attributes.update(query.receipt.as_attributes(sc.QUERY_RECEIPT_PREFIX))
+    key = config.query_receipt_key()
+    stamped = query.receipt if key is None else keyed_receipt(query.text, key)
+    attributes.update(stamped.as_attributes(sc.QUERY_RECEIPT_PREFIX))
     if config.query_text_allowed():
         attributes[sc.QUERY_TEXT] = wire_text(query.text)
     return attributes

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ragtrail.contract import semconv
-from ragtrail.contract.receipts.canonical import LEAF_TYPES, MAX_CHARS, MAX_ITEMS, canonical_json, dumps
-from ragtrail.contract.receipts.stamp import is_sha256_hex, sha256_hex
+from ragtrail.contract.receipts.canonical import LEAF_TYPES, MAX_CHARS, MAX_ITEMS, canonical_bytes, canonical_json, dumps
+from ragtrail.contract.receipts.stamp import Receipt, is_sha256_hex, sha256_hex, stamp
 
 __all__ = [
     "ALG_HMAC_SHA256",
@@ -30,6 +30,7 @@ __all__ = [
     "field_json",
     "field_value",
     "json_leaf",
+    "keyed_receipt",
     "parse_field_digests",
     "receipt_algorithm",
     "sorted_events_digest",
@@ -287,6 +288,15 @@ def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageR
     # unkeyed: the bare 64 hex digits (so it fits the 64-character value limit the other receipts
     # need); keyed: the algorithm named in front
     return StageReceipt(whole if key is None else f"{ALG_HMAC_SHA256}:{whole}", short)
+
+
+def keyed_receipt(value: Any, key: bytes) -> Receipt:
+    """A query receipt in ``hash`` mode under a receipt key (docs/semconv.md §7): chars and bytes as
+    :func:`~ragtrail.contract.receipts.stamp` gives them, the digest HMAC-SHA256 of the same canonical
+    bytes, named as a keyed stage receipt is (``hmac-sha256:<64 hex>``). An unkeyed sha256 of a short
+    question confirms a guess offline; this one only with the key."""
+    plain = stamp(value)
+    return plain._replace(sha256=f"{ALG_HMAC_SHA256}:{hmac.new(key, canonical_bytes(value), hashlib.sha256).hexdigest()}")
 
 
 def receipt_algorithm(value: Any) -> str | None:
