@@ -102,3 +102,17 @@ def test_compare_pairs_a_text_run_with_a_keyed_hash_run(tmp_path: Path, monkeypa
     # without the key the text run's plain sha256 never meets the keyed one
     apart = json.loads(ragtrail("compare", str(tmp_path / "text"), str(keyed), "--json").stdout)
     assert (apart["paired"], len(apart["only_in_a"]), len(apart["only_in_b"])) == (0, 1, 1)
+
+
+def test_the_gate_pairs_its_cases_with_keyed_traces_given_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gate run --traces`` pairs a case with its trace by the hop-0 query receipt: a producer in
+    keyed hash mode is found with the key, and without it the case is missing (said, not guessed)."""
+    from ragtrail.gate.model import EvalCase
+    from ragtrail.gate.runner import from_traces
+
+    store = keyed_store(tmp_path, monkeypatch)
+    case = EvalCase(id="refund", query=QUERY, relevant=())
+    [with_key] = from_traces(str(store), [case], key=KEY.encode())
+    assert with_key.trace_id is not None and [p.kind for p in with_key.problems if p.kind == "missing_query"] == []
+    [without] = from_traces(str(store), [case])
+    assert without.trace_id is None and [p.kind for p in without.problems] == ["missing_query"]

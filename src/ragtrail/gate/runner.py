@@ -34,6 +34,7 @@ from ragtrail.contract.receipts import receipt
 from ragtrail.inspect.errors import NoRagtrailSpans, UsageError
 from ragtrail.inspect.manifest import build
 from ragtrail.inspect.model import Trace
+from ragtrail.inspect.search import query_receipt
 
 from .model import EvalCase, Problem
 from .observation import Observation, observe
@@ -273,14 +274,20 @@ def _spans_to_traces(spans: list[Any], where: str) -> list[Trace]:
     return list(group_traces(decoded, where, info).values())
 
 
-def _pick(case: EvalCase, traces: list[Trace]) -> Trace | None:
+def _query_receipts(query: str, key: bytes | None) -> set[str]:
+    """What a producer may have stamped as this query's receipt: its sha256 (text mode, or no key) and,
+    with the receipt key, its keyed receipt (``hash`` mode under ``RAGTRAIL_RECEIPT_KEY``)."""
+    return {receipt(query).sha256} | ({query_receipt(query, key)} if key is not None else set())
+
+
+def _pick(case: EvalCase, traces: list[Trace], key: bytes | None = None) -> Trace | None:
     """The case's trace among those its call produced: the one with ragtrail spans (one call, one
     pipeline); with several, the one whose hop-0 receipt is the case's query."""
     ours = [t for t in traces if any(sc.STAGE_KIND in s.attributes for s in t.spans)]
     if len(ours) <= 1:
         return ours[0] if ours else (traces[0] if traces else None)
-    wanted = receipt(case.query).sha256
-    matching = [t for t in ours if any(s.attributes.get(sc.QUERY_SHA256) == wanted and s.attributes.get(sc.QUERY_HOP) == 0 for s in t.spans)]
+    wanted = _query_receipts(case.query, key)
+    matching = [t for t in ours if any(s.attributes.get(sc.QUERY_SHA256) in wanted and s.attributes.get(sc.QUERY_HOP) == 0 for s in t.spans)]
     return matching[0] if len(matching) == 1 else None
 
 
@@ -316,7 +323,7 @@ def run_in_process(
             with rec.collector.lock:
                 spans, rec.collector.active = rec.collector.active or [], None
             traces = _spans_to_traces(spans, "in-process run")
-            trace = _pick(case, traces)
+            trace = _pick(case, traces, key)
             run = _untraced(case, len(traces), rec.always_on) if trace is None else examine(case, trace, key)
             if error is not None:
                 run.error = f"{type(error).__name__}: {error}"
@@ -371,14 +378,17 @@ def from_traces_runs(
 
     cases = list(cases)
     wanted: dict[str, list[EvalCase]] = {}
+    alias: dict[str, str] = {}  # a keyed receipt -> the plain one the cases are indexed by
     for case in cases:
-        wanted.setdefault(receipt(case.query).sha256, []).append(case)
+        sha = receipt(case.query).sha256
+        wanted.setdefault(sha, []).append(case)
+        alias.update(dict.fromkeys(_query_receipts(case.query, key), sha))
     need = {sha: runs * len(same) for sha, same in wanted.items()}
     found: dict[str, list[tuple[int, Trace]]] = {}
     stream = TraceStream(source, lookback=lookback, limit=limit or max(1000, 4 * runs * len(cases)), timeout=timeout, progress=progress)
     for trace in stream:
         hop0 = {
-            str(s.attributes[sc.QUERY_SHA256])
+            alias.get(str(s.attributes[sc.QUERY_SHA256]), str(s.attributes[sc.QUERY_SHA256]))
             for s in trace.spans
             if s.attributes.get(sc.QUERY_HOP) == 0 and isinstance(s.attributes.get(sc.QUERY_SHA256), str)
         }
