@@ -1,0 +1,268 @@
+"""Metrics counted before any sampling (docs/semconv.md §9): every stage call, sampled in or out.
+
+Traces are a sample; a rate read from them is only as good as the weights they carry. These
+counters are not sampled: the recorder adds to them at the end of every stage through the global
+MeterProvider (``opentelemetry.metrics``, the API only), so "how often does the reranker degrade"
+has an exact answer whatever the traces' sampling. With no MeterProvider set up (the API's proxy,
+or a no-op one) a stage does nothing here beyond one provider lookup.
+
+A sampled-out stage does no adapting and no hashing, so it counts only what is cheap: its kind and
+component, its status (from the exception it ended with and ``Stage.set_status``), the length of
+the input and output lists it was handed when they are sized, and one exclusion per
+``Stage.exclude`` call by reason. A recording stage counts the same things from its conclusion, and
+its exclusions the same way (one per ``exclude`` call), so the counts mean the same sampled in and out.
+
+Low cardinality only: attributes are the stage's kind, component (a class-level name), status,
+failure class and an exclusion's reason code; no id, no query text.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections import Counter
+from collections.abc import Sized
+from typing import Any, NamedTuple
+
+from opentelemetry import metrics as otel_metrics
+
+from ragtrail.contract import semconv as sc
+from ragtrail.recorder.conclude import RETRIEVAL_KINDS, is_cancellation, settle_status
+from ragtrail.recorder.errors import record_internal_error
+from ragtrail.recorder.record import StageRecord
+
+__all__ = [
+    "BUCKETS",
+    "METER_NAME",
+    "PIPELINE_RUNS",
+    "STAGE_CANDIDATES_IN",
+    "STAGE_CANDIDATES_OUT",
+    "STAGE_EXCLUSIONS",
+    "STAGE_RUNS",
+    "Instruments",
+    "RunTally",
+    "StageTally",
+    "close_tally",
+    "instruments",
+    "note_refused",
+    "open_tally",
+    "sized_count",
+]
+
+METER_NAME = "ragtrail"
+STAGE_RUNS = "ragtrail.stage.runs"
+STAGE_EXCLUSIONS = "ragtrail.stage.exclusions"
+STAGE_CANDIDATES_IN = "ragtrail.stage.candidates.in"
+STAGE_CANDIDATES_OUT = "ragtrail.stage.candidates.out"
+PIPELINE_RUNS = "ragtrail.pipeline.runs"
+# candidates per stage: a handful to a thousand (the SDK's default buckets are for milliseconds)
+BUCKETS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+
+
+class Instruments(NamedTuple):
+    """The instruments, made once per MeterProvider."""
+
+    runs: otel_metrics.Counter
+    exclusions: otel_metrics.Counter
+    count_in: otel_metrics.Histogram
+    count_out: otel_metrics.Histogram
+    pipeline_runs: otel_metrics.Counter
+
+
+_provider: object | None = None  # the provider the instruments below came from
+_instruments: Instruments | None = None
+
+
+def _is_noop(provider: object) -> bool:
+    """No MeterProvider set up: the API's proxy (none set yet: the lookup is repeated per stage, and a
+    provider set later is picked up then) or an explicit no-op one. The proxy's class is private to
+    the API, hence its name, not the class, is compared."""
+    return isinstance(provider, otel_metrics.NoOpMeterProvider) or type(provider).__name__ == "_ProxyMeterProvider"
+
+
+def _create(provider: otel_metrics.MeterProvider) -> Instruments | None:
+    if _is_noop(provider):
+        return None
+    meter = provider.get_meter(METER_NAME)
+    candidates = "{candidate}"
+    return Instruments(
+        meter.create_counter(STAGE_RUNS, unit="{stage}", description="Stage calls, sampled in or out"),
+        meter.create_counter(STAGE_EXCLUSIONS, unit=candidates, description="Stage.exclude calls, by reason"),
+        meter.create_histogram(
+            STAGE_CANDIDATES_IN, unit=candidates, description="Candidates that entered a stage", explicit_bucket_boundaries_advisory=BUCKETS
+        ),
+        meter.create_histogram(
+            STAGE_CANDIDATES_OUT, unit=candidates, description="Candidates a stage handed on", explicit_bucket_boundaries_advisory=BUCKETS
+        ),
+        meter.create_counter(PIPELINE_RUNS, unit="{run}", description="Pipeline runs, sampled in or out"),
+    )
+
+
+def instruments() -> Instruments | None:
+    """The instruments of the global MeterProvider, re-made when it changes; ``None`` when none is set up."""
+    global _provider, _instruments
+    provider = otel_metrics.get_meter_provider()
+    if provider is not _provider:
+        # a race makes them twice: the SDK hands back the instrument it already has
+        _instruments = _create(provider)
+        _provider = provider
+    return _instruments
+
+
+class RunTally:
+    """What a pipeline run's stages ended with, known without recording (a sampled-out run's status)."""
+
+    __slots__ = ("outer", "refused", "retrieved", "statuses")
+
+    def __init__(self, outer: RunTally | None) -> None:
+        self.outer = outer
+        self.statuses: set[str] = set()
+        self.retrieved = False
+        self.refused: bool | None = None
+
+    def add(self, status: str, retrieved: bool) -> None:
+        """A stage of the run ended (and of every run around it, as ``PipelineState.add_stage_status``)."""
+        tally: RunTally | None = self
+        while tally is not None:
+            tally.statuses.add(status)
+            tally.retrieved = tally.retrieved or retrieved
+            tally = tally.outer
+
+    def status(self, exc: BaseException | None) -> str:
+        """The rule of ``PipelineState.run_status`` on what a sampled-out run knows: a retrieval stage
+        whose output list was not sized counts as having retrieved something."""
+        if is_cancellation(exc):
+            return sc.RUN_CANCELLED
+        if exc is not None or sc.STATUS_FAILED in self.statuses:
+            return sc.RUN_FAILED
+        if sc.STATUS_DEGRADED in self.statuses:
+            return sc.RUN_DEGRADED
+        return sc.RUN_AVAILABLE if self.retrieved else sc.RUN_EMPTY
+
+
+_current_run: contextvars.ContextVar[RunTally | None] = contextvars.ContextVar("ragtrail_metrics_run", default=None)
+
+
+class StageTally:
+    """What one stage tells the metrics, filled as cheaply when it is sampled out as when it records."""
+
+    __slots__ = ("component", "count_in", "count_out", "failure_class", "kind", "reasons", "run", "status", "token", "tools")
+
+    def __init__(self, tools: Instruments, kind: str, component: str, run: RunTally | None) -> None:
+        self.tools = tools
+        self.kind = kind
+        self.component = component
+        self.run = run
+        self.token: contextvars.Token[RunTally | None] | None = None
+        self.status: str | None = None
+        self.failure_class: str | None = None
+        self.count_in: int | None = None
+        self.count_out: int | None = None
+        self.reasons: list[str] = []
+
+    def said_status(self, status: str, failure_class: str | None) -> None:
+        """``Stage.set_status`` on a sampled-out stage (an invalid status is ignored, as recorded)."""
+        if status in sc.STATUSES:
+            self.status = status
+            if failure_class is not None:
+                self.failure_class = failure_class
+
+    def excluded(self, reason: str) -> None:
+        """One ``Stage.exclude`` call (an invalid reason code counts as ``custom:invalid``, as recorded).
+        Never raises (an error is counted)."""
+        try:
+            valid = isinstance(reason, str) and sc.is_valid_reason(reason)
+        except Exception as exc:
+            record_internal_error("metrics", exc)
+            valid = False
+        self.reasons.append(reason if valid else sc.REASON_CUSTOM_PREFIX + "invalid")
+
+
+def sized_count(candidates: Any) -> int | None:
+    """How many candidates a list holds, without iterating it (``None``: not a sized list)."""
+    if candidates is None or isinstance(candidates, (str, bytes, dict)) or not isinstance(candidates, Sized):
+        return None
+    try:
+        return len(candidates)
+    except Exception as exc:  # a broken __len__
+        record_internal_error("metrics", exc)
+        return None
+
+
+def open_tally(kind: str, component: str) -> StageTally | None:
+    """The tally of a stage that starts; ``None`` when no MeterProvider is set up. A pipeline stage
+    opens a run tally for the stages inside it. Never raises (an error is counted)."""
+    try:
+        tools = instruments()
+        if tools is None:
+            return None
+        run = _current_run.get()
+        tally = StageTally(tools, kind, component, run)
+        if kind == sc.KIND_PIPELINE:
+            tally.run = RunTally(run)
+            tally.token = _current_run.set(tally.run)
+        return tally
+    except Exception as exc:
+        record_internal_error("metrics", exc)
+        return None
+
+
+def note_refused(refused: bool) -> None:
+    """``ragtrail.answer(refused=...)`` in the run open here (sampled in or out)."""
+    run = _current_run.get()
+    if run is not None:
+        run.refused = bool(refused)
+
+
+def close_tally(tally: StageTally | None, record: StageRecord | None, exc: BaseException | None) -> None:
+    """Count a stage that ended (``None``: no MeterProvider, nothing to count): from its conclusion
+    when it recorded (``record``), else from the tally. Never raises (an error, a failing instrument
+    included, is counted as an internal error)."""
+    if tally is None:
+        return
+    try:
+        _count(tally, record, exc)
+    except Exception as error:
+        record_internal_error("metrics", error)
+    finally:
+        if tally.token is not None:
+            try:  # noqa: SIM105 - every pipeline stage: no suppress() object
+                _current_run.reset(tally.token)
+            except ValueError:
+                pass  # ended in another context
+
+
+def _count(tally: StageTally, record: StageRecord | None, exc: BaseException | None) -> None:
+    conclusion = record.conclusion if record is not None else None
+    kind = tally.kind
+    if record is not None and conclusion is not None:
+        status, failure_class = conclusion.status, conclusion.failure_class
+        count_in = None if conclusion.inputs_unrecorded else conclusion.count_in
+        count_out = len(record.outputs) if record.outputs is not None else None
+        run_status: Any = conclusion.run.get(sc.RUN_STATUS)
+        refused: Any = conclusion.run.get(sc.ANSWER_REFUSED)
+    else:
+        count_out = tally.count_out
+        empty = count_out == 0 and kind != sc.KIND_PIPELINE
+        status, failure_class = settle_status(tally.status, tally.failure_class, exc, empty)
+        count_in = tally.count_in if tally.count_in is not None or kind not in sc.PRODUCING_KINDS else 0
+        run_status = tally.run.status(exc) if kind == sc.KIND_PIPELINE and tally.run is not None else None
+        refused = tally.run.refused if tally.run is not None else None
+    attributes: dict[str, Any] = {sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: tally.component, sc.STAGE_STATUS: status}
+    if failure_class:
+        attributes[sc.STAGE_FAILURE_CLASS] = failure_class
+    tools = tally.tools
+    tools.runs.add(1, attributes)
+    if count_in is not None:
+        tools.count_in.record(count_in, attributes)
+    if count_out is not None:
+        tools.count_out.record(count_out, attributes)
+    for reason, n in Counter(tally.reasons).items():
+        tools.exclusions.add(n, {**attributes, sc.EXCLUSION_REASON: reason})
+    if kind != sc.KIND_PIPELINE:
+        if tally.run is not None:
+            tally.run.add(status, kind in RETRIEVAL_KINDS and count_out != 0)
+    elif run_status is not None:
+        run: dict[str, Any] = {sc.STAGE_COMPONENT: tally.component, sc.RUN_STATUS: run_status}
+        if refused is not None:
+            run[sc.ANSWER_REFUSED] = bool(refused)
+        tools.pipeline_runs.add(1, run)
