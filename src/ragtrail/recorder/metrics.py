@@ -19,6 +19,7 @@ failure class and an exclusion's reason code; no id, no query text.
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections import Counter
 from collections.abc import Sized
 from typing import Any, NamedTuple
@@ -39,6 +40,7 @@ __all__ = [
     "STAGE_EXCLUSIONS",
     "STAGE_RUNS",
     "Instruments",
+    "Totals",
     "RunTally",
     "StageTally",
     "close_tally",
@@ -58,14 +60,39 @@ PIPELINE_RUNS = "ragtrail.pipeline.runs"
 BUCKETS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 
 
-class Instruments(NamedTuple):
-    """The instruments, made once per MeterProvider."""
+class Totals:
+    """A cumulative count per attribute set, kept here and read by an observable counter when the
+    SDK collects: a stage adds to a dict under a lock (well under a microsecond) instead of paying the
+    SDK's per-measurement work (attribute validation, hashing, the exemplar filter: several µs each)."""
 
-    runs: otel_metrics.Counter
-    exclusions: otel_metrics.Counter
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names  # the attribute each position of a key names (a ``None`` value: absent)
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[Any, ...], int] = {}
+
+    def add(self, key: tuple[Any, ...], n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + n
+
+    def observe(self, options: otel_metrics.CallbackOptions) -> list[otel_metrics.Observation]:
+        """The observable counter's callback: every count so far, with its attributes."""
+        with self._lock:
+            counts = list(self._counts.items())
+        names = self.names
+        return [otel_metrics.Observation(n, {name: v for name, v in zip(names, key, strict=True) if v is not None}) for key, n in counts]
+
+
+_STAGE_KEY = (sc.STAGE_KIND, sc.STAGE_COMPONENT, sc.STAGE_STATUS, sc.STAGE_FAILURE_CLASS)
+
+
+class Instruments(NamedTuple):
+    """The instruments, made once per MeterProvider (the counters' totals start at zero with it)."""
+
+    runs: Totals
+    exclusions: Totals
     count_in: otel_metrics.Histogram
     count_out: otel_metrics.Histogram
-    pipeline_runs: otel_metrics.Counter
+    pipeline_runs: Totals
 
 
 _provider: object | None = None  # the provider the instruments below came from
@@ -84,16 +111,21 @@ def _create(provider: otel_metrics.MeterProvider) -> Instruments | None:
         return None
     meter = provider.get_meter(METER_NAME)
     candidates = "{candidate}"
+    runs, exclusions = Totals(_STAGE_KEY), Totals((*_STAGE_KEY, sc.EXCLUSION_REASON))
+    pipeline_runs = Totals((sc.STAGE_COMPONENT, sc.RUN_STATUS, sc.ANSWER_REFUSED))
+    meter.create_observable_counter(STAGE_RUNS, [runs.observe], unit="{stage}", description="Stage calls, sampled in or out")
+    meter.create_observable_counter(STAGE_EXCLUSIONS, [exclusions.observe], unit=candidates, description="Stage.exclude calls, by reason")
+    meter.create_observable_counter(PIPELINE_RUNS, [pipeline_runs.observe], unit="{run}", description="Pipeline runs, sampled in or out")
     return Instruments(
-        meter.create_counter(STAGE_RUNS, unit="{stage}", description="Stage calls, sampled in or out"),
-        meter.create_counter(STAGE_EXCLUSIONS, unit=candidates, description="Stage.exclude calls, by reason"),
+        runs,
+        exclusions,
         meter.create_histogram(
             STAGE_CANDIDATES_IN, unit=candidates, description="Candidates that entered a stage", explicit_bucket_boundaries_advisory=BUCKETS
         ),
         meter.create_histogram(
             STAGE_CANDIDATES_OUT, unit=candidates, description="Candidates a stage handed on", explicit_bucket_boundaries_advisory=BUCKETS
         ),
-        meter.create_counter(PIPELINE_RUNS, unit="{run}", description="Pipeline runs, sampled in or out"),
+        pipeline_runs,
     )
 
 
@@ -102,9 +134,10 @@ def instruments() -> Instruments | None:
     global _provider, _instruments
     provider = otel_metrics.get_meter_provider()
     if provider is not _provider:
+        # tried once per provider (one that fails to make them is counted once, then left alone);
         # a race makes them twice: the SDK hands back the instrument it already has
+        _provider, _instruments = provider, None
         _instruments = _create(provider)
-        _provider = provider
     return _instruments
 
 
@@ -145,7 +178,7 @@ _current_run: contextvars.ContextVar[RunTally | None] = contextvars.ContextVar("
 class StageTally:
     """What one stage tells the metrics, filled as cheaply when it is sampled out as when it records."""
 
-    __slots__ = ("component", "count_in", "count_out", "failure_class", "kind", "reasons", "run", "status", "token", "tools")
+    __slots__ = ("component", "count_out", "failure_class", "kind", "reasons", "run", "status", "token", "tools")
 
     def __init__(self, tools: Instruments, kind: str, component: str, run: RunTally | None) -> None:
         self.tools = tools
@@ -155,9 +188,8 @@ class StageTally:
         self.token: contextvars.Token[RunTally | None] | None = None
         self.status: str | None = None
         self.failure_class: str | None = None
-        self.count_in: int | None = None
         self.count_out: int | None = None
-        self.reasons: list[str] = []
+        self.reasons: list[Any] = []  # one per Stage.exclude call, as given (checked once per code at the end)
 
     def said_status(self, status: str, failure_class: str | None) -> None:
         """``Stage.set_status`` on a sampled-out stage (an invalid status is ignored, as recorded)."""
@@ -166,19 +198,16 @@ class StageTally:
             if failure_class is not None:
                 self.failure_class = failure_class
 
-    def excluded(self, reason: str) -> None:
-        """One ``Stage.exclude`` call (an invalid reason code counts as ``custom:invalid``, as recorded).
-        Never raises (an error is counted)."""
-        try:
-            valid = isinstance(reason, str) and sc.is_valid_reason(reason)
-        except Exception as exc:
-            record_internal_error("metrics", exc)
-            valid = False
-        self.reasons.append(reason if valid else sc.REASON_CUSTOM_PREFIX + "invalid")
+
+def _valid_reason(reason: Any) -> str:
+    """A reason code as the recorder writes it: an invalid one is ``custom:invalid``."""
+    return reason if isinstance(reason, str) and sc.is_valid_reason(reason) else sc.REASON_CUSTOM_PREFIX + "invalid"
 
 
 def sized_count(candidates: Any) -> int | None:
     """How many candidates a list holds, without iterating it (``None``: not a sized list)."""
+    if type(candidates) in (list, tuple):  # the common case, without the ABC check below
+        return len(candidates)
     if candidates is None or isinstance(candidates, (str, bytes, dict)) or not isinstance(candidates, Sized):
         return None
     try:
@@ -234,6 +263,8 @@ def close_tally(tally: StageTally | None, record: StageRecord | None, exc: BaseE
 def _count(tally: StageTally, record: StageRecord | None, exc: BaseException | None) -> None:
     conclusion = record.conclusion if record is not None else None
     kind = tally.kind
+    count_in: int | None = None
+    count_out = tally.count_out
     if record is not None and conclusion is not None:
         status, failure_class = conclusion.status, conclusion.failure_class
         count_in = None if conclusion.inputs_unrecorded else conclusion.count_in
@@ -241,28 +272,24 @@ def _count(tally: StageTally, record: StageRecord | None, exc: BaseException | N
         run_status: Any = conclusion.run.get(sc.RUN_STATUS)
         refused: Any = conclusion.run.get(sc.ANSWER_REFUSED)
     else:
-        count_out = tally.count_out
         empty = count_out == 0 and kind != sc.KIND_PIPELINE
         status, failure_class = settle_status(tally.status, tally.failure_class, exc, empty)
-        count_in = tally.count_in if tally.count_in is not None or kind not in sc.PRODUCING_KINDS else 0
         run_status = tally.run.status(exc) if kind == sc.KIND_PIPELINE and tally.run is not None else None
         refused = tally.run.refused if tally.run is not None else None
-    attributes: dict[str, Any] = {sc.STAGE_KIND: kind, sc.STAGE_COMPONENT: tally.component, sc.STAGE_STATUS: status}
-    if failure_class:
-        attributes[sc.STAGE_FAILURE_CLASS] = failure_class
+    key = (kind, tally.component, status, failure_class or None)
     tools = tally.tools
-    tools.runs.add(1, attributes)
-    if count_in is not None:
-        tools.count_in.record(count_in, attributes)
-    if count_out is not None:
-        tools.count_out.record(count_out, attributes)
-    for reason, n in Counter(tally.reasons).items():
-        tools.exclusions.add(n, {**attributes, sc.EXCLUSION_REASON: reason})
+    tools.runs.add(key)
+    if tally.reasons:
+        for reason, n in Counter(tally.reasons).items():
+            tools.exclusions.add((*key, _valid_reason(reason)), n)
     if kind != sc.KIND_PIPELINE:
         if tally.run is not None:
             tally.run.add(status, kind in RETRIEVAL_KINDS and count_out != 0)
     elif run_status is not None:
-        run: dict[str, Any] = {sc.STAGE_COMPONENT: tally.component, sc.RUN_STATUS: run_status}
-        if refused is not None:
-            run[sc.ANSWER_REFUSED] = bool(refused)
-        tools.pipeline_runs.add(1, run)
+        tools.pipeline_runs.add((tally.component, run_status, None if refused is None else bool(refused)))
+    if conclusion is not None:  # the histograms: recording stages only (see the module docstring)
+        attributes = {name: v for name, v in zip(_STAGE_KEY, key, strict=True) if v is not None}
+        if count_in is not None:
+            tools.count_in.record(count_in, attributes)
+        if count_out is not None:
+            tools.count_out.record(count_out, attributes)

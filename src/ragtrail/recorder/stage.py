@@ -230,8 +230,6 @@ class Stage:
         sort or rescore their input in place)."""
         record = self._recorded()
         if record is None:
-            if self._tally is not None:
-                self._tally.count_in = sized_count(candidates)
             return
         try:
             record.inputs = _adapt_list(record, candidates, score_kind, "inputs", inherit=True)
@@ -257,7 +255,7 @@ class Stage:
     def exclude(self, candidate: Any, reason: str, detail: Any = None) -> None:
         """Say why a candidate did not leave the stage. An explicit reason wins over a derived one."""
         if self._tally is not None:
-            self._tally.excluded(reason)
+            self._tally.reasons.append(reason)
         record = self._recorded()
         if record is None:
             return
