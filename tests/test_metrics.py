@@ -259,3 +259,35 @@ def test_instruments_follow_the_global_provider(install_meter_provider: Install)
     assert rm.instruments() is not made
     install_meter_provider(otel_metrics.NoOpMeterProvider())
     assert rm.instruments() is None
+
+
+def test_decorated_stages_sampled_out_count_their_outputs(install_meter_provider: Install) -> None:
+    """The decorators hand a sampled-out stage the number of its outputs (so an empty result is an
+    ``empty`` stage) and user code inside reaches the stage as usual (``current_stage().set_status``)."""
+    reader = InMemoryMetricReader()
+    install_meter_provider(MeterProvider(metric_readers=[reader]))
+    tracer = TracerProvider(sampler=RagtrailSampler(0.0)).get_tracer("test")
+
+    @ragtrail.retriever(component="app.search", tracer=tracer)
+    def search(query: str) -> list[dict[str, str]]:
+        return [] if query == "nothing" else [{"id": "a"}]
+
+    @ragtrail.reranker(component="app.rerank", tracer=tracer)
+    def rerank(query: str, docs: list[dict[str, str]]) -> list[dict[str, str]]:
+        s = ragtrail.current_stage()
+        assert s is not None
+        s.set_status(sc.STATUS_DEGRADED, failure_class="timeout")
+        for d in docs:
+            s.exclude(d, sc.REASON_BELOW_SCORE_THRESHOLD)
+        return []
+
+    for query in ("nothing", "something"):
+        rerank(query, search(query))
+    points = _points(reader)
+    assert _sums(points[rm.STAGE_RUNS]) == {
+        _stage(sc.KIND_RETRIEVE, "app.search", sc.STATUS_EMPTY): 1,
+        _stage(sc.KIND_RETRIEVE, "app.search", sc.STATUS_OK): 1,
+        _stage(sc.KIND_RERANK, "app.rerank", sc.STATUS_DEGRADED, "timeout"): 2,
+    }
+    degraded = {sc.EXCLUSION_REASON: sc.REASON_BELOW_SCORE_THRESHOLD}
+    assert _sums(points[rm.STAGE_EXCLUSIONS]) == {_stage(sc.KIND_RERANK, "app.rerank", sc.STATUS_DEGRADED, "timeout", **degraded): 1}

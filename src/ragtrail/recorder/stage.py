@@ -37,7 +37,7 @@ from ragtrail.recorder.pipeline import PipelineState, QueryRecord, RunAnswer, cu
 from ragtrail.recorder.record import StageRecord
 from ragtrail.recorder.writer import TRACER_NAME, span_name, write
 
-__all__ = ["Stage", "current_stage", "stage"]
+__all__ = ["Stage", "counted", "current_stage", "stage"]
 
 _T = TypeVar("_T")
 
@@ -67,6 +67,12 @@ def _reset(var: contextvars.ContextVar[_T], token: contextvars.Token[_T] | None)
             var.reset(token)
         except ValueError:
             pass  # finished in another context (a callback, another task): left as it is
+
+
+def counted(s: Stage) -> bool:
+    """Whether the stage counts metrics (a MeterProvider is set up, docs/semconv.md §9): a hook that
+    skips a sampled-out call may still hand it its outputs (only their number is kept) or its status."""
+    return s._tally is not None
 
 
 def current_stage() -> Stage | None:
