@@ -45,6 +45,7 @@ def install_meter_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]
 
     def install(provider: otel_metrics.MeterProvider) -> None:
         monkeypatch.setattr(internal, "_METER_PROVIDER", provider)
+        rm.refresh()
 
     yield install
 

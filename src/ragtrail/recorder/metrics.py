@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections import Counter
 from collections.abc import Sized
 from typing import Any, NamedTuple
@@ -47,6 +48,7 @@ __all__ = [
     "instruments",
     "note_refused",
     "open_tally",
+    "refresh",
     "sized_count",
 ]
 
@@ -97,6 +99,10 @@ class Instruments(NamedTuple):
 
 _provider: object | None = None  # the provider the instruments below came from
 _instruments: Instruments | None = None
+# while no MeterProvider is set up, when to look again (monotonic ns): the API's lookup costs ~1 µs
+# then (it reads the environment each time), more than the rest of a sampled-out stage's metrics
+_RECHECK_NS = 1_000_000_000
+_next_check = 0
 
 
 def _is_noop(provider: object) -> bool:
@@ -130,8 +136,15 @@ def _create(provider: otel_metrics.MeterProvider) -> Instruments | None:
 
 
 def instruments() -> Instruments | None:
-    """The instruments of the global MeterProvider, re-made when it changes; ``None`` when none is set up."""
-    global _provider, _instruments
+    """The instruments of the global MeterProvider, re-made when it changes; ``None`` when none is
+    set up (then looked up again at most once a second: a provider set after the first stages ran
+    counts from then on, within a second; :func:`refresh` looks at once)."""
+    global _provider, _instruments, _next_check
+    if _instruments is None and _provider is not None:
+        now = time.monotonic_ns()
+        if now < _next_check:
+            return None
+        _next_check = now + _RECHECK_NS
     provider = otel_metrics.get_meter_provider()
     if provider is not _provider:
         # tried once per provider (one that fails to make them is counted once, then left alone);
@@ -139,6 +152,12 @@ def instruments() -> Instruments | None:
         _provider, _instruments = provider, None
         _instruments = _create(provider)
     return _instruments
+
+
+def refresh() -> None:
+    """Look up the global MeterProvider at the next stage (after setting one when stages already ran)."""
+    global _next_check
+    _next_check = 0
 
 
 class RunTally:
@@ -220,6 +239,8 @@ def sized_count(candidates: Any) -> int | None:
 def open_tally(kind: str, component: str) -> StageTally | None:
     """The tally of a stage that starts; ``None`` when no MeterProvider is set up. A pipeline stage
     opens a run tally for the stages inside it. Never raises (an error is counted)."""
+    if _instruments is None and _provider is not None and time.monotonic_ns() < _next_check:
+        return None  # no MeterProvider, looked up less than a second ago: the common case, inlined
     try:
         tools = instruments()
         if tools is None:
