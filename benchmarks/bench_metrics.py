@@ -4,8 +4,8 @@ out, without a MeterProvider (the API's proxy: the recorder makes no instrument)
 
 A reranker stage over 20 candidates keeping 10, with one ``exclude`` per dropped candidate and, every
 tenth call, ``set_status("degraded")``: the calls a sampled-out stage now counts. Each figure is the
-time of ``--stages`` stages divided by their number, min and median over ``--rounds`` rounds. The
-provider is set once (the API allows it once per process), so "without" runs first.
+time of ``--stages`` stages (a tenth of them sampled in) divided by their number, min and median
+over ``--rounds`` rounds, the rounds with and without a provider interleaved.
 
     .venv/bin/python benchmarks/bench_metrics.py [--stages 10000] [--rounds 7]
 """
@@ -13,11 +13,10 @@ provider is set once (the API allows it once per process), so "without" runs fir
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import time
-from collections.abc import Callable
 
-from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -26,6 +25,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 from opentelemetry.trace import Tracer
 
 import ragtrail
+from ragtrail.recorder import metrics as rm
 
 DOCS = [{"id": f"doc-{i}", "content": f"chunk {i} " * 40, "score": 1 - i / 20} for i in range(20)]
 
@@ -45,15 +45,19 @@ def _stage(tracer: Tracer, i: int) -> None:
         s.outputs(DOCS[:10])
 
 
-def _rounds(fn: Callable[[Tracer, int], None], tracer: Tracer, stages: int, rounds: int) -> tuple[float, float]:
-    """(min, median) µs per stage over ``rounds`` rounds of ``stages`` stages."""
-    per_stage = []
-    for _ in range(rounds):
-        start = time.perf_counter_ns()
-        for i in range(stages):
-            fn(tracer, i)
-        per_stage.append((time.perf_counter_ns() - start) / stages / 1000)
-    return min(per_stage), statistics.median(per_stage)
+def _per_stage_us(tracer: Tracer, stages: int) -> float:
+    start = time.perf_counter_ns()
+    for i in range(stages):
+        _stage(tracer, i)
+    return (time.perf_counter_ns() - start) / stages / 1000
+
+
+def _use(provider: MeterProvider | None) -> None:
+    """Set (or unset) the API's global MeterProvider, as the tests do (the API sets it once per
+    process), so the rounds with and without one interleave on a machine whose load changes."""
+    internal = importlib.import_module("opentelemetry.metrics._internal")
+    internal._METER_PROVIDER = provider  # type: ignore[attr-defined]
+    rm.refresh()
 
 
 def main() -> None:
@@ -64,29 +68,23 @@ def main() -> None:
     on = TracerProvider(sampler=ALWAYS_ON)
     on.add_span_processor(SimpleSpanProcessor(_Discard()))
     tracers = {"sampled out": TracerProvider(sampler=ALWAYS_OFF).get_tracer("bench"), "sampled in": on.get_tracer("bench")}
-    results: dict[tuple[str, str], tuple[float, float]] = {}
     reader = InMemoryMetricReader()
-    for provider in ("no MeterProvider", "SDK MeterProvider"):
-        if provider == "SDK MeterProvider":
-            metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    providers = {"no MeterProvider": None, "SDK MeterProvider": MeterProvider(metric_readers=[reader])}
+    samples: dict[tuple[str, str], list[float]] = {(t, p): [] for t in tracers for p in providers}
+    for round_ in range(opts.rounds + 1):  # round 0 warms up
         for label, tracer in tracers.items():
             stages = opts.stages if label == "sampled out" else max(1, opts.stages // 10)
-            _rounds(_stage, tracer, max(1, stages // 10), 1)  # warm up
-            results[label, provider] = _rounds(_stage, tracer, stages, opts.rounds)
-    print(f"{'stage':<12} {'no MeterProvider µs (min/median)':>34} {'SDK MeterProvider µs (min/median)':>35} {'metrics cost µs (median)':>25}")
+            for name, provider in providers.items():
+                _use(provider)
+                figure = _per_stage_us(tracer, stages if round_ else max(1, stages // 10))
+                if round_:
+                    samples[label, name].append(figure)
+    _use(None)
+    print(f"{'stage':<12} {'no MeterProvider µs (min/median)':>34} {'SDK MeterProvider µs (min/median)':>35} {'cost µs (min/median)':>22}")
     for label in tracers:
-        without, with_ = results[label, "no MeterProvider"], results[label, "SDK MeterProvider"]
-        print(f"{label:<12} {without[0]:>16.2f} / {without[1]:<15.2f} {with_[0]:>17.2f} / {with_[1]:<15.2f} {with_[1] - without[1]:>25.2f}")
-    data = reader.get_metrics_data()
-    counted = sum(
-        int(point.value)
-        for rm in (data.resource_metrics if data else [])
-        for sm in rm.scope_metrics
-        for m in sm.metrics
-        if m.name == "ragtrail.stage.runs"
-        for point in m.data.data_points
-    )
-    print(f"ragtrail.stage.runs counted {counted} stages (every one measured with the SDK MeterProvider, warm-ups included)")
+        without, with_ = samples[label, "no MeterProvider"], samples[label, "SDK MeterProvider"]
+        a, b = (min(without), statistics.median(without)), (min(with_), statistics.median(with_))
+        print(f"{label:<12} {a[0]:>16.2f} / {a[1]:<15.2f} {b[0]:>17.2f} / {b[1]:<15.2f} {b[0] - a[0]:>10.2f} / {b[1] - a[1]:<10.2f}")
 
 
 if __name__ == "__main__":

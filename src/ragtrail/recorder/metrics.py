@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections import Counter
 from collections.abc import Sized
 from typing import Any, NamedTuple
 
@@ -300,9 +299,11 @@ def _count(tally: StageTally, record: StageRecord | None, exc: BaseException | N
     key = (kind, tally.component, status, failure_class or None)
     tools = tally.tools
     tools.runs.add(key)
-    if tally.reasons:
-        for reason, n in Counter(tally.reasons).items():
-            tools.exclusions.add((*key, _valid_reason(reason)), n)
+    reasons = tally.reasons
+    if reasons:
+        # distinct codes, then each one's count, both at C speed (a Counter costs ~2 µs for ten)
+        for reason in dict.fromkeys(reasons):
+            tools.exclusions.add((*key, _valid_reason(reason)), reasons.count(reason))
     if kind != sc.KIND_PIPELINE:
         if tally.run is not None:
             tally.run.add(status, kind in RETRIEVAL_KINDS and count_out != 0)
