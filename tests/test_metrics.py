@@ -258,6 +258,8 @@ def test_instruments_follow_the_global_provider(install_meter_provider: Install)
     assert made is not None and rm.instruments() is made
     install_meter_provider(second)
     assert rm.instruments() is not made
+    install_meter_provider(first)
+    assert rm.instruments() is made  # its counters kept, no second set registered
     install_meter_provider(otel_metrics.NoOpMeterProvider())
     assert rm.instruments() is None
 

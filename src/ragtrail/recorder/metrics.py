@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+import weakref
 from collections.abc import Sized
 from typing import Any, NamedTuple
 
@@ -134,6 +135,21 @@ def _create(provider: otel_metrics.MeterProvider) -> Instruments | None:
     )
 
 
+_made: weakref.WeakKeyDictionary[Any, Instruments | None] = weakref.WeakKeyDictionary()
+
+
+def _made_for(provider: otel_metrics.MeterProvider) -> Instruments | None:
+    """The instruments made for ``provider``, made once: a provider set again (tests swap them) keeps
+    its counters and registers no second set of observable counters."""
+    try:
+        return _made[provider]
+    except KeyError:
+        made = _made[provider] = _create(provider)
+        return made
+    except TypeError:  # a provider that takes no weak reference
+        return _create(provider)
+
+
 def instruments() -> Instruments | None:
     """The instruments of the global MeterProvider, re-made when it changes; ``None`` when none is
     set up (then looked up again at most once a second: a provider set after the first stages ran
@@ -149,7 +165,7 @@ def instruments() -> Instruments | None:
         # tried once per provider (one that fails to make them is counted once, then left alone);
         # a race makes them twice: the SDK hands back the instrument it already has
         _provider, _instruments = provider, None
-        _instruments = _create(provider)
+        _instruments = _made_for(provider)
     return _instruments
 
 
