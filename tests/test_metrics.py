@@ -187,6 +187,26 @@ def test_a_sampled_out_stage_says_failed_empty_and_cancelled(install_meter_provi
     assert _sums(points[rm.PIPELINE_RUNS]) == {_attrs(**{sc.STAGE_COMPONENT: "app.Pipeline", sc.RUN_STATUS: sc.RUN_FAILED}): 1}
 
 
+def test_a_sampled_out_stage_that_handed_over_nothing_is_unknown_not_ok(install_meter_provider: Install) -> None:
+    """A library stage sampled out does no work: whether it found nothing or fell back is not known,
+    so its status is ``unknown``, and so is its run's: never a guessed ``ok`` or ``available``."""
+    reader = InMemoryMetricReader()
+    install_meter_provider(MeterProvider(metric_readers=[reader]))
+    tracer = TracerProvider(sampler=RagtrailSampler(0.0)).get_tracer("test")
+    with ragtrail.stage(sc.KIND_PIPELINE, "app.Pipeline", tracer=tracer):
+        with ragtrail.stage(sc.KIND_RETRIEVE, "lib.Retriever", tracer=tracer):
+            pass  # a hook that records nothing sampled out: no outputs, no status
+        with ragtrail.stage(sc.KIND_RERANK, "app.Reranker", tracer=tracer) as k:
+            k.outputs([{"id": "a"}])
+    points = _points(reader)
+    assert _sums(points[rm.STAGE_RUNS]) == {
+        _stage(sc.KIND_PIPELINE, "app.Pipeline", sc.STATUS_OK): 1,
+        _stage(sc.KIND_RETRIEVE, "lib.Retriever", rm.UNKNOWN): 1,
+        _stage(sc.KIND_RERANK, "app.Reranker", sc.STATUS_OK): 1,
+    }
+    assert _sums(points[rm.PIPELINE_RUNS]) == {_attrs(**{sc.STAGE_COMPONENT: "app.Pipeline", sc.RUN_STATUS: rm.UNKNOWN}): 1}
+
+
 class _Broken(Exception):
     pass
 

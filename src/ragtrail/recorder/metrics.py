@@ -34,6 +34,7 @@ from ragtrail.recorder.record import StageRecord
 
 __all__ = [
     "BUCKETS",
+    "UNKNOWN",
     "METER_NAME",
     "PIPELINE_RUNS",
     "STAGE_CANDIDATES_IN",
@@ -175,6 +176,11 @@ def refresh() -> None:
     _next_check = 0
 
 
+# the status of a sampled-out stage whose outcome was not handed over, and of a run that had one (a
+# metrics-only label: a recorded stage always knows its status)
+UNKNOWN = "unknown"
+
+
 class RunTally:
     """What a pipeline run's stages ended with, known without recording (a sampled-out run's status)."""
 
@@ -183,26 +189,32 @@ class RunTally:
     def __init__(self, outer: RunTally | None) -> None:
         self.outer = outer
         self.statuses: set[str] = set()
-        self.retrieved = False
+        self.retrieved: bool | None = False  # None: a retrieval stage's outputs were not handed over
         self.refused: bool | None = None
 
-    def add(self, status: str, retrieved: bool) -> None:
-        """A stage of the run ended (and of every run around it, as ``PipelineState.add_stage_status``)."""
+    def add(self, status: str, retrieved: bool | None) -> None:
+        """A stage of the run ended (and of every run around it, as ``PipelineState.add_stage_status``);
+        ``retrieved`` is None when it is not known whether it handed on anything."""
         tally: RunTally | None = self
         while tally is not None:
             tally.statuses.add(status)
-            tally.retrieved = tally.retrieved or retrieved
+            if retrieved:
+                tally.retrieved = True
+            elif retrieved is None and tally.retrieved is False:
+                tally.retrieved = None
             tally = tally.outer
 
     def status(self, exc: BaseException | None) -> str:
-        """The rule of ``PipelineState.run_status`` on what a sampled-out run knows: a retrieval stage
-        whose output list was not sized counts as having retrieved something."""
+        """The rule of ``PipelineState.run_status`` on what a sampled-out run knows; where a stage's
+        outcome was not handed over (a library stage sampled out), what it would decide is ``unknown``."""
         if is_cancellation(exc):
             return sc.RUN_CANCELLED
         if exc is not None or sc.STATUS_FAILED in self.statuses:
             return sc.RUN_FAILED
         if sc.STATUS_DEGRADED in self.statuses:
             return sc.RUN_DEGRADED
+        if UNKNOWN in self.statuses or self.retrieved is None:
+            return UNKNOWN
         return sc.RUN_AVAILABLE if self.retrieved else sc.RUN_EMPTY
 
 
@@ -307,6 +319,9 @@ def _count(tally: StageTally, record: StageRecord | None, exc: BaseException | N
         count_out = len(record.outputs) if record.outputs is not None else None
         run_status: Any = conclusion.run.get(sc.RUN_STATUS)
         refused: Any = conclusion.run.get(sc.ANSWER_REFUSED)
+    elif tally.status is None and exc is None and count_out is None and kind != sc.KIND_PIPELINE:
+        status, failure_class = UNKNOWN, None  # outputs not handed over: ok, empty or degraded is not known
+        run_status = refused = None
     else:
         empty = count_out == 0 and kind != sc.KIND_PIPELINE
         status, failure_class = settle_status(tally.status, tally.failure_class, exc, empty)
@@ -322,7 +337,7 @@ def _count(tally: StageTally, record: StageRecord | None, exc: BaseException | N
             tools.exclusions.add((*key, _valid_reason(reason)), reasons.count(reason))
     if kind != sc.KIND_PIPELINE:
         if tally.run is not None:
-            tally.run.add(status, kind in RETRIEVAL_KINDS and count_out != 0)
+            tally.run.add(status, (None if count_out is None else count_out != 0) if kind in RETRIEVAL_KINDS else False)
     elif run_status is not None:
         tools.pipeline_runs.add((tally.component, run_status, None if refused is None else bool(refused)))
     if conclusion is not None:  # the histograms: recording stages only (see the module docstring)
