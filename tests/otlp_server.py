@@ -44,6 +44,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 TRACES_PATH = "/v1/traces"
+METRICS_PATH = "/v1/metrics"
 
 
 def any_value(value: AnyValue) -> Any:
@@ -271,8 +272,9 @@ class OTLPServer:
 
     @property
     def accepted_requests(self) -> list[ReceivedRequest]:
+        """Accepted trace requests (metrics requests are kept in ``requests`` only)."""
         with self._lock:
-            return [r for r in self.requests if r.accepted]
+            return [r for r in self.requests if r.accepted and r.path != METRICS_PATH]
 
     def spans(self) -> list[ReceivedSpan]:
         """Every span of every accepted request, in arrival order."""
@@ -351,7 +353,9 @@ class OTLPServer:
             elif self._reject_over is not None and len(raw) > self._reject_over:
                 status = self._reject_status
         request: ExportTraceServiceRequest | None = None
-        if handler.path != TRACES_PATH:
+        if handler.path == METRICS_PATH:
+            pass  # accepted, kept as it arrived (``body``): metrics tests decode it themselves
+        elif handler.path != TRACES_PATH:
             status = 404
         else:
             try:

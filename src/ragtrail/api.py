@@ -20,7 +20,7 @@ from ragtrail.contract import semconv as sc
 from ragtrail.hooks import Args, Call, Kwargs, component_name, decorated, decorated_async
 from ragtrail.recorder.candidates import is_candidate_list
 from ragtrail.recorder.errors import record_internal_error
-from ragtrail.recorder.stage import Stage, current_stage, stage
+from ragtrail.recorder.stage import Stage, counted, current_stage, stage
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,6 +48,12 @@ class _Decorated(Call):
 
     def key(self) -> None:
         return None
+
+    def records(self) -> bool:
+        """Sampled out too when metrics are counted: ``after`` then hands the stage only the number
+        of outputs (an empty list is an ``empty`` stage), nothing is adapted."""
+        s = self.stage
+        return s is not None and (s.recording or counted(s))
 
     def open(self) -> Stage:
         spec = self.spec

@@ -18,6 +18,11 @@ stock configurator does (every ``OTEL_*`` variable keeps its meaning) with three
   default ``http/protobuf`` as the OTel spec says), otherwise the local store (``ragtrail_file``:
   OTLP JSON lines under ``RAGTRAIL_LOCAL_STORE_DIR``, default ``./.ragtrail/``).
   ``OTEL_TRACES_EXPORTER=none`` exports nothing.
+* when ``OTEL_METRICS_EXPORTER`` is unset and an OTLP endpoint is configured (``OTEL_EXPORTER_OTLP_ENDPOINT``
+  or ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``), ragtrail's metrics (counted before any sampling,
+  docs/semconv.md §9) go there by OTLP too (protocol from ``OTEL_EXPORTER_OTLP[_METRICS]_PROTOCOL``):
+  metrics go where the traces go. Without an endpoint there are none (the local store keeps traces
+  only); ``OTEL_METRICS_EXPORTER`` set (``otlp``, ``console``, ``none`` ...) is honoured as usual.
 
 Every stock OTLP span exporter (HTTP or gRPC, however it was configured) encodes its requests with
 ragtrail's encoder (:mod:`ragtrail.export.otlp_encode`): the stock encoder's exact bytes, several times
@@ -48,20 +53,25 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
-from opentelemetry.environment_variables import OTEL_TRACES_EXPORTER
+from opentelemetry.environment_variables import OTEL_METRICS_EXPORTER, OTEL_TRACES_EXPORTER
 from opentelemetry.sdk._configuration import _OTelSDKConfigurator
 from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
     OTEL_EXPORTER_OTLP_PROTOCOL,
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
     OTEL_TRACES_SAMPLER,
     OTEL_TRACES_SAMPLER_ARG,
 )
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -78,10 +88,8 @@ _EXPORTER_BY_PROTOCOL = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto
 DEFAULT_PROTOCOL = "http/protobuf"
 
 
-def _otlp_protocol(protocol: str | None = None) -> str:
-    chosen = (
-        protocol or os.environ.get(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) or os.environ.get(OTEL_EXPORTER_OTLP_PROTOCOL) or DEFAULT_PROTOCOL
-    ).strip()
+def _otlp_protocol(protocol: str | None = None, signal_variable: str = OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) -> str:
+    chosen = (protocol or os.environ.get(signal_variable) or os.environ.get(OTEL_EXPORTER_OTLP_PROTOCOL) or DEFAULT_PROTOCOL).strip()
     if chosen not in _EXPORTER_BY_PROTOCOL:
         raise ValueError(f"unsupported OTLP protocol {chosen!r}; use one of {sorted(_EXPORTER_BY_PROTOCOL)}")
     return chosen
@@ -96,6 +104,14 @@ def default_trace_exporter_name() -> str:
     if otlp_endpoint_configured():
         return _EXPORTER_BY_PROTOCOL[_otlp_protocol()]
     return LOCAL_STORE_EXPORTER
+
+
+def default_metric_exporter_names() -> list[str]:
+    """``otlp_proto_http``/``otlp_proto_grpc`` when an OTLP endpoint is configured for metrics, else
+    none: ragtrail's metrics go where its traces go, and the local store keeps traces only."""
+    if os.environ.get(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT) or os.environ.get(OTEL_EXPORTER_OTLP_ENDPOINT):
+        return [_EXPORTER_BY_PROTOCOL[_otlp_protocol(None, OTEL_EXPORTER_OTLP_METRICS_PROTOCOL)]]
+    return []
 
 
 def default_sampler() -> Sampler:
@@ -117,6 +133,11 @@ class RagtrailConfigurator(_OTelSDKConfigurator):
                 kwargs["sampler"] = RagtrailSampler(1.0)
         if not os.environ.get(OTEL_TRACES_EXPORTER) and not kwargs.get("trace_exporter_names"):
             kwargs["trace_exporter_names"] = [default_trace_exporter_name()]
+        if not os.environ.get(OTEL_METRICS_EXPORTER) and not kwargs.get("metric_exporter_names"):
+            try:
+                kwargs["metric_exporter_names"] = default_metric_exporter_names()
+            except ValueError as exc:
+                _logger.warning("ragtrail: %s; no metrics exported", exc)
         super()._configure(**kwargs)  # type: ignore[no-untyped-call]  # the SDK's method is unannotated
 
 
@@ -133,6 +154,39 @@ def _otlp_exporter(endpoint: str | None, protocol: str | None, headers: Mapping[
     return HttpExporter(endpoint=endpoint, headers=headers)
 
 
+def _otlp_metric_exporter(endpoint: str | None, protocol: str | None, headers: Mapping[str, str] | None) -> MetricExporter:
+    """The stock OTLP metric exporter for where the traces go (an endpoint ending ``/v1/traces`` is
+    the base URL's traces path: metrics go to its ``/v1/metrics``)."""
+    chosen = _otlp_protocol(protocol, OTEL_EXPORTER_OTLP_METRICS_PROTOCOL)
+    if chosen == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
+
+        return GrpcMetricExporter(endpoint=endpoint, headers=dict(headers) if headers else None)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
+
+    if endpoint is not None:
+        base = endpoint.rstrip("/").removesuffix("/v1/traces").removesuffix("/v1/metrics")
+        endpoint = base + "/v1/metrics"
+    return HttpMetricExporter(endpoint=endpoint, headers=dict(headers) if headers else None)
+
+
+def _install_meter_provider(
+    otlp: bool, endpoint: str | None, protocol: str | None, headers: Mapping[str, str] | None, readers: Sequence[MetricReader], resource: Resource
+) -> None:
+    """Set the global MeterProvider the recorder counts its metrics through (OTLP when ``otlp``,
+    plus ``readers``); a provider already set is kept, and said."""
+    all_readers = list(readers)
+    if otlp:
+        all_readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(endpoint, protocol, headers)))
+    if not all_readers:
+        return
+    provider = MeterProvider(metric_readers=all_readers, resource=resource)
+    otel_metrics.set_meter_provider(provider)
+    if otel_metrics.get_meter_provider() is not provider:
+        provider.shutdown()
+        _logger.warning("ragtrail.configure: a global MeterProvider was already set and was kept; ragtrail's metrics go through it")
+
+
 def configure(
     *,
     service_name: str | None = None,
@@ -146,6 +200,8 @@ def configure(
     span_limits: SpanLimits | None = None,
     processor_options: Mapping[str, Any] | None = None,
     set_global: bool = True,
+    metrics: bool | None = None,
+    metric_readers: Sequence[MetricReader] = (),
 ) -> TracerProvider:
     """Build a TracerProvider with the ragtrail sampler, the whole-trace processor and an exporter,
     install it as the global provider (unless ``set_global=False``) and return it.
@@ -156,6 +212,12 @@ def configure(
     (default ``RAGTRAIL_LOCAL_STORE_DIR`` or ``./.ragtrail``). ``sampling_probability`` defaults to
     ``OTEL_TRACES_SAMPLER_ARG`` when ``OTEL_TRACES_SAMPLER`` is unset or ``ragtrail``, else 1.0.
     ``processor_options`` are keyword arguments of :class:`WholeTraceSpanProcessor`.
+
+    Metrics (counted before any sampling, docs/semconv.md §9), with ``set_global`` only (the recorder
+    counts through the global MeterProvider): ``metrics=None`` (default) sends them by OTLP when the
+    traces go by OTLP (``endpoint`` or the environment's), to the same place; ``True`` always (the
+    OTLP exporter's own default endpoint when none is given); ``False`` never. ``metric_readers`` are
+    added (a Prometheus reader, an in-memory one in tests).
     """
     if sampling_probability is None:
         ours = os.environ.get(OTEL_TRACES_SAMPLER, "ragtrail").strip() in ("", "ragtrail")
@@ -170,9 +232,12 @@ def configure(
             exporter = _otlp_exporter(endpoint, protocol, headers)
         else:
             exporter = LocalStoreSpanExporter(local_store_dir)
-    provider = TracerProvider(sampler=sampler, resource=Resource.create(attributes), span_limits=span_limits)
+    otlp = endpoint is not None or otlp_endpoint_configured()
+    resource = Resource.create(attributes)
+    provider = TracerProvider(sampler=sampler, resource=resource, span_limits=span_limits)
     provider.add_span_processor(WholeTraceSpanProcessor(exporter, **dict(processor_options or {})))
     if set_global:
+        _install_meter_provider(otlp if metrics is None else metrics, endpoint, protocol, headers, metric_readers, resource)
         trace.set_tracer_provider(provider)
         if trace.get_tracer_provider() is not provider:
             _logger.warning(
@@ -185,6 +250,7 @@ def configure(
 __all__ = [
     "RagtrailConfigurator",
     "configure",
+    "default_metric_exporter_names",
     "default_trace_exporter_name",
     "default_sampler",
     "LOCAL_STORE_EXPORTER",

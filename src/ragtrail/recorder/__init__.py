@@ -11,7 +11,8 @@ derives: exclusions, status, hops, counts, the pipeline's bookkeeping; pure of s
 (the end-of-stage write order; it sees the record, never the stage), ``exclusions`` (pure
 derivation), ``rescoring``, ``events`` (build, digest, spill), ``sdk_events`` (the SDK fast path and
 its probe), ``mirrors`` (GenAI, OpenInference), ``values`` (Python values as OTel attribute values),
-``corpus`` (store sizes). See docs/architecture.md.
+``corpus`` (store sizes), ``metrics`` (the counts made before any sampling, every stage, through
+the global MeterProvider: docs/semconv.md §9). See docs/architecture.md.
 """
 
 __all__: list[str] = []

@@ -14,6 +14,7 @@ from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
 from ragtrail.recorder.errors import guarded
+from ragtrail.recorder.metrics import note_refused
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.values import wire_text
 
@@ -37,7 +38,8 @@ def answer(text: Any, *, claim: str | None = None, refused: bool = False) -> Non
     finding on the stage, not an error) and whether the app refused to answer.
 
     Never raises into the app (an internal error is counted). Outside a pipeline (or when it is
-    sampled out) it does nothing."""
+    sampled out) it records nothing; the run's ``ragtrail.pipeline.runs`` metric still learns ``refused``."""
+    note_refused(refused)
     state = current_pipeline()
     run = state.answer if state is not None else None
     if run is None:

@@ -31,6 +31,7 @@ __all__ = [
     "final_status",
     "is_cancellation",
     "name_private_strings",
+    "settle_status",
 ]
 
 # raised to stop the work, not by it: a cancelled task, Ctrl-C, a closed generator
@@ -176,8 +177,13 @@ def _assign_hops(record: StageRecord, outputs: list[Candidate]) -> None:
 def final_status(record: StageRecord, exc: BaseException | None, outputs: list[Candidate]) -> tuple[str, str | None]:
     """The stage's status and failure class: ``failed`` when it raised; what the caller set; else
     ``empty`` (no outputs, for a stage that recorded its outputs) or ``ok``."""
-    status = record.status
-    failure_class = record.failure_class
+    empty = record.outputs is not None and not outputs and record.kind != sc.KIND_PIPELINE
+    return settle_status(record.status, record.failure_class, exc, empty)
+
+
+def settle_status(status: str | None, failure_class: str | None, exc: BaseException | None, empty: bool) -> tuple[str, str | None]:
+    """The rule of :func:`final_status` on what it reads (``empty``: the stage recorded outputs and
+    they were none), shared with the metrics of a sampled-out stage (:mod:`ragtrail.recorder.metrics`)."""
     if is_cancellation(exc):
         # stopped from outside (a cancelled task, Ctrl-C): not a failure of the retrieval
         return sc.STATUS_CANCELLED, None
@@ -186,7 +192,6 @@ def final_status(record: StageRecord, exc: BaseException | None, outputs: list[C
         if failure_class is None:
             failure_class = failure_class_of(exc)
     elif status is None:
-        empty = record.outputs is not None and not outputs and record.kind != sc.KIND_PIPELINE
         status = sc.STATUS_EMPTY if empty else sc.STATUS_OK
     if status in (sc.STATUS_FAILED, sc.STATUS_DEGRADED) and not failure_class:
         failure_class = "unspecified"

@@ -32,11 +32,12 @@ from ragtrail.recorder.conclude import conclude, name_private_strings
 from ragtrail.recorder.corpus import store_key, user_corpus_size
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.exclusions import Explicit, Knobs
+from ragtrail.recorder.metrics import StageTally, close_tally, open_tally, sized_count
 from ragtrail.recorder.pipeline import PipelineState, QueryRecord, RunAnswer, current_pipeline
 from ragtrail.recorder.record import StageRecord
 from ragtrail.recorder.writer import TRACER_NAME, span_name, write
 
-__all__ = ["Stage", "current_stage", "stage"]
+__all__ = ["Stage", "counted", "current_stage", "stage"]
 
 _T = TypeVar("_T")
 
@@ -66,6 +67,12 @@ def _reset(var: contextvars.ContextVar[_T], token: contextvars.Token[_T] | None)
             var.reset(token)
         except ValueError:
             pass  # finished in another context (a callback, another task): left as it is
+
+
+def counted(s: Stage) -> bool:
+    """Whether the stage counts metrics (a MeterProvider is set up, docs/semconv.md §9): a hook that
+    skips a sampled-out call may still hand it its outputs (only their number is kept) or its status."""
+    return s._tally is not None
 
 
 def current_stage() -> Stage | None:
@@ -109,6 +116,7 @@ class Stage:
         self._closed = False
         self._errors = 0
         self._record: StageRecord | None = None
+        self._tally: StageTally | None = None  # what the metrics count, sampled in or out
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> Stage:
@@ -120,6 +128,7 @@ class Stage:
             parent = _current_stage.get()
             self._stage_token = _current_stage.set(self)
             self.recording = self.span.is_recording()
+            self._tally = open_tally(self.kind, self.component)
             if self.recording:
                 outer = parent._recorded() if parent is not None else None
                 self._record, self._pipeline_token = _open_record(self.kind, self.component, self._attributes, self._tracer, outer)
@@ -151,7 +160,7 @@ class Stage:
         record = self._record if self.recording else None
         try:
             if record is not None:
-                self._conclude(record, exc)
+                _conclude(self, record, exc)
                 write(record, self.span)
             elif exc is not None and self.span.is_recording():  # pragma: no cover
                 self.span.set_status(Status(StatusCode.ERROR))
@@ -164,18 +173,8 @@ class Stage:
                 self.span.end()
             except Exception as error:  # pragma: no cover
                 self.record_error("end", error)
+            close_tally(self._tally, record, exc)
             self._detach()
-
-    def _conclude(self, record: StageRecord, exc: BaseException | None) -> None:
-        """Close the record (no answer taken after this), hand it the knobs as run and the errors counted, conclude it."""
-        record.close()
-        try:
-            name_private_strings(record)
-        except Exception as error:  # pragma: no cover - defensive
-            self.record_error("exclude", error)
-        record.knobs = Knobs(self.top_k, self.threshold, self.budget_limit, self.budget_used, self.budget_unit, self.score_kind)
-        record.errors = self._errors
-        conclude(record, exc)
 
     def _detach(self) -> None:
         if self._pipeline_token is not None and self._record is not None:
@@ -247,6 +246,8 @@ class Stage:
         """The candidates the stage handed on, in output order."""
         record = self._recorded()
         if record is None:
+            if self._tally is not None:
+                self._tally.count_out = sized_count(candidates)
             return
         try:
             outputs = record.outputs = _adapt_list(record, candidates, score_kind or self.score_kind, "outputs")
@@ -259,6 +260,8 @@ class Stage:
 
     def exclude(self, candidate: Any, reason: str, detail: Any = None) -> None:
         """Say why a candidate did not leave the stage. An explicit reason wins over a derived one."""
+        if self._tally is not None:
+            self._tally.reasons.append(reason)
         record = self._recorded()
         if record is None:
             return
@@ -282,6 +285,8 @@ class Stage:
         """``ok``, ``empty``, ``degraded`` (a fallback ran) or ``failed``; the last two need a failure class."""
         record = self._recorded()
         if record is None:
+            if self._tally is not None:
+                self._tally.said_status(status, failure_class)
             return
         if status not in sc.STATUSES:
             record.findings.append(f"invalid status {status!r}")
@@ -372,6 +377,18 @@ class Stage:
         except Exception as exc:
             self.record_error("adapt", exc)
             return []
+
+
+def _conclude(s: Stage, record: StageRecord, exc: BaseException | None) -> None:
+    """Close the record (no answer taken after this), hand it the knobs as run and the errors counted, conclude it."""
+    record.close()
+    try:
+        name_private_strings(record)
+    except Exception as error:  # pragma: no cover - defensive
+        s.record_error("exclude", error)
+    record.knobs = Knobs(s.top_k, s.threshold, s.budget_limit, s.budget_used, s.budget_unit, s.score_kind)
+    record.errors = s._errors
+    conclude(record, exc)
 
 
 def _open_record(
