@@ -28,7 +28,7 @@ from ragtrail.contract.receipts import (
 
 from .fidelity import Ledger, Where
 from .model import Event, Span
-from .stages import StageView, Stitched
+from .stages import StageTree, StageView, Stitched, stage_tree
 
 _SEVERITY = (INTACT, CHANGED_CITED, UNVERIFIABLE, CHANGED_UNCITED)
 # stages whose outputs are what the stages inside them produced (checked after those, see receipts)
@@ -54,9 +54,11 @@ class Upstream(NamedTuple):
 
 
 class Handed(NamedTuple):
-    """An output handed on: the stage's span and times, its event's attributes, and whether it was
-    first counted as not captured (a deferred check replaces that count)."""
+    """An output handed on: its content receipt, the stage's span and times, its event's attributes,
+    and whether it was first counted as not captured (a deferred check replaces that count)."""
 
+    sha256: str
+    chars: Any
     start: int
     end: int
     span: Span
@@ -92,20 +94,57 @@ class Output(NamedTuple):
 
 @dataclass
 class Chain:
-    """What the stages so far handed on, by candidate id, in start order."""
+    """What the stages so far handed on, by candidate id, in start order, each on its branch of the
+    stage tree: a candidate's upstream is the latest output on its own branch (see :meth:`visible`)."""
 
-    latest: dict[str, str] = field(default_factory=dict)  # content sha256 most recently handed on
-    latest_chars: dict[str, Any] = field(default_factory=dict)  # its content chars
-    handed: dict[str, Handed] = field(default_factory=dict)  # the output that handed it on
+    tree: StageTree = field(default_factory=lambda: StageTree({}, {}))
+    handed: dict[str, list[Handed]] = field(default_factory=dict)  # every output that handed each id on
     # outputs of an enclosing stage that differ from what a stage inside it saw, checked when the
     # enclosing stage has ended (see ReceiptChecks.candidate)
     deferred: dict[Deferred, Handed] = field(default_factory=dict)
     hop_sha: dict[int, HopSeen] = field(default_factory=dict)  # hop -> its query receipt first seen
 
-    def upstream(self, cid: str, sha256: str | None, attributes: dict[str, Any]) -> Upstream:
+    def hand(self, cid: str, handed: Handed) -> None:
+        self.handed.setdefault(cid, []).append(handed)
+
+    def visible(self, cid: str, ancestors: tuple[str, ...], exclude: str | None = None, gathering: bool = False) -> list[Handed]:
+        """The outputs of ``cid`` on the branch of a stage whose enclosing stages are ``ancestors``,
+        latest first: an ancestor's, or one under an ancestor whose own enclosing stages off the
+        branch did not hand ``cid`` on (a generate stage's output, not the budget inside it, is what
+        the run went on with). A fuse's inputs are each their own branch, unless ``gathering``
+        (the fuse's outputs, which take any of them)."""
+        hands = self.handed.get(cid)
+        if not hands:
+            return []
+        on_branch = set(ancestors)
+        handers = {h.span.span_id for h in hands}
+        found: list[Handed] = []
+        for h in reversed(hands):
+            sid = h.span.span_id
+            if sid == exclude:
+                continue
+            if sid not in on_branch and self._off_branch(self.tree.path(sid), on_branch, handers, gathering):
+                continue
+            found.append(h)
+        return found
+
+    def _off_branch(self, path: tuple[str, ...], on_branch: set[str], handers: set[str], gathering: bool) -> bool:
+        """Whether an output whose stage's enclosing stages are ``path`` is off the branch: an enclosing
+        stage off the branch handed the same id on itself, or the two meet under a fuse."""
+        for up in reversed(path):
+            if up in on_branch:
+                return not gathering and self.tree.kinds.get(up) == sc.KIND_FUSE
+            if up in handers:
+                return True
+        return False
+
+    def upstream(self, cid: str, handed: Handed | None, attributes: dict[str, Any]) -> Upstream:
         rule = attributes.get(sc.CANDIDATE_TRANSFORM_RULE)
         return Upstream(
-            sha256, self.latest_chars.get(cid), (rule,) if isinstance(rule, str) else (), attributes.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM)
+            handed.sha256 if handed is not None else None,
+            handed.chars if handed is not None else None,
+            (rule,) if isinstance(rule, str) else (),
+            attributes.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM),
         )
 
 
@@ -203,8 +242,9 @@ class ReceiptChecks:
 
     def receipts(self) -> None:
         """Every stage's receipts in start order, each candidate's against what was handed on before."""
-        chain = Chain()
-        views = [*self.stitched.pipelines[:1], *self.stitched.stages]
+        stitched = self.stitched
+        chain = Chain(stage_tree(self.ledger.trace.spans, [*stitched.pipelines, *stitched.stages]))
+        views = [*stitched.pipelines[:1], *stitched.stages]
         for view in sorted(views, key=lambda v: (v.span.start_ns, v.span.end_ns)):
             self._enclosing(chain, before=view.span.start_ns)
             self.stage(view, chain)
@@ -223,9 +263,10 @@ class ReceiptChecks:
             if out is not None:
                 outputs[out.candidate] = out
         for cid, out in outputs.items():
-            chain.latest[cid] = out.sha256
-            chain.latest_chars[cid] = out.chars
-            chain.handed[cid] = Handed(view.span.start_ns, view.span.end_ns, view.span, label, out.attributes, view.kind, out.first_unchecked)
+            chain.hand(
+                cid,
+                Handed(out.sha256, out.chars, view.span.start_ns, view.span.end_ns, view.span, label, out.attributes, view.kind, out.first_unchecked),
+            )
 
     def candidate(self, view: StageView, label: str, span: Span, event: Event, chain: Chain) -> Output | None:
         """One candidate or exclusion event's content receipt; the output it hands on, if it is one.
@@ -243,11 +284,11 @@ class ReceiptChecks:
             )
             self.f.count(UNVERIFIABLE)
             return None
-        upstream = chain.latest.get(cid)
-        producer = chain.handed.get(cid)
+        branch = chain.visible(cid, chain.tree.path(view.span.span_id))
+        producer = branch[0] if branch else None
+        upstream = producer.sha256 if producer is not None else None
         if (
-            upstream is not None
-            and producer is not None
+            producer is not None
             and producer.start <= view.span.start_ns
             and producer.end >= view.span.end_ns
             and producer.kind in _GATHERING
@@ -258,7 +299,7 @@ class ReceiptChecks:
             # produced, when it ends, so its outputs are checked then, against what they handed
             # on last (a generate stage around its budget hands its nodes down instead: upstream)
             chain.deferred.setdefault(Deferred(producer.span.span_id, cid), producer)
-            upstream = None
+            upstream = producer = None
         unchecked = self.f.not_captured
         if sc.CANDIDATE_CONTENT_PREVIEW in a:
             payload = Payload(a, sc.CANDIDATE_CONTENT_PREFIX, sc.CANDIDATE_CONTENT_PREVIEW, (PREVIEW_RULE.id,))
@@ -269,7 +310,7 @@ class ReceiptChecks:
         else:
             payload = Payload(a, sc.CANDIDATE_CONTENT_PREFIX)
         if payload is not None:
-            self.classified(Where(span, label, cid), payload, chain.upstream(cid, upstream, a))
+            self.classified(Where(span, label, cid), payload, chain.upstream(cid, producer, a))
         sha = a.get(sc.CANDIDATE_CONTENT_SHA256)
         if event.name == sc.EVENT_CANDIDATE and isinstance(sha, str):
             # counted as not captured: a deferred check (see _enclosing) replaces that count
@@ -282,16 +323,15 @@ class ReceiptChecks:
         for key in [k for k, p in chain.deferred.items() if before is None or p.end <= before]:
             p = chain.deferred.pop(key)
             cid = key.candidate
-            inner = chain.handed.get(cid)
-            if inner is None or inner.span is p.span or not (p.start <= inner.start and inner.end <= p.end):
+            sid = p.span.span_id
+            inside = chain.visible(cid, (*chain.tree.path(sid), sid), exclude=sid, gathering=True)
+            # a fuse hands on one of its inputs' copies: the one it matches, else the latest
+            inner = next((h for h in inside if h.sha256 == p.sha256), inside[0] if inside else None)
+            if inner is None or not (p.start <= inner.start and inner.end <= p.end):
                 continue
             if p.first_unchecked:
                 self.f.not_captured -= 1
-            self.payload(
-                Where(p.span, p.label, cid),
-                Payload(p.attributes, sc.CANDIDATE_CONTENT_PREFIX),
-                chain.upstream(cid, chain.latest.get(cid), p.attributes),
-            )
+            self.payload(Where(p.span, p.label, cid), Payload(p.attributes, sc.CANDIDATE_CONTENT_PREFIX), chain.upstream(cid, inner, p.attributes))
 
     def query(self, where: Where, attrs: dict[str, Any], hop_sha: dict[int, HopSeen]) -> None:
         """A query receipt, and the same hop's query everywhere it is stated."""
