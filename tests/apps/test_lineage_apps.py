@@ -24,3 +24,21 @@ def test_two_queries_in_one_pipeline_verify_clean(tmp_path):
     fidelity = run.verify(trace["trace_id"])["fidelity"]
     assert fidelity["alarms"] == []
     assert fidelity["changed_uncited"] == 0 and fidelity["unverifiable"] == 0
+    # each question's prompt budget adds the metadata header, cited; the two nodes are first seen once
+    assert (fidelity["changed_cited"], fidelity["not_captured"]) == (4, 2)
+
+
+def test_sub_question_query_engine_verifies_clean(tmp_path):
+    """Each sub-question runs its own retrieve -> generate -> budget branch over the same chunks; the
+    budget of one branch (a metadata header, cited) is not the upstream of the next branch."""
+    run = run_app("llama_sub_question.py", tmp_path, enabled=ENABLED)
+    assert_host_untouched(run)
+    [trace] = run.traces()
+    proc = run.ragtrail("verify", trace["trace_id"], ok_codes=(0, 1))
+    assert proc.returncode == 0, proc.stdout
+    fidelity = run.verify(trace["trace_id"])["fidelity"]
+    assert fidelity["alarms"] == []
+    assert fidelity["changed_uncited"] == 0 and fidelity["unverifiable"] == 0
+    # one cited header per branch (the repacking budget hands on the same bytes); first seen: the two
+    # chunks and the three sub-answer nodes of the final synthesis
+    assert (fidelity["changed_cited"], fidelity["not_captured"]) == (3, 5)
