@@ -8,6 +8,7 @@ sha256). The worse verdict counts; ``changed_uncited`` and ``unverifiable`` rais
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -103,32 +104,63 @@ class Chain:
     # enclosing stage has ended (see ReceiptChecks.candidate)
     deferred: dict[Deferred, Handed] = field(default_factory=dict)
     hop_sha: dict[int, HopSeen] = field(default_factory=dict)  # hop -> its query receipt first seen
+    _branches: dict[tuple[str, bool], frozenset[str]] = field(default_factory=dict)
+    _handers: dict[str, set[str]] = field(default_factory=dict)  # the stages that handed each id on
+    here: frozenset[str] = frozenset()  # the enclosing stages of the stage being checked
 
     def hand(self, cid: str, handed: Handed) -> None:
         self.handed.setdefault(cid, []).append(handed)
+        self._handers.setdefault(cid, set()).add(handed.span.span_id)
 
-    def visible(self, cid: str, ancestors: tuple[str, ...], exclude: str | None = None, gathering: bool = False) -> list[Handed]:
-        """The outputs of ``cid`` on the branch of a stage whose enclosing stages are ``ancestors``,
-        latest first: an ancestor's, or one under an ancestor whose own enclosing stages off the
-        branch did not hand ``cid`` on (a generate stage's output, not the budget inside it, is what
-        the run went on with). A fuse's inputs are each their own branch, unless ``gathering``
+    def first(self, cid: str, on_branch: frozenset[str]) -> Handed | None:
+        """The latest output of ``cid`` on the branch (:meth:`visible`), the common cases first: the
+        latest output is an enclosing stage's, or that of a stage under one and not under a fuse."""
+        hands = self.handed.get(cid)
+        if not hands:
+            return None
+        h = hands[-1]
+        sid = h.span.span_id
+        if sid in on_branch:
+            return h
+        path = self.tree.ancestors.get(sid, ())
+        if not path or (path[-1] in on_branch and self.tree.kinds.get(path[-1]) != sc.KIND_FUSE and on_branch.issuperset(path)):
+            return h
+        return next(self.visible(cid, on_branch), None)
+
+    def branch(self, span_id: str, inside: bool = False) -> frozenset[str]:
+        """The enclosing stages of a stage (and the stage itself when ``inside``: what the stages
+        inside it see), once per stage."""
+        key = (span_id, inside)
+        found = self._branches.get(key)
+        if found is None:
+            path = self.tree.path(span_id)
+            found = self._branches[key] = frozenset((*path, span_id) if inside else path)
+        return found
+
+    def visible(self, cid: str, on_branch: frozenset[str], exclude: str | None = None, gathering: bool = False) -> Iterator[Handed]:
+        """The outputs of ``cid`` on the branch whose enclosing stages are ``on_branch``, latest
+        first: an enclosing stage's, or one under an enclosing stage whose own enclosing stages off
+        the branch did not hand ``cid`` on (a generate stage's output, not the budget inside it, is
+        what the run went on with). A fuse's inputs are each their own branch, unless ``gathering``
         (the fuse's outputs, which take any of them)."""
         hands = self.handed.get(cid)
         if not hands:
-            return []
-        on_branch = set(ancestors)
-        handers = {h.span.span_id for h in hands}
-        found: list[Handed] = []
+            return
+        handers = self._handers.get(cid, set())
         for h in reversed(hands):
             sid = h.span.span_id
             if sid == exclude:
                 continue
-            if sid not in on_branch and self._off_branch(self.tree.path(sid), on_branch, handers, gathering):
-                continue
-            found.append(h)
-        return found
+            if sid not in on_branch:
+                path = self.tree.path(sid)
+                if path and not on_branch.issuperset(path):
+                    if self._off_branch(path, on_branch, handers, gathering):
+                        continue
+                elif path and not gathering and self.tree.kinds.get(path[-1]) == sc.KIND_FUSE:
+                    continue  # a sibling input of the same fuse
+            yield h
 
-    def _off_branch(self, path: tuple[str, ...], on_branch: set[str], handers: set[str], gathering: bool) -> bool:
+    def _off_branch(self, path: tuple[str, ...], on_branch: frozenset[str], handers: set[str], gathering: bool) -> bool:
         """Whether an output whose stage's enclosing stages are ``path`` is off the branch: an enclosing
         stage off the branch handed the same id on itself, or the two meet under a fuse."""
         for up in reversed(path):
@@ -252,6 +284,7 @@ class ReceiptChecks:
 
     def stage(self, view: StageView, chain: Chain) -> None:
         label = view.label
+        chain.here = chain.branch(view.span.span_id)
         if sc.QUERY_HOP in view.attributes:
             self.query(Where(view.span, label), view.attributes, chain.hop_sha)
         outputs: dict[str, Output] = {}
@@ -284,8 +317,7 @@ class ReceiptChecks:
             )
             self.f.count(UNVERIFIABLE)
             return None
-        branch = chain.visible(cid, chain.tree.path(view.span.span_id))
-        producer = branch[0] if branch else None
+        producer = chain.first(cid, chain.here)
         upstream = producer.sha256 if producer is not None else None
         if (
             producer is not None
@@ -324,7 +356,7 @@ class ReceiptChecks:
             p = chain.deferred.pop(key)
             cid = key.candidate
             sid = p.span.span_id
-            inside = chain.visible(cid, (*chain.tree.path(sid), sid), exclude=sid, gathering=True)
+            inside = list(chain.visible(cid, chain.branch(sid, inside=True), exclude=sid, gathering=True))
             # a fuse hands on one of its inputs' copies: the one it matches, else the latest
             inner = next((h for h in inside if h.sha256 == p.sha256), inside[0] if inside else None)
             if inner is None or not (p.start <= inner.start and inner.end <= p.end):
