@@ -102,3 +102,30 @@ def test_each_input_of_a_fuse_is_checked_on_its_own_branch(tmp_path):
 def test_a_fuse_that_hands_on_neither_inputs_copy_alarms(tmp_path):
     f = fidelity(tmp_path, fused(TEXT + " (edited)"))
     assert ("fuse tests.ensemble", "a", "changed_uncited") in alarms(f)
+
+
+def test_the_stage_tree_walks_through_foreign_spans_and_survives_a_parent_cycle():
+    """Parents are untrusted input: a framework's own span between two stages is walked through; a
+    cycle or a missing parent ends the walk (the stage is then a root)."""
+    from ragtrail.inspect.model import Span
+    from ragtrail.inspect.stages import StageView, stage_tree
+
+    def span(sid: str, parent: str | None, kind: str | None = None) -> Span:
+        return Span("t", sid, parent, sid, 0, 1, {sc.STAGE_KIND: kind} if kind else {})
+
+    spans = [
+        span("p", None, "pipeline"),
+        span("engine", "p"),  # a LlamaIndex span, not a stage
+        span("r", "engine", "retrieve"),
+        span("a", "b", "filter"),
+        span("b", "a", "budget"),  # a cycle between two stages
+        span("x", "y"),
+        span("y", "x"),
+        span("c", "x", "generate"),  # above it: a cycle of foreign spans
+        span("d", "gone", "cite"),  # its parent never arrived
+    ]
+    heads = [StageView(s) for s in spans if s.attributes]
+    tree = stage_tree(spans, heads)
+    assert tree.path("r") == ("p",)
+    assert tree.path("p") == () and tree.path("c") == () and tree.path("d") == ()
+    assert tree.path("a") == ("b",) and tree.path("b") == ("a",)
