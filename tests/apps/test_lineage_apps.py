@@ -12,12 +12,20 @@ from apps.runner import assert_host_untouched, run_app
 pytest.importorskip("llama_index.core")
 
 ENABLED = ["ragtrail_llama_index"]
+RETRIEVE = ("retrieve", "VectorIndexRetriever")
+GENERATE = ("generate", "CompactAndRefine")
+BUDGET = ("budget", "PromptHelper")
+
+
+def stages(trace: dict) -> list[tuple[str, str, int, int, int]]:
+    return [(s["kind"], s["component"].rsplit(".", 1)[-1], s["in"], s["out"], s["excluded_count"]) for s in trace["stages"]]
 
 
 def test_two_queries_in_one_pipeline_verify_clean(tmp_path):
     run = run_app("llama_two_questions.py", tmp_path, enabled=ENABLED)
     assert_host_untouched(run)
     [trace] = run.traces()
+    assert stages(trace) == [(*RETRIEVE, 0, 2, 0), (*GENERATE, 2, 2, 0), (*BUDGET, 2, 2, 0)] * 2
     proc = run.ragtrail("verify", trace["trace_id"], ok_codes=(0, 1))
     assert proc.returncode == 0, proc.stdout
     assert "ALARM" not in proc.stdout
@@ -34,6 +42,9 @@ def test_sub_question_query_engine_verifies_clean(tmp_path):
     run = run_app("llama_sub_question.py", tmp_path, enabled=ENABLED)
     assert_host_untouched(run)
     [trace] = run.traces()
+    branch = [(*RETRIEVE, 0, 1, 0), (*GENERATE, 1, 1, 0), (*BUDGET, 1, 1, 0), (*BUDGET, 1, 1, 0)]
+    # the final synthesis: the three sub-answers plus each answer's source node; three chunks packed
+    assert stages(trace) == branch * 3 + [(*GENERATE, 6, 6, 0), (*BUDGET, 3, 3, 0)]
     proc = run.ragtrail("verify", trace["trace_id"], ok_codes=(0, 1))
     assert proc.returncode == 0, proc.stdout
     fidelity = run.verify(trace["trace_id"])["fidelity"]
