@@ -8,7 +8,7 @@ stitching (which continuations were announced by ``ragtrail.events.spans`` and w
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +136,43 @@ def continuation_index(span: Span) -> int | None:
 
 def is_ragtrail(span: Span) -> bool:
     return sc.STAGE_KIND in span.attributes
+
+
+@dataclass
+class StageTree:
+    """Each stage's enclosing stages, outermost first: the branch of the run it is on. A stage's
+    upstream is on its branch (its ancestors and what ran before it under them), never another
+    branch's latest copy (two questions of one pipeline, a fuse's inputs)."""
+
+    ancestors: dict[str, tuple[str, ...]]
+    kinds: dict[str, str]
+
+    def path(self, span_id: str) -> tuple[str, ...]:
+        return self.ancestors.get(span_id, ())
+
+
+def stage_tree(spans: Iterable[Span], heads: Iterable[StageView]) -> StageTree:
+    """The stage tree of a trace: each head's nearest stage ancestor through any spans between them
+    (a framework's own spans), untrusted input, so a parent cycle or a missing span ends the walk."""
+    parent_of = {s.span_id: s.parent_span_id for s in spans}
+    kinds = {v.span.span_id: v.kind for v in heads}
+    parents: dict[str, str | None] = {}
+    for sid in kinds:
+        seen = {sid}
+        up = parent_of.get(sid)
+        while up is not None and up not in kinds and up not in seen:
+            seen.add(up)
+            up = parent_of.get(up)
+        parents[sid] = up if up in kinds and up not in seen else None
+    ancestors: dict[str, tuple[str, ...]] = {}
+    for sid in kinds:
+        chain: list[str] = []
+        up = parents[sid]
+        while up is not None and up != sid and up not in chain:
+            chain.append(up)
+            up = parents[up]
+        ancestors[sid] = tuple(reversed(chain))
+    return StageTree(ancestors, kinds)
 
 
 def stitch(trace: Trace) -> Stitched:

@@ -8,6 +8,7 @@ sha256). The worse verdict counts; ``changed_uncited`` and ``unverifiable`` rais
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -30,7 +31,7 @@ from ragtrail.contract.receipts import (
 
 from .fidelity import Ledger, Where
 from .model import Event, Span
-from .stages import StageView, Stitched
+from .stages import StageTree, StageView, Stitched, stage_tree
 
 _SEVERITY = (INTACT, CHANGED_CITED, UNVERIFIABLE, CHANGED_UNCITED)
 # stages whose outputs are what the stages inside them produced (checked after those, see receipts)
@@ -56,9 +57,11 @@ class Upstream(NamedTuple):
 
 
 class Handed(NamedTuple):
-    """An output handed on: the stage's span and times, its event's attributes, and whether it was
-    first counted as not captured (a deferred check replaces that count)."""
+    """An output handed on: its content receipt, the stage's span and times, its event's attributes,
+    and whether it was first counted as not captured (a deferred check replaces that count)."""
 
+    sha256: str
+    chars: Any
     start: int
     end: int
     span: Span
@@ -94,20 +97,88 @@ class Output(NamedTuple):
 
 @dataclass
 class Chain:
-    """What the stages so far handed on, by candidate id, in start order."""
+    """What the stages so far handed on, by candidate id, in start order, each on its branch of the
+    stage tree: a candidate's upstream is the latest output on its own branch (see :meth:`visible`)."""
 
-    latest: dict[str, str] = field(default_factory=dict)  # content sha256 most recently handed on
-    latest_chars: dict[str, Any] = field(default_factory=dict)  # its content chars
-    handed: dict[str, Handed] = field(default_factory=dict)  # the output that handed it on
+    tree: StageTree = field(default_factory=lambda: StageTree({}, {}))
+    handed: dict[str, list[Handed]] = field(default_factory=dict)  # every output that handed each id on
     # outputs of an enclosing stage that differ from what a stage inside it saw, checked when the
     # enclosing stage has ended (see ReceiptChecks.candidate)
     deferred: dict[Deferred, Handed] = field(default_factory=dict)
     hop_sha: dict[int, HopSeen] = field(default_factory=dict)  # hop -> its query receipt first seen
+    _branches: dict[tuple[str, bool], frozenset[str]] = field(default_factory=dict)
+    _handers: dict[str, set[str]] = field(default_factory=dict)  # the stages that handed each id on
+    here: frozenset[str] = frozenset()  # the enclosing stages of the stage being checked
 
-    def upstream(self, cid: str, sha256: str | None, attributes: dict[str, Any]) -> Upstream:
+    def hand(self, cid: str, handed: Handed) -> None:
+        self.handed.setdefault(cid, []).append(handed)
+        self._handers.setdefault(cid, set()).add(handed.span.span_id)
+
+    def first(self, cid: str, on_branch: frozenset[str]) -> Handed | None:
+        """The latest output of ``cid`` on the branch (:meth:`visible`), the common cases first: the
+        latest output is an enclosing stage's, or that of a stage under one and not under a fuse."""
+        hands = self.handed.get(cid)
+        if not hands:
+            return None
+        h = hands[-1]
+        sid = h.span.span_id
+        if sid in on_branch:
+            return h
+        path = self.tree.ancestors.get(sid, ())
+        if not path or (path[-1] in on_branch and self.tree.kinds.get(path[-1]) != sc.KIND_FUSE and on_branch.issuperset(path)):
+            return h
+        return next(self.visible(cid, on_branch), None)
+
+    def branch(self, span_id: str, inside: bool = False) -> frozenset[str]:
+        """The enclosing stages of a stage (and the stage itself when ``inside``: what the stages
+        inside it see), once per stage."""
+        key = (span_id, inside)
+        found = self._branches.get(key)
+        if found is None:
+            path = self.tree.path(span_id)
+            found = self._branches[key] = frozenset((*path, span_id) if inside else path)
+        return found
+
+    def visible(self, cid: str, on_branch: frozenset[str], exclude: str | None = None, gathering: bool = False) -> Iterator[Handed]:
+        """The outputs of ``cid`` on the branch whose enclosing stages are ``on_branch``, latest
+        first: an enclosing stage's, or one under an enclosing stage whose own enclosing stages off
+        the branch did not hand ``cid`` on (a generate stage's output, not the budget inside it, is
+        what the run went on with). A fuse's inputs are each their own branch, unless ``gathering``
+        (the fuse's outputs, which take any of them)."""
+        hands = self.handed.get(cid)
+        if not hands:
+            return
+        handers = self._handers.get(cid, set())
+        for h in reversed(hands):
+            sid = h.span.span_id
+            if sid == exclude:
+                continue
+            if sid not in on_branch:
+                path = self.tree.path(sid)
+                if path and not on_branch.issuperset(path):
+                    if self._off_branch(path, on_branch, handers, gathering):
+                        continue
+                elif path and not gathering and self.tree.kinds.get(path[-1]) == sc.KIND_FUSE:
+                    continue  # a sibling input of the same fuse
+            yield h
+
+    def _off_branch(self, path: tuple[str, ...], on_branch: frozenset[str], handers: set[str], gathering: bool) -> bool:
+        """Whether an output whose stage's enclosing stages are ``path`` is off the branch: an enclosing
+        stage off the branch handed the same id on itself, or the two meet under a fuse."""
+        for up in reversed(path):
+            if up in on_branch:
+                return not gathering and self.tree.kinds.get(up) == sc.KIND_FUSE
+            if up in handers:
+                return True
+        return False
+
+    def upstream(self, cid: str, handed: Handed | None, attributes: dict[str, Any]) -> Upstream:
         rule = attributes.get(sc.CANDIDATE_TRANSFORM_RULE)
         return Upstream(
-            sha256, self.latest_chars.get(cid), (rule,) if isinstance(rule, str) else (), attributes.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM)
+            handed.sha256 if handed is not None else None,
+            handed.chars if handed is not None else None,
+            (rule,) if isinstance(rule, str) else (),
+            attributes.get(sc.CANDIDATE_TRANSFORM_DERIVED_FROM),
         )
 
 
@@ -221,8 +292,9 @@ class ReceiptChecks:
 
     def receipts(self) -> None:
         """Every stage's receipts in start order, each candidate's against what was handed on before."""
-        chain = Chain()
-        views = [*self.stitched.pipelines[:1], *self.stitched.stages]
+        stitched = self.stitched
+        chain = Chain(stage_tree(self.ledger.trace.spans, [*stitched.pipelines, *stitched.stages]))
+        views = [*stitched.pipelines[:1], *stitched.stages]
         for view in sorted(views, key=lambda v: (v.span.start_ns, v.span.end_ns)):
             self._enclosing(chain, before=view.span.start_ns)
             self.stage(view, chain)
@@ -230,6 +302,7 @@ class ReceiptChecks:
 
     def stage(self, view: StageView, chain: Chain) -> None:
         label = view.label
+        chain.here = chain.branch(view.span.span_id)
         if sc.QUERY_HOP in view.attributes:
             self.query(Where(view.span, label), view.attributes, chain.hop_sha)
         outputs: dict[str, Output] = {}
@@ -241,9 +314,10 @@ class ReceiptChecks:
             if out is not None:
                 outputs[out.candidate] = out
         for cid, out in outputs.items():
-            chain.latest[cid] = out.sha256
-            chain.latest_chars[cid] = out.chars
-            chain.handed[cid] = Handed(view.span.start_ns, view.span.end_ns, view.span, label, out.attributes, view.kind, out.first_unchecked)
+            chain.hand(
+                cid,
+                Handed(out.sha256, out.chars, view.span.start_ns, view.span.end_ns, view.span, label, out.attributes, view.kind, out.first_unchecked),
+            )
 
     def candidate(self, view: StageView, label: str, span: Span, event: Event, chain: Chain) -> Output | None:
         """One candidate or exclusion event's content receipt; the output it hands on, if it is one.
@@ -261,11 +335,10 @@ class ReceiptChecks:
             )
             self.f.count(UNVERIFIABLE)
             return None
-        upstream = chain.latest.get(cid)
-        producer = chain.handed.get(cid)
+        producer = chain.first(cid, chain.here)
+        upstream = producer.sha256 if producer is not None else None
         if (
-            upstream is not None
-            and producer is not None
+            producer is not None
             and producer.start <= view.span.start_ns
             and producer.end >= view.span.end_ns
             and producer.kind in _GATHERING
@@ -276,7 +349,7 @@ class ReceiptChecks:
             # produced, when it ends, so its outputs are checked then, against what they handed
             # on last (a generate stage around its budget hands its nodes down instead: upstream)
             chain.deferred.setdefault(Deferred(producer.span.span_id, cid), producer)
-            upstream = None
+            upstream = producer = None
         unchecked = self.f.not_captured
         if sc.CANDIDATE_CONTENT_PREVIEW in a:
             payload = Payload(a, sc.CANDIDATE_CONTENT_PREFIX, sc.CANDIDATE_CONTENT_PREVIEW, (PREVIEW_RULE.id,))
@@ -287,7 +360,7 @@ class ReceiptChecks:
         else:
             payload = Payload(a, sc.CANDIDATE_CONTENT_PREFIX)
         if payload is not None:
-            self.classified(Where(span, label, cid), payload, chain.upstream(cid, upstream, a))
+            self.classified(Where(span, label, cid), payload, chain.upstream(cid, producer, a))
         sha = a.get(sc.CANDIDATE_CONTENT_SHA256)
         if event.name == sc.EVENT_CANDIDATE and isinstance(sha, str):
             # counted as not captured: a deferred check (see _enclosing) replaces that count
@@ -300,16 +373,15 @@ class ReceiptChecks:
         for key in [k for k, p in chain.deferred.items() if before is None or p.end <= before]:
             p = chain.deferred.pop(key)
             cid = key.candidate
-            inner = chain.handed.get(cid)
-            if inner is None or inner.span is p.span or not (p.start <= inner.start and inner.end <= p.end):
+            sid = p.span.span_id
+            inside = list(chain.visible(cid, chain.branch(sid, inside=True), exclude=sid, gathering=True))
+            # a fuse hands on one of its inputs' copies: the one it matches, else the latest
+            inner = next((h for h in inside if h.sha256 == p.sha256), inside[0] if inside else None)
+            if inner is None or not (p.start <= inner.start and inner.end <= p.end):
                 continue
             if p.first_unchecked:
                 self.f.not_captured -= 1
-            self.payload(
-                Where(p.span, p.label, cid),
-                Payload(p.attributes, sc.CANDIDATE_CONTENT_PREFIX),
-                chain.upstream(cid, chain.latest.get(cid), p.attributes),
-            )
+            self.payload(Where(p.span, p.label, cid), Payload(p.attributes, sc.CANDIDATE_CONTENT_PREFIX), chain.upstream(cid, inner, p.attributes))
 
     def query(self, where: Where, attrs: dict[str, Any], hop_sha: dict[int, HopSeen]) -> None:
         """A query receipt, and the same hop's query everywhere it is stated. A keyed one (``hash`` mode
