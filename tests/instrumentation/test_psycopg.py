@@ -24,7 +24,7 @@ import spanutil  # noqa: E402
 from pgutil import Postgres, running_postgres  # noqa: E402
 from ragtrail import settings  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
-from ragtrail.contract.receipts import receipt  # noqa: E402
+from ragtrail.contract.receipts import content_id, receipt  # noqa: E402
 from ragtrail.instrumentation._vectorstore import vector_receipt  # noqa: E402
 from ragtrail.instrumentation.psycopg import PsycopgInstrumentor  # noqa: E402
 
@@ -283,8 +283,22 @@ def test_async_cursor(pg, instrumentor, span_exporter) -> None:
 DOCS = "SELECT doc_id, body, embedding <-> %s AS distance FROM docs ORDER BY distance LIMIT 2"
 
 
-def test_without_an_id_column_the_ids_are_unknown(conn, instrumentor, span_exporter) -> None:
-    conn.execute(DOCS, (QUERY,)).fetchall()
+def test_without_an_id_column_rows_are_identified_by_their_content(conn, instrumentor, span_exporter) -> None:
+    """The recorder's rule for an item without an id: the sha256 of its content, said in a finding."""
+    rows = conn.execute(DOCS, (QUERY,)).fetchall()
+    assert [r[1] for r in rows] == ["cats purr", "dogs bark"]
+    [span] = retrieve_spans(span_exporter)
+    a = dict(span.attributes)
+    assert a[sc.CANDIDATES_OUT] == 2
+    assert list(a[sc.COLUMN_IDS]) == [content_id("cats purr"), content_id("dogs bark")]
+    assert a[sc.STAGE_STATUS] == sc.STATUS_OK
+    assert a[sc.STAGE_FINDINGS] == (
+        "no column named 'id': the 2 rows are identified by the sha256 of their content (RAGTRAIL_PGVECTOR_ID_COLUMN names the id column)",
+    )
+
+
+def test_without_an_id_or_content_column_the_ids_are_unknown(conn, instrumentor, span_exporter) -> None:
+    conn.execute("SELECT doc_id, embedding <-> %s AS distance FROM docs ORDER BY distance LIMIT 2", (QUERY,)).fetchall()
     [span] = retrieve_spans(span_exporter)
     a = dict(span.attributes)
     assert a[sc.CANDIDATES_OUT] == 0

@@ -16,8 +16,9 @@ What is recorded:
 
 * ids: the result column named ``id`` (``PsycopgInstrumentor().instrument(id_column="doc_id")`` or
   ``RAGTRAIL_PGVECTOR_ID_COLUMN`` names another), found by name in the result's description (so
-  ``SELECT *`` works). Without such a column the ids are unknown: the stage says so in a finding and
-  records no candidates (a row position or a content hash would be a guess).
+  ``SELECT *`` works). Without such a column, rows with a content column are identified by the
+  sha256 of their content (the recorder's rule for any item without an id), said in a finding;
+  without either, the ids are unknown: the stage says so in a finding and records no candidates.
 * scores: a selected column whose expression is the ordering distance itself (kind ``distance``:
   every pgvector operator is lower-is-better, ``<#>`` too, being the *negative* inner product), or
   ``1 - (distance)`` / the negated inner product (kind ``similarity``). When no column carries it
@@ -50,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import canonical_json
+from ragtrail.contract.receipts import canonical_json, content_id
 from ragtrail.hooks import guard
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._pgvector_sql import OPERATORS, Param, Search, maybe_search, parse, statement_text
@@ -221,6 +222,22 @@ def _cells(cursor: Any, result: Any, column: int | None) -> list[Any] | None:
     return cells
 
 
+def _candidates(base: Row, search: Search, ids: list[str], scores: list[Any] | None, contents: list[Any] | None) -> Row:
+    """The rows as candidates, in the server's order, with the score kind of the ordering operator."""
+    kind = search.score_kind if scores is not None else sc.SCORE_NONE
+    base.score_kind = kind
+    base.candidates = [
+        Candidate(
+            id=ident,
+            content=contents[i] if contents is not None else None,
+            score=scores[i] if scores is not None else None,
+            score_kind=kind,
+        )
+        for i, ident in enumerate(ids)
+    ]
+    return base
+
+
 def _outcome(stages: _PgStages, cursor: Any, id_column: str) -> Outcome | None:
     """The result rows read from ``cursor.pgresult`` in place (the cursor does not move)."""
     from psycopg import pq
@@ -239,24 +256,20 @@ def _outcome(stages: _PgStages, cursor: Any, id_column: str) -> Outcome | None:
     contents = _cells(cursor, result, columns.content)
 
     def row(_index: int) -> Row:
+        if ids is None and contents is not None:
+            # the recorder's rule for an item without an id: the sha256 of its content (docs/semconv.md)
+            base.findings.append(
+                f"no column named {id_column!r}: the {result.ntuples} rows are identified by the sha256 of their content "
+                f"({ENV_ID_COLUMN} names the id column)"
+            )
+            return _candidates(base, search, [content_id(c) for c in contents], scores, contents)
         if ids is None:
             base.findings.append(
                 f"{result.ntuples} rows returned, ids unknown: the result has no column named {id_column!r} "
                 f"({ENV_ID_COLUMN} names the id column); no candidate recorded"
             )
             return base
-        kind = search.score_kind if scores is not None else sc.SCORE_NONE
-        base.score_kind = kind
-        base.candidates = [
-            Candidate(
-                id=normalize_id(ident) or "",
-                content=contents[i] if contents is not None else None,
-                score=scores[i] if scores is not None else None,
-                score_kind=kind,
-            )
-            for i, ident in enumerate(ids)
-        ]
-        return base
+        return _candidates(base, search, [normalize_id(ident) or "" for ident in ids], scores, contents)
 
     return Outcome(rows=1, row=row, corpus_size=lambda: None, store=search.table)
 
