@@ -146,7 +146,7 @@ def observe(manifest: Manifest, relevant: tuple[str, ...] = (), resource: dict[s
         trace_id=manifest.trace_id,
         stages=stages,
         retrieved=[str(r.id) for r in manifest.retrieved if r.stage == sc.KIND_RETRIEVE] or [str(r.id) for r in manifest.retrieved],
-        in_context=[str(i) for i in manifest.in_context],
+        in_context=[str(i) for i in manifest.in_context or ()],  # unknown (None): nothing known to have reached the model
         cited=[str(i) for i in manifest.cited],
         cites=cites,
         refused=answer.refused if isinstance(answer.refused, bool) else None,
