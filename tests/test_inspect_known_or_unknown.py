@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 import ragtrail
 from ragtrail.export.otlp_json import spans_to_dict
@@ -20,6 +21,7 @@ from ragtrail.inspect.manifest_model import Manifest
 from ragtrail.inspect.model import Trace
 from ragtrail.inspect.otlp import decode_document
 from ragtrail.inspect.records import TraceRecord, from_manifest
+from ragtrail.inspect.render import show
 from ragtrail.recorder import corpus as corpus_registry
 from test_cli_errors import ragtrail as cli
 
@@ -240,3 +242,42 @@ def test_generated_nodes_in_the_context_are_not_corpus_units(span_exporter):
     c = m.coverage
     assert (c.corpus_size, c.in_context, c.exhaustive) == (3, 2, False)
     assert c.statement == "the answer claims absence: not supported (2 of 3 read, 1 never read)"
+
+
+def test_a_query_of_one_space_is_not_shown_as_empty(span_exporter):
+    """Principle 6 (display): a query of one space read as ``""`` on the old code."""
+
+    @ragtrail.retriever(component="kb.search", top_k=1)
+    def retrieve(query: str) -> list[dict[str, Any]]:
+        return search(query)[:1]
+
+    @ragtrail.pipeline
+    def ask(query: str) -> None:
+        retrieve(query)
+
+    ask(" ")
+    console = Console(record=True, width=200)
+    show(console, manifest_of(span_exporter))
+    assert "  hop 0  none  (whitespace only, 1 chars) → index" in console.export_text().splitlines()
+
+
+def test_show_doc_lists_the_inner_stages_before_the_outer_one_that_ran_them(span_exporter):
+    """Principle 6 (display): the outer retriever starts first but hands on last; on the old code its
+    step came first."""
+
+    @ragtrail.retriever(component="kb.inner", top_k=3)
+    def inner(query: str) -> list[dict[str, Any]]:
+        return search(query)
+
+    @ragtrail.retriever(component="kb.outer", top_k=2)
+    def outer(query: str) -> list[dict[str, Any]]:
+        return inner(query)[:2]
+
+    @ragtrail.pipeline
+    def ask(query: str) -> None:
+        outer(query)
+
+    ask("refund window for enterprise customers")
+    m = manifest_of(span_exporter)
+    assert [s.label for s in m.stages] == ["retrieve kb.outer", "retrieve kb.inner"]
+    assert [step["stage"] for step in fate(m, "kb-1")["steps"]] == ["retrieve kb.inner", "retrieve kb.outer"]

@@ -14,7 +14,17 @@ from ragtrail.contract import semconv as sc
 
 from .coverage import CONTEXT_UNKNOWN
 from .errors import TraceNotFound
-from .manifest_model import Manifest
+from .manifest_model import Manifest, Stage
+
+
+def _in_run_order(stages: list[Stage]) -> list[tuple[int, Stage]]:
+    """The stages (with their manifest index) in the order their outputs were made: by end time, so
+    that inner stages come before the outer stage that ran them (it starts first, but hands on
+    last); the manifest's order on a tie, or when a stage carries no time."""
+    indexed = list(enumerate(stages))
+    if any(not s.start_ns for s in stages):
+        return indexed
+    return sorted(indexed, key=lambda p: (p[1].start_ns + round(p[1].duration_ms * 1e6), p[0]))
 
 
 def fate(manifest: Manifest, doc_id: str) -> dict[str, Any]:
@@ -23,7 +33,7 @@ def fate(manifest: Manifest, doc_id: str) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     last_sha: str | None = None
     last_seen: dict[str, Any] | None = None
-    for i, s in enumerate(manifest.stages):
+    for i, s in _in_run_order(manifest.stages):
         row = next((c for c in s.candidates if c.id == doc_id), None)
         ex = next((e for e in s.excluded if e.id == doc_id), None)
         step: dict[str, Any] = {"index": i, "stage": s.label, "kind": s.kind, "status": s.status}

@@ -70,6 +70,8 @@ def _stage_details(s: Stage) -> list[Text]:
 
 def _hop_text(hop: Hop | QueryHop | dict[str, Any]) -> str:
     text, sha = (hop.get("text"), hop.get("sha256")) if isinstance(hop, dict) else (hop.text, hop.sha256)
+    if isinstance(text, str) and text and not text.strip():
+        return f"(whitespace only, {len(text)} chars)"  # collapsed, it would read as an empty query
     if text is not None:
         return f'"{_short(text, 80)}"'
     if sha:
