@@ -7,9 +7,13 @@ output cut, and ``compare``'s survival above 100% when a component runs several 
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from rich.console import Console
 
 import ragtrail
@@ -281,3 +285,27 @@ def test_show_doc_lists_the_inner_stages_before_the_outer_one_that_ran_them(span
     m = manifest_of(span_exporter)
     assert [s.label for s in m.stages] == ["retrieve kb.outer", "retrieve kb.inner"]
     assert [step["stage"] for step in fate(m, "kb-1")["steps"]] == ["retrieve kb.inner", "retrieve kb.outer"]
+
+
+def test_a_hop_cut_on_the_way_is_marked_where_it_is_printed():
+    """Principle 6 (display): the SDK's attribute limit cut the query; on the old code ``show`` printed
+    the 12 characters that arrived as if they were the whole question."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(max_attribute_length=12))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tests.cut")
+
+    @ragtrail.retriever(component="kb.search", top_k=1, tracer=tracer)
+    def retrieve(query: str) -> list[dict[str, Any]]:
+        return search(query)[:1]
+
+    @ragtrail.pipeline(tracer=tracer)
+    def ask(query: str) -> None:
+        retrieve(query)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the SDK warns that it truncates: that is the point
+        ask("refund window for enterprise customers")
+    console = Console(record=True, width=200)
+    show(console, manifest_of(exporter))
+    assert '  hop 0  none  "refund windo" → index  [cut on the way: 12 of 38 chars arrived]' in console.export_text().splitlines()

@@ -146,12 +146,20 @@ def _hops(console: Console, hops: list[QueryHop], max_stages: int) -> None:
     console.print(_heading("Query hops", " (raw → rewritten → what hit the index)"))
     for hop in hops[:max_stages]:
         origin = plain(hop.transform) if hop.parent_hop is None else f"{plain(hop.transform)} of hop {_num(hop.parent_hop)}"
-        mark = " → index" if hop.hit_index else ""
+        mark = (" → index" if hop.hit_index else "") + _cut_on_the_way(hop)
         console.print(Text.assemble(f"  hop {_num(hop.hop)}  ", (origin, "cyan"), f"  {_hop_text(hop)}{mark}"))
         if hop.used_by:
             console.print(Text(f"         used by {', '.join(plain(u) for u in hop.used_by)}", style="dim"))
     if len(hops) > max_stages:
         console.print(Text(f"  … {len(hops) - max_stages} more hops (--all shows every one)", style="dim"))
+
+
+def _cut_on_the_way(hop: QueryHop) -> str:
+    """A hop whose text arrived shorter than the length its producer stamped was cut on the way (the
+    SDK's attribute limit, a formatter, a Collector): said where the text is printed."""
+    if isinstance(hop.text, str) and isinstance(hop.chars, int) and not isinstance(hop.chars, bool) and len(hop.text) < hop.chars:
+        return f"  [cut on the way: {len(hop.text)} of {hop.chars} chars arrived]"
+    return ""
 
 
 def _stage_table(console: Console, stages: list[Stage], max_stages: int, run_status: str) -> None:
