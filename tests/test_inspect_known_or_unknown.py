@@ -309,3 +309,34 @@ def test_a_hop_cut_on_the_way_is_marked_where_it_is_printed():
     console = Console(record=True, width=200)
     show(console, manifest_of(exporter))
     assert '  hop 0  none  "refund windo" → index  [cut on the way: 12 of 38 chars arrived]' in console.export_text().splitlines()
+
+
+def test_sub_answers_are_no_corpus_units_and_the_chunk_the_sub_questions_read_is(span_exporter):
+    """Principle 1: sub-questions each answered from one chunk, then the final answer from their
+    generated sub-answers: 1 of 3 read (on the old code the sub-answers made it "all 3 of 3")."""
+
+    @ragtrail.retriever(component="kb.search", top_k=1)
+    def retrieve(query: str) -> list[dict[str, Any]]:
+        ragtrail.current_stage().corpus_size(len(CHUNKS), store="kb")
+        return search(query)[:1]
+
+    def generate(component: str, docs: list[dict[str, Any]]) -> None:
+        with ragtrail.stage("generate", component) as s:
+            s.inputs(docs)
+            s.outputs(docs)
+
+    @ragtrail.pipeline
+    def ask(query: str) -> None:
+        answers = []
+        for i in range(3):
+            generate("sub_question.answer", retrieve(query))
+            answers.append({"id": f"sub-answer-{i}", "text": f"answer {i}: 14 days", "score": 1.0})
+        generate("final.answer", answers)
+        ragtrail.answer("Only 14 days, nothing else.", claim="absence")
+
+    ask("refund window for enterprise customers")
+    m = manifest_of(span_exporter)
+    assert m.in_context == ["sub-answer-0", "sub-answer-1", "sub-answer-2", "kb-1"]
+    c = m.coverage
+    assert (c.corpus_size, c.in_context, c.exhaustive) == (3, 1, False)
+    assert c.statement == "the answer claims absence: not supported (1 of 3 read, 2 never read)"

@@ -343,11 +343,14 @@ _READ_KINDS = (sc.KIND_RETRIEVE, sc.KIND_FUSE, sc.KIND_SPLIT)
 
 def _context(stages: list[Stage], pipeline: Stage | None) -> list[str] | None:
     """What reached the model, only from what defines it: the last rerank, filter or budget stage, or
-    generate stage that recorded its inputs; else the documents the pipeline returned; else ``None``
+    generate stage that recorded its inputs (with every earlier generate stage's: each was a model
+    call); else the documents the pipeline returned; else ``None``
     (unknown: never "every retrieved id", which would call a cut document read)."""
     defining = [s for s in stages if s.kind in _CONTEXT_KINDS and (s.kind != sc.KIND_GENERATE or s.n_in or s.candidates or s.excluded)]
     if defining:
-        return [c.id for c in defining[-1].candidates]
+        # each earlier generate stage was a model call too (a sub-question's answer): its inputs reached a model
+        earlier = [c.id for s in defining[:-1] if s.kind == sc.KIND_GENERATE for c in s.candidates]
+        return list(dict.fromkeys([c.id for c in defining[-1].candidates] + earlier))
     if pipeline is not None and pipeline.candidates:
         return [c.id for c in pipeline.candidates]
     return None
