@@ -94,7 +94,8 @@ def test_show_prints_hostile_data_literally_one_record_per_line(hostile):
         rows = [line for line in lines if shown in line]
         assert len(rows) == (4 if shown in (SHOWN_IDS[3], SHOWN_IDS[4]) else 2), (shown, rows)
     (excluded_row,) = [line for line in lines if "superseded" in line]
-    assert excluded_row.split() == ["a[/]", "0", "superseded", *SHOWN_DETAIL.split()]
+    # issue 24: the cut reads "input rank | cut: reason (detail)", not a rank beside an output cut
+    assert excluded_row.split() == ["a[/]", "0", *f"superseded ({SHOWN_DETAIL})".split()]
     assert lines[0] == f"ragtrail manifest trace {trace_id}"
 
 

@@ -493,6 +493,23 @@ def test_joiner_inputs_keep_the_hop_and_kind_of_the_retriever_that_found_them(in
         assert e[sc.CANDIDATE_HOP] == 0
 
 
+def test_one_store_read_by_a_bm25_and_an_embedding_retriever_counts_once(instrument):
+    """Issue 24: the corpus is the store's size, not one per retriever reading it (it read "4 of 12")."""
+    store = make_store()
+    p = Pipeline()
+    p.add_component("bm25", InMemoryBM25Retriever(store, top_k=2))
+    p.add_component("embedder", BagOfWordsEmbedder())
+    p.add_component("dense", InMemoryEmbeddingRetriever(store, top_k=2))
+    p.add_component("joiner", DocumentJoiner(join_mode="reciprocal_rank_fusion"))
+    p.connect("embedder.embedding", "dense.query_embedding")
+    p.connect("bm25", "joiner")
+    p.connect("dense", "joiner")
+    p.run({"bm25": {"query": "solar electricity"}, "embedder": {"text": "solar electricity"}})
+    root = attrs(one(instrument.get_finished_spans(), "pipeline Pipeline"))
+    assert root[sc.COVERAGE_CORPUS_SIZE] == store.count_documents()
+    assert sc.COVERAGE_STORES not in root  # one store
+
+
 # --- rankers ---------------------------------------------------------------------------------------
 def test_lost_in_the_middle_classifies_dedup_top_k_and_word_budget(tracer_provider, span_exporter):
     # words: solar 6, wind 6, hydro 7, geo 8, coal 6, battery 9

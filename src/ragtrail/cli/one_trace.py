@@ -14,6 +14,7 @@ from rich.text import Text
 from ragtrail.cli.console import json_out, progress_bar, source_option, stdout
 from ragtrail.inspect import errors, render
 from ragtrail.inspect.gc_pause import gc_paused
+from ragtrail.inspect.insights import InsightSettings
 from ragtrail.inspect.manifest_model import Manifest
 from ragtrail.inspect.safe import plain
 
@@ -42,9 +43,19 @@ def _load(ref: str, source: str | None, timeout: float) -> Manifest:
     metavar="ID",
     help="One document's fate, stage by stage (rank, score, kept or excluded and why, content changes, cited).",
 )
+@click.option(
+    "--date-key",
+    default="updated_at",
+    show_default=True,
+    help="Metadata key (ragtrail.candidate.meta.KEY) holding a document's date (stale_citation).",
+)
+@click.option("--self-author", default=None, metavar="KEY=VALUE", help="Metadata marking content the system wrote itself (self_citation).")
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
-def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: int, show_all: bool, doc: str | None) -> int:
-    """Show the manifest of TRACE: query hops, stages, candidates, exclusions, citations, coverage, fidelity."""
+def show(
+    trace: str, source: str | None, timeout: float, as_json: bool, limit: int, show_all: bool, doc: str | None, date_key: str, self_author: str | None
+) -> int:
+    """Show the manifest of TRACE: query hops, stages, candidates, exclusions, citations, coverage, fidelity, and the insights."""
+    settings = _settings(date_key, self_author)
     manifest = _load(trace, source, timeout)
     if doc is not None:
         from ragtrail.inspect import doc_fate
@@ -58,7 +69,7 @@ def show(trace: str, source: str | None, timeout: float, as_json: bool, limit: i
     if as_json:
         json_out(manifest.as_dict())
     else:
-        render.show(stdout(), manifest, limit=10**9 if show_all else limit, max_stages=10**9 if show_all else 20)
+        render.show(stdout(), manifest, limit=10**9 if show_all else limit, max_stages=10**9 if show_all else 20, settings=settings)
     return errors.EXIT_OK
 
 
@@ -85,6 +96,16 @@ def _with_policy(m: dict[str, Any], trace: Any, policy: Any) -> dict[str, Any]:
         m["fidelity"]["alarms"].extend(a.as_dict() for a in checked.alarms)
         m["fidelity"]["notes"].extend(checked.notes)
     return m
+
+
+def _settings(date_key: str, self_author: str | None) -> InsightSettings:
+    """What the insights read: the date key, and ``KEY=VALUE`` marking the system's own content."""
+    if self_author is None:
+        return InsightSettings(date_key=date_key)
+    key, sep, value = self_author.partition("=")
+    if not sep or not key:
+        raise errors.UsageError(f"--self-author wants KEY=VALUE, got {self_author!r}", "e.g. --self-author author=assistant")
+    return InsightSettings(date_key=date_key, author_key=key.strip(), author_value=value.strip())
 
 
 def _print_verdict(out: Console, m: dict[str, Any]) -> None:

@@ -148,7 +148,7 @@ def freeze(evalset: EvalSet, runs: list[list[CaseRun]], *, pipeline: str | None 
         raise BaselineRefused(problems)
     cases = evalset.cases
     first = runs[0]
-    top = {r.case.id: list(r.observation.in_context) for r in first if r.observation is not None}
+    top = {r.case.id: list(r.observation.in_context) for r in first if r.observation is not None and r.observation.in_context is not None}
     per_run: list[dict[tuple[str, str], m.SliceValue]] = []
     per_case_rows: list[list[dict[str, float | None]]] = []
     for run in runs:

@@ -136,7 +136,7 @@ def _removed_by(ident: str, obs: Observation) -> tuple[str | None, str | None]:
 
 
 def movement(obs: Observation, top: list[str] | None) -> Movement:
-    if top is None:
+    if top is None or obs.in_context is None:
         return Movement(rbo=None)
     now = list(obs.in_context)
     left = tuple((i, *_removed_by(i, obs)) for i in top if i not in now)
@@ -372,7 +372,7 @@ def evaluate(
         if obs is not None:
             top = cases_base.get(run.case.id, {}).get("top")
             result.stages = survival_rows(run.case.relevant, obs)
-            result.in_context, result.cited, result.refused = tuple(obs.in_context), tuple(obs.cited), obs.refused
+            result.in_context, result.cited, result.refused = tuple(obs.in_context or ()), tuple(obs.cited), obs.refused
             result.movement = movement(obs, top)
             was = cases_base.get(run.case.id, {}).get("observation")
             if was is not None and (result.movement.rbo is None or result.movement.rbo < 1 or any(s.relevant_lost for s in result.stages)):

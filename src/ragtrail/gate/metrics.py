@@ -85,10 +85,10 @@ def case_values(case: EvalCase, obs: Observation, baseline_top: list[str] | None
     for stage in obs.stages:
         if stage.kind != "retrieve":
             values[survival_metric(stage.key)] = _share(rel, stage.ids)
-    values[IN_CONTEXT] = _share(rel, obs.in_context)
+    values[IN_CONTEXT] = None if obs.in_context is None else _share(rel, obs.in_context)  # unknown: not measured
     values[CITED] = _share(rel, obs.cited) if obs.cites else (0.0 if rel else None)
     values[REFUSAL] = None if obs.refused is None else float(obs.refused)
-    values[RBO] = None if baseline_top is None else rbo(obs.in_context, baseline_top)
+    values[RBO] = None if baseline_top is None or obs.in_context is None else rbo(obs.in_context, baseline_top)
     return values
 
 

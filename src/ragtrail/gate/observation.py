@@ -52,7 +52,7 @@ class Observation:
     trace_id: str
     stages: list[StageObservation]
     retrieved: list[str]
-    in_context: list[str]
+    in_context: list[str] | None  # None: no stage defined what reached the model (unknown, not empty)
     cited: list[str]
     cites: bool  # the pipeline records citations at all
     refused: bool | None
@@ -69,7 +69,7 @@ class Observation:
 
     def seen(self) -> set[str]:
         """Every id any evidence stage output or excluded."""
-        ids = set(self.retrieved) | set(self.in_context) | set(self.cited)
+        ids = set(self.retrieved) | set(self.in_context or ()) | set(self.cited)
         for s in self.stages:
             ids.update(s.ids)
             ids.update(e.id for e in s.excluded)
@@ -146,7 +146,7 @@ def observe(manifest: Manifest, relevant: tuple[str, ...] = (), resource: dict[s
         trace_id=manifest.trace_id,
         stages=stages,
         retrieved=[str(r.id) for r in manifest.retrieved if r.stage == sc.KIND_RETRIEVE] or [str(r.id) for r in manifest.retrieved],
-        in_context=[str(i) for i in manifest.in_context],
+        in_context=None if manifest.in_context is None else [str(i) for i in manifest.in_context],
         cited=[str(i) for i in manifest.cited],
         cites=cites,
         refused=answer.refused if isinstance(answer.refused, bool) else None,

@@ -159,6 +159,17 @@ def totals(side: SideSummary, other: SideSummary) -> dict[str, Any]:
     rs = list(side.by_query.values())
     known = [r for r in rs if r.refused is not None]
     refused = sum(1 for r in known if r.refused)
+    return {**_rates(side, rs, known, refused), "survival": survival_shares(side, other), "notes": side.notes}
+
+
+def survival_shares(side: SideSummary, other: SideSummary) -> list[dict[str, Any]]:
+    """Per stage of this side, the share of the other side's evidence (its cited documents, and what
+    reached its model where that is known) that the stage handed on, over the paired questions.
+
+    A share of the other side's evidence, never above 1: a component that runs several times for one
+    question (one run per hop) counts a document once, if any of its runs handed it on. ``traces``
+    is how many paired questions ran the stage; a question whose in-context set is unknown adds
+    nothing to the in-context share (``None`` when no question's is known)."""
     stage_counts: Counter[str] = Counter()
     survived_cited: Counter[str] = Counter()
     survived_context: Counter[str] = Counter()
@@ -167,17 +178,19 @@ def totals(side: SideSummary, other: SideSummary) -> dict[str, Any]:
         base = other.by_query.get(q)
         if base is None:
             continue
-        cited, context = set(base.cited), set(base.in_context)
+        cited, context = set(base.cited), set(base.in_context or ())
         cited_total += len(cited)
         context_total += len(context)
+        handed_on: dict[str, set[str]] = {}
         for s in r.stages:
             if s.kind in _MODEL_KINDS or s.kind == sc.KIND_QUERY_TRANSFORM:
                 continue
-            out = set(s.out_ids)
-            stage_counts[s.label] += 1
-            survived_cited[s.label] += len(cited & out)
-            survived_context[s.label] += len(context & out)
-    survival = [
+            handed_on.setdefault(s.label, set()).update(s.out_ids)
+        for label, out in handed_on.items():
+            stage_counts[label] += 1
+            survived_cited[label] += len(cited & out)
+            survived_context[label] += len(context & out)
+    return [
         {
             "stage": label,
             "traces": n,
@@ -186,6 +199,10 @@ def totals(side: SideSummary, other: SideSummary) -> dict[str, Any]:
         }
         for label, n in stage_counts.items()
     ]
+
+
+def _rates(side: SideSummary, rs: list[TraceRecord], known: list[TraceRecord], refused: int) -> dict[str, Any]:
+    """The side's counts and rates of refusal, degraded runs and fallbacks."""
     return {
         "name": side.name,
         "traces": side.traces,
@@ -199,8 +216,6 @@ def totals(side: SideSummary, other: SideSummary) -> dict[str, Any]:
         "degraded_rate": _rate(sum(1 for r in rs if r.degraded()), len(rs)),
         "fallback": sum(1 for r in rs if r.fallback()),
         "fallback_rate": _rate(sum(1 for r in rs if r.fallback()), len(rs)),
-        "survival": survival,
-        "notes": side.notes,
     }
 
 

@@ -39,26 +39,62 @@ def _nothing_read(retrieved: int, run_status: str | None, excluded: int) -> str:
     return f"nothing retrieved (run {run_status}): no claim is supported"
 
 
-def coverage(
-    corpus_size: int | None,
-    retrieved: int,
-    in_context: int,
-    cited: int,
-    *,
-    claim: str | None = None,
-    run_status: str | None = None,
-    approximate: bool = False,
-    stores: int | None = None,
-    excluded: int = 0,
-) -> Coverage:
-    """The manifest's ``coverage`` block: counts, ``exhaustive``, one statement, per-claim verdicts,
-    and the verdict for the claim the answer made when the app said which (``ragtrail.answer.claim``).
+#: the words for a context no stage defined (the recorder's count then stands for "every retrieved id")
+CONTEXT_UNKNOWN = "what reached the model is unknown: no budget, context or generate stage recorded it"
 
-    An empty result (nothing matched, the run did not fail), a failed retrieval (nothing retrieved
-    and the run failed) and a context failure (retrieved, then none reached the model) get
-    different words. An approximate corpus size never supports a claim about the whole corpus."""
-    read = in_context
-    exhaustive = corpus_size is not None and corpus_size > 0 and read >= corpus_size and not approximate
+
+def _unknown_claim(claim: str | None, claims: list[ClaimVerdict], retrieved: int, cited: int, of: str) -> AnswerClaim | None:
+    """The verdict for the answer's own claim when what reached the model is unknown: a presence
+    claim stands on what the answer cited, an absence claim never."""
+    if claim not in ("absence", "presence", "none"):
+        return None
+    said = f"{retrieved} retrieved of {of}; {CONTEXT_UNKNOWN}"
+    if claim == "none":
+        return AnswerClaim(claim, None, f"the answer makes no claim about the corpus ({said})")
+    row = next(c for c in claims if c.claim == ("absence" if claim == "absence" else "quote"))
+    if claim == "absence":
+        return AnswerClaim(claim, False, f"the answer claims absence: not supported ({said})", why=row.why)
+    verdict = f"supported by what it cited ({cited} cited; {said})" if row.supported else f"not supported (nothing cited; {said})"
+    return AnswerClaim(claim, row.supported, f"the answer claims presence: {verdict}", why=row.why)
+
+
+def _unknown_context(corpus_size: int | None, retrieved: int, cited: int, approximate: bool) -> tuple[list[ClaimVerdict], str, str]:
+    """The claims, statement and size words when what reached the model is unknown: only a quote of a
+    cited unit stands."""
+    claims = [
+        ClaimVerdict(
+            name,
+            example,
+            bool(cited) and not needs_all,
+            (f"needs only the units quoted ({cited} cited)" if cited and not needs_all else CONTEXT_UNKNOWN),
+        )
+        for name, example, needs_all in CLAIMS
+    ]
+    of = "a corpus of unknown size" if corpus_size is None else _of(corpus_size, approximate)
+    return claims, f"{CONTEXT_UNKNOWN} ({retrieved} retrieved of {of}): an absence claim is not supported", of
+
+
+def _unknown_coverage(corpus_size: int | None, retrieved: int, cited: int, *, claim: str | None, approximate: bool, stores: int | None) -> Coverage:
+    """The coverage block when what reached the model is unknown (something was retrieved, no stage
+    said what of it reached the model)."""
+    unknown, said, of = _unknown_context(corpus_size, retrieved, cited, approximate)
+    answered = _unknown_claim(claim, unknown, retrieved, cited, of)
+    return Coverage(
+        corpus_size=corpus_size,
+        approximate=approximate,
+        stores=stores,
+        retrieved=retrieved,
+        in_context=None,
+        cited=cited,
+        exhaustive=False,
+        statement=answered.statement if answered is not None else said,
+        claims=unknown,
+        answer_claim=answered,
+    )
+
+
+def _claims(read: int, cited: int, corpus_size: int | None, *, exhaustive: bool, approximate: bool) -> list[ClaimVerdict]:
+    """Whether ``read`` units (of ``corpus_size``) support each type of claim, and why."""
     claims: list[ClaimVerdict] = []
     for name, example, needs_all in CLAIMS:
         if read == 0:
@@ -74,6 +110,36 @@ def coverage(
         else:
             ok, why = False, f"asserts something about the {corpus_size - read} units never read"
         claims.append(ClaimVerdict(name, example, ok, why))
+    return claims
+
+
+def coverage(
+    corpus_size: int | None,
+    retrieved: int,
+    in_context: int | None,
+    cited: int,
+    *,
+    claim: str | None = None,
+    run_status: str | None = None,
+    approximate: bool = False,
+    stores: int | None = None,
+    excluded: int = 0,
+) -> Coverage:
+    """The manifest's ``coverage`` block: counts, ``exhaustive``, one statement, per-claim verdicts,
+    and the verdict for the claim the answer made when the app said which (``ragtrail.answer.claim``).
+
+    An empty result (nothing matched, the run did not fail), a failed retrieval (nothing retrieved
+    and the run failed) and a context failure (retrieved, then none reached the model) get
+    different words. An approximate corpus size never supports a claim about the whole corpus.
+    ``in_context`` is ``None`` when no stage defined what reached the model: then nothing is read
+    for certain, and no claim that needs the context is supported."""
+    if in_context is None and not retrieved:
+        in_context = 0  # nothing was retrieved: nothing from the corpus can have reached the model
+    if in_context is None:
+        return _unknown_coverage(corpus_size, retrieved, cited, claim=claim, approximate=approximate, stores=stores)
+    read = in_context
+    exhaustive = corpus_size is not None and corpus_size > 0 and read >= corpus_size and not approximate
+    claims = _claims(read, cited, corpus_size, exhaustive=exhaustive, approximate=approximate)
     if read == 0:
         statement = _nothing_read(retrieved, run_status, excluded)
     elif exhaustive:

@@ -12,16 +12,28 @@ from typing import Any
 
 from ragtrail.contract import semconv as sc
 
+from .coverage import CONTEXT_UNKNOWN
 from .errors import TraceNotFound
-from .manifest_model import Manifest
+from .manifest_model import Manifest, Stage
+
+
+def _in_run_order(stages: list[Stage]) -> list[tuple[int, Stage]]:
+    """The stages (with their manifest index) in the order their outputs were made: by end time, so
+    that inner stages come before the outer stage that ran them (it starts first, but hands on
+    last); the manifest's order on a tie, or when a stage carries no time."""
+    indexed = list(enumerate(stages))
+    if any(not s.start_ns for s in stages):
+        return indexed
+    return sorted(indexed, key=lambda p: (p[1].start_ns + round(p[1].duration_ms * 1e6), p[0]))
 
 
 def fate(manifest: Manifest, doc_id: str) -> dict[str, Any]:
-    """``{"id", "steps": [...], "cited", "verdict"}``; raises TraceNotFound when no stage saw the id."""
+    """``{"id", "steps": [...], "cited", "in_context", "verdict"}`` (``in_context`` is ``None`` when no
+    stage defined what reached the model); raises TraceNotFound when no stage saw the id."""
     steps: list[dict[str, Any]] = []
     last_sha: str | None = None
     last_seen: dict[str, Any] | None = None
-    for i, s in enumerate(manifest.stages):
+    for i, s in _in_run_order(manifest.stages):
         row = next((c for c in s.candidates if c.id == doc_id), None)
         ex = next((e for e in s.excluded if e.id == doc_id), None)
         step: dict[str, Any] = {"index": i, "stage": s.label, "kind": s.kind, "status": s.status}
@@ -48,10 +60,12 @@ def fate(manifest: Manifest, doc_id: str) -> dict[str, Any]:
             "check the id (ragtrail show TRACE lists every candidate with --all)",
         )
     cited = doc_id in manifest.cited
-    in_context = doc_id in manifest.in_context
+    in_context = None if manifest.in_context is None else doc_id in manifest.in_context
     last = next(st for st in reversed(steps) if st["state"] != "absent")
     if cited:
         verdict = "cited by the answer"
+    elif last["state"] == "kept" and in_context is None:
+        verdict = f"last handed on by {last['stage']}; {CONTEXT_UNKNOWN}"
     elif in_context:
         verdict = "reached the context, not cited"
     elif last["state"] == "excluded":
@@ -59,6 +73,10 @@ def fate(manifest: Manifest, doc_id: str) -> dict[str, Any]:
     else:
         verdict = f"last seen at {last['stage']}; did not reach the context"
     return {"trace_id": manifest.trace_id, "id": doc_id, "steps": steps, "cited": cited, "in_context": in_context, "verdict": verdict}
+
+
+def _rank(rank: Any) -> str:
+    return "unknown" if rank is None else str(rank)
 
 
 def render(console: Any, f: dict[str, Any]) -> None:
@@ -72,10 +90,12 @@ def render(console: Any, f: dict[str, Any]) -> None:
         head = f"  {st['index']:>2} {plain(st['stage'])}"
         if st["state"] == "kept":
             score = "" if st["score"] is None else f", score {st['score']:.4g}"
-            body = f"kept, rank {st['rank']} of {st['of']}{score}"
+            body = f"kept, output rank {st['rank']} of {st['of']}{score}"
             style = "green"
         elif st["state"] == "excluded":
-            body = f"EXCLUDED: {plain(st.get('reason'))}" + (f" ({plain(st['detail'])})" if st.get("detail") else "")
+            body = f"EXCLUDED from input rank {_rank(st.get('rank'))}, cut: {plain(st.get('reason'))}" + (
+                f" ({plain(st['detail'])})" if st.get("detail") else ""
+            )
             style = "yellow"
         else:
             body, style = "not present", "dim"

@@ -90,15 +90,49 @@ def _stale(c: Row, u: Row, date_key: str, label: str) -> dict[str, Any]:
     }
 
 
+def _furthest(manifest: Manifest, rows: dict[str, Row], date_key: str) -> str:
+    """Of the newer candidates (by id), the newest (the current version), and of those the one
+    handed on by the latest stage (the first of them on a tie)."""
+    when = {ident: _when((row.meta or {}).get(date_key)) for ident, row in rows.items()}
+    ids = [i for i in rows if not any(_earlier(w, v) for v in when.values() if (w := when[i]) is not None and v is not None)]
+    last = {ident: max((i for i, s in enumerate(manifest.stages) if any(c.id == ident for c in s.candidates)), default=-1) for ident in ids}
+    return max(ids, key=lambda ident: (last[ident], -ids.index(ident)))
+
+
+def _fate_of(manifest: Manifest, ident: str) -> dict[str, Any]:
+    """Where the newer candidate got to: the last stage that handed it on (and its output rank), and
+    the stage that then cut it, with the reason and detail it gave (``None`` when none did)."""
+    kept = [(s, c) for s in manifest.stages for c in s.candidates if c.id == ident and s.kind not in (sc.KIND_CITE, sc.KIND_GENERATE)]
+    stage, row = kept[-1]
+    after = manifest.stages[manifest.stages.index(stage) + 1 :]
+    cut = next(((s, e) for s in after for e in s.excluded if e.id == ident), None)
+    out: dict[str, Any] = {"furthest": stage.label, "furthest_rank": row.rank}
+    out.update(cut_at=None, cut_input_rank=None, cut_reason=None, cut_detail=None)
+    if cut is not None:
+        out.update(cut_at=cut[0].label, cut_input_rank=cut[1].rank, cut_reason=cut[1].reason, cut_detail=cut[1].detail)
+    return out
+
+
+def _evidence(f: dict[str, Any]) -> str:
+    """One line: how far the newer candidate got and what removed it."""
+    went = f"{f['newer']} got as far as {f['furthest']} (output rank {f['furthest_rank']})"
+    if f["cut_at"] is None:
+        return f"{went}; no stage recorded cutting it"
+    detail = f" ({f['cut_detail']})" if f["cut_detail"] else ""
+    return f"{went}, then was cut at {f['cut_at']} from input rank {f['cut_input_rank']}: {f['cut_reason']}{detail}"
+
+
 def stale_citations(manifest: Manifest, date_key: str) -> list[dict[str, Any]]:
-    """One finding per cited document: the best-ranked newer, uncited candidate it outranked, at the
-    first stage where that happened (``stages`` lists every stage where it held)."""
+    """One finding per cited document: of the newer, uncited candidates it outranked at some stage,
+    the newest (the current version), and of those the one that got furthest (the story is where the
+    current document was lost), with the first
+    stage where the cited one outranked it (``stages`` lists every stage where it did), the last
+    stage that handed it on and the stage and reason that then removed it (``evidence``)."""
     cited = set(manifest.cited)
-    found: dict[str, dict[str, Any]] = {}
+    outranked: dict[str, dict[str, list[tuple[Row, Row, str]]]] = {}
     for stage in manifest.stages:
         if stage.kind in (sc.KIND_CITE, sc.KIND_GENERATE):
             continue
-        label = stage.label
         dated = [(c, _when((c.meta or {}).get(date_key))) for c in stage.candidates if isinstance(c.rank, int)]
         for c, when_c in dated:
             if c.id not in cited or when_c is None:
@@ -106,13 +140,19 @@ def stale_citations(manifest: Manifest, date_key: str) -> list[dict[str, Any]]:
             newer = sorted(
                 (u for u, when_u in dated if u.id not in cited and when_u is not None and _rank(c) < _rank(u) and _earlier(when_c, when_u)), key=_rank
             )
-            if not newer:
-                continue
-            if c.id in found:
-                found[c.id]["stages"].append(label)
-                continue
-            found[c.id] = _stale(c, newer[0], date_key, label)
-    return list(found.values())
+            for u in newer:
+                outranked.setdefault(c.id, {}).setdefault(u.id, []).append((c, u, stage.label))
+    found: list[dict[str, Any]] = []
+    for by_newer in outranked.values():
+        newer_id = _furthest(manifest, {ident: seen[0][1] for ident, seen in by_newer.items()}, date_key)
+        seen = by_newer[newer_id]
+        c, u, label = seen[0]
+        finding = _stale(c, u, date_key, label)
+        finding["stages"] = list(dict.fromkeys(at for _, _, at in seen))
+        finding.update(_fate_of(manifest, newer_id))
+        finding["evidence"] = _evidence(finding)
+        found.append(finding)
+    return found
 
 
 def echoes(manifest: Manifest) -> list[dict[str, Any]]:
@@ -204,6 +244,15 @@ def silent_fallbacks(manifest: Manifest) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def checked(settings: InsightSettings | None = None) -> str:
+    """What :func:`insights` looked for under ``settings`` (so that "none found" is not read as more)."""
+    settings = settings or InsightSettings()
+    author = f"{settings.author_key}={settings.author_value}" if settings.author_key else None
+    return f"{STALE_CITATION} (by meta.{settings.date_key}), {ECHO}, {SILENT_FALLBACK}" + (
+        f", {SELF_CITATION} ({author})" if author else f"; {SELF_CITATION} not checked (no author given)"
+    )
 
 
 def insights(manifest: Manifest, settings: InsightSettings | None = None) -> list[dict[str, Any]]:

@@ -337,9 +337,43 @@ def _retrieved(stages: list[Stage], cited: dict[str, None]) -> dict[str, Retriev
     return retrieved
 
 
-def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, int, int, int]) -> Coverage:
-    """The coverage block from the pipeline's stamps (``pa``), the manifest's own ``counts`` (retrieved,
-    in context, cited, excluded) standing in for a stamp the trace does not carry."""
+_CONTEXT_KINDS = (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET, sc.KIND_GENERATE)
+_READ_KINDS = (sc.KIND_RETRIEVE, sc.KIND_FUSE, sc.KIND_SPLIT)
+
+
+def _context(stages: list[Stage], pipeline: Stage | None) -> list[str] | None:
+    """What reached the model, only from what defines it: the last rerank, filter or budget stage, or
+    generate stage that recorded its inputs (with every earlier generate stage's: each was a model
+    call); else the documents the pipeline returned; else ``None``
+    (unknown: never "every retrieved id", which would call a cut document read)."""
+    defining = [s for s in stages if s.kind in _CONTEXT_KINDS and (s.kind != sc.KIND_GENERATE or s.n_in or s.candidates or s.excluded)]
+    if defining:
+        # each earlier generate stage was a model call too (a sub-question's answer): its inputs reached a model
+        earlier = [c.id for s in defining[:-1] if s.kind == sc.KIND_GENERATE for c in s.candidates]
+        return list(dict.fromkeys([c.id for c in defining[-1].candidates] + earlier))
+    if pipeline is not None and pipeline.candidates:
+        return [c.id for c in pipeline.candidates]
+    return None
+
+
+def _corpus_units(in_context: list[str] | None, stages: list[Stage]) -> int | None:
+    """How many of the in-context ids are units read from the corpus: when the trace records its
+    reads (a retrieve, fuse or split stage), an id none of them handed on (nor one it was derived
+    from) was generated in the run (a sub-answer) or came from elsewhere, and is no corpus unit."""
+    if in_context is None:
+        return None
+    read = {c.id for s in stages if s.kind in _READ_KINDS for c in s.candidates}
+    if not read:
+        return len(in_context)
+    derived = {c.id for s in stages for c in s.candidates if c.derived_from is not None and {str(d) for d in _as_list(c.derived_from)} & read}
+    return sum(1 for ident in dict.fromkeys(in_context) if ident in read or ident in derived)
+
+
+def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, int | None, int, int]) -> Coverage:
+    """The coverage block from the pipeline's stamps (``pa``) and the manifest's own ``counts`` (retrieved,
+    corpus units in context or ``None`` when unknown, cited, excluded): the other counts stand in for a
+    stamp the trace does not carry; what reached the model is the manifest's own (the recorder stamps
+    every retrieved id when no stage defined the context)."""
     retrieved, in_context, cited, excluded = counts
     corpus = _int(pa.get(sc.COVERAGE_CORPUS_SIZE))
     if corpus is None:
@@ -347,7 +381,6 @@ def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, int, in
         sizes = [s for s in stated if s is not None]
         corpus = max(sizes) if sizes else None
     n_retrieved = _int(pa.get(sc.COVERAGE_RETRIEVED))
-    n_in_context = _int(pa.get(sc.COVERAGE_IN_CONTEXT))
     n_cited = _int(pa.get(sc.COVERAGE_CITED))
     claim = pa.get(sc.ANSWER_CLAIM)
     run_status = pa.get(sc.RUN_STATUS)
@@ -357,7 +390,7 @@ def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, int, in
     return coverage(
         corpus,
         n_retrieved if n_retrieved is not None else retrieved,
-        n_in_context if n_in_context is not None else in_context,
+        in_context,
         n_cited if n_cited is not None else cited,
         claim=claim if isinstance(claim, str) else None,
         run_status=run_status if isinstance(run_status, str) else None,
@@ -396,12 +429,11 @@ def build(trace: Trace, key: bytes | None = None) -> Manifest:
     cited = _cited(stitched, stages)
     retrieved = _retrieved(stages, cited)
     excluded = [Excluded(e.id, s.kind, s.component, e.reason, e.detail) for s in stages for e in s.excluded]
-    context_stages = [s for s in stages if s.kind in (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET)]
-    in_context_ids = [c.id for c in context_stages[-1].candidates] if context_stages else list(retrieved)
+    in_context_ids = _context(stages, pipeline)
     if not pa:
         # no pipeline span: a retrieval root that wrote the run's coverage speaks for it
         pa = next((v.attributes for v in stitched.stages if v.span.parent_span_id is None and sc.COVERAGE_RETRIEVED in v.attributes), {})
-    cover = _coverage(stitched, pa, (len(retrieved), len(in_context_ids), len(cited), len(excluded)))
+    cover = _coverage(stitched, pa, (len(retrieved), _corpus_units(in_context_ids, stages), len(cited), len(excluded)))
     return Manifest(
         trace_id=trace.trace_id,
         source=trace.source,

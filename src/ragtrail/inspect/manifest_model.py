@@ -258,7 +258,7 @@ class Coverage:
     approximate: bool = False
     stores: int | None = None
     retrieved: int = 0
-    in_context: int = 0
+    in_context: int | None = 0  # None: no stage defined what reached the model
     cited: int = 0
     exhaustive: bool = False
     statement: str = ""
@@ -320,7 +320,7 @@ class Manifest:
     retrieved: list[Retrieved] = field(default_factory=list)
     excluded: list[Excluded] = field(default_factory=list)
     cited: list[str] = field(default_factory=list)
-    in_context: list[str] = field(default_factory=list)
+    in_context: list[str] | None = field(default_factory=list)  # None: unknown (no stage defined the context)
     survival: list[Survival] = field(default_factory=list)
     coverage: Coverage = field(default_factory=Coverage)
     fidelity: Fidelity = field(default_factory=Fidelity)

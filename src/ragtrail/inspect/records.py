@@ -81,7 +81,7 @@ class TraceRecord:
     weighted: bool
     stages: list[StageRecord]
     cited: tuple[str, ...]
-    in_context: tuple[str, ...]
+    in_context: tuple[str, ...] | None  # None: no stage defined what reached the model
     corpus_size: int | None
     findings: list[str]
     insights: list[dict[str, Any]]
@@ -121,7 +121,7 @@ class TraceRecord:
             "adjusted_count": self.weight if self.weighted else None,
             "stages": [s.as_dict() for s in self.stages],
             "cited": list(self.cited),
-            "in_context": list(self.in_context),
+            "in_context": None if self.in_context is None else list(self.in_context),
             "findings": self.findings,
             "insights": self.insights,
             "alarms": self.alarms,
@@ -172,7 +172,7 @@ def from_manifest(m: Manifest, trace: Trace | None = None, settings: InsightSett
         weighted=isinstance(adjusted, (int, float)) and adjusted > 0,
         stages=[_stage_record(s) for s in m.stages],
         cited=tuple(_i(c) for c in m.cited),
-        in_context=tuple(_i(c) for c in m.in_context),
+        in_context=None if m.in_context is None else tuple(_i(c) for c in m.in_context),
         corpus_size=m.coverage.corpus_size,
         findings=m.findings,
         insights=insights(m, settings),

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .fidelity import Alarm, Fidelity
+from .insights import InsightSettings, checked, insights
 from .manifest_model import Hop, Manifest, QueryHop, Row, Stage
 from .safe import plain
 
@@ -69,6 +70,8 @@ def _stage_details(s: Stage) -> list[Text]:
 
 def _hop_text(hop: Hop | QueryHop | dict[str, Any]) -> str:
     text, sha = (hop.get("text"), hop.get("sha256")) if isinstance(hop, dict) else (hop.text, hop.sha256)
+    if isinstance(text, str) and text and not text.strip():
+        return f"(whitespace only, {len(text)} chars)"  # collapsed, it would read as an empty query
     if text is not None:
         return f'"{_short(text, 80)}"'
     if sha:
@@ -85,8 +88,10 @@ def _heading(title: str, rest: str = "", newline: bool = True) -> Text:
     return Text.assemble("\n" if newline else "", (title, "bold"), rest)
 
 
-def show(console: Console, m: Manifest, limit: int = 10, max_stages: int = 20) -> None:
-    """The manifest: hops, stages with counts, candidates, exclusions, citations, coverage, fidelity, sampling.
+def show(console: Console, m: Manifest, limit: int = 10, max_stages: int = 20, settings: InsightSettings | None = None) -> None:
+    """The manifest: hops, stages with counts, candidates, exclusions, citations, coverage, fidelity,
+    sampling, then the story: the findings and the insights that need no eye, each with its evidence
+    (``settings``: the date key and author the insights read).
 
     ``limit`` caps the rows per table, ``max_stages`` the hops, stage rows and per-stage tables shown
     (a batch trace can hold thousands): every cut is announced, and ``--all``/``--json`` show everything."""
@@ -108,6 +113,19 @@ def show(console: Console, m: Manifest, limit: int = 10, max_stages: int = 20) -
             console.print(Text(f"  • {plain(f)}", style="yellow"))
         if len(m.findings) > max_stages:
             console.print(Text(f"  … {len(m.findings) - max_stages} more findings (--all shows every one)", style="dim"))
+    _insights(console, insights(m, settings), checked(settings))
+
+
+def _insights(console: Console, found: list[dict[str, Any]], looked_for: str) -> None:
+    """Each insight's one line and its evidence; or what was looked for, when none was found."""
+    if not found:
+        console.print(_heading("Insights", f": none found (looked for {plain(looked_for)})", newline=False))
+        return
+    console.print(_heading("Insights", ":", newline=False))
+    for i in found:
+        console.print(Text(f"  • {plain(i['insight'])}: {plain(i['said'])}", style="yellow"))
+        if i.get("evidence"):
+            console.print(Text(f"    {plain(i['evidence'])}", style="yellow"))
 
 
 def _header(console: Console, m: Manifest) -> str:
@@ -128,12 +146,20 @@ def _hops(console: Console, hops: list[QueryHop], max_stages: int) -> None:
     console.print(_heading("Query hops", " (raw → rewritten → what hit the index)"))
     for hop in hops[:max_stages]:
         origin = plain(hop.transform) if hop.parent_hop is None else f"{plain(hop.transform)} of hop {_num(hop.parent_hop)}"
-        mark = " → index" if hop.hit_index else ""
+        mark = (" → index" if hop.hit_index else "") + _cut_on_the_way(hop)
         console.print(Text.assemble(f"  hop {_num(hop.hop)}  ", (origin, "cyan"), f"  {_hop_text(hop)}{mark}"))
         if hop.used_by:
             console.print(Text(f"         used by {', '.join(plain(u) for u in hop.used_by)}", style="dim"))
     if len(hops) > max_stages:
         console.print(Text(f"  … {len(hops) - max_stages} more hops (--all shows every one)", style="dim"))
+
+
+def _cut_on_the_way(hop: QueryHop) -> str:
+    """A hop whose text arrived shorter than the length its producer stamped was cut on the way (the
+    SDK's attribute limit, a formatter, a Collector): said where the text is printed."""
+    if isinstance(hop.text, str) and isinstance(hop.chars, int) and not isinstance(hop.chars, bool) and len(hop.text) < hop.chars:
+        return f"  [cut on the way: {len(hop.text)} of {hop.chars} chars arrived]"
+    return ""
 
 
 def _stage_table(console: Console, stages: list[Stage], max_stages: int, run_status: str) -> None:
@@ -210,11 +236,12 @@ def _candidates(console: Console, rows: list[Row], cited: set[str], limit: int) 
 
 def _exclusions(console: Console, rows: list[Row], limit: int) -> None:
     t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, title_justify="left")
-    for col in ("excluded", "rank", "reason", "detail"):
-        t.add_column(col)
+    for col in ("excluded", "input rank", "cut"):
+        t.add_column(col, justify="right" if col == "input rank" else "left")
     for e in rows[:limit]:
         reason_style = "red" if e.reason == "unexplained" else "yellow"
-        t.add_row(Text(plain(e.id)), Text(_num(e.rank)), Text(plain(e.reason), style=reason_style), Text(_short(e.detail, 60)))
+        detail = f" ({_short(e.detail, 60)})" if e.detail else ""
+        t.add_row(Text(plain(e.id)), Text(_num(e.rank)), Text.assemble((plain(e.reason), reason_style), detail))
     console.print(t)
     if len(rows) > limit:
         console.print(Text(f"  … {len(rows) - limit} more exclusions (--all shows every one)", style="dim"))

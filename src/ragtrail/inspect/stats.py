@@ -122,7 +122,7 @@ class Stats:
             self.refused += w * r.refused
         for i in r.insights:
             self.insights[i["insight"]] += w
-        if r.corpus_size:
+        if r.corpus_size and r.in_context is not None:
             self.corpus_known += w
             self.read_fraction_sum += w * min(1.0, len(r.in_context) / r.corpus_size)
             self.exhaustive += w * (len(r.in_context) >= r.corpus_size)

@@ -42,7 +42,7 @@ class TextRetriever(HaystackCall):
         store = getattr(instance, "document_store", None)
         count = getattr(store, "count_documents", None)
         if callable(count):
-            s.corpus_size(guard("haystack.count_documents", count))
+            s.corpus_size(guard("haystack.count_documents", count), store=store)  # one store read by two retrievers counts once
         self.hop = hop
 
     def vector_receipt(self, s: Stage, bound: dict[str, Any]) -> None:
