@@ -192,4 +192,5 @@ def test_faiss_under_langchain_is_one_store_under_the_docstore_ids(tmp_path):
     ids = [d.id for d in docs]
     assert [c["id"] for c in langchain_stage["candidates"]] == [c["id"] for c in faiss_stage["candidates"]] == ids
     coverage = manifest["coverage"]
-    assert (coverage["corpus_size"], coverage["retrieved"], coverage["in_context"]) == (3, 2, 2)
+    # no budget, context or generate stage defined what reached a model: unknown, not "every retrieved id" (issue 24)
+    assert (coverage["corpus_size"], coverage["retrieved"], coverage["in_context"]) == (3, 2, None)
