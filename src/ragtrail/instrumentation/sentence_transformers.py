@@ -52,10 +52,6 @@ def _record_rank(s: Stage, request: RerankArgs, result: Any) -> None:
     s.outputs(ranked(s, request, ((r.get("corpus_id"), r.get("score"), r) for r in result if isinstance(r, dict))))
 
 
-def _is_pair(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and len(value) == 2 and not isinstance(value[0], (list, tuple))
-
-
 def _same(a: Any, b: Any) -> bool:
     try:
         return a is b or bool(a == b)
