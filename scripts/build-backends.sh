@@ -94,6 +94,8 @@ exporters:
   - gomod: $core/exporter/debugexporter $OTELCOL_CORE_VERSION
   - gomod: $contrib/exporter/fileexporter $OTELCOL_CONTRIB_VERSION
   - gomod: $contrib/exporter/loadbalancingexporter $OTELCOL_CONTRIB_VERSION
+  - gomod: $contrib/exporter/clickhouseexporter $OTELCOL_CONTRIB_VERSION
+  - gomod: $contrib/exporter/prometheusexporter $OTELCOL_CONTRIB_VERSION
 replaces:
   # loadbalancingexporter's aws_cloud_map resolver wants servicediscovery v1.48.0, which the Go
   # module proxy here refuses (403); v1.40.2 is served and has the same DiscoverInstances API.
