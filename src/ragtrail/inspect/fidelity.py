@@ -64,6 +64,16 @@ class Fidelity:
     def count(self, verdict: str) -> None:
         setattr(self, verdict, getattr(self, verdict) + 1)
 
+    def damaged_rows(self) -> dict[tuple[str, str], str]:
+        """``(span id, candidate id)`` → what is wrong with that row, for every alarm that names a
+        candidate: the readers mark a damaged row where they print it, not only in the fidelity
+        footer. The first alarm of a row names it; the footer lists every one."""
+        out: dict[tuple[str, str], str] = {}
+        for a in self.alarms:
+            if a.candidate:
+                out.setdefault((a.span_id, a.candidate), f"{a.problem}: {a.field}")
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "intact": self.intact,

@@ -190,6 +190,7 @@ def _stage_table(console: Console, stages: list[Stage], max_stages: int, run_sta
 def _stage_rows(console: Console, m: Manifest, limit: int, max_stages: int) -> None:
     """Each stage's candidate and exclusion tables, up to ``max_stages`` stages of ``limit`` rows."""
     cited = set(m.cited)
+    damaged = m.fidelity.damaged_rows()
     shown = 0
     for i, s in enumerate(m.stages):
         details = _stage_details(s)
@@ -214,13 +215,20 @@ def _stage_rows(console: Console, m: Manifest, limit: int, max_stages: int) -> N
         )
         for line in details:
             console.print(line)
+        marks = {cand: why for (span, cand), why in damaged.items() if span == s.span_id}
         if s.candidates:
-            _candidates(console, s.candidates, cited, limit)
+            _candidates(console, s.candidates, cited, limit, marks)
         if s.excluded:
-            _exclusions(console, s.excluded, limit)
+            _exclusions(console, s.excluded, limit, marks)
 
 
-def _candidates(console: Console, rows: list[Row], cited: set[str], limit: int) -> None:
+def _damage(marks: dict[str, str], row_id: str) -> Text:
+    """The row's damage as verify named it (red), or nothing."""
+    why = marks.get(row_id)
+    return Text(f" DAMAGED ({plain(why)})", style="bold red") if why else Text("")
+
+
+def _candidates(console: Console, rows: list[Row], cited: set[str], limit: int, marks: dict[str, str]) -> None:
     t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
     for col in ("rank", "id", "score", "hop", "meta", ""):
         t.add_column(col, justify="right" if col in ("rank", "score", "hop") else "left")
@@ -228,20 +236,21 @@ def _candidates(console: Console, rows: list[Row], cited: set[str], limit: int) 
         flag = "cited" if c.id in cited else ""
         if c.transform_rule:
             flag = (flag + " " if flag else "") + plain(c.transform_rule)
-        t.add_row(Text(_num(c.rank)), Text(plain(c.id)), Text(_score(c.score)), Text(_num(c.hop)), Text(_meta(c.meta)), Text(flag, style="green"))
+        flags = Text.assemble(Text(flag, style="green"), _damage(marks, c.id))
+        t.add_row(Text(_num(c.rank)), Text(plain(c.id)), Text(_score(c.score)), Text(_num(c.hop)), Text(_meta(c.meta)), flags)
     console.print(t)
     if len(rows) > limit:
         console.print(Text(f"  … {len(rows) - limit} more candidates (--all shows every one)", style="dim"))
 
 
-def _exclusions(console: Console, rows: list[Row], limit: int) -> None:
+def _exclusions(console: Console, rows: list[Row], limit: int, marks: dict[str, str]) -> None:
     t = Table(box=box.SIMPLE, show_edge=False, pad_edge=False, title_justify="left")
     for col in ("excluded", "input rank", "cut"):
         t.add_column(col, justify="right" if col == "input rank" else "left")
     for e in rows[:limit]:
         reason_style = "red" if e.reason == "unexplained" else "yellow"
         detail = f" ({_short(e.detail, 60)})" if e.detail else ""
-        t.add_row(Text(plain(e.id)), Text(_num(e.rank)), Text.assemble((plain(e.reason), reason_style), detail))
+        t.add_row(Text(plain(e.id)), Text(_num(e.rank)), Text.assemble((plain(e.reason), reason_style), detail, _damage(marks, e.id)))
     console.print(t)
     if len(rows) > limit:
         console.print(Text(f"  … {len(rows) - limit} more exclusions (--all shows every one)", style="dim"))

@@ -17,6 +17,8 @@ from .manifest_model import Manifest, Survival
 
 _BAR_WIDTH = 520
 _ROW_HEIGHT = 34
+#: captured text shown per row in the page (the embedded manifest keeps the whole preview)
+_PREVIEW_CHARS = 280
 
 
 def funnel(survival: Sequence[Survival]) -> dict[str, Any]:
@@ -47,7 +49,14 @@ def _environment() -> jinja2.Environment:
 def render(manifest: Manifest, limit: int = 200) -> str:
     """The report as one HTML string (the template reads the manifest's JSON, which it also embeds)."""
     template = _environment().get_template("report.html.j2")
-    return template.render(m=manifest.as_dict(), funnel=funnel(manifest.survival), limit=limit, cited=set(manifest.cited))
+    return template.render(
+        m=manifest.as_dict(),
+        funnel=funnel(manifest.survival),
+        limit=limit,
+        cited=set(manifest.cited),
+        damaged=manifest.fidelity.damaged_rows(),
+        preview_chars=_PREVIEW_CHARS,
+    )
 
 
 def write(manifest: Manifest, path: str | Path, limit: int = 200) -> Path:
