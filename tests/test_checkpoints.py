@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from opentelemetry import trace
@@ -25,6 +26,7 @@ from ragtrail.contract import checkpoints as cp
 from ragtrail.contract import semconv as sc
 from ragtrail.export.local_store import LocalStoreSpanExporter
 from ragtrail.export.whole_trace import WholeTraceSpanProcessor
+from ragtrail.inspect.sources import TempoSource
 from ragtrail.sampling import RagtrailSampler
 from test_cli_errors import assert_one_line_error
 from test_cli_errors import ragtrail as cli
@@ -88,6 +90,72 @@ def rewrite_store(store: Path, drop: set[str], rescore: str, copy: str, new_id: 
     (store / "traces-99990101T000000000000Z-1.jsonl").write_text(json.dumps(forged) + "\n")
 
 
+class StoreAsTempo:
+    """A loopback server answering Tempo's ``/api/search`` and ``/api/v2/traces/{id}`` from a local store's
+    files (there is no Tempo binary here: Grafana Tempo is AGPL), as the Tempo source's tests do."""
+
+    def __init__(self, store: Path) -> None:
+        self.spans: dict[str, list[Any]] = {}
+        for path in sorted(store.glob("traces-*.jsonl")):
+            for line in path.read_text().splitlines():
+                for rs in json.loads(line)["resourceSpans"]:
+                    for ss in rs["scopeSpans"]:
+                        for span in ss["spans"]:
+                            self.spans.setdefault(span["traceId"], []).append({"resource": rs["resource"], "scopeSpans": [{**ss, "spans": [span]}]})
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                status, body = fake.answer(self.path)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def start(self, trace_id: str) -> int:
+        return min(int(rs["scopeSpans"][0]["spans"][0]["startTimeUnixNano"]) for rs in self.spans[trace_id])
+
+    def answer(self, raw: str) -> tuple[int, Any]:
+        url = urlsplit(raw)
+        params = {k: v[0] for k, v in parse_qs(url.query).items()}
+        if url.path == "/api/search":
+            lo, hi = int(params.get("start", 0)) * 10**9, (int(params.get("end", 2**33)) + 1) * 10**9
+            hits = [t for t in self.spans if lo <= self.start(t) < hi][: int(params.get("limit", 20))]
+            return 200, {"traces": [{"traceID": t, "startTimeUnixNano": str(self.start(t))} for t in hits]}
+        trace_id = url.path.rsplit("/", 1)[1]
+        if url.path.startswith("/api/v2/traces/") and trace_id in self.spans:
+            return 200, {"trace": {"resourceSpans": self.spans[trace_id]}, "status": "COMPLETE"}
+        return 404, {"error": "trace not found"}
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def tampered_lines(checkpoints: Path, source: str, dropped: list[str], rescored: str, new_id: str) -> list[str]:
+    """What ``verify --checkpoints`` prints for the tampered source (whatever backend holds it)."""
+    missing = [
+        f"MISSING trace={t}: checkpointed (producer {where(checkpoints, t)[0]}, checkpoint {where(checkpoints, t)[1]}), not in {source}"
+        for t in dropped
+    ]
+    return [
+        *missing,
+        f"ALTERED trace={rescored}: 1 of 6 stage receipts differ from the checkpointed ones",
+        f"NOT CHECKPOINTED trace={new_id}: in {source} within the checkpointed time, in no checkpoint",
+        f"FAIL 50 traces checkpointed by 1 producer in 3 checkpoints ({span_time(checkpoints)}): 47 present, 3 missing, 1 altered, "
+        "1 not checkpointed; 0 counted lost, 0 sampled out at the head",
+    ]
+
+
 def test_verify_checkpoints_names_the_missing_the_altered_and_the_never_checkpointed(tmp_path: Path) -> None:
     store, checkpoints = tmp_path / "store", tmp_path / "checkpoints.jsonl"
     ids = export_runs(store, checkpoints, 50, checkpoint_every_segments=20)
@@ -120,6 +188,20 @@ def test_verify_checkpoints_names_the_missing_the_altered_and_the_never_checkpoi
     assert [f["trace_id"] for f in as_json["missing"]] == dropped
     assert [f["trace_id"] for f in as_json["altered"]] == [rescored]
     assert [f["trace_id"] for f in as_json["not_checkpointed"]] == [new_id]
+
+    # the same store read through the Tempo source
+    tempo = StoreAsTempo(store)
+    try:
+        through_tempo = cli("verify", "--checkpoints", str(checkpoints), "--source", f"tempo+{tempo.url}")
+        description = TempoSource(tempo.url).description
+        assert through_tempo.returncode == 1, through_tempo.stdout + through_tempo.stderr
+        assert through_tempo.stdout.splitlines() == [
+            *tampered_lines(checkpoints, description, dropped, rescored, new_id)[:-1],
+            f"note: {description} lists traces with ragtrail spans only: others are not compared",
+            tampered_lines(checkpoints, description, dropped, rescored, new_id)[-1],
+        ]
+    finally:
+        tempo.close()
 
 
 def big_run(tracer: trace.Tracer, spans: int) -> str | None:
