@@ -57,7 +57,8 @@ class CheckpointWriter:
         self.failures = 0
         self.written = 0
         self._loss = loss
-        self._notes: deque[cp.Record] = deque()
+        self._lost: deque[tuple[int, int, str]] = deque()
+        self._sampled: deque[int] = deque()  # trace ids as ints: formatting waits for the worker
         self._pending: list[cp.Record] = []
         self._head = cp.GENESIS
         self._prev = cp.GENESIS
@@ -72,11 +73,11 @@ class CheckpointWriter:
     # --- any thread: one append ------------------------------------------------------------------------
     def note_lost(self, trace_id: int, spans: int, reason: str) -> None:
         """A segment the exporter gave up (and counted in the loss ledger)."""
-        self._notes.append(cp.Record(cp.KIND_LOST, f"{trace_id:032x}", spans, reason))
+        self._lost.append((trace_id, spans, reason))
 
     def note_sampled_out(self, trace_id: int) -> None:
         """A root the head sampler dropped (``RagtrailSampler.watch_drops``)."""
-        self._notes.append(cp.Record(cp.KIND_SAMPLED_OUT, f"{trace_id:032x}"))
+        self._sampled.append(trace_id)
 
     # --- the export worker -----------------------------------------------------------------------------
     def exported(self, trace_id: int, spans: Sequence[ReadableSpan]) -> None:
@@ -122,9 +123,12 @@ class CheckpointWriter:
     # --- lock held -------------------------------------------------------------------------------------
     def _drain_locked(self) -> None:
         now_ns = time.time_ns()
-        notes = self._notes
-        while notes:
-            self._add_locked(notes.popleft(), now_ns, now_ns)
+        lost, sampled = self._lost, self._sampled
+        while lost:
+            trace_id, spans, reason = lost.popleft()
+            self._add_locked(cp.Record(cp.KIND_LOST, f"{trace_id:032x}", spans, reason), now_ns, now_ns)
+        while sampled:
+            self._add_locked(cp.Record(cp.KIND_SAMPLED_OUT, f"{sampled.popleft():032x}"), now_ns, now_ns)
 
     def _add_locked(self, record: cp.Record, start_ns: int, end_ns: int) -> None:
         self._head = cp.next_head(self._head, cp.record_json(record))
