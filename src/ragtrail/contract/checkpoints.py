@@ -1,4 +1,4 @@
-"""Producer checkpoints (issue 28, docs/semconv.md §12): the chain rules, encode and decode side by side.
+"""Producer checkpoints (issue 28, docs/semconv.md §10): the chain rules, encode and decode side by side.
 
 No trace can show its own absence: whoever runs the trace backend can delete whole traces (or, in
 unkeyed mode, replace one with a re-stamped copy) and nothing inside the backend says so. The exporter

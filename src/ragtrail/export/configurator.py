@@ -41,7 +41,7 @@ Environment variables read by the export path (all optional):
 ``RAGTRAIL_EXPORT_RETRY_TIMEOUT_MILLIS``   30000       retry a failed request with backoff this long
 ``RAGTRAIL_EXPORT_MAX_TRACE_AGE_MILLIS``   600000      drop (and count) segments whose root never ends
 ``RAGTRAIL_LOSS_REPORT_INTERVAL_MILLIS``   30000       how often a ``ragtrail.loss`` record may be sent
-``RAGTRAIL_CHECKPOINT_PATH``               (none)      append checkpoints here (docs/semconv.md §12)
+``RAGTRAIL_CHECKPOINT_PATH``               (none)      append checkpoints here (docs/semconv.md §10)
 ``RAGTRAIL_CHECKPOINT_ENDPOINT``           (none)      and/or POST them here
 ``RAGTRAIL_CHECKPOINT_EVERY_SEGMENTS``     1000        a checkpoint every N segment records
 ``RAGTRAIL_CHECKPOINT_EVERY_MILLIS``       60000       or this long after the first pending record

@@ -23,7 +23,7 @@ ended too, or a short grace period has passed, then hands the segment to the exp
   (:mod:`~ragtrail.export.loss`, :mod:`~ragtrail.export.reporting`);
 * with ``RAGTRAIL_CHECKPOINT_PATH`` (or ``..._ENDPOINT``) set, the worker keeps a hash chain over every
   segment it delivered or gave up and writes checkpoints outside the backend
-  (:mod:`~ragtrail.export.checkpoints`, docs/semconv.md §12);
+  (:mod:`~ragtrail.export.checkpoints`, docs/semconv.md §10);
 * ``force_flush`` exports every segment whose root has ended (grace ignored); ``shutdown`` exports
   everything, marking spans of segments whose root never ended ``ragtrail.trace.incomplete=true``,
   counts whatever it could not deliver (in flight included) and then sends the final loss record,

@@ -1,6 +1,6 @@
 """``ragtrail verify --checkpoints FILE``: what a backend holds against what the producer checkpointed.
 
-The checkpoint file (docs/semconv.md §12) is replayed first: every producer's chain must hold (heads,
+The checkpoint file (docs/semconv.md §10) is replayed first: every producer's chain must hold (heads,
 counts, sequence, and the MAC when a key is given), or the file is refused as a whole
 (:class:`~ragtrail.inspect.errors.BadCheckpoints`, exit 9). Then, over the time the checkpoints cover:
 
