@@ -12,6 +12,7 @@ import datetime as dt
 import http.server
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -355,3 +356,33 @@ def test_the_chain_is_the_contract_s_encode_and_decode() -> None:
     cp.replay([parsed], [body], b"k")
     assert cp.record_json(records[2]) == '["sampled_out","cccccccccccccccccccccccccccccccc"]'
     assert cp.receipt_part("hmac-sha256:" + "ab" * 32) == "abababababababab" and cp.receipt_part("short") is None
+
+
+def test_configure_hands_its_sampler_over_and_checkpoints_come_by_time_and_per_producer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragtrail.export.configurator import configure
+
+    checkpoints = tmp_path / "checkpoints.jsonl"
+    monkeypatch.setenv(sc.ENV_CHECKPOINT_PATH, str(checkpoints))
+    monkeypatch.setenv(sc.ENV_CHECKPOINT_EVERY_MILLIS, "50")
+    options = {"schedule_delay_millis": 10, "grace_millis": 10}
+    first = configure(local_store_dir=tmp_path / "store", sampling_probability=0.0, set_global=False, processor_options=options)
+    second = configure(local_store_dir=tmp_path / "store", set_global=False, processor_options=options)
+    dropped = rag_run(first.get_tracer("t"))  # p = 0: the root is dropped at the head
+    kept = rag_run(second.get_tracer("t"))
+    second.force_flush()
+
+    def records() -> list[list[Any]]:
+        return [r for line in checkpoint_lines(checkpoints) for r in line["records"]] if checkpoints.exists() else []
+
+    deadline = time.monotonic() + 10
+    while len(records()) < 2 and time.monotonic() < deadline:  # written by time, before any shutdown
+        time.sleep(0.05)
+    assert sorted(r[:2] for r in records()) == [["exported", kept], ["sampled_out", dropped]]
+    first.shutdown()
+    second.shutdown()
+    lines = checkpoint_lines(checkpoints)
+    assert len({line["producer"] for line in lines}) == 2 and sum(line["final"] for line in lines) == 2
+    result = cli("verify", "--checkpoints", str(checkpoints), "--source", str(tmp_path / "store"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("ok 1 traces checkpointed by 2 producers in 4 checkpoints (")
+    assert result.stdout.rstrip().endswith(": 1 present, 0 missing, 0 altered, 0 not checkpointed; 0 counted lost, 1 sampled out at the head")

@@ -67,6 +67,7 @@ class CheckpointWriter:
         self._from_ns = 0
         self._to_ns = 0
         self._due: float | None = None
+        self._checked = time.monotonic()  # the worker's last pump: notes are due T after it
         self._lock = threading.Lock()  # the worker and shutdown() may both write the last checkpoint
         self._closed = False
 
@@ -99,15 +100,18 @@ class CheckpointWriter:
 
     @property
     def next_due(self) -> float:
-        """Monotonic time the next time-based checkpoint is due (``inf`` with nothing pending)."""
+        """Monotonic time the worker must next :meth:`pump`: a time-based checkpoint is due, or notes
+        (which wake nobody) may be waiting, at most ``every_seconds`` after the last pump."""
         due = self._due
-        return float("inf") if due is None else due
+        check = self._checked + self.every_seconds
+        return check if due is None else min(due, check)
 
     def pump(self, now: float | None = None) -> None:
         """Fold the notes into the chain; write a checkpoint when one is due."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            self._drain_locked()
+            self._drain_locked(self._checked + self.every_seconds)
+            self._checked = now
             if self._pending and (len(self._pending) >= self.every_segments or (self._due is not None and now >= self._due)):
                 self._write_locked(final=False)
 
@@ -117,27 +121,28 @@ class CheckpointWriter:
             if self._closed:
                 return
             self._closed = True
-            self._drain_locked()
+            self._drain_locked(time.monotonic())
             self._write_locked(final=True)
 
     # --- lock held -------------------------------------------------------------------------------------
-    def _drain_locked(self) -> None:
+    def _drain_locked(self, due: float) -> None:
+        """Fold the notes in; each may have come just after the last pump, so it is due ``due``."""
         now_ns = time.time_ns()
         lost, sampled = self._lost, self._sampled
         while lost:
             trace_id, spans, reason = lost.popleft()
-            self._add_locked(cp.Record(cp.KIND_LOST, f"{trace_id:032x}", spans, reason), now_ns, now_ns)
+            self._add_locked(cp.Record(cp.KIND_LOST, f"{trace_id:032x}", spans, reason), now_ns, now_ns, due)
         while sampled:
-            self._add_locked(cp.Record(cp.KIND_SAMPLED_OUT, f"{sampled.popleft():032x}"), now_ns, now_ns)
+            self._add_locked(cp.Record(cp.KIND_SAMPLED_OUT, f"{sampled.popleft():032x}"), now_ns, now_ns, due)
 
-    def _add_locked(self, record: cp.Record, start_ns: int, end_ns: int) -> None:
+    def _add_locked(self, record: cp.Record, start_ns: int, end_ns: int, due: float | None = None) -> None:
         self._head = cp.next_head(self._head, cp.record_json(record))
         self._pending.append(record)
         if start_ns and (not self._from_ns or start_ns < self._from_ns):
             self._from_ns = start_ns
         self._to_ns = max(self._to_ns, end_ns)
-        if self._due is None:
-            self._due = time.monotonic() + self.every_seconds
+        due = time.monotonic() + self.every_seconds if due is None else due
+        self._due = due if self._due is None else min(self._due, due)
         if len(self._pending) >= self.every_segments and not self._closed:
             self._write_locked(final=False)
 
