@@ -289,6 +289,9 @@ def test_keyed_checkpoints_carry_a_mac_that_only_the_key_checks(tmp_path: Path, 
     (tmp_path / "other").write_text("another key\n")
     ok = cli("verify", "--checkpoints", str(checkpoints), "--source", str(store), "--key-file", str(tmp_path / "key"))
     assert ok.returncode == 0 and ok.stdout.startswith("ok 3 traces checkpointed"), ok.stdout + ok.stderr
+    unchecked = cli("verify", "--checkpoints", str(checkpoints), "--source", str(store))
+    assert unchecked.returncode == 0, unchecked.stdout + unchecked.stderr
+    assert unchecked.stdout.splitlines()[0] == "note: the checkpoints carry MACs that were not checked: pass --key-file to check them"
     assert_one_line_error(
         cli("verify", "--checkpoints", str(checkpoints), "--source", str(store), "--key-file", str(tmp_path / "other")),
         9,
@@ -355,6 +358,9 @@ def test_the_chain_is_the_contract_s_encode_and_decode() -> None:
     assert parsed.records == records and parsed.head == head and parsed.mac == cp.mac_of(body, b"k")
     cp.replay([parsed], [body], b"k")
     assert cp.record_json(records[2]) == '["sampled_out","cccccccccccccccccccccccccccccccc"]'
+    # the direct text is the encoder's, and what needs escaping goes through the encoder
+    for record in [*records, cp.Record(cp.KIND_LOST, 'a"b\\c', 1, "é\n"), cp.Record(cp.KIND_SAMPLED_OUT, "\u2028")]:
+        assert cp.record_json(record) == json.dumps(list(record)[: 2 if record.kind == cp.KIND_SAMPLED_OUT else 4], separators=(",", ":"))
     assert cp.receipt_part("hmac-sha256:" + "ab" * 32) == "abababababababab" and cp.receipt_part("short") is None
 
 
