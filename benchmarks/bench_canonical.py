@@ -1,5 +1,7 @@
 """canonical_json with bounded work (issue 13): its cost on ordinary values against plain json.dumps
 (the floor, and what the unbounded version was), and on the values that used to stall the host.
+Issue 28, item 5: a minimal RFC 8785 (JCS) encoder beside it, what following JCS would cost and
+where its text differs (docs/semconv.md §4, "Canonical JSON and RFC 8785").
 
     .venv/bin/python benchmarks/bench_canonical.py
 """
@@ -7,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import math
 import timeit
 from unittest.mock import MagicMock
 
@@ -37,6 +40,47 @@ HOSTILE = {
 }
 
 
+_JCS_STR = json.JSONEncoder(ensure_ascii=False).encode  # JCS escapes strings as Python does (valid Unicode)
+
+
+def _jcs_number(x):
+    """ECMAScript Number.prototype.toString, as RFC 8785 writes numbers."""
+    if isinstance(x, int) and abs(x) <= 2**53:
+        return str(x)
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError("JCS has no NaN or Infinity")
+    if x.is_integer() and abs(x) < 1e21:
+        return str(int(x))
+    text = repr(x)
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        return f"{mantissa}e{'+' if int(exponent) > 0 else '-'}{abs(int(exponent))}"
+    return text
+
+
+def jcs(value):
+    """A minimal RFC 8785 encoder for plain JSON values (keys sorted by UTF-16 code units)."""
+    if isinstance(value, str):
+        return _JCS_STR(value)
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return _jcs_number(value)
+    if isinstance(value, dict):
+        keys = sorted(value, key=lambda k: k.encode("utf-16-be"))
+        return "{" + ",".join(_JCS_STR(k) + ":" + jcs(value[k]) for k in keys) + "}"
+    return "[" + ",".join(jcs(x) for x in value) + "]"
+
+
+JCS_VALUES = {
+    "metadata dict (4 keys)": ORDINARY["metadata dict (4 keys)"],
+    "filter (4 levels)": ORDINARY["filter (4 levels)"],
+    "embedding (1,536 floats)": ORDINARY["embedding (1,536 floats)"],
+    "rerank scores [1.0, 0.9]": [1.0, 0.9],
+}
+
+
 def main() -> None:
     print("| value | json.dumps µs | canonical_json µs |")
     print("|---|---:|---:|")
@@ -45,6 +89,14 @@ def main() -> None:
         floor = min(timeit.repeat(lambda value=value: _floor(value), number=n, repeat=5)) / n * 1e6
         ours = min(timeit.repeat(lambda value=value: canonical_json(value), number=n, repeat=5)) / n * 1e6
         print(f"| {name} | {floor:.1f} | {ours:.1f} |")
+    print()
+    print("| value | canonical_json µs | JCS (pure Python) µs | same text |")
+    print("|---|---:|---:|---|")
+    for name, value in JCS_VALUES.items():
+        n = 2000
+        ours = min(timeit.repeat(lambda value=value: canonical_json(value), number=n, repeat=5)) / n * 1e6
+        theirs = min(timeit.repeat(lambda value=value: jcs(value), number=n, repeat=5)) / n * 1e6
+        print(f"| {name} | {ours:.1f} | {theirs:.1f} | {'yes' if canonical_json(value) == jcs(value) else 'no'} |")
     print()
     print("| value | canonical_json ms | cut |")
     print("|---|---:|---|")

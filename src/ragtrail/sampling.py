@@ -21,7 +21,7 @@ Use in code: ``TracerProvider(sampler=RagtrailSampler(0.1))``; from the environm
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
@@ -113,6 +113,7 @@ class RagtrailSampler(Sampler):
         probability = float(probability)
         self._threshold = probability_to_threshold(probability)
         self._probability = probability
+        self._on_drop: Callable[[int], None] | None = None
         # p == 0 keeps nothing; 2**56 is not encodable as ``th`` and is never stamped
         self._root_attributes: dict[str, float | str] = {}
         if probability > 0.0:
@@ -151,12 +152,21 @@ class RagtrailSampler(Sampler):
             return SamplingResult(Decision.DROP, None, parent_state)
         state = parent_state if parent_state is not None else (trace_state or TraceState())
         if self._threshold >= MAX_THRESHOLD or randomness(trace_id, state) < self._threshold:
+            on_drop = self._on_drop
+            if on_drop is not None:
+                on_drop(trace_id)
             return SamplingResult(Decision.DROP, None, state)
         return SamplingResult(
             Decision.RECORD_AND_SAMPLE,
             {**(attributes or {}), **self._root_attributes},
             with_threshold(state, self._threshold),
         )
+
+    def watch_drops(self, callback: Callable[[int], None] | None) -> None:
+        """Have ``callback(trace_id)`` called for each root this sampler drops (the exporter's
+        checkpoints record them as sampled out, never missing); it must be cheap: it runs on the
+        host's thread. ``None`` stops it."""
+        self._on_drop = callback
 
     def get_description(self) -> str:
         return f"RagtrailSampler{{p={self._probability}}}"

@@ -149,6 +149,14 @@ def _print_verdict(out: Console, m: dict[str, Any]) -> None:
     help="A transform policy file (RAGTRAIL_TRANSFORM_POLICY): a rule cited by a stage it does not grant it to, "
     "or a trace recorded under another policy, is an alarm.",
 )
+@click.option(
+    "--checkpoints",
+    "checkpoints_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A producer checkpoint file (RAGTRAIL_CHECKPOINT_PATH): name the checkpointed traces missing from the source, "
+    "those altered, and those in the source never checkpointed (exit 1 on any, 9 when the file itself does not hold).",
+)
 @gc_paused()  # a big trace is millions of objects and no cycles: see ragtrail.inspect.gc_pause
 def verify(
     traces: tuple[str, ...],
@@ -162,13 +170,21 @@ def verify(
     strict: bool,
     key_file: str | None,
     policy_file: str | None,
+    checkpoints_file: str | None,
 ) -> int:
-    """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm."""
+    """Check every receipt, event count and span count of TRACE(S); exit 1 on any alarm. With
+    --checkpoints FILE: check the source holds every trace the producer checkpointed, unaltered."""
     from ragtrail.inspect.manifest import build, fidelity_only
     from ragtrail.inspect.sources import open_source, resolve
     from ragtrail.settings import read_key_file
 
     key = read_key_file(key_file) if key_file else None
+    if checkpoints_file is not None:
+        if traces or search:
+            raise errors.UsageError("--checkpoints compares a whole source", "pass no TRACE ids and no --search with it")
+        from ragtrail.cli.checkpoints import run_checkpoints
+
+        return run_checkpoints(checkpoints_file, source, timeout, key, as_json)
     policy = _load_policy(policy_file)
 
     if not traces and not search:

@@ -397,6 +397,12 @@ ENV_VECTORSTORE_MAX_QUERIES = "RAGTRAIL_VECTORSTORE_MAX_QUERIES"
 ENV_RECEIPT_KEY = "RAGTRAIL_RECEIPT_KEY"
 # issue 28: a transform policy file (JSON) granting components the transform rules they may cite
 ENV_TRANSFORM_POLICY = "RAGTRAIL_TRANSFORM_POLICY"
+# issue 28: producer checkpoints (contract/checkpoints.py): the append-only file, an optional HTTP
+# endpoint (POST), and how often a checkpoint is written (every N segments, or T ms with records pending)
+ENV_CHECKPOINT_PATH = "RAGTRAIL_CHECKPOINT_PATH"
+ENV_CHECKPOINT_ENDPOINT = "RAGTRAIL_CHECKPOINT_ENDPOINT"
+ENV_CHECKPOINT_EVERY_SEGMENTS = "RAGTRAIL_CHECKPOINT_EVERY_SEGMENTS"
+ENV_CHECKPOINT_EVERY_MILLIS = "RAGTRAIL_CHECKPOINT_EVERY_MILLIS"
 
 CAPTURE_QUERY_MODES = ("text", "hash", "off")
 CAPTURE_CONTENT_MODES = ("off", "preview", "full")

@@ -24,6 +24,7 @@ from opentelemetry.trace import get_current_span
 
 from ragtrail.export.loss import (
     REASON_AFTER_SHUTDOWN,
+    REASON_EXPORT_FAILED,
     REASON_QUEUE_FULL,
     REASON_ROOT_NEVER_ENDED,
     REASON_TRACE_TOO_LARGE,
@@ -97,6 +98,8 @@ class SegmentBuffer:
         self._seq = itertools.count()
         self.in_flight: set[Segment] = set()  # taken, not settled
         self.closed = False  # set by the application thread at shutdown: nothing new is buffered
+        # told of every segment given up, by trace id (the checkpoint chain's lost records); one append
+        self.lost: Callable[[int, int, str], None] | None = None
 
     # --- application thread -------------------------------------------------------------------------
     def start(self, span: Span, parent_context: Context | None) -> None:
@@ -153,6 +156,7 @@ class SegmentBuffer:
             self.loss.dropped(0, 1, segment.reason)
         elif outcome == REASON_TRACE_TOO_LARGE:
             self.loss.dropped(1, len(segment.spans), REASON_TRACE_TOO_LARGE)
+            self._lost(segment, len(segment.spans), REASON_TRACE_TOO_LARGE)
             segment.spans = []
         if evicted:
             self.account_dropped(evicted, REASON_QUEUE_FULL)
@@ -253,7 +257,13 @@ class SegmentBuffer:
         for victim in victims:
             # spans still open will be counted one by one when they end
             self.loss.dropped(1, victim.exported_spans + len(victim.spans), reason)
+            self._lost(victim, victim.exported_spans + len(victim.spans), reason)
             victim.spans = []
+
+    def _lost(self, segment: Segment, spans: int, reason: str) -> None:
+        lost = self.lost
+        if lost is not None:
+            lost(segment.trace_id, spans, reason)
 
     # --- worker thread (lock held unless said otherwise) ----------------------------------------------
     def promote_locked(self, now: float, everything: bool, include_open: bool) -> list[Segment]:
@@ -316,12 +326,12 @@ class SegmentBuffer:
             timeout = min(timeout, age_due if age_due > 0 else 1.0)
         return max(timeout, 0.001)
 
-    def settle(self, segment: Segment, delivered: bool) -> None:
-        """A taken segment was delivered or given up (counted lost); a no-op when it was already
-        settled (abandoned at shutdown while the worker was stuck). Takes the lock."""
+    def settle(self, segment: Segment, delivered: bool) -> bool:
+        """A taken segment was delivered or given up (counted lost); a no-op returning False when it
+        was already settled (abandoned at shutdown while the worker was stuck). Takes the lock."""
         with self.lock:
             if segment.state != TAKEN:
-                return
+                return False
             segment.state = DONE
             self.in_flight.discard(segment)
         count = len(segment.spans)
@@ -330,6 +340,8 @@ class SegmentBuffer:
         segment.bytes = 0
         if not delivered:
             self.loss.export_failed(1, count)
+            self._lost(segment, count, REASON_EXPORT_FAILED)
+        return True
 
     def abandon_all(self) -> None:
         """At shutdown, after the worker stopped or gave up: every segment still buffered or in flight
@@ -346,6 +358,7 @@ class SegmentBuffer:
             self.bytes = self.ready_spans = 0
         for segment in left:
             self.loss.export_failed(1, len(segment.spans))
+            self._lost(segment, len(segment.spans), REASON_EXPORT_FAILED)
             segment.spans = []
 
 

@@ -41,6 +41,10 @@ Environment variables read by the export path (all optional):
 ``RAGTRAIL_EXPORT_RETRY_TIMEOUT_MILLIS``   30000       retry a failed request with backoff this long
 ``RAGTRAIL_EXPORT_MAX_TRACE_AGE_MILLIS``   600000      drop (and count) segments whose root never ends
 ``RAGTRAIL_LOSS_REPORT_INTERVAL_MILLIS``   30000       how often a ``ragtrail.loss`` record may be sent
+``RAGTRAIL_CHECKPOINT_PATH``               (none)      append checkpoints here (docs/semconv.md §10)
+``RAGTRAIL_CHECKPOINT_ENDPOINT``           (none)      and/or POST them here
+``RAGTRAIL_CHECKPOINT_EVERY_SEGMENTS``     1000        a checkpoint every N segment records
+``RAGTRAIL_CHECKPOINT_EVERY_MILLIS``       60000       or this long after the first pending record
 ``RAGTRAIL_LOCAL_STORE_DIR``               .ragtrail   local store directory
 ``RAGTRAIL_LOCAL_STORE_MAX_FILE_BYTES``    16777216    rotate files at this size
 ``RAGTRAIL_LOCAL_STORE_MAX_TOTAL_BYTES``   268435456   delete the oldest files beyond this total
@@ -124,13 +128,14 @@ class RagtrailConfigurator(_OTelSDKConfigurator):
     processor, the ragtrail sampler and the local store as defaults (see the module docstring)."""
 
     def _configure(self, **kwargs: Any) -> None:
-        kwargs.setdefault("export_span_processor", whole_trace_processor_factory())
         if kwargs.get("sampler") is None and not os.environ.get(OTEL_TRACES_SAMPLER):
             try:
                 kwargs["sampler"] = default_sampler()
             except ValueError as exc:
                 _logger.warning("ragtrail: %s; sampling everything", exc)
                 kwargs["sampler"] = RagtrailSampler(1.0)
+        # the sampler is handed over so that checkpoints record the roots it drops as sampled out
+        kwargs.setdefault("export_span_processor", whole_trace_processor_factory(sampler=kwargs.get("sampler")))
         if not os.environ.get(OTEL_TRACES_EXPORTER) and not kwargs.get("trace_exporter_names"):
             kwargs["trace_exporter_names"] = [default_trace_exporter_name()]
         if not os.environ.get(OTEL_METRICS_EXPORTER) and not kwargs.get("metric_exporter_names"):
@@ -235,7 +240,7 @@ def configure(
     otlp = endpoint is not None or otlp_endpoint_configured()
     resource = Resource.create(attributes)
     provider = TracerProvider(sampler=sampler, resource=resource, span_limits=span_limits)
-    provider.add_span_processor(WholeTraceSpanProcessor(exporter, **dict(processor_options or {})))
+    provider.add_span_processor(WholeTraceSpanProcessor(exporter, **{"sampler": sampler, **dict(processor_options or {})}))
     if set_global:
         _install_meter_provider(otlp if metrics is None else metrics, endpoint, protocol, headers, metric_readers, resource)
         trace.set_tracer_provider(provider)

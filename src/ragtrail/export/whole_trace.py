@@ -21,6 +21,9 @@ ended too, or a short grace period has passed, then hands the segment to the exp
   limit than configured is found by halving the request (:mod:`~ragtrail.export.sender`);
 * losses reach the backend as periodic ``ragtrail.loss`` records and as metrics
   (:mod:`~ragtrail.export.loss`, :mod:`~ragtrail.export.reporting`);
+* with ``RAGTRAIL_CHECKPOINT_PATH`` (or ``..._ENDPOINT``) set, the worker keeps a hash chain over every
+  segment it delivered or gave up and writes checkpoints outside the backend
+  (:mod:`~ragtrail.export.checkpoints`, docs/semconv.md §10);
 * ``force_flush`` exports every segment whose root has ended (grace ignored); ``shutdown`` exports
   everything, marking spans of segments whose root never ended ``ragtrail.trace.incomplete=true``,
   counts whatever it could not deliver (in flight included) and then sends the final loss record,
@@ -44,14 +47,17 @@ from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.sampling import Sampler
 
 from ragtrail import settings
 from ragtrail.contract import semconv
 from ragtrail.export.buffer import BufferLimits, Segment, SegmentBuffer
+from ragtrail.export.checkpoints import CheckpointWriter, checkpoint_writer
 from ragtrail.export.loss import REASON_ROOT_NEVER_ENDED, LossLedger
 from ragtrail.export.reporting import LossReporter
 from ragtrail.export.sender import Sender
 from ragtrail.export.sizing import estimate_span_bytes
+from ragtrail.sampling import RagtrailSampler
 
 _logger = logging.getLogger(__name__)
 _STUCK_GRACE = 2.0  # seconds a worker still inside a request at the shutdown deadline is given
@@ -93,6 +99,11 @@ class WholeTraceSpanProcessor(SpanProcessor):
         loss_ledger: LossLedger | None = None,
         meter_provider: MeterProvider | None = None,
         loss_store_dir: str | os.PathLike[str] | None = None,
+        checkpoint_path: str | os.PathLike[str] | None = None,
+        checkpoint_endpoint: str | None = None,
+        checkpoint_every_segments: int | None = None,
+        checkpoint_every_millis: float | None = None,
+        sampler: Sampler | None = None,
     ) -> None:
         self._exporter = span_exporter
         batch = settings.export_limit(semconv.ENV_EXPORT_MAX_BATCH_SPANS, max_export_batch_size)
@@ -114,7 +125,10 @@ class WholeTraceSpanProcessor(SpanProcessor):
         self._loss_interval = _seconds(semconv.ENV_LOSS_REPORT_INTERVAL_MILLIS, loss_report_interval_millis)
         self._loss_store_dir = loss_store_dir
         self.loss = loss_ledger or LossLedger(meter_provider)
+        self._checkpoint_options = (checkpoint_path, checkpoint_endpoint, checkpoint_every_segments, checkpoint_every_millis)
         self._init_state()
+        if isinstance(sampler, RagtrailSampler) and self.checkpoints is not None:
+            sampler.watch_drops(self._sampled_out)
         if hasattr(os, "register_at_fork"):
             weak_reinit = weakref.WeakMethod(self._init_state)
 
@@ -129,6 +143,9 @@ class WholeTraceSpanProcessor(SpanProcessor):
         self._sender = Sender(self._exporter, **self._sender_options)
         self._buffer = SegmentBuffer(self._limits, self.loss, id(self))
         self._reporter = LossReporter(self.loss, self._sender, self._loss_interval, self._loss_store_dir)
+        self.checkpoints: CheckpointWriter | None = checkpoint_writer(self.loss, *self._checkpoint_options)
+        if self.checkpoints is not None:
+            self._buffer.lost = self.checkpoints.note_lost
         self._flush_waiters: list[threading.Event] = []
         self._shutdown_requested = False
         self._exporter_shut = False
@@ -178,6 +195,13 @@ class WholeTraceSpanProcessor(SpanProcessor):
         return self._reporter.store_directory
 
     # --- application thread -------------------------------------------------------------------------
+    def _sampled_out(self, trace_id: int) -> None:
+        """The sampler dropped a root: noted for the checkpoint chain (one append; after a fork, the
+        child's writer)."""
+        checkpoints = self.checkpoints
+        if checkpoints is not None:
+            checkpoints.note_sampled_out(trace_id)
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         context = span.context
         if context is None or not context.trace_flags.sampled or self._shutdown_requested:
@@ -215,14 +239,20 @@ class WholeTraceSpanProcessor(SpanProcessor):
                 due = buffer.ready and (
                     buffer.ready_spans >= self._limits.max_export_batch_size or (buffer.ready_deadline is not None and now >= buffer.ready_deadline)
                 )
-                if aged or due or stopping or flushing or now >= self._reporter.next_due:
+                next_due = self._next_due()
+                if aged or due or stopping or flushing or now >= next_due:
                     break
-                buffer.cond.wait(buffer.next_wake_locked(now, self._reporter.next_due))
+                buffer.cond.wait(buffer.next_wake_locked(now, next_due))
             taken = buffer.take_locked() if buffer.ready else []
             waiters: list[threading.Event] = []
             if not taken and not buffer.ready:
                 waiters, self._flush_waiters = self._flush_waiters, []
         return aged, taken, waiters, stopping
+
+    def _next_due(self) -> float:
+        """The earlier of the next loss report and the next time-based checkpoint."""
+        checkpoints = self.checkpoints
+        return self._reporter.next_due if checkpoints is None else min(self._reporter.next_due, checkpoints.next_due)
 
     def _iteration(self) -> bool:
         """One wait-and-export round; False once shut down and drained."""
@@ -233,6 +263,8 @@ class WholeTraceSpanProcessor(SpanProcessor):
             self._export_segments(taken)
         if not stopping and time.monotonic() >= self._reporter.next_due:
             self._reporter.report()  # at shutdown, the final record is sent by shutdown() itself
+        if self.checkpoints is not None:
+            self.checkpoints.pump()
         for waiter in waiters:
             waiter.set()
         if stopping and not taken:
@@ -244,6 +276,7 @@ class WholeTraceSpanProcessor(SpanProcessor):
 
     def _export_segments(self, segments: list[Segment]) -> None:
         """Send the segments (one request, or several for one oversized segment) and settle each."""
+        groups: list[list[ReadableSpan]] = []
         try:
             groups = [segment.export_spans() for segment in segments]
             oversized = len(segments) == 1 and (
@@ -253,8 +286,11 @@ class WholeTraceSpanProcessor(SpanProcessor):
         except Exception:
             _logger.exception("ragtrail: exporting %d trace segments failed", len(segments))
             failed = set(range(len(segments)))
+        checkpoints = self.checkpoints
         for index, segment in enumerate(segments):
-            self._buffer.settle(segment, delivered=index not in failed)
+            settled = self._buffer.settle(segment, delivered=index not in failed)
+            if checkpoints is not None and settled and index not in failed:
+                checkpoints.exported(segment.trace_id, groups[index])
 
     # --- SpanProcessor lifecycle -------------------------------------------------------------------
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -286,6 +322,8 @@ class WholeTraceSpanProcessor(SpanProcessor):
         stuck = self._join_worker(deadline)
         self._buffer.abandon_all()  # every trace is now delivered or counted
         self._reporter.final(backend_usable=not stuck and not self._exporter_shut)
+        if self.checkpoints is not None:
+            self.checkpoints.close()
         self._shutdown_exporter()
 
     def _shutdown_exporter(self) -> None:

@@ -16,6 +16,7 @@ EXIT_UNREACHABLE = 5
 EXIT_HTTP = 6
 EXIT_NO_RAGTRAIL = 7
 EXIT_TRUNCATED = 8
+EXIT_BAD_CHECKPOINTS = 9
 EXIT_INTERNAL = 70
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (
@@ -28,6 +29,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_HTTP, "server answered with an HTTP error (4xx/5xx)"),
     (EXIT_NO_RAGTRAIL, "the trace has no ragtrail spans"),
     (EXIT_TRUNCATED, "truncated file (it ends in the middle of a record)"),
+    (EXIT_BAD_CHECKPOINTS, "bad checkpoint file (verify --checkpoints: unreadable, or its chain or MAC does not hold)"),
     (EXIT_INTERNAL, "internal error in ragtrail (a bug: please report it)"),
 )
 
@@ -73,3 +75,7 @@ class NoRagtrailSpans(InspectError):
 
 class TruncatedInput(InspectError):
     exit_code = EXIT_TRUNCATED
+
+
+class BadCheckpoints(InspectError):
+    exit_code = EXIT_BAD_CHECKPOINTS
