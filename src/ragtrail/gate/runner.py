@@ -109,12 +109,9 @@ def examine(case: EvalCase, trace: Trace, key: bytes | None = None) -> CaseRun:
     if receipts:
         a = receipts[0]
         problem("receipt_alarm", f"{len(receipts)} receipt alarm(s): {a.problem} at {a.stage or '-'} {a.candidate or ''} {a.field}".rstrip())
-    adjusted = manifest.sampling.adjusted_count
-    if isinstance(adjusted, (int, float)) and adjusted > 1:
-        problem(
-            "sampled_out",
-            f"sampled at p={manifest.sampling.probability:g}: this trace stands for {adjusted:g} requests, the others of the set may be missing",
-        )
+    sampling = manifest.sampling  # the weight is head x tail (ragtrail.inspect.weight): a tail-sampled trace is a sample too
+    if sampling.weight > 1 or sampling.basis == "unknown_policy":
+        problem("sampled_out", f"{sampling.statement}, the others of the set may be missing")
     failed = [s.label for s in manifest.stages if s.status == sc.STATUS_FAILED]
     if manifest.run_status == sc.RUN_FAILED or failed:
         problem("failed_trace", "run status failed" if not failed else f"stage {failed[0]} failed")
