@@ -21,6 +21,9 @@ import ragtrail_backends as rb
 from e2e_pipelines import App
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
+from ragtrail.gate.model import EvalCase
+from ragtrail.gate.runner import from_traces, sampling_warning
+
 QUESTIONS = 300
 DEGRADED = set(range(0, QUESTIONS, 10))  # 30 of 300
 PERCENTAGE = 10
@@ -49,7 +52,8 @@ def test_stats_compare_and_ls_weight_tail_sampled_traces_by_head_times_tail(star
     tempo = start_jaeger("tempo-standin")
     gateway = start_collector("gateway.yaml", rb.gateway_env(jaeger, tempo, str(PERCENTAGE), decision_wait="1s"), name="gateway")
     app = App(gateway.traces_url, probability=1.0, id_generator=SeededIds(26))
-    sent = [app.run(f"question {i}: what changed in report {i}?", finding="degraded" if i in DEGRADED else None) for i in range(QUESTIONS)]
+    queries = [f"question {i}: what changed in report {i}?" for i in range(QUESTIONS)]
+    sent = [app.run(q, finding="degraded" if i in DEGRADED else None) for i, q in enumerate(queries)]
     assert all(sent)
     app.flush()
     degraded_ids = {sent[i] for i in DEGRADED}
@@ -95,6 +99,12 @@ def test_stats_compare_and_ls_weight_tail_sampled_traces_by_head_times_tail(star
     listed = rb.ragtrail_cli("ls", "--source", jaeger.source)
     assert listed.returncode == 0, listed.stderr
     assert f"ragtrail: {stats['sampling']}" in listed.stderr.splitlines()
+    # the gate's --traces: each case paired with its trace, the set's sampled reading said as a warning
+    runs = from_traces(jaeger.source, [EvalCase(f"q{i}", q, ("doc-00",)) for i, q in enumerate(queries)], lookback="1h")
+    assert sum(r.trace_id is not None for r in runs) == len(arrived)
+    assert sum(r.weight for r in runs if r.trace_id) == stats["requests"]
+    requests = stats["requests"]
+    assert sampling_warning(runs) == f"sampled traces: {stats['sampling']}; degraded runs: 30 of {requests:g} requests ({30 / requests:.1%})"
     app.shutdown()
     rate, took = _degraded_rate(stats), time.monotonic() - began
     print(f"\n{len(arrived)} traces kept ({kept_clean} by the baseline), {stats['requests']:g} requests, degraded {rate:.1%}; {took:.1f}s")

@@ -122,7 +122,7 @@ class WeightTally:
         if self.by_basis.get("tail_only"):
             extras += f"; {self.by_basis['tail_only']} of them carry no head sampling record and are weighted by the tail alone"
         if self.no_record:
-            extras += f"; {self.no_record} do not and count once"
+            extras += f"; {self.no_record} carry no sampling record and count once"
         return f"{self.traces} traces standing for {self.requests:g} requests: weighted by {rule} ({self.weighted} traces carry it{extras})" + (
             f". {unknown}" if unknown else ""
         )
