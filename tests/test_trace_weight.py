@@ -137,3 +137,24 @@ def test_the_gateway_gives_every_policy_but_the_baseline_probability_one() -> No
     assert names[-1] == "baseline-probabilistic"
     baseline = cfg["processors"]["tail_sampling"]["policies"][-1]["probabilistic"]
     assert baseline["sampling_percentage"] == "${env:RAGTRAIL_TAIL_SAMPLING_PERCENTAGE:-10}"
+
+
+def test_a_gateway_that_names_the_policy_but_not_its_probability_is_said(tmp_path: Path) -> None:
+    """The issue's gateway: the record-policy gate names the policy on the scope, nothing gives its
+    probability. Before, stats said "57 traces standing for 57 requests"; now it says it cannot weigh them."""
+    store = tmp_path / "store"
+    _record(store)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for path in store.glob("*.jsonl"):
+        docs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for doc in docs:
+            for rs in doc["resourceSpans"]:
+                for ss in rs["scopeSpans"]:
+                    ss["scope"]["attributes"] = [{"key": "tailsampling.policy", "value": {"stringValue": "baseline-probabilistic"}}]
+                    for span in ss["spans"]:  # no gateway stamp: only the tail sampler's own record
+                        span["attributes"] = [a for a in span["attributes"] if not a["key"].startswith("ragtrail.sampling.tail.")]
+        (plain / path.name).write_text("".join(json.dumps(d) + "\n" for d in docs))
+    stats = json.loads(ragtrail("stats", "--source", str(plain), "--json").stdout)
+    assert (stats["traces"], stats["requests"], stats["unknown_policy_traces"]) == (18, 18, 18)
+    assert stats["sampling"] == "18 traces kept by an unknown policy: rates below are of the kept traces, not of the requests"

@@ -108,3 +108,30 @@ def test_stats_compare_and_ls_weight_tail_sampled_traces_by_head_times_tail(star
     app.shutdown()
     rate, took = _degraded_rate(stats), time.monotonic() - began
     print(f"\n{len(arrived)} traces kept ({kept_clean} by the baseline), {stats['requests']:g} requests, degraded {rate:.1%}; {took:.1f}s")
+
+
+def test_the_issues_gateway_without_the_stamp_is_said_not_weighted_as_one(start_jaeger, start_collector, tmp_path) -> None:
+    """gateway.yaml as it was when the issue was filed (no transform/tail_weight): the record-policy gate
+    names the policy on the scope, nothing gives its probability. stats no longer says "57 traces
+    standing for 57 requests": it says it cannot weigh them."""
+    import yaml
+
+    cfg = yaml.safe_load((rb.CONFIG_DIR / "gateway.yaml").read_text())
+    del cfg["processors"]["transform/tail_weight"]
+    cfg["service"]["pipelines"]["traces"]["processors"].remove("transform/tail_weight")
+    old = tmp_path / "gateway-without-stamp.yaml"
+    old.write_text(yaml.safe_dump(cfg))
+    jaeger = start_jaeger("jaeger")
+    tempo = start_jaeger("tempo-standin")
+    gateway = start_collector(str(old), rb.gateway_env(jaeger, tempo, str(PERCENTAGE), decision_wait="1s"), name="gateway")
+    app = App(gateway.traces_url, probability=1.0, id_generator=SeededIds(26))
+    sent = [app.run(f"question {i}", finding="degraded" if i in DEGRADED else None) for i in range(100)]
+    app.flush()
+    degraded_ids = {sent[i] for i in DEGRADED if i < 100}
+    rb.wait_until(lambda: degraded_ids <= {t["traceID"] for t in jaeger.traces_of_service(app.service)}, 30, what="every degraded trace in Jaeger")
+    time.sleep(2.5)
+    arrived = len(jaeger.traces_of_service(app.service))
+    stats = json.loads(rb.ragtrail_cli("stats", "--source", jaeger.source, "--json").stdout)
+    assert (stats["traces"], stats["requests"], stats["unknown_policy_traces"]) == (arrived, arrived, arrived)
+    assert stats["sampling"] == f"{arrived} traces kept by an unknown policy: rates below are of the kept traces, not of the requests"
+    app.shutdown()

@@ -293,7 +293,10 @@ def _head_sampling(trace: Trace, stitched: Stitched) -> Sampling:
 def _sampling(trace: Trace, stitched: Stitched) -> Sampling:
     """The head record and the gateway's tail stamp (the first span that carries one), weighed by THE rule."""
     head = _head_sampling(trace, stitched)
-    stamped = next((s.attributes for s in trace.spans if sc.SAMPLING_TAIL_POLICY in s.attributes), {})
+    stamped = next((s.attributes for s in trace.spans if sc.SAMPLING_TAIL_POLICY in s.attributes), None)
+    if stamped is None:  # a tail sampler kept it (record-policy gate) but no gateway said with what probability
+        policy = next((s.scope_attributes[sc.TAILSAMPLING_POLICY] for s in trace.spans if sc.TAILSAMPLING_POLICY in s.scope_attributes), None)
+        stamped = {sc.SAMPLING_TAIL_POLICY: policy} if policy is not None else {}
     w = trace_weight(head.adjusted_count, stamped.get(sc.SAMPLING_TAIL_POLICY), stamped.get(sc.SAMPLING_TAIL_PROBABILITY))
     head.tail_policy, head.tail_probability, head.weight, head.basis = w.tail_policy, w.tail_probability, w.weight, w.basis
     if w.basis == "unknown_policy":
