@@ -73,6 +73,10 @@ def test_stats_compare_and_ls_weight_tail_sampled_traces_by_head_times_tail(star
         }
         assert stamps == ({("finding-stage-status", 1.0)} if tid in degraded_ids else {("baseline-probabilistic", 0.1)}), (tid, stamps)
 
+    # the stamp comes after the producer: the stage receipts do not cover it, so no alarm
+    for result in rb.verify_json(jaeger.source, *sorted(arrived)[:2], *sorted(degraded_ids)[:2]):
+        assert result["fidelity"]["alarms"] == []
+
     stats_run = rb.ragtrail_cli("stats", "--source", jaeger.source, "--json")
     assert stats_run.returncode == 0, stats_run.stderr
     stats = json.loads(stats_run.stdout)
