@@ -158,3 +158,23 @@ def test_a_gateway_that_names_the_policy_but_not_its_probability_is_said(tmp_pat
     stats = json.loads(ragtrail("stats", "--source", str(plain), "--json").stdout)
     assert (stats["traces"], stats["requests"], stats["unknown_policy_traces"]) == (18, 18, 18)
     assert stats["sampling"] == "18 traces kept by an unknown policy: rates below are of the kept traces, not of the requests"
+
+
+def test_the_gate_says_what_its_sampled_traces_stand_for() -> None:
+    from ragtrail.gate.model import EvalCase
+    from ragtrail.gate.runner import CaseRun, sampling_warning
+
+    case = EvalCase("c", "q", ())
+    plain = [CaseRun(case, trace_id=f"t{i}", basis="sampled") for i in range(3)]
+    assert sampling_warning(plain) is None  # every trace stands for itself: nothing to say
+    runs = [
+        *plain,
+        CaseRun(case, trace_id="b", weight=10.0, basis="sampled", tail_stamped=True),
+        CaseRun(case, trace_id="d", weight=1.0, basis="sampled", tail_stamped=True, degraded=True),
+        CaseRun(case),  # missing: no trace, not counted
+    ]
+    assert sampling_warning(runs) == (
+        "sampled traces: 5 traces standing for 14 requests: weighted by head x tail adjusted count "
+        "(ragtrail.sampling.adjusted_count x 1 / ragtrail.sampling.tail.probability) (5 traces carry it); "
+        "degraded runs: 1 of 14 requests (7.1%)"
+    )
