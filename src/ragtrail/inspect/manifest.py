@@ -300,8 +300,9 @@ def _sampling(trace: Trace, stitched: Stitched) -> Sampling:
     w = trace_weight(head.adjusted_count, stamped.get(sc.SAMPLING_TAIL_POLICY), stamped.get(sc.SAMPLING_TAIL_PROBABILITY))
     head.tail_policy, head.tail_probability, head.weight, head.basis = w.tail_policy, w.tail_probability, w.weight, w.basis
     if w.basis == "unknown_policy":
+        before = f"sampled at p={head.probability:g}, then " if head.probability is not None else ""
         head.statement = (
-            f"kept by the tail sampler's policy {w.tail_policy!r}, which records no probability: "
+            f"{before}kept by the tail sampler's policy {w.tail_policy!r}, which records no probability: "
             "how many requests this trace stands for is unknown (counted once)"
         )
     elif w.tail_probability is not None:
