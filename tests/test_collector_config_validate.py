@@ -70,7 +70,7 @@ def test_pipeline_references_only_defined_components(name: str) -> None:
 
 def test_gateway_keeps_every_finding_before_the_probabilistic_share() -> None:
     cfg = load("gateway.yaml")
-    assert cfg["service"]["pipelines"]["traces"]["processors"] == ["memory_limiter", "tail_sampling", "batch"]
+    assert cfg["service"]["pipelines"]["traces"]["processors"] == ["memory_limiter", "tail_sampling", "transform/tail_weight", "batch"]
     ts = cfg["processors"]["tail_sampling"]
     policies = ts.pop("policies")
     # with the record-policy gate the FIRST matching policy is recorded: findings must come first

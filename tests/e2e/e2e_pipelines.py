@@ -79,10 +79,13 @@ class App:
     service: str = field(default_factory=lambda: f"ragtrail-e2e-{uuid.uuid4().hex[:10]}")
     processor_options: dict[str, Any] = field(default_factory=dict)
     exporter_timeout: float = 5.0
+    id_generator: Any = None  # the SDK's random ids unless a test needs the same ids (and so the same tail decisions) every run
 
     def __post_init__(self) -> None:
         self.recorder = RootRecorder()
-        self.provider = TracerProvider(sampler=RagtrailSampler(self.probability), resource=Resource.create({"service.name": self.service}))
+        self.provider = TracerProvider(
+            sampler=RagtrailSampler(self.probability), resource=Resource.create({"service.name": self.service}), id_generator=self.id_generator
+        )
         self.provider.add_span_processor(self.recorder)
         # what the process produced, to compare byte for byte with what the backend returns
         self.local = InMemorySpanExporter()

@@ -76,6 +76,19 @@ def test_tail_sampled_trace_keeps_its_policy_and_finding() -> None:
     manifest = build(_source("tail_sampled_degraded").get(_trace_id("tail_sampled_degraded"))).as_dict()
     assert manifest["fidelity"]["alarms"] == []
     assert any("degraded" in f and "input_order" in f for f in manifest["findings"])
+    # recorded before the gateway stamped a probability: the scope names the policy, nothing says with
+    # what probability it keeps, so the trace is counted once and said (issue 26), never weighted as 1
+    sampling = manifest["sampling"]
+    assert (sampling["tail_policy"], sampling["tail_probability"], sampling["weight"], sampling["basis"]) == (
+        "finding-stage-status",
+        None,
+        1.0,
+        "unknown_policy",
+    )
+    assert sampling["statement"].endswith(
+        "kept by the tail sampler's policy 'finding-stage-status', which records no probability: "
+        "how many requests this trace stands for is unknown (counted once)"
+    )
 
 
 def test_collector_truncation_reads_back_as_changed_uncited_on_exactly_the_cut_fields() -> None:

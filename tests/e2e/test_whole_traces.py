@@ -51,6 +51,9 @@ def test_whole_traces_arrive_with_every_event_and_receipt(start_jaeger, start_co
         assert set(remote) == set(local)
         for span_id, want in local.items():
             have = remote[span_id]
+            # the gateway stamps every span of a kept trace with the policy and its keep probability (100% here)
+            stamp = (have["attributes"].pop(semconv.SAMPLING_TAIL_POLICY), have["attributes"].pop(semconv.SAMPLING_TAIL_PROBABILITY))
+            assert stamp == ("baseline-probabilistic", 1.0)
             if want["parent"] is None:
                 # the whole-trace processor stamps the segment's span count on the exported root
                 assert have["attributes"].pop(semconv.TRACE_SPAN_COUNT) == expected

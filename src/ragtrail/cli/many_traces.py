@@ -21,6 +21,7 @@ from ragtrail.cli.console import json_out, progress_bar, source_option, stderr, 
 from ragtrail.inspect import errors
 from ragtrail.inspect.gc_pause import gc_paused
 from ragtrail.inspect.safe import plain, text
+from ragtrail.inspect.weight import WeightTally
 
 __all__ = ["compare_cmd", "ls_cmd", "stats_cmd"]
 
@@ -237,21 +238,25 @@ def ls_cmd(
     records = _records(source, flt, settings, timeout=timeout, lookback=lookback, limit=limit, label="reading traces", read=read)
     if limit is not None and not _is_server(source):
         records = iter(deque(records, maxlen=limit))  # the most recent LIMIT, in bounded memory
-    shown = _emit(records, as_json)
+    tally = WeightTally()
+    shown = _emit(records, as_json, tally)
     header = read[0].header() if read and shown else None
     if header is not None:  # stdout holds only the traces: how many were read goes to stderr
         stderr().print(f"ragtrail: {plain(header)}", highlight=False, markup=False, soft_wrap=True)
+    if tally.weighted or tally.unknown_policy:  # sampled traces: what they stand for, beside them
+        stderr().print(f"ragtrail: {plain(tally.statement())}", highlight=False, markup=False, soft_wrap=True)
     if not shown:
         raise errors.TraceNotFound("no trace matches", "loosen the filters (ragtrail ls --help) or check --source")
     return errors.EXIT_OK
 
 
-def _emit(records: Iterator[Any], as_json: bool) -> int:
+def _emit(records: Iterator[Any], as_json: bool, tally: WeightTally) -> int:
     from ragtrail.inspect.search import summary_line
 
     n = 0
     write = sys.stdout.write  # one plain line per trace: rich's layout costs more than reading the trace
     for r in records:
+        tally.add(r.weight, r.basis, r.tail_stamped)
         if as_json:
             write(("[\n" if n == 0 else ",\n") + json.dumps(r.as_dict(), ensure_ascii=False, default=str))
         else:
@@ -482,6 +487,7 @@ def _render_compare(result: dict[str, Any], show_n: int) -> None:
     table.add_column(text(f"A {a['name']}"), justify="right")
     table.add_column(text(f"B {b['name']}"), justify="right")
     table.add_row("traces / questions", f"{a['traces']} / {a['questions']}", f"{b['traces']} / {b['questions']}")
+    table.add_row("requests they stand for", f"{a['requests']:g}", f"{b['requests']:g}")
     table.add_row(
         "refused",
         f"{a['refused']}/{a['refusal_known']} ({_rate(a['refusal_rate'])})",
@@ -492,6 +498,8 @@ def _render_compare(result: dict[str, Any], show_n: int) -> None:
     table.add_row("no query receipt (unpaired)", str(a["no_query_receipt"]), str(b["no_query_receipt"]))
     table.add_row("only on this side", str(len(result["only_in_a"])), str(len(result["only_in_b"])))
     out.print(table)
+    for side, summary in (("A", a), ("B", b)):
+        out.print(text(f"{side}: {summary['sampling']}", "dim"), soft_wrap=True)
     surv = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="survival in B of A's evidence (paired questions)", title_justify="left")
     for col in ("stage in B", "A's cited present", "A's in-context present"):
         surv.add_column(col, justify="left" if col == "stage in B" else "right")

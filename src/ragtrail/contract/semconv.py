@@ -275,6 +275,15 @@ def is_valid_reason(reason: str) -> bool:
 # --- sampling and completeness (docs/semconv.md §5) ------------------------------------------------
 SAMPLING_PROBABILITY = "ragtrail.sampling.probability"
 SAMPLING_ADJUSTED_COUNT = "ragtrail.sampling.adjusted_count"
+# issue 26: stamped by the gateway Collector (collector-config/gateway.yaml, transform/tail_weight) on every
+# span of a trace its tail sampler kept: the policy that kept it, and the probability with which that
+# policy keeps such a trace (1.0 for a finding policy, the baseline's share); absent for a policy the
+# gateway does not know the probability of. A trace weighs head adjusted count x 1 / tail probability.
+SAMPLING_TAIL_POLICY = "ragtrail.sampling.tail.policy"
+SAMPLING_TAIL_PROBABILITY = "ragtrail.sampling.tail.probability"
+# the tail sampler's own record (feature gate processor.tailsamplingprocessor.recordpolicy), an
+# instrumentation-scope attribute: the policy that kept the trace
+TAILSAMPLING_POLICY = "tailsampling.policy"
 JAEGER_SAMPLER_TYPE = "sampler.type"
 JAEGER_SAMPLER_PARAM = "sampler.param"
 TRACE_SPAN_COUNT = "ragtrail.trace.span_count"

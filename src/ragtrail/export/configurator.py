@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -123,11 +124,20 @@ def default_sampler() -> Sampler:
     return sampler_factory(os.environ.get(OTEL_TRACES_SAMPLER_ARG))
 
 
+_CONFIGURED = threading.Event()
+
+
+def ragtrail_configured() -> bool:
+    """True once ragtrail's configurator has set OpenTelemetry up in this process."""
+    return _CONFIGURED.is_set()
+
+
 class RagtrailConfigurator(_OTelSDKConfigurator):
     """``opentelemetry_configurator`` entry point ``ragtrail``: the stock SDK set-up with the whole-trace
     processor, the ragtrail sampler and the local store as defaults (see the module docstring)."""
 
     def _configure(self, **kwargs: Any) -> None:
+        _CONFIGURED.set()  # export/setup_check.py: ragtrail's configurator ran (an exporter "none" is a choice, not a miss)
         if kwargs.get("sampler") is None and not os.environ.get(OTEL_TRACES_SAMPLER):
             try:
                 kwargs["sampler"] = default_sampler()
@@ -253,6 +263,7 @@ def configure(
 
 
 __all__ = [
+    "ragtrail_configured",
     "RagtrailConfigurator",
     "configure",
     "default_metric_exporter_names",

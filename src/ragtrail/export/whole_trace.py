@@ -75,6 +75,15 @@ def _seconds(env: str, millis: float | None) -> float:
     return settings.export_limit(env, millis) / 1000.0
 
 
+#: every whole-trace processor alive in the process (export/setup_check.py asks whether any is)
+_LIVE: weakref.WeakSet[WholeTraceSpanProcessor] = weakref.WeakSet()
+
+
+def any_live() -> bool:
+    """True when some whole-trace processor exists in this process (someone set up whole-trace export)."""
+    return len(_LIVE) > 0
+
+
 class WholeTraceSpanProcessor(SpanProcessor):
     """Exports whole trace segments (or counts them lost); see the module docstring.
 
@@ -106,6 +115,7 @@ class WholeTraceSpanProcessor(SpanProcessor):
         sampler: Sampler | None = None,
     ) -> None:
         self._exporter = span_exporter
+        _LIVE.add(self)
         batch = settings.export_limit(semconv.ENV_EXPORT_MAX_BATCH_SPANS, max_export_batch_size)
         self._sender_options = _SenderOptions(
             max_request_bytes=settings.export_limit(semconv.ENV_EXPORT_MAX_REQUEST_BYTES, max_request_bytes),
@@ -357,4 +367,4 @@ def whole_trace_processor_factory(**options: Any) -> Callable[[SpanExporter], Wh
     return build
 
 
-__all__ = ["WholeTraceSpanProcessor", "estimate_span_bytes", "whole_trace_processor_factory"]
+__all__ = ["WholeTraceSpanProcessor", "any_live", "estimate_span_bytes", "whole_trace_processor_factory"]

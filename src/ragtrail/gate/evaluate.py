@@ -24,7 +24,7 @@ from . import metrics as m
 from .evalset import EvalSet
 from .model import CaseResult, Check, GateReport, Movement, Problem, StageSurvival, decide
 from .observation import Observation, as_manifest
-from .runner import CaseRun
+from .runner import CaseRun, sampling_warning
 
 _EPS = 1e-9
 _LIST = 3  # ids or cases named in one line
@@ -387,6 +387,8 @@ def evaluate(
         warning = next((row["warning"] for row in per_metric.values() if row.get("warning")), None)
         if warning:
             warnings.append(f"{slice_}: {warning}")
+    sampled = sampling_warning(runs)
+    warnings += [sampled] if sampled else []
     return GateReport(
         verdict=decide(checks, problems),
         checks=checks,

@@ -35,6 +35,7 @@ from ragtrail.inspect.errors import NoRagtrailSpans, UsageError
 from ragtrail.inspect.manifest import build
 from ragtrail.inspect.model import Trace
 from ragtrail.inspect.search import query_receipt
+from ragtrail.inspect.weight import WeightTally
 
 from .model import EvalCase, Problem
 from .observation import Observation, observe
@@ -70,6 +71,10 @@ class CaseRun:
     observation: Observation | None = None
     problems: list[Problem] = field(default_factory=list)
     error: str | None = None
+    weight: float = 1.0  # the requests the trace stands for (ragtrail.inspect.weight: head x tail)
+    basis: str = "no_record"
+    tail_stamped: bool = False
+    degraded: bool = False  # run status degraded or failed
 
 
 # --- judging one trace -----------------------------------------------------------------------------
@@ -109,12 +114,11 @@ def examine(case: EvalCase, trace: Trace, key: bytes | None = None) -> CaseRun:
     if receipts:
         a = receipts[0]
         problem("receipt_alarm", f"{len(receipts)} receipt alarm(s): {a.problem} at {a.stage or '-'} {a.candidate or ''} {a.field}".rstrip())
-    adjusted = manifest.sampling.adjusted_count
-    if isinstance(adjusted, (int, float)) and adjusted > 1:
-        problem(
-            "sampled_out",
-            f"sampled at p={manifest.sampling.probability:g}: this trace stands for {adjusted:g} requests, the others of the set may be missing",
-        )
+    sampling = manifest.sampling  # the weight is head x tail (ragtrail.inspect.weight): a tail-sampled trace is a sample too
+    run.weight, run.basis, run.tail_stamped = sampling.weight, sampling.basis, sampling.tail_policy is not None
+    run.degraded = manifest.run_status in (sc.RUN_DEGRADED, sc.RUN_FAILED)
+    if sampling.weight > 1 or sampling.basis == "unknown_policy":
+        problem("sampled_out", f"{sampling.statement}, the others of the set may be missing")
     failed = [s.label for s in manifest.stages if s.status == sc.STATUS_FAILED]
     if manifest.run_status == sc.RUN_FAILED or failed:
         problem("failed_trace", "run status failed" if not failed else f"stage {failed[0]} failed")
@@ -416,4 +420,19 @@ def from_traces_runs(
     return out
 
 
-__all__ = ["CaseRun", "examine", "from_traces", "from_traces_runs", "load_pipeline", "run_in_process"]
+def sampling_warning(runs: Iterable[CaseRun]) -> str | None:
+    """What the traces read stand for, weighted by head x tail, with the degraded rate of the requests
+    (``None`` when every trace stands for itself): the set's metrics are of the kept traces only."""
+    tally = WeightTally()
+    degraded = 0.0
+    for run in runs:
+        if run.trace_id is not None:
+            tally.add(run.weight, run.basis, run.tail_stamped)
+            degraded += run.weight * run.degraded
+    if not (tally.unknown_policy or tally.requests != tally.traces):
+        return None
+    rate = f"{degraded / tally.requests:.1%}" if tally.requests else "-"
+    return f"sampled traces: {tally.statement()}; degraded runs: {degraded:g} of {tally.requests:g} requests ({rate})"
+
+
+__all__ = ["CaseRun", "sampling_warning", "examine", "from_traces", "from_traces_runs", "load_pipeline", "run_in_process"]

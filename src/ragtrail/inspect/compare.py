@@ -20,6 +20,7 @@ from ragtrail.contract import receipts
 from ragtrail.contract import semconv as sc
 
 from .records import StageRecord, TraceRecord
+from .weight import WeightTally
 
 _MODEL_KINDS = {sc.KIND_GENERATE, sc.KIND_CITE}
 
@@ -34,9 +35,11 @@ class SideSummary:
     no_query: int = 0  # traces whose hop 0 carries no query receipt (capture off)
     traces: int = 0
     notes: list[str] = field(default_factory=list)
+    tally: WeightTally = field(default_factory=WeightTally)  # every trace read, weighted (weight.trace_weight)
 
     def add(self, r: TraceRecord) -> None:
         self.traces += 1
+        self.tally.add(r.weight, r.basis, r.tail_stamped)
         if not r.query_sha256:
             self.no_query += 1
             return
@@ -202,20 +205,27 @@ def survival_shares(side: SideSummary, other: SideSummary) -> list[dict[str, Any
 
 
 def _rates(side: SideSummary, rs: list[TraceRecord], known: list[TraceRecord], refused: int) -> dict[str, Any]:
-    """The side's counts and rates of refusal, degraded runs and fallbacks."""
+    """The side's counts (traces) and rates of refusal, degraded runs and fallbacks; the rates weigh
+    each question's trace by the requests it stands for (weight.trace_weight), so a tail sampler that
+    kept every degraded trace and a tenth of the rest does not multiply the degraded rate."""
+    weight = sum(r.weight for r in rs)
+    degraded = [r for r in rs if r.degraded()]
+    fallback = [r for r in rs if r.fallback()]
     return {
         "name": side.name,
         "traces": side.traces,
+        "requests": round(side.tally.requests, 3),
+        "sampling": side.tally.statement(),
         "questions": len(rs),
         "repeats": side.repeats,
         "no_query_receipt": side.no_query,
         "refused": refused,
         "refusal_known": len(known),
-        "refusal_rate": _rate(refused, len(known)),
-        "degraded": sum(1 for r in rs if r.degraded()),
-        "degraded_rate": _rate(sum(1 for r in rs if r.degraded()), len(rs)),
-        "fallback": sum(1 for r in rs if r.fallback()),
-        "fallback_rate": _rate(sum(1 for r in rs if r.fallback()), len(rs)),
+        "refusal_rate": _rate(sum(r.weight for r in known if r.refused), sum(r.weight for r in known)),
+        "degraded": len(degraded),
+        "degraded_rate": _rate(sum(r.weight for r in degraded), weight),
+        "fallback": len(fallback),
+        "fallback_rate": _rate(sum(r.weight for r in fallback), weight),
     }
 
 
@@ -251,6 +261,7 @@ def markdown(result: dict[str, Any], limit: int = 50) -> str:
     for label, key in (
         ("traces", "traces"),
         ("questions", "questions"),
+        ("requests they stand for", "requests"),
         ("refused", "refused"),
         ("refusal rate", "refusal_rate"),
         ("degraded", "degraded"),

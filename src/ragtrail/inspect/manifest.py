@@ -39,6 +39,7 @@ from .manifest_model import (
 from .model import Span, Trace
 from .stages import StageView, Stitched, stitch
 from .verify import Fidelity, check
+from .weight import trace_weight
 
 _CANDIDATE_KEYS = frozenset(
     {
@@ -262,7 +263,8 @@ def answer_entry(attributes: dict[str, Any]) -> Answer | None:
     )
 
 
-def _sampling(trace: Trace, stitched: Stitched) -> Sampling:
+def _head_sampling(trace: Trace, stitched: Stitched) -> Sampling:
+    """The head sampler's record: span attributes first (ragtrail's, or Jaeger's), then tracestate."""
     candidates: list[Span] = (
         [v.span for v in stitched.pipelines] + sorted((s for s in trace.spans if not s.parent_span_id), key=lambda s: s.start_ns) + list(trace.spans)
     )
@@ -286,6 +288,29 @@ def _sampling(trace: Trace, stitched: Stitched) -> Sampling:
         None,
         "no sampling recorded: kept unsampled, or by a sampler that does not say; this trace stands for itself only as far as anyone can tell",
     )
+
+
+def _sampling(trace: Trace, stitched: Stitched) -> Sampling:
+    """The head record and the gateway's tail stamp (the first span that carries one), weighed by THE rule."""
+    head = _head_sampling(trace, stitched)
+    stamped = next((s.attributes for s in trace.spans if sc.SAMPLING_TAIL_POLICY in s.attributes), None)
+    if stamped is None:  # a tail sampler kept it (record-policy gate) but no gateway said with what probability
+        policy = next((s.scope_attributes[sc.TAILSAMPLING_POLICY] for s in trace.spans if sc.TAILSAMPLING_POLICY in s.scope_attributes), None)
+        stamped = {sc.SAMPLING_TAIL_POLICY: policy} if policy is not None else {}
+    w = trace_weight(head.adjusted_count, stamped.get(sc.SAMPLING_TAIL_POLICY), stamped.get(sc.SAMPLING_TAIL_PROBABILITY))
+    head.tail_policy, head.tail_probability, head.weight, head.basis = w.tail_policy, w.tail_probability, w.weight, w.basis
+    if w.basis == "unknown_policy":
+        before = f"sampled at p={head.probability:g}, then " if head.probability is not None else ""
+        head.statement = (
+            f"{before}kept by the tail sampler's policy {w.tail_policy!r}, which records no probability: "
+            "how many requests this trace stands for is unknown (counted once)"
+        )
+    elif w.tail_probability is not None:
+        before = f"sampled at p={head.probability:g}" if w.basis == "sampled" else "no head sampling record"
+        head.statement = (
+            f"{before}, kept by the tail sampler's policy {w.tail_policy!r} at p={w.tail_probability:g}: this trace stands for {_requests(w.weight)}"
+        )
+    return head
 
 
 def _requests(n: float) -> str:

@@ -296,15 +296,30 @@ class Answer:
 
 @dataclass(slots=True)
 class Sampling:
-    """How many requests this sampled trace stands for, and where that was read."""
+    """How many requests this sampled trace stands for, and where that was read: the head sampler's
+    record (``probability``, ``adjusted_count``, ``source``) and the gateway's tail stamp, combined
+    into ``weight`` by :func:`ragtrail.inspect.weight.trace_weight` (``basis`` says on what grounds)."""
 
     probability: Any = None
     adjusted_count: Any = None
     source: str | None = None
     statement: str = ""
+    tail_policy: str | None = None
+    tail_probability: float | None = None
+    weight: float = 1.0
+    basis: str = "no_record"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"probability": self.probability, "adjusted_count": self.adjusted_count, "source": self.source, "statement": self.statement}
+        return {
+            "probability": self.probability,
+            "adjusted_count": self.adjusted_count,
+            "source": self.source,
+            "statement": self.statement,
+            "tail_policy": self.tail_policy,
+            "tail_probability": self.tail_probability,
+            "weight": self.weight,
+            "basis": self.basis,
+        }
 
 
 @dataclass(slots=True)

@@ -42,6 +42,9 @@ class Span:
     resource: dict[str, Any] = field(default_factory=dict)
     scope_name: str | None = None
     status_code: str | None = None
+    # the instrumentation scope's attributes (shared by the scope's spans): a tail sampler's
+    # ``tailsampling.policy`` travels there
+    scope_attributes: dict[str, Any] = field(default_factory=dict)
     status_message: str | None = None
 
 

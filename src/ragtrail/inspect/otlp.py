@@ -183,7 +183,7 @@ def _scope_spans(resource_spans: dict[str, Any]) -> list[dict[str, Any]]:
     )
 
 
-def decode_span(raw: dict[str, Any], resource: dict[str, Any], scope_name: str | None) -> Span:
+def decode_span(raw: dict[str, Any], resource: dict[str, Any], scope_name: str | None, scope_attributes: dict[str, Any] | None = None) -> Span:
     """One OTLP JSON span."""
     events: list[Event] = []
     append = events.append
@@ -217,6 +217,7 @@ def decode_span(raw: dict[str, Any], resource: dict[str, Any], scope_name: str |
         scope_name=text_or_none(scope_name, "a scope name"),
         status_code=STATUS_CODES.get(code, str(code) if code is not None else None),
         status_message=text_or_none(status.get("message") or None, "a status message"),
+        scope_attributes=scope_attributes if scope_attributes is not None else {},
     )
 
 
@@ -240,8 +241,9 @@ def decode_document(document: dict[str, Any], trace_id: str | None = None) -> It
             for ss in _scope_spans(rs):
                 scope = ss.get("scope") or ss.get("instrumentationLibrary") or {}
                 scope_name = scope.get("name")
+                scope_attributes = decode_attributes(scope.get("attributes"))
                 for raw in ss.get("spans") or ():
-                    span = decode_span(raw, resource, scope_name)
+                    span = decode_span(raw, resource, scope_name, scope_attributes)
                     if trace_id is None or span.trace_id == trace_id:
                         yield span
     except MalformedInput:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .model import Event, Span
-from .otlp import STATUS_CODES, decode_id, decode_value, int64, uint64
+from .otlp import STATUS_CODES, decode_attributes, decode_id, decode_value, int64, uint64
 
 try:
     import msgspec
@@ -140,6 +140,7 @@ def decode_line(data: bytes, trace_id: str | None = None) -> list[Span] | None:
             resource = _attributes(rs.resource.attributes) if rs.resource is not None else {}
             for ss in rs.scopeSpans or ():
                 scope_name = ss.scope.name if ss.scope is not None else None
+                scope_attributes = decode_attributes(ss.scope.attributes) if ss.scope is not None and ss.scope.attributes else {}
                 for raw in ss.spans or ():
                     status = raw.status
                     code = status.code if status is not None else None
@@ -160,6 +161,7 @@ def decode_line(data: bytes, trace_id: str | None = None) -> list[Span] | None:
                         scope_name=scope_name,
                         status_code=STATUS_CODES.get(code, str(code) if code is not None else None),
                         status_message=(status.message or None) if status is not None else None,
+                        scope_attributes=scope_attributes,
                     )
                     if trace_id is None or span.trace_id == trace_id:  # after decoding, as the general decoder does
                         spans.append(span)

@@ -77,8 +77,9 @@ class TraceRecord:
     query_sha256: str | None
     answer_sha256: str | None
     refused: bool | None
-    weight: float
-    weighted: bool
+    weight: float  # the requests this trace stands for (inspect/weight.py: head x tail; 1 when not known)
+    basis: str  # on what grounds (weight.Basis): "sampled", "tail_only", "unknown_policy", "no_record"
+    tail_stamped: bool  # a gateway's tail sampler stamped the trace (ragtrail.sampling.tail.policy)
     stages: list[StageRecord]
     cited: tuple[str, ...]
     in_context: tuple[str, ...] | None  # None: no stage defined what reached the model
@@ -89,6 +90,11 @@ class TraceRecord:
     notes: list[str] = field(default_factory=list)
     resource: dict[str, Any] = field(default_factory=dict)
     query_text: str | None = None  # hop 0's text where it was recorded (text mode): compare --key-file keys it
+
+    @property
+    def weighted(self) -> bool:
+        """The weight is known (a head record, a tail stamp with its probability, or both)."""
+        return self.basis in ("sampled", "tail_only")
 
     def stage_statuses(self) -> set[str]:
         return {s.status for s in self.stages if s.status}
@@ -119,6 +125,7 @@ class TraceRecord:
             "answer_sha256": self.answer_sha256,
             "refused": self.refused,
             "adjusted_count": self.weight if self.weighted else None,
+            "sampling_basis": self.basis,
             "stages": [s.as_dict() for s in self.stages],
             "cited": list(self.cited),
             "in_context": None if self.in_context is None else list(self.in_context),
@@ -150,7 +157,6 @@ def from_manifest(m: Manifest, trace: Trace | None = None, settings: InsightSett
     """The record of one manifest (and of its trace's resource, for service name and version)."""
     hop0 = next((h for h in m.query_hops if h.hop == 0), None)
     answer = m.answer or Answer()
-    adjusted = m.sampling.adjusted_count
     resource: dict[str, Any] = {}
     if trace is not None:
         root = min(trace.spans, key=lambda s: (s.parent_span_id is not None, s.start_ns))
@@ -168,8 +174,9 @@ def from_manifest(m: Manifest, trace: Trace | None = None, settings: InsightSett
         query_sha256=hop0.sha256 if hop0 else None,
         answer_sha256=answer.sha256,
         refused=answer.refused,
-        weight=float(adjusted) if isinstance(adjusted, (int, float)) and adjusted > 0 else 1.0,
-        weighted=isinstance(adjusted, (int, float)) and adjusted > 0,
+        weight=m.sampling.weight,
+        basis=m.sampling.basis,
+        tail_stamped=m.sampling.tail_policy is not None,
         stages=[_stage_record(s) for s in m.stages],
         cited=tuple(_i(c) for c in m.cited),
         in_context=None if m.in_context is None else tuple(_i(c) for c in m.in_context),

@@ -1,8 +1,10 @@
 """Aggregates over a source, per stage kind and component, in constant memory per stage.
 
-Each trace is weighted by ``ragtrail.sampling.adjusted_count`` (a trace sampled at p=0.1 stands for
-10 requests); a trace that carries no sampling record counts once, and the output says how many did
-and did not, so a weighted figure is never passed off as a plain count or the reverse.
+Each trace is weighted by the requests it stands for (``weight.trace_weight``: head adjusted count x
+1 / the gateway's tail probability; a trace sampled at p=0.1 stands for 10 requests); a trace whose
+weight is unknown (no sampling record, or kept by a tail policy that says no probability) counts once,
+and the output says how many did and did not, so a weighted figure is never passed off as a plain
+count or the reverse.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, TypeVar
 from ragtrail.contract import semconv as sc
 
 from .records import StageRecord, TraceRecord
+from .weight import WeightTally
 
 _K = TypeVar("_K")
 
@@ -110,12 +113,14 @@ class Stats:
     corpus_known: float = 0.0
     read_fraction_sum: float = 0.0
     alarms: int = 0
+    tally: WeightTally = field(default_factory=WeightTally)
 
     def add(self, r: TraceRecord) -> None:
         w = r.weight
         self.traces += 1
         self.weighted_traces += r.weighted
         self.requests += w
+        self.tally.add(w, r.basis, r.tail_stamped)
         self.run_statuses[r.run_status or "not recorded"] += w
         if r.refused is not None:
             self.refusal_known += w
@@ -139,14 +144,7 @@ class Stats:
             st.add(s, w)
 
     def statement(self) -> str:
-        unweighted = self.traces - self.weighted_traces
-        if not self.weighted_traces:
-            return f"{self.traces} traces, none carries a sampling record: each counts once (figures are trace counts)"
-        return (
-            f"{self.traces} traces standing for {self.requests:g} requests: weighted by "
-            f"ragtrail.sampling.adjusted_count ({self.weighted_traces} traces carry it"
-            + (f"; {unweighted} do not and count once)" if unweighted else ")")
-        )
+        return self.tally.statement()
 
     def as_dict(self) -> dict[str, Any]:
         order = {k: i for i, k in enumerate(sc.STAGE_KINDS)}
@@ -156,6 +154,8 @@ class Stats:
             "weighted_traces": self.weighted_traces,
             "requests": round(self.requests, 3),
             "sampling": self.statement(),
+            "unknown_policy_traces": self.tally.unknown_policy,
+            "no_sampling_record_traces": self.tally.no_record,
             "run_statuses": dict(self.run_statuses.most_common()),
             "refusal_rate": round(self.refused / self.refusal_known, 4) if self.refusal_known else None,
             "refusal_known": round(self.refusal_known, 3),

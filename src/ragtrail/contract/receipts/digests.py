@@ -84,7 +84,8 @@ ALG_HMAC_SHA256 = "hmac-sha256"
 FIELD_DIGEST_HEX = 8  # the per-field digests only locate a change: the stage receipt is the full digest
 
 # span attributes a stage receipt does not cover: itself, and what is stamped after the producer
-# (the export side's segment stamps, the sampler's marks set when the span starts)
+# (the export side's segment stamps, the sampler's marks set when the span starts, and the gateway
+# Collector's tail-sampling stamp, docs/semconv.md §5 "Weights")
 _UNCOVERED = frozenset(
     {
         semconv.STAGE_RECEIPT,
@@ -96,6 +97,8 @@ _UNCOVERED = frozenset(
         semconv.TRACE_INCOMPLETE,
         semconv.SAMPLING_PROBABILITY,
         semconv.SAMPLING_ADJUSTED_COUNT,
+        semconv.SAMPLING_TAIL_POLICY,
+        semconv.SAMPLING_TAIL_PROBABILITY,
     }
 )
 _PREFIX = "ragtrail."
