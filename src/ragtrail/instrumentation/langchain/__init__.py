@@ -52,6 +52,8 @@ _CLASSES = {
     "BaseLLM": "langchain_core.language_models.llms",
     "EnsembleRetriever": "langchain_classic.retrievers.ensemble",
     "MultiQueryRetriever": "langchain_classic.retrievers.multi_query",
+    "MultiVectorRetriever": "langchain_classic.retrievers.multi_vector",
+    "SelfQueryRetriever": "langchain_classic.retrievers.self_query.base",
     "CrossEncoderReranker": "langchain_classic.retrievers.document_compressors.cross_encoder_rerank",
     "EmbeddingsFilter": "langchain_classic.retrievers.document_compressors.embeddings_filter",
     "LLMChainFilter": "langchain_classic.retrievers.document_compressors.chain_filter",
