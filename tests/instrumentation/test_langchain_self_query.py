@@ -106,3 +106,27 @@ def test_a_self_query_that_searches_with_the_question_keeps_it_as_the_searched_h
     manifest = manifest_of(span_exporter)
     assert [(h.hop, h.transform, h.hit_index) for h in manifest.query_hops] == [(0, "none", True)]
     assert manifest.findings == []
+
+
+def test_a_rephrased_question_is_a_rewrite_of_the_question(instrumentor, span_exporter):
+    """RePhraseQueryRetriever.from_llm (LangChain's own prompt | LLM | parser, scripted LLM): the
+    inner retriever searches with the rephrased question, a ``rewrite`` of hop 0, not ``untracked``."""
+    from langchain_classic.retrievers.re_phraser import RePhraseQueryRetriever
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    store = InMemoryVectorStore(HashEmbeddings())
+    store.add_documents([Document(page_content=d.page_content, id=f"m{i}") for i, d in enumerate(MOVIES)])
+    llm = FakeListLLM(responses=["toys come alive"])
+    retriever = RePhraseQueryRetriever.from_llm(retriever=store.as_retriever(search_kwargs={"k": 1}), llm=llm)
+    retriever.invoke("I'd like a film where the toys come alive, from the nineties")
+    manifest = manifest_of(span_exporter)
+    hops = [(h.hop, h.parent_hop, h.transform, h.text, h.hit_index) for h in manifest.query_hops]
+    assert hops == [
+        (0, None, "none", "I'd like a film where the toys come alive, from the nineties", False),
+        (1, 0, "rewrite", "toys come alive", True),
+    ]
+    assert [(s.kind, s.component.rsplit(".", 1)[-1], s.query.hop if s.query else None) for s in manifest.stages] == [
+        ("retrieve", "RePhraseQueryRetriever", 0),
+        ("retrieve", "VectorStoreRetriever", 1),
+    ]
+    assert manifest.findings == []

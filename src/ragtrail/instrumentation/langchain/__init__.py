@@ -54,6 +54,7 @@ _CLASSES = {
     "MultiQueryRetriever": "langchain_classic.retrievers.multi_query",
     "MultiVectorRetriever": "langchain_classic.retrievers.multi_vector",
     "SelfQueryRetriever": "langchain_classic.retrievers.self_query.base",
+    "RePhraseQueryRetriever": "langchain_classic.retrievers.re_phraser",
     "CrossEncoderReranker": "langchain_classic.retrievers.document_compressors.cross_encoder_rerank",
     "EmbeddingsFilter": "langchain_classic.retrievers.document_compressors.embeddings_filter",
     "LLMChainFilter": "langchain_classic.retrievers.document_compressors.chain_filter",

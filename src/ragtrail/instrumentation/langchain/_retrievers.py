@@ -14,6 +14,8 @@
 - ``MultiVectorRetriever`` (``ParentDocumentRetriever``) → a ``retrieve`` stage whose inputs are the
   child chunks the store found and whose outputs are their parents under the docstore's keys
   (``merge@1``; each chunk ``custom:merged`` into its parent).
+- ``RePhraseQueryRetriever`` → the rephrased question its inner retriever is called with as a
+  ``rewrite`` hop of the question.
 - ``SelfQueryRetriever._prepare_query`` → the LLM's constructed query as a ``rewrite`` hop of the
   question and its filter (translated for the store) as the stage's ``filter``.
 - ``VectorStore.similarity_search_with_score`` / ``similarity_search_with_relevance_scores`` called
@@ -48,6 +50,8 @@ from ragtrail.recorder.candidates import hand_over
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage, current_stage
 
+# a sink key: the retriever that opened the sink wrote the query its inner retriever is called with
+REWRITES_QUERY = "rewrites_query"
 _NOTHING: Mapping[str, Any] = MappingProxyType({})  # the data of a sink that was never opened
 # score kinds of ``similarity_search_with_score`` per store (class name); unknown stores: "none"
 _WITH_SCORE_KIND = {
@@ -105,7 +109,12 @@ class RetrieverCall(LangChainCall):
     def open(self) -> Stage | None:
         run = chain_run.get()
         self.chain = run if run is not None and current_stage() is run.stage else None
-        return self.start(argument(self.args, self.kwargs, 0, "input"))
+        query = argument(self.args, self.kwargs, 0, "input")
+        sink = sink_for(self.instance)
+        if sink is not None and sink.data.get(REWRITES_QUERY) and isinstance(query, str):
+            # the retriever around this one wrote the query it searches with (RePhraseQueryRetriever)
+            sink.stage.add_query_variant(query, transform=sc.TRANSFORM_REWRITE)
+        return self.start(query)
 
     def start(self, query: Any) -> Stage:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -344,6 +353,20 @@ class SelfQueryRetrieval(AnyRetriever):
         return s
 
 
+class RePhraseRetrieval(AnyRetriever):
+    """``RePhraseQueryRetriever``: an LLM rephrases the question and the inner retriever searches with
+    the rephrased one, which becomes a ``rewrite`` hop of the question on this stage (its inner
+    retriever's call records it, through this stage's sink) (issue 24, principle 3)."""
+
+    def start(self, query: Any) -> Stage:
+        s = super().start(query)
+        inner = getattr(self.instance, "retriever", None)
+        self.listen((inner,) if inner is not None else ())
+        if self.sink is not None:
+            self.sink.data[REWRITES_QUERY] = True
+        return s
+
+
 def prepared_query(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """Around ``SelfQueryRetriever._prepare_query(query, structured_query)``: the query and search
     arguments the LLM's structured query became, on the retriever's stage."""
@@ -372,6 +395,7 @@ def _metadata_key(doc: Any, id_key: Any) -> str | None:
 RETRIEVERS: tuple[Family[RetrieverCall], ...] = (
     Family("MultiVectorRetriever", ParentDocumentRetrieval),
     Family("SelfQueryRetriever", SelfQueryRetrieval),
+    Family("RePhraseQueryRetriever", RePhraseRetrieval),
     Family("EnsembleRetriever", EnsembleRetrieval),
     Family("VectorStoreRetriever", VectorStoreRetrieval),
     Family("BM25Retriever", BM25Retrieval),
