@@ -43,8 +43,10 @@ def test_sub_question_query_engine_verifies_clean(tmp_path):
     assert_host_untouched(run)
     [trace] = run.traces()
     branch = [(*RETRIEVE, 0, 1, 0), (*GENERATE, 1, 1, 0), (*BUDGET, 1, 1, 0), (*BUDGET, 1, 1, 0)]
+    # the question generator (its sub-questions are decompose hops, tests/apps/test_derived_apps.py);
     # the final synthesis: the three sub-answers plus each answer's source node; three chunks packed
-    assert stages(trace) == branch * 3 + [(*GENERATE, 6, 6, 0), (*BUDGET, 3, 3, 0)]
+    question_gen = ("query_transform", "LLMQuestionGenerator", 0, 0, 0)
+    assert stages(trace) == [question_gen] + branch * 3 + [(*GENERATE, 6, 6, 0), (*BUDGET, 3, 3, 0)]
     proc = run.ragtrail("verify", trace["trace_id"], ok_codes=(0, 1))
     assert proc.returncode == 0, proc.stdout
     fidelity = run.verify(trace["trace_id"])["fidelity"]

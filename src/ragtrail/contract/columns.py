@@ -58,6 +58,8 @@ __all__ = [
     "encode_scores",
     "encode_text",
     "meta_cell",
+    "replaced_ids",
+    "replaced_ids_cell",
     "score_text",
 ]
 
@@ -332,6 +334,19 @@ def encode_text(out: dict[str, Any], column: str, values: list[str]) -> None:
 
 def decode_text(attributes: Mapping[str, Any], column: str, count: int) -> list[Any]:
     return _blank_is_none(_column(attributes, column, count), "")
+
+
+# --- derived_from of a replacement (rule merge@1): the ids it replaced, encoded and decoded here -------
+def replaced_ids_cell(ids: Iterable[str]) -> str:
+    """``derived_from`` of a candidate that replaced others (``merge@1``): the canonical JSON array of
+    their ids, in the order the stage received them (one cell holds every id a row replaced)."""
+    return dumps([str(i) for i in ids])
+
+
+def replaced_ids(derived_from: Any) -> list[str]:
+    """The ids a ``merge@1`` row's ``derived_from`` names; ``[]`` when it names none (a trace read
+    back is untrusted: anything but a JSON array of strings names nothing)."""
+    return [i for i in as_list(derived_from) if isinstance(i, str)] if isinstance(derived_from, str) else []
 
 
 # --- metadata: one column per allow-listed key, each cell the canonical JSON of the value -------------

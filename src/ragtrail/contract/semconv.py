@@ -430,6 +430,12 @@ RULE_LLM_EXTRACT = "llm_extract@1"
 # a chunk a text splitter cut from the document named by derived_from: checkable between stages,
 # a chunk is never longer than the document it was cut from
 RULE_SPLIT = "split@1"
+# the candidate replaced the candidates whose ids derived_from names (a JSON array, contract/columns.py
+# replaced_ids_cell): a parent document for its child chunks, a merged node for its leaves. It is a
+# new id, first seen here: nothing upstream to check its content against. Each replaced candidate is
+# an exclusion of the same stage with REASON_MERGED (detail "into <id>")
+RULE_MERGE = "merge@1"
+REASON_MERGED = "custom:merged"
 
 # receipt attribute prefixes: <prefix>.chars / .bytes / .sha256
 QUERY_RECEIPT_PREFIX = "ragtrail.query"

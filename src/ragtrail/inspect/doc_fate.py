@@ -3,7 +3,9 @@
 Seed 003's rule: every suspect case must be one chain, so that where the evidence died is visible.
 For one id the chain says, at each stage, whether the document was handed on (rank, score), excluded
 (reason, detail) or never seen there, when its content receipt changed (and under which rule), and
-whether the answer cited it.
+whether the answer cited it. A document another replaced (a child chunk by its parent, a leaf by
+the node it merged into: rule ``merge@1``) follows its replacement: "merged into X, which reached
+the context".
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragtrail.contract import semconv as sc
+from ragtrail.contract.columns import replaced_ids
 
 from .coverage import CONTEXT_UNKNOWN
 from .errors import TraceNotFound
@@ -62,17 +65,39 @@ def fate(manifest: Manifest, doc_id: str) -> dict[str, Any]:
     cited = doc_id in manifest.cited
     in_context = None if manifest.in_context is None else doc_id in manifest.in_context
     last = next(st for st in reversed(steps) if st["state"] != "absent")
+    merged_into = _replacement(manifest.stages[last["index"]], doc_id) if last["state"] == "excluded" else None
     if cited:
         verdict = "cited by the answer"
     elif last["state"] == "kept" and in_context is None:
         verdict = f"last handed on by {last['stage']}; {CONTEXT_UNKNOWN}"
     elif in_context:
         verdict = "reached the context, not cited"
+    elif merged_into is not None:
+        last["merged_into"] = merged_into
+        verdict = f"merged into {merged_into}, {_replacement_fate(manifest, merged_into)}"
     elif last["state"] == "excluded":
         verdict = f"excluded at {last['stage']} ({last.get('reason')})"
     else:
         verdict = f"last seen at {last['stage']}; did not reach the context"
-    return {"trace_id": manifest.trace_id, "id": doc_id, "steps": steps, "cited": cited, "in_context": in_context, "verdict": verdict}
+    out = {"trace_id": manifest.trace_id, "id": doc_id, "steps": steps, "cited": cited, "in_context": in_context, "verdict": verdict}
+    if merged_into is not None:
+        out["merged_into"] = merged_into
+    return out
+
+
+def _replacement(stage: Stage, doc_id: str) -> str | None:
+    """The output of ``stage`` that replaced ``doc_id`` (rule ``merge@1``, its ``derived_from`` naming
+    the id: a parent for its chunk, a merged node for its leaf), if any."""
+    return next((c.id for c in stage.candidates if c.transform_rule == sc.RULE_MERGE and doc_id in replaced_ids(c.derived_from)), None)
+
+
+def _replacement_fate(manifest: Manifest, replacement: str) -> str:
+    """What became of the document that replaced one: its text carries the replaced one's."""
+    if replacement in manifest.cited:
+        return "which the answer cited"
+    if manifest.in_context is None:
+        return f"which was handed on; {CONTEXT_UNKNOWN}"
+    return "which reached the context" if replacement in manifest.in_context else "which did not reach the context"
 
 
 def _rank(rank: Any) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ragtrail.contract import receipts
 from ragtrail.contract import semconv as sc
+from ragtrail.contract.columns import replaced_ids
 
 from .coverage import coverage, survival
 from .gc_pause import gc_paused
@@ -231,6 +232,7 @@ def _add_embedding_hop(hops: dict[int, QueryHop], number: int, used_by: str) -> 
 def query_hops(stages: list[Stage], pipeline: Stage | None) -> list[QueryHop]:
     """Every hop once, in hop order, with the stages that ran on it (``used_by``) and produced it."""
     hops: dict[int, QueryHop] = {}
+    searched: set[Any] = set()
     if pipeline:
         _add_hop(hops, pipeline.query, None, None)
     for stage in stages:
@@ -241,10 +243,13 @@ def query_hops(stages: list[Stage], pipeline: Stage | None) -> list[QueryHop]:
         # hops embedded together (HyDE with the original): every one of them reached the index
         for number in stage.embedding_hops or ():
             _add_embedding_hop(hops, number, label)
+        # only a retrieve stage reads an index: a fuse stage merges what its inner retrievals (on their
+        # own hops) read, and a retrieve stage that made a query of its own (a self-query's constructed
+        # query) searched with that one, not with the question it was given
+        if stage.kind == sc.KIND_RETRIEVE and not stage.query_variants:
+            searched.update(n for n in (stage.query.hop if stage.query else None, *(stage.embedding_hops or ())) if n is not None)
     for hop in hops.values():
-        # only a retrieve stage reads an index: a fuse stage merges what its inner retrievals
-        # (on their own hops) read, so a hop used only by a fuse never hit the index itself
-        hop.hit_index = any(u.startswith(sc.KIND_RETRIEVE + " ") for u in hop.used_by)
+        hop.hit_index = hop.hop in searched
         hop.keys = (*hop.keys, "hit_index")
     return [hops[k] for k in sorted(hops)]
 
@@ -391,7 +396,16 @@ def _corpus_units(in_context: list[str] | None, stages: list[Stage]) -> int | No
     if not read:
         return len(in_context)
     derived = {c.id for s in stages for c in s.candidates if c.derived_from is not None and {str(d) for d in _as_list(c.derived_from)} & read}
-    return sum(1 for ident in dict.fromkeys(in_context) if ident in read or ident in derived)
+    # a replacement (a parent for its chunks, a merged node for its leaves) holds the units it replaced,
+    # each one a candidate the replacing stage read
+    merged = {c.id: replaced_ids(c.derived_from) for s in stages for c in s.candidates if c.transform_rule == sc.RULE_MERGE}
+    units: set[str] = set()
+    for ident in dict.fromkeys(in_context):
+        if ident in merged and merged[ident]:
+            units.update(merged[ident])
+        elif ident in read or ident in derived:
+            units.add(ident)
+    return len(units)
 
 
 def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, int | None, int, int]) -> Coverage:

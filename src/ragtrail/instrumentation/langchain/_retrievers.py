@@ -11,6 +11,13 @@
 - ``MultiQueryRetriever.generate_queries/agenerate_queries`` → query hops (``multi_query``) on the
   retriever's stage; each sub-retrieval finds its hop by its text, so candidates carry the hop
   that found them.
+- ``MultiVectorRetriever`` (``ParentDocumentRetriever``) → a ``retrieve`` stage whose inputs are the
+  child chunks the store found and whose outputs are their parents under the docstore's keys
+  (``merge@1``; each chunk ``custom:merged`` into its parent).
+- ``RePhraseQueryRetriever`` → the rephrased question its inner retriever is called with as a
+  ``rewrite`` hop of the question.
+- ``SelfQueryRetriever._prepare_query`` → the LLM's constructed query as a ``rewrite`` hop of the
+  question and its filter (translated for the store) as the stage's ``filter``.
 - ``VectorStore.similarity_search_with_score`` / ``similarity_search_with_relevance_scores`` called
   directly → a ``retrieve`` stage of their own.
 """
@@ -24,6 +31,8 @@ from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.hooks import Args, Kwargs, argument, run, run_async
+from ragtrail.instrumentation._replace import record_replacements
+from ragtrail.instrumentation._vectorstore import filter_json
 from ragtrail.instrumentation.langchain._common import (
     CallRegistry,
     ChainRun,
@@ -34,12 +43,15 @@ from ragtrail.instrumentation.langchain._common import (
     chain_run,
     feed,
     metadata_scores,
+    remember_identity,
     sink_for,
 )
 from ragtrail.recorder.candidates import hand_over
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage, current_stage
 
+# a sink key: the retriever that opened the sink wrote the query its inner retriever is called with
+REWRITES_QUERY = "rewrites_query"
 _NOTHING: Mapping[str, Any] = MappingProxyType({})  # the data of a sink that was never opened
 # score kinds of ``similarity_search_with_score`` per store (class name); unknown stores: "none"
 _WITH_SCORE_KIND = {
@@ -97,7 +109,12 @@ class RetrieverCall(LangChainCall):
     def open(self) -> Stage | None:
         run = chain_run.get()
         self.chain = run if run is not None and current_stage() is run.stage else None
-        return self.start(argument(self.args, self.kwargs, 0, "input"))
+        query = argument(self.args, self.kwargs, 0, "input")
+        sink = sink_for(self.instance)
+        if sink is not None and sink.data.get(REWRITES_QUERY) and isinstance(query, str):
+            # the retriever around this one wrote the query it searches with (RePhraseQueryRetriever)
+            sink.stage.add_query_variant(query, transform=sc.TRANSFORM_REWRITE)
+        return self.start(query)
 
     def start(self, query: Any) -> Stage:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -277,8 +294,108 @@ class EnsembleRetrieval(RetrieverCall):
         s.outputs(_scored(zip(result, fused_scores, strict=False)))
 
 
+class ParentDocumentRetrieval(RetrieverCall):
+    """``MultiVectorRetriever`` (``ParentDocumentRetriever``): the vector store finds child chunks and
+    the retriever hands on their parents from its docstore. Inputs: the chunks its search returned
+    (the sink on the store); outputs: the parents, each under the docstore key the chunks keep in
+    ``metadata[id_key]`` (the store's own id, not a content hash), rule ``merge@1`` naming the chunks
+    it replaced; each chunk an exclusion ``custom:merged`` (issue 24, principle 2)."""
+
+    def start(self, query: Any) -> Stage:
+        store = getattr(self.instance, "vectorstore", None)
+        s = self.open_stage(sc.KIND_RETRIEVE, query=query)
+        if s.recording and store is not None:
+            report_store(self, s, store)
+            self.shared.store_class(type(store))
+        self.listen((store,) if store is not None else ())
+        return s
+
+    def record(self, s: Stage, result: Any) -> None:
+        data = self.sink.data if self.sink is not None else _NOTHING
+        pairs = data.get("scored", data.get("relevance"))
+        if not isinstance(result, list) or not isinstance(pairs, list):
+            if isinstance(result, list):
+                s.finding("the child chunks behind these parents were not seen (a search the recorder does not hook): recorded without them")
+            return outputs_as_is(s, result)
+        kind = sc.SCORE_SIMILARITY if "scored" not in data else with_score_kind(getattr(self.instance, "vectorstore", None))
+        children = _scored(pairs)
+        for child in children:
+            child.score_kind = kind
+        id_key = getattr(self.instance, "id_key", "doc_id")
+        keys = [_metadata_key(doc, id_key) for doc, _ in pairs]
+        parent_keys = list(dict.fromkeys(k for k in keys if k is not None))
+        parents = adapt_all(result)
+        if len(parent_keys) != len(parents):  # a key the docstore did not hold: pairing would be a guess
+            s.finding(f"{len(parents)} parents for {len(parent_keys)} keys the chunks name: recorded without the replacement")
+            s.inputs(hand_over(children))
+            s.outputs(hand_over(parents))
+            return
+        sources: dict[str, list[str]] = {key: [] for key in parent_keys}
+        for child, key in zip(children, keys, strict=True):
+            if key is not None:
+                sources[key].append(child.id)
+        for parent, key in zip(parents, parent_keys, strict=True):
+            parent.id = key
+            remember_identity(parent)
+        record_replacements(s, hand_over(children), hand_over(parents), sources)
+
+
+class SelfQueryRetrieval(AnyRetriever):
+    """``SelfQueryRetriever``: an LLM turns the question into a search query and a metadata filter
+    (``_prepare_query``, hooked), and the store is searched with those, not with the question. The
+    constructed query is a ``rewrite`` hop of the question, recorded on this stage with the filter
+    (the stage's ``filter``), so the store's search finds its hop by its text; the question itself
+    is "→ index" only when it was searched (``use_original_query``) (issue 24, principle 3)."""
+
+    def start(self, query: Any) -> Stage:
+        s = super().start(query)
+        self.listen((self.instance,))
+        return s
+
+
+class RePhraseRetrieval(AnyRetriever):
+    """``RePhraseQueryRetriever``: an LLM rephrases the question and the inner retriever searches with
+    the rephrased one, which becomes a ``rewrite`` hop of the question on this stage (its inner
+    retriever's call records it, through this stage's sink) (issue 24, principle 3)."""
+
+    def start(self, query: Any) -> Stage:
+        s = super().start(query)
+        inner = getattr(self.instance, "retriever", None)
+        self.listen((inner,) if inner is not None else ())
+        if self.sink is not None:
+            self.sink.data[REWRITES_QUERY] = True
+        return s
+
+
+def prepared_query(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """Around ``SelfQueryRetriever._prepare_query(query, structured_query)``: the query and search
+    arguments the LLM's structured query became, on the retriever's stage."""
+    result = wrapped(*args, **kwargs)
+    sink = sink_for(instance)
+    if sink is not None:
+        try:
+            new_query, search_kwargs = result
+            if isinstance(new_query, str) and new_query != argument(args, kwargs, 0, "query"):
+                sink.stage.add_query_variant(new_query, transform=sc.TRANSFORM_REWRITE)
+            found = filter_json(search_kwargs.get("filter")) if isinstance(search_kwargs, Mapping) else None
+            if found is not None:
+                sink.stage.set_attribute(sc.STAGE_FILTER, found)
+        except Exception as exc:
+            sink.stage.record_error("lc.self_query", exc)
+    return result
+
+
+def _metadata_key(doc: Any, id_key: Any) -> str | None:
+    metadata = getattr(doc, "metadata", None)
+    value = metadata.get(id_key) if isinstance(metadata, dict) else None
+    return None if value is None else str(value)
+
+
 # most specific first: a retriever of none of these is AnyRetriever
 RETRIEVERS: tuple[Family[RetrieverCall], ...] = (
+    Family("MultiVectorRetriever", ParentDocumentRetrieval),
+    Family("SelfQueryRetriever", SelfQueryRetrieval),
+    Family("RePhraseQueryRetriever", RePhraseRetrieval),
     Family("EnsembleRetriever", EnsembleRetrieval),
     Family("VectorStoreRetriever", VectorStoreRetrieval),
     Family("BM25Retriever", BM25Retrieval),

@@ -22,6 +22,7 @@ from ragtrail.instrumentation.langchain._retrievers import (
     apre_threshold,
     aretrieve_documents,
     pre_threshold,
+    prepared_query,
     retrieve_documents,
     weighted_reciprocal_rank,
 )
@@ -80,6 +81,7 @@ class Wiring:
             Patch("MultiQueryRetriever", "agenerate_queries", ret.agenerate_queries),
             Patch("MultiQueryRetriever", "retrieve_documents", retrieve_documents),
             Patch("MultiQueryRetriever", "aretrieve_documents", aretrieve_documents),
+            Patch("SelfQueryRetriever", "_prepare_query", prepared_query),
             Patch("VectorStore", "similarity_search_with_relevance_scores", ret.similarity_search_with_relevance_scores),
             Patch("VectorStore", "asimilarity_search_with_relevance_scores", ret.asimilarity_search_with_relevance_scores),
             Patch("VectorStore", "_similarity_search_with_relevance_scores", pre_threshold),

@@ -9,7 +9,10 @@
 - ``BaseQueryTransform.run``: ``query_transform`` (HyDE's ``embedding_strs`` as ``hyde`` hops)
 - ``BaseRetriever.retrieve/aretrieve``: ``retrieve`` (``fuse`` for ``QueryFusionRetriever``)
 - ``QueryFusionRetriever._get_queries/_aget_queries``: ``query_transform`` (``multi_query`` hops)
+- ``BaseQuestionGenerator.generate/agenerate``: ``query_transform`` (``SubQuestionQueryEngine``'s sub-questions as ``decompose`` hops)
 - ``QueryFusionRetriever._*_fusion``: hook, the fuse stage's inputs with the hop that found each
+- ``AutoMergingRetriever._try_merging/_get_parents_and_merge``: hooks, the leaves found and the parent
+  each merged into (outputs under ``merge@1``, each merged leaf ``custom:merged``)
 - ``BaseNodePostprocessor.postprocess_nodes/apostprocess_nodes``: ``filter``/``rerank``/``budget``
 - ``LLMRerank._parse_raw_response``, ``StructuredLLMRerank._parse_batch_result``: hook, which nodes the LLM chose
 - ``BaseSynthesizer.synthesize/asynthesize``: ``generate`` (outputs: ``Response.source_nodes``)
@@ -61,6 +64,7 @@ class LlamaIndexInstrumentor(RagtrailInstrumentor):
         import llama_index.core.postprocessor  # noqa: F401
         import llama_index.core.postprocessor.rankGPT_rerank  # noqa: F401 - overrides apostprocess_nodes, not re-exported
         import llama_index.core.query_engine  # noqa: F401
+        import llama_index.core.question_gen  # noqa: F401
         import llama_index.core.response_synthesizers  # noqa: F401
         import llama_index.core.retrievers  # noqa: F401
         from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -68,13 +72,14 @@ class LlamaIndexInstrumentor(RagtrailInstrumentor):
         from llama_index.core.chat_engine.types import BaseChatEngine
         from llama_index.core.indices.query.query_transform.base import BaseQueryTransform
         from llama_index.core.postprocessor.types import BaseNodePostprocessor
+        from llama_index.core.question_gen.types import BaseQuestionGenerator
         from llama_index.core.response_synthesizers.base import BaseSynthesizer
         from llama_index.core.schema import BaseNode, NodeWithScore
 
         from ._nodes import adapt_node, adapt_node_with_score
-        from ._postprocess import PostprocessCall, selection_hook
-        from ._retrieve import CondenseCall, FusionQueriesCall, QueryTransformCall, RetrieveCall, fusion_hook
-        from ._synthesis import ChatCall, QueryEngineCall, RepackCall, SynthesizeCall, TruncateCall, available_context_hook
+        from ._postprocess import PostprocessCall
+        from ._retrieve import CondenseCall, QueryTransformCall, QuestionGenCall, RetrieveCall
+        from ._synthesis import ChatCall, QueryEngineCall, SynthesizeCall
 
         self.register_adapter(NodeWithScore, adapt_node_with_score)
         self.register_adapter(BaseNode, adapt_node)
@@ -97,13 +102,26 @@ class LlamaIndexInstrumentor(RagtrailInstrumentor):
             BaseNodePostprocessor, {"postprocess_nodes": sync_wrapper(PostprocessCall, t), "apostprocess_nodes": async_wrapper(PostprocessCall, t)}
         )
         self._wrap_hierarchy(BaseQueryTransform, {"run": sync_wrapper(QueryTransformCall, t)})
+        self._wrap_hierarchy(BaseQuestionGenerator, {"generate": sync_wrapper(QuestionGenCall, t), "agenerate": async_wrapper(QuestionGenCall, t)})
         self._wrap_hierarchy(BaseSynthesizer, {"synthesize": sync_wrapper(SynthesizeCall, t), "asynthesize": async_wrapper(SynthesizeCall, t)})
+        self._patch_private()
 
+    def _patch_private(self) -> None:
+        """The hooks on methods of one class each (query generation, fusion, merging, LLM choices,
+        the prompt helper's packing)."""
+        from ._postprocess import selection_hook
+        from ._retrieve import FusionQueriesCall, fusion_hook, merge_hook, try_merging_hook
+        from ._synthesis import RepackCall, TruncateCall, available_context_hook
+
+        t = self._tracer
         fusion = "llama_index.core.retrievers.fusion_retriever"
         self.wrap(fusion, "QueryFusionRetriever._get_queries", sync_wrapper(FusionQueriesCall, t))
         self.wrap(fusion, "QueryFusionRetriever._aget_queries", async_wrapper(FusionQueriesCall, t))
         for name in ("_reciprocal_rerank_fusion", "_relative_score_fusion", "_simple_fusion"):
             self.wrap(fusion, f"QueryFusionRetriever.{name}", fusion_hook)
+        merging = "llama_index.core.retrievers.auto_merging_retriever"
+        self.wrap(merging, "AutoMergingRetriever._try_merging", try_merging_hook)
+        self.wrap(merging, "AutoMergingRetriever._get_parents_and_merge", merge_hook)
         self.wrap("llama_index.core.postprocessor.llm_rerank", "LLMRerank._parse_raw_response", selection_hook)
         self.wrap("llama_index.core.postprocessor.structured_llm_rerank", "StructuredLLMRerank._parse_batch_result", selection_hook)
 

@@ -14,6 +14,7 @@ from typing import Any
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
 from ragtrail.hooks import Args, Kwargs, active_call, argument
+from ragtrail.instrumentation._replace import record_replacements
 from ragtrail.instrumentation._vectorstore import filter_json
 from ragtrail.recorder.candidates import Candidate, adapt, is_candidate_list
 from ragtrail.recorder.pipeline import current_pipeline
@@ -91,8 +92,10 @@ class RetrieveCall(LlamaCall):
     (whose per-query retrievals are child ``retrieve`` stages)."""
 
     site = "llama_index.retrieve"
+    merge_inputs: list[Candidate] | None = None
 
     def open(self) -> Stage:
+        self.merged: dict[str, str] = {}  # AutoMergingRetriever: node id -> the parent it merged into
         inst = self.instance
         self.fusion, self.vector, bm25 = _flags(type(inst))
         top_k = _int(getattr(inst, "similarity_top_k", None))
@@ -152,14 +155,49 @@ class RetrieveCall(LlamaCall):
                 candidates.append(candidate)
         s.inputs(candidates)
 
+    def record_merge_input(self, nodes: Any) -> None:
+        """Called by the merge hook on AutoMergingRetriever's first merging round: the nodes its
+        inner retriever found are this stage's inputs (snapshotted: the rounds rebuild the list)."""
+        if self.merge_inputs is None and is_candidate_list(nodes):
+            self.merge_inputs = [adapt(n) for n in nodes]
+
+    def record_merges(self, before: Any, after: Any) -> None:
+        """Called by the merge hook after one ``_get_parents_and_merge`` round: every node that left
+        the list for the parent that came into it is merged into that parent."""
+        if not is_candidate_list(before) or not is_candidate_list(after):
+            return
+        added = {node_id(n) for n in after} - {node_id(n) for n in before}
+        kept = {node_id(n) for n in after}
+        for node in before:
+            parent = getattr(getattr(getattr(node, "node", None), "parent_node", None), "node_id", None)
+            ident = node_id(node)
+            if ident not in kept and parent in added:
+                self.merged[ident] = str(parent)
+
     def after(self, s: Stage, result: Any) -> None:
         if not is_candidate_list(result):
             s.finding(f"retriever returned a {type(result).__name__}, not a list: outputs not recorded")
             return
-        if self.fusion and _FUSION_SCORE_KINDS.get(self.mode, sc.SCORE_NONE) is None:
+        if self.merge_inputs is not None:
+            self._record_merged(s, result)
+        elif self.fusion and _FUSION_SCORE_KINDS.get(self.mode, sc.SCORE_NONE) is None:
             record_kept(s, result, [node_id(n) for n in result])
         else:
             s.outputs(result)
+
+    def _record_merged(self, s: Stage, result: list[Any]) -> None:
+        """AutoMergingRetriever: its inner retriever's nodes in, the merged list out; each output
+        that replaced found nodes names them (``merge@1``; a parent merged again names its leaves)."""
+        inputs = self.merge_inputs or []
+        sources: dict[str, list[str]] = {}
+        for leaf in inputs:
+            target, seen = leaf.id, {leaf.id}
+            while target in self.merged and self.merged[target] not in seen:
+                target = self.merged[target]
+                seen.add(target)
+            if target != leaf.id:
+                sources.setdefault(target, []).append(leaf.id)
+        record_replacements(s, inputs, [adapt(n) for n in result], sources)
 
 
 def fusion_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
@@ -172,6 +210,30 @@ def fusion_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
         except Exception as exc:
             call.error("fusion_inputs", exc)
     return wrapped(*args, **kwargs)
+
+
+def try_merging_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """Around ``AutoMergingRetriever._try_merging(nodes)``: the first round's nodes are the stage's inputs."""
+    call = active_call(instance)
+    if isinstance(call, RetrieveCall):
+        try:
+            call.record_merge_input(argument(args, kwargs, 0, "nodes"))
+        except Exception as exc:
+            call.error("merge_input", exc)
+    return wrapped(*args, **kwargs)
+
+
+def merge_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """Around ``AutoMergingRetriever._get_parents_and_merge(nodes)``: which nodes merged into which parent."""
+    result = wrapped(*args, **kwargs)
+    call = active_call(instance)
+    if isinstance(call, RetrieveCall):
+        try:
+            merged = result[0] if isinstance(result, tuple) and result else None
+            call.record_merges(argument(args, kwargs, 0, "nodes"), merged)
+        except Exception as exc:
+            call.error("merges", exc)
+    return result
 
 
 class FusionQueriesCall(LlamaCall):
@@ -257,3 +319,27 @@ class CondenseCall(LlamaCall):
         text = query_text(result)
         if text and text != self.original and not _known(text):
             s.add_query_variant(text, transform=sc.TRANSFORM_REWRITE)
+
+
+class QuestionGenCall(LlamaCall):
+    """``BaseQuestionGenerator.generate/agenerate`` (``SubQuestionQueryEngine``): the sub-questions an
+    LLM wrote for the question are ``decompose`` hops of it, so each sub-query engine's retrieval
+    finds its hop by its text instead of opening an ``untracked`` one (issue 24, principle 3)."""
+
+    site = "llama_index.question_gen"
+
+    def open(self) -> Stage:
+        return self.new_stage(sc.KIND_QUERY_TRANSFORM)
+
+    def before(self, s: Stage) -> None:
+        self.original = query_text(argument(self.args, self.kwargs, 1, "query"))
+        s.query(self.original)
+
+    def after(self, s: Stage, result: Any) -> None:
+        if not is_candidate_list(result):
+            s.finding(f"question generation returned a {type(result).__name__}, not a list")
+            return
+        for sub in result:
+            text = getattr(sub, "sub_question", None)
+            if isinstance(text, str) and text and text != self.original and not _known(text):
+                s.add_query_variant(text, transform=sc.TRANSFORM_DECOMPOSE)
