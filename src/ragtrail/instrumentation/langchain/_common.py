@@ -66,6 +66,10 @@ class ChainRun:
             known = {c.id for c in self.offered}
             self.offered.extend(c for c in candidates if c.id not in known)
 
+    def generates(self) -> bool:
+        """Whether a model called straight under this run is a generation (a chain's always is)."""
+        return True
+
 
 chain_run: contextvars.ContextVar[ChainRun | None] = contextvars.ContextVar("ragtrail_langchain_chain", default=None)
 
