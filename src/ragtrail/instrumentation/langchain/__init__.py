@@ -53,6 +53,7 @@ _CLASSES = {
     "BaseLLM": "langchain_core.language_models.llms",
     "EnsembleRetriever": "langchain_classic.retrievers.ensemble",
     "MultiQueryRetriever": "langchain_classic.retrievers.multi_query",
+    "TimeWeightedVectorStoreRetriever": "langchain_classic.retrievers.time_weighted_retriever",
     "CrossEncoderReranker": "langchain_classic.retrievers.document_compressors.cross_encoder_rerank",
     "EmbeddingsFilter": "langchain_classic.retrievers.document_compressors.embeddings_filter",
     "LLMChainFilter": "langchain_classic.retrievers.document_compressors.chain_filter",
