@@ -163,6 +163,9 @@ class MetaField(Ranker):
             meta = candidate.metadata or {}
             if ranked and drop and meta.get(field) is None:
                 return sc.REASON_FILTERED_BY_METADATA, f"meta field {field!r} missing (missing_meta=drop)"
+            if ranked and not fallback and self.missing == "bottom" and meta.get(field) is None:
+                # what put it below the cut: Haystack ranks a document without the field last
+                return sc.REASON_BELOW_RANK_CUTOFF, f"top_k={self.top_k} (meta field {field!r} missing: ranked last, missing_meta=bottom)"
             return sc.REASON_BELOW_RANK_CUTOFF, f"top_k={self.top_k}"
 
         exclude_missing(s, inputs, outputs, reason)
