@@ -209,7 +209,12 @@ class GradeCall(LangChainCall):
         return s
 
     def before(self, s: Stage) -> None:
-        s.inputs([c.copy() for c in self.docs])
+        inputs = [c.copy() for c in self.docs]
+        for candidate in inputs:
+            if candidate.score is None:
+                candidate.score_kind = sc.SCORE_NONE  # the tool hands on texts: no score reaches the grader
+        self.docs = inputs
+        s.inputs([c.copy() for c in inputs])
 
     def after(self, s: Stage, result: Any) -> None:
         destinations = routes.pop(self)
