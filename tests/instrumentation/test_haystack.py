@@ -926,3 +926,34 @@ def test_hash_mode_keeps_queries_and_expansions_out_of_every_span(instrument, mo
         receipt("secret sunlight power").sha256,
         receipt("secret wind turbines").sha256,
     ]
+
+
+def test_a_concatenate_join_keeps_each_scores_own_kind(instrument):
+    """Issue 24 (wrong scores): a concatenate join hands on each document with the score its
+    retriever gave it; an id found by both retrievers must not take the kind of the other one
+    (BM25 scores read ``similarity`` before)."""
+    store = make_store()
+    p = Pipeline()
+    p.add_component("bm25", InMemoryBM25Retriever(store, top_k=2))
+    p.add_component("embedder", BagOfWordsEmbedder())
+    p.add_component("dense", InMemoryEmbeddingRetriever(store, top_k=2))
+    p.add_component("joiner", DocumentJoiner(join_mode="concatenate"))
+    p.connect("embedder.embedding", "dense.query_embedding")
+    p.connect("bm25", "joiner")
+    p.connect("dense", "joiner")
+    q = "solar electricity"
+    out = p.run({"bm25": {"query": q}, "embedder": {"text": q}}, include_outputs_from={"bm25", "dense"})
+    made = {(d.id, d.score): "bm25" for d in out["bm25"]["documents"]} | {(d.id, d.score): "similarity" for d in out["dense"]["documents"]}
+    # the store ranks "solar" first for both: BM25's score (above 1) wins the concatenation
+    assert [d.id for d in out["bm25"]["documents"]] == ["solar", "battery"] and [d.id for d in out["dense"]["documents"]][0] == "solar"
+    joined = out["joiner"]["documents"]
+    fuse = one(instrument.get_finished_spans(), "fuse DocumentJoiner")
+    fused = events(fuse, sc.EVENT_CANDIDATE)
+    assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND]) for e in fused] == [
+        (d.id, d.score, made[(d.id, d.score)]) for d in joined
+    ]
+    assert fused[0][sc.CANDIDATE_ID] == "solar" and fused[0][sc.CANDIDATE_SCORE_KIND] == "bm25"
+    # the copies it dropped (the embedding retriever's) keep their own kind too
+    dropped = [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.CANDIDATE_SCORE_KIND]) for e in events(fuse, sc.EVENT_EXCLUSION)]
+    assert dropped == [(d.id, "deduplicated", "similarity") for d in out["dense"]["documents"] if d.id in {j.id for j in joined} and d not in joined]
+    assert dropped

@@ -53,6 +53,8 @@ STAGE_FINDINGS = "ragtrail.stage.findings"
 STAGE_INSTRUMENTATION_ERRORS = "ragtrail.instrumentation.errors"
 # the model a stage ran (a reranker's model id or local path): two runs with different models differ
 STAGE_MODEL = "ragtrail.stage.model"
+# a maximal-marginal-relevance pick: its relevance/diversity trade-off (1 = relevance only)
+STAGE_MMR_LAMBDA = "ragtrail.stage.mmr.lambda"
 CANDIDATES_IN = "ragtrail.candidates.in"
 CANDIDATES_OUT = "ragtrail.candidates.out"
 CANDIDATES_EXCLUDED = "ragtrail.candidates.excluded"

@@ -146,6 +146,7 @@ _KNOBS = (
     ("budget_limit", sc.STAGE_BUDGET_LIMIT),
     ("budget_used", sc.STAGE_BUDGET_USED),
     ("budget_unit", sc.STAGE_BUDGET_UNIT),
+    ("mmr_lambda", sc.STAGE_MMR_LAMBDA),
 )
 
 

@@ -31,9 +31,16 @@ REASON_NOT_IN_PROMPT = "custom:not_in_prompt"
 
 
 def _text_of(value: Any) -> str | None:
-    """A message's text: a str, a ``.text`` / ``.content`` str (LangChain and Haystack messages)."""
+    """A message's text: a str, a ``.text`` / ``.content`` str (LangChain and Haystack messages), a
+    ``{"role": ..., "content": str}`` dict or a ``(role, text)`` pair (LangChain's message shorthands,
+    what a LangGraph node passes its model)."""
     if isinstance(value, str):
         return value
+    if isinstance(value, Mapping):
+        content = value.get("content")
+        return content if isinstance(content, str) else None
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], str):
+        return value[1]
     for name in ("text", "content"):
         try:
             found = getattr(value, name, None)

@@ -189,6 +189,7 @@ def _row(stages: _QdrantStages, index: int, candidates: Any, facts: _Facts | Non
     if "group_by" in request:
         attributes[sc.STAGE_GROUP_BY] = request["group_by"]
         attributes[sc.STAGE_GROUP_SIZE] = request["group_size"]
+    findings = _mmr(request.get("query"), attributes)
     return Row(
         candidates=candidates,
         query=_query_of(request.get("query")),
@@ -200,7 +201,23 @@ def _row(stages: _QdrantStages, index: int, candidates: Any, facts: _Facts | Non
             _score_kind(request.get("query"), request.get("using"), request.get("prefetch"), facts) if request else _vector_kind(None, facts)
         ),
         attributes=attributes,
+        findings=findings,
     )
+
+
+def _mmr(query: Any, attributes: dict[str, Any]) -> list[str]:
+    """A ``NearestQuery`` with ``mmr``: Qdrant picks the points by maximal marginal relevance itself.
+    Its ``diversity`` (0 = relevance only) is written as the MMR lambda (1 = relevance only), and a
+    finding says the candidates it did not pick are not returned (langchain-qdrant's MMR runs so)."""
+    mmr = getattr(query, "mmr", None)
+    diversity = getattr(mmr, "diversity", None)
+    if mmr is None:
+        return []
+    if isinstance(diversity, (int, float)) and not isinstance(diversity, bool):
+        attributes[sc.STAGE_MMR_LAMBDA] = 1.0 - float(diversity)
+    pool = getattr(mmr, "candidates_limit", None)
+    over = pool if pool is not None else "its default"
+    return [f"maximal marginal relevance ran inside Qdrant over {over} candidates: the ones it did not pick are not returned"]
 
 
 def _query_of(query: Any) -> Query | None:

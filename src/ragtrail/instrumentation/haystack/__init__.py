@@ -7,8 +7,9 @@ has one) is patched on its own class:
   ``similarity`` scores, the effective filters and the store's size);
 * ``DocumentJoiner`` (every join mode) and the multi-query retrievers: ``fuse`` stages whose inputs
   are the concatenated input lists, each candidate with the hop of the query that found it;
-* ``SentenceTransformersSimilarityRanker``, ``LostInTheMiddleRanker``, ``MetaFieldRanker``:
-  ``rerank`` stages whose every exclusion is classified by re-deriving the component's own rule
+* ``SentenceTransformersSimilarityRanker``, ``SentenceTransformersDiversityRanker`` (its MMR
+  ``lambda_threshold`` as ``ragtrail.stage.mmr.lambda``), ``LostInTheMiddleRanker``,
+  ``MetaFieldRanker``: ``rerank`` stages whose every exclusion is classified by re-deriving the component's own rule
   (duplicate id, ``top_k``, score threshold, word budget, missing meta field) from the snapshotted
   inputs, never by guessing;
 * ``QueryExpander``: a ``query_transform`` stage whose expansions become ``expand`` hops;
@@ -47,7 +48,7 @@ from ._common import HaystackCall, document_adapter
 from ._fusion import Joiner, MultiQuery, executor_factory, per_query_async, per_query_sync
 from ._generate import ClassPatcher, Generate, install, prompt_builder_run
 from ._query import Expander, PipelineRun
-from ._rankers import LostInTheMiddle, MetaField, SimilarityRanker
+from ._rankers import DiversityRanker, LostInTheMiddle, MetaField, SimilarityRanker
 from ._retrievers import EmbeddingRetriever, TextRetriever
 
 _instruments: Collection[str] = ("haystack-ai >= 2.10",)
@@ -59,6 +60,8 @@ _LITM = "haystack.components.rankers.lost_in_the_middle"
 _META = "haystack.components.rankers.meta_field"
 _ST_RANKER = "haystack_integrations.components.rankers.sentence_transformers.sentence_transformers_similarity"
 _ST_RANKER_2X = "haystack.components.rankers.sentence_transformers_similarity"  # haystack-ai 2.x
+_DIVERSITY = "haystack_integrations.components.rankers.sentence_transformers.sentence_transformers_diversity"
+_DIVERSITY_2X = "haystack.components.rankers.sentence_transformers_diversity"  # haystack-ai 2.x
 _EXPANDER = "haystack.components.query.query_expander"
 _MQ_TEXT = "haystack.components.retrievers.multi_query_text_retriever"
 _MQ_EMBEDDING = "haystack.components.retrievers.multi_query_embedding_retriever"
@@ -75,6 +78,8 @@ _TARGETS: tuple[tuple[str, str, type[HaystackCall]], ...] = (
     (_META, "MetaFieldRanker", MetaField),
     (_ST_RANKER, "SentenceTransformersSimilarityRanker", SimilarityRanker),
     (_ST_RANKER_2X, "SentenceTransformersSimilarityRanker", SimilarityRanker),
+    (_DIVERSITY, "SentenceTransformersDiversityRanker", DiversityRanker),
+    (_DIVERSITY_2X, "SentenceTransformersDiversityRanker", DiversityRanker),
     (_EXPANDER, "QueryExpander", Expander),
     (_MQ_TEXT, "MultiQueryTextRetriever", MultiQuery),
     (_MQ_EMBEDDING, "MultiQueryEmbeddingRetriever", MultiQuery),

@@ -23,6 +23,30 @@ query_text: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragtrai
 pipeline_query: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragtrail_haystack_pipeline_query", default=None)
 # (id of the multi-query retriever, [(query, documents), ...]) collected by its per-query workers
 collector: contextvars.ContextVar[tuple[int, list[tuple[Any, Any]]] | None] = contextvars.ContextVar("ragtrail_haystack_multi_query", default=None)
+# (document id, score) -> the score kind of the retriever that gave that document that score, in this
+# pipeline run. Haystack copies a component's outputs on their way to the next one, so a joiner
+# meets neither the retriever's objects nor its lists: the score itself is what says who made it
+# (one id found by BM25 and by an embedding retriever carries two scores of two kinds)
+produced_kinds: contextvars.ContextVar[dict[tuple[str, float], str] | None] = contextvars.ContextVar("ragtrail_haystack_score_kinds", default=None)
+
+
+def note_kinds(candidates: list[Candidate], kind: str) -> None:
+    """A retriever's outputs: remember the kind of each score it gave (see ``produced_kinds``)."""
+    kinds = produced_kinds.get()
+    if kinds is None:
+        return
+    for candidate in candidates:
+        score = finite_or_none(candidate.score)
+        if score is not None:
+            kinds[(candidate.id, score)] = kind
+
+
+def _produced_kind(candidate: Candidate) -> str | None:
+    kinds = produced_kinds.get()
+    score = finite_or_none(candidate.score)
+    if kinds is None or score is None:
+        return None
+    return kinds.get((candidate.id, score))
 
 
 def document_adapter(doc: Any) -> Candidate:
@@ -54,6 +78,8 @@ def snapshot(docs: Any, *, with_hops: bool = True) -> list[Candidate] | None:
     result = []
     for doc in docs:
         candidate = adapt(doc)
+        if candidate.score_kind is None:
+            candidate.score_kind = _produced_kind(candidate)
         if candidate.score_kind is None and state is not None:
             candidate.score_kind = state.candidate_score_kind(candidate.id)
         if with_hops and candidate.hop is None and state is not None:

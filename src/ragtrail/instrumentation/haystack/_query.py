@@ -12,7 +12,7 @@ from ragtrail.hooks import guard
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
 
-from ._common import HaystackCall, pipeline_query
+from ._common import HaystackCall, pipeline_query, produced_kinds
 from ._generate import HaystackRun, current_patcher, run_state
 
 _QUERY_KEYS = ("query", "question", "text", "query_str", "prompt")
@@ -67,6 +67,7 @@ class PipelineRun(HaystackCall):
 
     def before(self, s: Stage) -> None:
         self.set_var(run_state, HaystackRun())  # what the run's generators are offered (see _generate)
+        self.set_var(produced_kinds, {})  # the kind of each retrieved score (see _common)
         classes = current_patcher()
         if classes is not None:
             guard("haystack.generate.prepare", classes.prepare, self.instance)

@@ -1,5 +1,5 @@
-"""The rankers (``SentenceTransformersSimilarityRanker``, ``LostInTheMiddleRanker``,
-``MetaFieldRanker``): ``rerank`` stages whose every exclusion is classified by re-deriving the
+"""The rankers (``SentenceTransformersSimilarityRanker``, ``SentenceTransformersDiversityRanker``,
+``LostInTheMiddleRanker``, ``MetaFieldRanker``): ``rerank`` stages whose every exclusion is classified by re-deriving the
 component's own rule (duplicate id, ``top_k``, score threshold, word budget, missing meta field)
 from the snapshotted inputs, never by guessing."""
 
@@ -163,6 +163,47 @@ class MetaField(Ranker):
             meta = candidate.metadata or {}
             if ranked and drop and meta.get(field) is None:
                 return sc.REASON_FILTERED_BY_METADATA, f"meta field {field!r} missing (missing_meta=drop)"
+            if ranked and not fallback and self.missing == "bottom" and meta.get(field) is None:
+                # what put it below the cut: Haystack ranks a document without the field last
+                return sc.REASON_BELOW_RANK_CUTOFF, f"top_k={self.top_k} (meta field {field!r} missing: ranked last, missing_meta=bottom)"
             return sc.REASON_BELOW_RANK_CUTOFF, f"top_k={self.top_k}"
 
         exclude_missing(s, inputs, outputs, reason)
+
+
+class DiversityRanker(Ranker):
+    """``SentenceTransformersDiversityRanker`` (``haystack_integrations``): dedup by id, then order
+    for diversity (``greedy_diversity_order``) or pick by maximal marginal relevance
+    (``maximum_margin_relevance``, with its ``lambda_threshold``), then ``top_k``. It gives no
+    score: the documents keep the scores they came with, so the stage has no score kind of its own.
+    Every document not kept was cut by ``top_k`` on the ranker's own order (the MMR pick, or the
+    diversity order), which the detail names."""
+
+    def before(self, s: Stage) -> None:
+        instance, bound = self.instance, self.arguments
+        top_k = bound.get("top_k")
+        top_k = getattr(instance, "top_k", None) if top_k is None else top_k
+        strategy = str(getattr(instance, "strategy", ""))
+        lam = bound.get("lambda_threshold")
+        lam = getattr(instance, "lambda_threshold", None) if lam is None else lam
+        s.score_kind = None
+        s.set(top_k=top_k)
+        self.mmr = strategy == "maximum_margin_relevance"
+        if self.mmr and isinstance(lam, (int, float)) and not isinstance(lam, bool):
+            s.set_attribute(sc.STAGE_MMR_LAMBDA, float(lam))
+        query = bound.get("query")
+        if isinstance(query, str):
+            s.query(query)
+        self.top_k, self.lam, self.strategy = top_k, lam, strategy
+        self.inputs = self.snapshot(s, bound)
+
+    def after(self, s: Stage, result: Any) -> None:
+        outputs = self.outputs(s, result, None)
+        inputs = self.inputs
+        if outputs is None or inputs is None:
+            return
+        if self.mmr:
+            detail = f"top_k={self.top_k}: not picked by maximum_margin_relevance (lambda_threshold={self.lam})"
+        else:
+            detail = f"top_k={self.top_k} after {self.strategy or 'the diversity order'}"
+        exclude_missing(s, inputs, outputs, lambda c: (sc.REASON_BELOW_RANK_CUTOFF, detail))

@@ -14,7 +14,7 @@ from ragtrail.recorder.candidates import adapt
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage
 
-from ._common import HaystackCall, documents_of, pipeline_query, query_text
+from ._common import HaystackCall, documents_of, note_kinds, pipeline_query, query_text
 
 
 class TextRetriever(HaystackCall):
@@ -55,6 +55,7 @@ class TextRetriever(HaystackCall):
             return
         candidates = [adapt(d) for d in docs]
         s.outputs(candidates, hop=self.hop)
+        note_kinds(candidates, self.score_kind)
 
 
 class EmbeddingRetriever(TextRetriever):

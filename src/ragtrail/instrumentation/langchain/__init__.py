@@ -25,6 +25,7 @@ import line, stays visible); a part that is never imported (``langchain-classic`
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ _CLASSES = {
     "MultiVectorRetriever": "langchain_classic.retrievers.multi_vector",
     "SelfQueryRetriever": "langchain_classic.retrievers.self_query.base",
     "RePhraseQueryRetriever": "langchain_classic.retrievers.re_phraser",
+    "TimeWeightedVectorStoreRetriever": "langchain_classic.retrievers.time_weighted_retriever",
     "CrossEncoderReranker": "langchain_classic.retrievers.document_compressors.cross_encoder_rerank",
     "EmbeddingsFilter": "langchain_classic.retrievers.document_compressors.embeddings_filter",
     "LLMChainFilter": "langchain_classic.retrievers.document_compressors.chain_filter",
@@ -62,10 +64,27 @@ _CLASSES = {
     "LLMListwiseRerank": "langchain_classic.retrievers.document_compressors.listwise_rerank",
     "DocumentCompressorPipeline": "langchain_classic.retrievers.document_compressors.base",
     "BM25Retriever": "langchain_community.retrievers.bm25",
+    # a partner store: importing it runs a pass, so its own search methods are wrapped before the
+    # app calls one directly (a store first met through a retriever is wrapped then)
+    "QdrantVectorStore": "langchain_qdrant.qdrant",
     "LongContextReorder": "langchain_community.document_transformers.long_context_reorder",
     "EmbeddingsRedundantFilter": "langchain_community.document_transformers.embeddings_redundant_filter",
     "EmbeddingsClusteringFilter": "langchain_community.document_transformers.embeddings_redundant_filter",
 }
+
+
+# LangGraph (``_graph``): (module, what is wrapped, GraphWrappers method; None: ``_graph.finish``)
+_GRAPH = (
+    ("langgraph.pregel.main", "Pregel.invoke", "invoke"),
+    ("langgraph.pregel.main", "Pregel.ainvoke", "ainvoke"),
+    ("langgraph.pregel.main", "Pregel.stream", "stream"),
+    ("langgraph.pregel.main", "Pregel.astream", "astream"),
+    ("langgraph.graph._branch", "BranchSpec._route", "route"),
+    ("langgraph.graph._branch", "BranchSpec._aroute", "aroute"),
+    ("langgraph.graph._branch", "BranchSpec._finish", None),
+    ("langgraph.pregel._runner", "run_with_retry", "task"),
+    ("langgraph.pregel._runner", "arun_with_retry", "atask"),
+)
 
 
 def _load(name: str) -> type | None:
@@ -85,22 +104,38 @@ class LangChainInstrumentor(RagtrailInstrumentor):
 
     def _patch(self, **kwargs: Any) -> None:
         """Register a post-import hook per module of ``_CLASSES``; each pass patches what the
-        application has imported so far (every wrap is idempotent)."""
+        application has imported so far (every wrap is idempotent). LangGraph's modules get their
+        own hooks (``_graph``: a graph run is one pipeline)."""
         self._wiring = None
         for module in dict.fromkeys(_CLASSES.values()):
             self.when_imported(module, self._patch_loaded)
+        for module in dict.fromkeys(module for module, _, _ in _GRAPH):
+            self.when_imported(module, functools.partial(self._patch_graph, module))
+
+    def _patch_graph(self, name: str) -> None:
+        from ragtrail.instrumentation.langchain._graph import GraphWrappers, finish
+        from ragtrail.instrumentation.langchain._wiring import Wiring
+
+        wiring = self._wiring
+        if wiring is None:
+            wiring = self._wiring = Wiring(self.tracer, self._wrapped, {name: _load(name) for name in _CLASSES})
+        graph = GraphWrappers(wiring.shared)
+        for module, target, method in _GRAPH:
+            if module == name:
+                self.wrap(module, target, getattr(graph, method) if method else finish)
 
     def _patch_loaded(self) -> None:
         from ragtrail.instrumentation.langchain._common import adapt_document
         from ragtrail.instrumentation.langchain._wiring import Wiring
 
-        wiring = self._wiring
-        if wiring is None:
-            document = _load("Document")
-            if _load("BaseRetriever") is None or document is None:
-                return  # langchain-core is not imported yet: a later hook does it
+        document = _load("Document")
+        if _load("BaseRetriever") is None or document is None:
+            return  # langchain-core is not imported yet: a later hook does it
+        if getattr(self, "_adapted", None) is None:
             self._adapted = document
             register_adapter(document, adapt_document)
+        wiring = self._wiring
+        if wiring is None:
             wiring = self._wiring = Wiring(self.tracer, self._wrapped, {})
         wiring.shared.classes.update({name: _load(name) for name in _CLASSES})
         wiring.patch_loaded()

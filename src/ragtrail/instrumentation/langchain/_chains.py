@@ -113,7 +113,7 @@ class ChainWrappers:
 def _generating() -> bool:
     """A model call straight under a chain's pipeline (not inside one of its stages)."""
     chain = chain_run.get()
-    return chain is not None and current_stage() is chain.stage
+    return chain is not None and current_stage() is chain.stage and chain.generates()
 
 
 def _contains(obj: Any, cls: type, depth: int, seen: set[int]) -> bool:

@@ -66,6 +66,10 @@ class ChainRun:
             known = {c.id for c in self.offered}
             self.offered.extend(c for c in candidates if c.id not in known)
 
+    def generates(self) -> bool:
+        """Whether a model called straight under this run is a generation (a chain's always is)."""
+        return True
+
 
 chain_run: contextvars.ContextVar[ChainRun | None] = contextvars.ContextVar("ragtrail_langchain_chain", default=None)
 
@@ -297,8 +301,9 @@ def _run_memory() -> _RunMemory | None:
 
 
 def adapt_document(doc: Any) -> Candidate:
-    """LangChain ``Document`` → Candidate: id = ``Document.id``; when absent, the id an earlier
-    stage of the same pipeline gave the same content, else ``sha256:`` of the content."""
+    """LangChain ``Document`` → Candidate: id = ``Document.id``; when absent, the store's own id the
+    store left in the metadata (langchain-qdrant's ``_id``), else the id an earlier stage of the same
+    pipeline gave the same content, else ``sha256:`` of the content."""
     return _adapt_document(doc, _run_memory(), settings.get().metadata)
 
 
@@ -314,6 +319,8 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
         if memory is not None and isinstance(content, str):
             memory.receipts[id(content)] = (content, rec)  # holds the str, so its id is not reused
     ident = doc.id
+    if ident is None or ident == "":
+        ident = _store_id(doc.metadata)
     if ident is not None and ident != "":
         if type(ident) is not str:
             ident = str(ident)
@@ -327,6 +334,18 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
     if keep_metadata and isinstance(doc.metadata, dict):
         metadata = dict(doc.metadata)  # snapshot: some compressors edit metadata in place
     return Candidate(id=ident, content=content, metadata=metadata, raw=doc).with_receipt(rec)
+
+
+def _store_id(metadata: Any) -> str | None:
+    """The store's own id a vector store left in the metadata of a Document it built without an id:
+    langchain-qdrant puts the point id in ``metadata["_id"]`` beside ``metadata["_collection_name"]``
+    (so the Document and the Qdrant client's stage name one point by one id, never a content hash)."""
+    if not isinstance(metadata, dict) or "_collection_name" not in metadata:
+        return None
+    found = metadata.get("_id")
+    if isinstance(found, bool) or not isinstance(found, (str, int)) or found == "":
+        return None
+    return str(found)
 
 
 def remember_identity(candidate: Candidate) -> None:

@@ -391,11 +391,65 @@ def _metadata_key(doc: Any, id_key: Any) -> str | None:
     return None if value is None else str(value)
 
 
+class TimeWeightedRetrieval(RetrieverCall):
+    """``TimeWeightedVectorStoreRetriever``: it rescores the recent memories and the salient hits
+    (similarity + ``(1 - decay_rate) ** hours`` since last access, + any ``other_score_keys``) and
+    keeps the ``k`` best. The score it sorted by is recorded (kind ``rerank``, as LlamaIndex's
+    ``TimeWeightedPostprocessor``) on every document it scored, and each one cut names its own
+    similarity and recency parts, so a best-similarity document that recency pushed out says so."""
+
+    def start(self, query: Any) -> Stage:
+        k = getattr(self.instance, "k", None)
+        s = self.open_stage(sc.KIND_RETRIEVE, query=query, top_k=k, score_kind=sc.SCORE_RERANK)
+        self.listen((self.instance,))
+        return s
+
+    def record(self, s: Stage, result: Any) -> None:
+        scored = self.sunk("combined")
+        if not isinstance(result, list) or not isinstance(scored, list):
+            return outputs_as_is(s, result)
+        # inputs in the order the retriever scored them, with the similarity each came with
+        # (``None`` for a recent memory the search did not return); outputs with the score it sorted by
+        by_object = {id(doc): (doc, relevance, score) for doc, relevance, score in scored}
+        ordered = list(by_object.values())
+        inputs = _scored((doc, relevance) for doc, relevance, _ in ordered)
+        s.inputs(inputs, score_kind=sc.SCORE_SIMILARITY)
+        s.outputs(_scored((doc, by_object[id(doc)][2] if id(doc) in by_object else None) for doc in result))
+        kept = {id(doc) for doc in result}
+        k = getattr(self.instance, "k", None)
+        for candidate, (doc, relevance, score) in zip(inputs, ordered, strict=False):
+            if id(doc) not in kept:
+                s.exclude(candidate.id, sc.REASON_BELOW_RANK_CUTOFF, f"top_k={k} by recency-adjusted score {_parts(score, relevance)}")
+
+
+def _parts(score: Any, relevance: Any) -> str:
+    """``1.29 = similarity 0.29 + recency 1`` (what the time-weighted retriever added up)."""
+    try:
+        if relevance is None:
+            return f"{score:.4g} = recency {score:.4g} (not among the search's hits)"
+        return f"{score:.4g} = similarity {relevance:.4g} + recency {score - relevance:.4g}"
+    except (TypeError, ValueError):
+        return str(score)
+
+
+def combined_score(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """``_get_combined_score(document, vector_relevance, current_time)``: hand each score the
+    time-weighted retriever computes to its stage (never changes it)."""
+    score = wrapped(*args, **kwargs)
+    sink = sink_for(instance)
+    if sink is not None:
+        document = argument(args, kwargs, 0, "document")
+        relevance = argument(args, kwargs, 1, "vector_relevance")
+        sink.data.setdefault("combined", []).append((document, relevance, score))
+    return score
+
+
 # most specific first: a retriever of none of these is AnyRetriever
 RETRIEVERS: tuple[Family[RetrieverCall], ...] = (
     Family("MultiVectorRetriever", ParentDocumentRetrieval),
     Family("SelfQueryRetriever", SelfQueryRetrieval),
     Family("RePhraseQueryRetriever", RePhraseRetrieval),
+    Family("TimeWeightedVectorStoreRetriever", TimeWeightedRetrieval),
     Family("EnsembleRetriever", EnsembleRetrieval),
     Family("VectorStoreRetriever", VectorStoreRetrieval),
     Family("BM25Retriever", BM25Retrieval),
