@@ -19,7 +19,7 @@ DOCS = [{"id": "a", "content": "Refunds within 14 days.", "score": 0.9}, {"id": 
 
 def _pipeline_attributes(span, *, retrieved: int, run_status: str, status: str = sc.STATUS_OK, findings: list[str] | None = None) -> dict:
     """Pop every attribute a pipeline span with no query, no events and no citations carries (all
-    but the answer's); returns what is left."""
+    but the answer's); returns what is left. No stage defined the context: no ``in_context``."""
     a = attrs(span)
     own = {
         sc.OPENINFERENCE_SPAN_KIND: sc.OI_CHAIN,
@@ -28,7 +28,6 @@ def _pipeline_attributes(span, *, retrieved: int, run_status: str, status: str =
         sc.STAGE_COMPONENT: "app",
         sc.STAGE_STATUS: status,
         sc.COVERAGE_RETRIEVED: retrieved,
-        sc.COVERAGE_IN_CONTEXT: retrieved,
         sc.COVERAGE_CITED: 0,
         sc.RUN_STATUS: run_status,
         sc.CANDIDATES_IN: 0,

@@ -153,8 +153,7 @@ def test_a_pipeline_record_says_the_run_and_takes_no_answer_once_closed() -> Non
 
     concluded = conclude(pipeline, None)
     run = {
-        sc.COVERAGE_RETRIEVED: 2,
-        sc.COVERAGE_IN_CONTEXT: 2,
+        sc.COVERAGE_RETRIEVED: 2,  # no rerank, filter or budget stage: no in_context on the wire
         sc.COVERAGE_CITED: 0,
         sc.RUN_STATUS: sc.RUN_AVAILABLE,
         **receipt("Refunds take 30 days.").as_attributes(sc.ANSWER_RECEIPT_PREFIX),

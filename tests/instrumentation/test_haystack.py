@@ -368,7 +368,6 @@ def test_embedding_retriever_in_a_pipeline_takes_the_pipelines_only_query(tracer
             sc.CANDIDATES_OUT: 0,
             sc.CANDIDATES_EXCLUDED: 0,
             sc.COVERAGE_RETRIEVED: 2,
-            sc.COVERAGE_IN_CONTEXT: 2,
             sc.COVERAGE_CITED: 0,
             sc.COVERAGE_CORPUS_SIZE: 6,
             sc.RUN_STATUS: sc.RUN_AVAILABLE,

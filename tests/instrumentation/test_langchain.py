@@ -350,7 +350,6 @@ def test_ensemble_is_a_fuse_stage_with_rrf_scores_and_child_retrievals(instrumen
             sc.COVERAGE_CORPUS_SIZE: 2 * len(corpus()),
             sc.COVERAGE_STORES: 2,
             sc.COVERAGE_RETRIEVED: len(fused),
-            sc.COVERAGE_IN_CONTEXT: len(fused),
             sc.COVERAGE_CITED: 0,
         },
     )
@@ -443,7 +442,6 @@ def test_multi_query_hops_say_which_variant_found_which_document(instrumentor, t
             # the run's coverage on the root: one BM25 store searched three times, counted once
             sc.COVERAGE_CORPUS_SIZE: len(corpus()),
             sc.COVERAGE_RETRIEVED: len(kept),
-            sc.COVERAGE_IN_CONTEXT: len(kept),
             sc.COVERAGE_CITED: 0,
         },
     )

@@ -257,13 +257,12 @@ class PipelineState:
     def coverage(self) -> dict[str, Any]:
         """The pipeline's coverage statement (docs/semconv.md §3)."""
         with self._lock:
-            retrieved = len(self.retrieved)
-            in_context = len(self.in_context) if self.in_context is not None else retrieved
-            attributes: dict[str, Any] = {
-                sc.COVERAGE_RETRIEVED: retrieved,
-                sc.COVERAGE_IN_CONTEXT: in_context,
-                sc.COVERAGE_CITED: len(self.cited),
-            }
+            attributes: dict[str, Any] = {sc.COVERAGE_RETRIEVED: len(self.retrieved)}
+            # what reached the model is known only from a stage that defines the context: without
+            # one the attribute is absent, never the retrieved count standing in for it (issue 24)
+            if self.in_context is not None:
+                attributes[sc.COVERAGE_IN_CONTEXT] = len(self.in_context)
+            attributes[sc.COVERAGE_CITED] = len(self.cited)
             if self.corpus_size is not None:
                 attributes[sc.COVERAGE_CORPUS_SIZE] = self.corpus_size
                 if len(self._store_sizes) > 1:  # one store is the common case: no attribute for it
