@@ -4,8 +4,9 @@ collector-config/clickhouse.yaml writes).
 
 Read over ClickHouse's HTTP interface: one POST per SQL statement, values bound as ClickHouse query
 parameters (``{name:Type}`` in the SQL, ``param_name`` in the URL; nothing a user typed is pasted
-into SQL text), answers in ``JSONEachRow`` read line by line. :meth:`ClickHouseSource.run_sql` is
-the executor aggregation SQL runs through (pushdown). A search reads every matching trace id of the
+into SQL text), answers in ``JSONEachRow`` read line by line. :meth:`ClickHouseSource.run_sql`
+(rows as tuples) is the executor aggregation SQL runs through (pushdown: ``inspect.columnar``'s
+``SqlRunner``). A search reads every matching trace id of the
 time range in keyset pages (newest first, up to ``--limit``): SQL answers are not cut by the server,
 so the read is complete unless a page is refused. Traces are fetched in batches of ids
 (:meth:`ClickHouseSource.traces`), not one request per trace.
@@ -78,18 +79,34 @@ class ClickHouseSource(HttpSource):
         self._checked = False
 
     # --- the executor -------------------------------------------------------------------------------
-    def run_sql(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Rows of one SQL statement (``FORMAT JSONEachRow`` is appended), values bound by name:
-        ``{name:Type}`` in ``sql``, ``params[name]`` sent as ClickHouse's ``param_name``."""
+    def run_sql(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Rows of one SQL statement as tuples (a statement that returns none, ``[]``), values bound by
+        name: ``{name:Type}`` in ``sql``, ``params[name]`` sent as ClickHouse's ``param_name``. The
+        executor the columnar aggregation SQL runs through (``inspect.columnar``'s ``SqlRunner``);
+        unqualified table names are in this source's database."""
+        return [tuple(row) for row in self._stream(sql, params, "JSONCompactEachRow")]
+
+    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """:meth:`run_sql`'s rows as objects keyed by column name."""
         return list(self.stream_sql(sql, params))
 
     def stream_sql(self, sql: str, params: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
-        """:meth:`run_sql`, one row at a time as the server sends it (bounded memory)."""
+        """:meth:`rows`, one row at a time as the server sends it (bounded memory)."""
+        for row in self._stream(sql, params, "JSONEachRow"):
+            if not isinstance(row, dict):
+                raise MalformedInput(f"{self.description} answered a row that is not an object", "check the server version")
+            yield row
+
+    def _stream(self, sql: str, params: Mapping[str, Any] | None, fmt: str) -> Iterator[Any]:
         import httpx
 
-        query = {"database": self.database, **{f"param_{k}": _param_text(v) for k, v in (params or {}).items()}}
+        query = {
+            "database": self.database,
+            "output_format_json_quote_64bit_integers": "0",  # counts as numbers, as the embedded engine answers them
+            **{f"param_{k}": _param_text(v) for k, v in (params or {}).items()},
+        }
         try:
-            with self.client.stream("POST", "/", params=query, content=f"{sql}\nFORMAT JSONEachRow".encode()) as response:
+            with self.client.stream("POST", "/", params=query, content=f"{sql}\nFORMAT {fmt}".encode()) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise HttpStatusError(
@@ -106,13 +123,13 @@ class ClickHouseSource(HttpSource):
                 f"cannot reach {self.description} ({type(exc).__name__})", "start the server or fix --source / RAGTRAIL_SOURCE"
             ) from None
 
-    def _row(self, line: str) -> dict[str, Any]:
+    def _row(self, line: str) -> Any:
         try:
             row = json.loads(line)
         except ValueError:
-            raise MalformedInput(f"{self.description} answered something else than JSONEachRow: {line[:80]!r}", "check the server version") from None
-        if not isinstance(row, dict):
-            raise MalformedInput(f"{self.description} answered a row that is not an object", "check the server version")
+            raise MalformedInput(f"{self.description} answered something else than JSON rows: {line[:80]!r}", "check the server version") from None
+        if not isinstance(row, (dict, list)):
+            raise MalformedInput(f"{self.description} answered a row that is neither an object nor an array", "check the server version")
         return row
 
     # --- the schema ---------------------------------------------------------------------------------
@@ -120,7 +137,7 @@ class ClickHouseSource(HttpSource):
         """Refuse a table that is not the exporter's, naming what differs (once per source)."""
         if self._checked:
             return
-        rows = self.run_sql(
+        rows = self.rows(
             "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = {table:String}",
             {"db": self.database, "table": TABLE},
         )
@@ -210,7 +227,7 @@ class ClickHouseSource(HttpSource):
         while limit is None or len(ids) < limit:
             want = self.page_size if limit is None else min(self.page_size, limit - len(ids))
             page_params = {**params, "want": want, "after_start": after[0] if after else 0, "after_id": after[1] if after else ""}
-            rows = self.run_sql(
+            rows = self.rows(
                 _SEARCH_SQL.format(match=match, after="AND (start, TraceId) < ({after_start:UInt64}, {after_id:String})" if after else ""),
                 page_params,
             )
