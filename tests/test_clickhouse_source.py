@@ -122,6 +122,7 @@ def test_one_trace_read_back_from_the_exporter_columns(clickhouse: str) -> None:
     assert source.search(10, "ragtrail.stage.kind=retrieve' OR 1=1 --", "1h") == []  # bound as a value, never pasted into SQL
     assert source.run_sql("SELECT {n:UInt8} + 1 AS m, {s:String} AS s", {"n": 2, "s": "it's"}) == [(3, "it's")]
     assert source.rows("SELECT {n:UInt8} + 1 AS m, {s:String} AS s", {"n": 2, "s": "it's"}) == [{"m": 3, "s": "it's"}]
+    assert source.run_sql("SELECT {yes:Bool}, {no:Bool}", {"yes": True, "no": False}) == [(True, False)]
     assert source.run_sql("SELECT count() FROM otel_traces WHERE has({ids:Array(String)}, TraceId)", {"ids": [TRACE_ID, "x'y"]}) == [(1,)]
     source.close()
 

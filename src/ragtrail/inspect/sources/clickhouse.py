@@ -260,6 +260,8 @@ def _attribute_filter(query: str | None) -> tuple[str, str | None]:
 
 def _param_text(value: Any) -> str:
     """A query parameter as ClickHouse's HTTP interface reads it: arrays in ClickHouse's literal syntax."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_quote(str(v)) for v in value) + "]"
     return str(value)
