@@ -5,7 +5,7 @@ the same answers as from the local store the same traces came from.
 Two stores (A plain, B with every 5th reranker falling back) are made by
 benchmarks/make_many_store.py, sent over OTLP/HTTP to one Collector each (collector-config/clickhouse.yaml,
 database ``side_a`` / ``side_b``), and read back. ``RAGTRAIL_CLICKHOUSE_E2E_TRACES`` sets the traces
-per side (default 1,000 keeps the tier near a minute; 2,000 took 130 s on this shared 2-core machine,
+per side (default 1,000: 99 s with load average 8 on this shared 2-core machine; 2,000 took 130 s,
 benchmarks/README.md).
 """
 
