@@ -118,3 +118,17 @@ def _without_dropped_counts(node: Any) -> Any:
     if isinstance(node, list):
         return [_without_dropped_counts(v) for v in node]
     return node
+
+
+def test_a_search_pages_through_every_trace_by_keyset(loaded: Loaded) -> None:
+    from ragtrail.inspect.sources import ClickHouseSource
+
+    source = ClickHouseSource(f"{loaded.clickhouse.url}/side_a")
+    source.page_size = 300
+    try:
+        found = source.search_all(None, None, "24h")
+        stored = {line.split(b'"traceId":"', 1)[1][:32].decode() for p in loaded.a.glob("*.jsonl") for line in p.read_bytes().splitlines() if line}
+        assert (len(found.trace_ids), set(found.trace_ids), found.capped, found.requests) == (TRACES, stored, False, TRACES // 300 + 1)
+        assert source.search_all(450, None, "24h").trace_ids == found.trace_ids[:450]
+    finally:
+        source.close()
