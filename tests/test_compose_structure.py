@@ -61,6 +61,8 @@ def mounted_config(service: dict[str, Any]) -> Path | None:
 
 def listen_ports(name: str, service: dict[str, Any]) -> set[int]:
     """Ports a service listens on inside its container, from its own config + environment."""
+    if name == "clickhouse":  # the image's own config: HTTP and native
+        return {8123, 9000}
     config = mounted_config(service)
     assert config is not None, f"{name} has no config"
     text = config.read_text()
@@ -92,7 +94,7 @@ def _endpoints(node: Any) -> list[str]:
 
 
 def test_services_and_profiles(services: dict[str, Any]) -> None:
-    assert set(services) == {"gateway-1", "gateway-2", "loadbalancer", "jaeger", "tempo", "grafana"}
+    assert set(services) == {"gateway-1", "gateway-2", "loadbalancer", "jaeger", "tempo", "grafana", "clickhouse", "collector-clickhouse"}
     for name, service in services.items():
         for dep in service.get("depends_on", []):
             assert dep in services, f"{name} depends on unknown service {dep}"
@@ -107,7 +109,7 @@ def test_every_bind_mount_exists(services: dict[str, Any]) -> None:
         for container, host in bind_mounts(service).items():
             assert host.exists(), f"{name}: {host} (mounted at {container}) does not exist"
         config = mounted_config(service)
-        if name != "grafana":
+        if name not in ("grafana", "clickhouse"):  # both run on their image's own config
             assert config is not None and config.is_file(), f"{name} is not started with a mounted config"
 
 
@@ -140,6 +142,9 @@ def test_host_ports_are_unique_loopback_and_reach_a_listener(services: dict[str,
         16686: "jaeger",
         3200: "tempo",
         3000: "grafana",
+        8123: "clickhouse",
+        24317: "collector-clickhouse",
+        24318: "collector-clickhouse",
     }
 
 
@@ -147,13 +152,13 @@ def test_cross_service_endpoints_name_a_listening_service(services: dict[str, An
     checked = 0
     for name, service in services.items():
         for var, value in (service.get("environment") or {}).items():
-            value = str(value)
+            value = str(value).split("://", 1)[-1]  # tcp://clickhouse:9000 names the service clickhouse
             host, _, port = value.rpartition(":")
             if var.endswith(("_ENDPOINT", "GATEWAY_1", "GATEWAY_2")) and host and host != "0.0.0.0":
                 assert host in services, f"{name}: {var}={value} names no service"
                 assert int(port) in listen_ports(host, services[host]), f"{name}: {host} does not listen on {port}"
                 checked += 1
-    assert checked == 6  # 2 gateways x (jaeger, tempo) + load balancer x 2 gateways
+    assert checked == 7  # 2 gateways x (jaeger, tempo) + load balancer x 2 gateways + the ClickHouse collector
 
 
 def test_images_are_pinned_to_the_versions_the_e2e_tests_build(services: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ Sources (--source, or RAGTRAIL_SOURCE; default ./.ragtrail, the local store):
   jaeger+http://HOST:16686      Jaeger (API v3, falling back to v1)
   tempo+http://HOST:3200        Grafana Tempo (API v2, falling back to v1)
   phoenix+http://HOST:6006      Arize Phoenix (REST API v1; /projects/NAME for one project)
+  clickhouse+http://HOST:8123   ClickHouse (the Collector exporter's otel_traces; /DATABASE, default otel)
 TRACE is a hex trace id, `last` (the most recent trace), or a file holding one trace.
 
 \b

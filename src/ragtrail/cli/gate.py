@@ -53,7 +53,7 @@ def _inputs(fn: Callable[..., Any]) -> Callable[..., Any]:
                 "--traces",
                 default=None,
                 metavar="SOURCE",
-                help="Read recorded traces instead (local store dir, file, jaeger+http://..., tempo+http://...); "
+                help="Read recorded traces instead (local store dir, file, jaeger+http://..., tempo+http://..., clickhouse+http://...); "
                 "cases pair with traces by the hop-0 query receipt.",
             ),
             click.option(

@@ -139,7 +139,7 @@ def _is_server(source: str | None) -> bool:
     import os
 
     spec = source or os.environ.get("RAGTRAIL_SOURCE") or ""
-    return spec.startswith(("jaeger+", "tempo+"))
+    return spec.startswith(("jaeger+", "tempo+", "clickhouse+"))
 
 
 @dataclass(frozen=True)
@@ -437,7 +437,7 @@ def compare_cmd(
     """Compare two runs question by question, paired by the receipt of the question (hop 0).
 
     \b
-    SIDE_A / SIDE_B: a source each (PATH, jaeger+URL, tempo+URL), or a selection of --source:
+    SIDE_A / SIDE_B: a source each (PATH, jaeger+URL, tempo+URL, clickhouse+URL), or a selection of --source:
       version:1.4.0          resource service.version
       tag:KEY=VALUE          a resource attribute (e.g. tag:experiment=hop-v2)
       time:SINCE..UNTIL      ISO times or durations back (time:2h..1h)"""

@@ -8,7 +8,7 @@ run order, nothing else runs the pipeline meanwhile). The spans then take the wi
 JSON, as the local store writes it) and are read back by the inspector's own reader, manifest and
 verify, so the gate judges exactly what ``ragtrail show`` would show for that trace.
 
-Recorded (``--traces SOURCE``: a local store, a file, ``jaeger+http://...``, ``tempo+http://...``):
+Recorded (``--traces SOURCE``: a local store, a file, ``jaeger+http://...``, ``tempo+http://...``, ``clickhouse+http://...``):
 a case is paired with a trace only by the hop-0 query receipt (``ragtrail.query.sha256``, the
 contract's receipt of the case's query): never by time or position. A case without its trace is a
 ``missing_query`` problem.

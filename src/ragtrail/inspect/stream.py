@@ -8,8 +8,8 @@ forgotten. A trace seen again after it left the window (a segment exported much 
 silently merged or dropped: it is handed on as a second part with a note, and counted in
 :attr:`TraceStream.split_traces`.
 
-Servers (Jaeger, Tempo, Phoenix) are read as their whole search answers (paged through, up to
-``limit``; :mod:`ragtrail.inspect.sources.paging`), one trace fetched at a time; a search the server
+Servers (Jaeger, Tempo, Phoenix, ClickHouse) are read as their whole search answers (paged through, up to
+``limit``; :mod:`ragtrail.inspect.sources.paging`), one trace fetched at a time (ClickHouse: in batches); a search the server
 cut is said in :attr:`TraceStream.incomplete`, never passed off as the whole range.
 """
 
@@ -59,8 +59,8 @@ class TraceStream:
                 ids = found.trace_ids
                 self.read_from_server = len(ids)
                 self.incomplete = found.note(self.description)
-                for i, trace_id in enumerate(ids):
-                    yield source.get(trace_id)
+                for i, trace in enumerate(source.traces(ids)):
+                    yield trace
                     if self.progress is not None:
                         self.progress(i + 1, len(ids))
         finally:

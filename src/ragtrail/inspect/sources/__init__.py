@@ -1,12 +1,13 @@
-"""Where traces come from: files and the local store, Jaeger (v3 then v1 API), Grafana Tempo and Arize Phoenix.
+"""Where traces come from: files and the local store, Jaeger (v3 then v1 API), Grafana Tempo, Arize Phoenix and ClickHouse.
 
 A source is named by one string (``--source`` or ``RAGTRAIL_SOURCE``): a file or directory path,
-``jaeger+http://127.0.0.1:16686`` or ``tempo+http://127.0.0.1:3200`` (``+https`` works too). Each
+``jaeger+http://127.0.0.1:16686``, ``tempo+http://127.0.0.1:3200`` or ``clickhouse+http://127.0.0.1:8123/otel``
+(``+https`` works too). Each
 source returns :class:`~ragtrail.inspect.model.Trace` objects and can list recent ragtrail traces
 for ``verify --search``. Every failure is an :class:`~ragtrail.inspect.errors.InspectError` with a
 one-line message and a hint: the CLI never shows a traceback for bad input or a dead server.
 
-One module per source (``files``, ``jaeger``, ``tempo``, ``phoenix``) on a shared ``base`` and, for
+One module per source (``files``, ``jaeger``, ``tempo``, ``phoenix``, ``clickhouse``) on a shared ``base`` and, for
 servers, the public :class:`HttpSource`; this module names them and picks one from a spec.
 """
 
@@ -21,6 +22,7 @@ from ragtrail.contract import semconv as sc
 from ..errors import TraceNotFound, UsageError
 from ..model import Trace, is_trace_id
 from .base import DEFAULT_STORE, DEFAULT_TIMEOUT, ENV_SOURCE, Progress, Source, lookback_seconds
+from .clickhouse import ClickHouseSource
 from .documents import group_traces, loads, spans_from_document
 from .files import FileSource, path_exists
 from .http import HttpSource
@@ -36,6 +38,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "ENV_SOURCE",
     "MAX_PATH_ARGUMENT",
+    "ClickHouseSource",
     "FileSource",
     "HttpSource",
     "JaegerSource",
@@ -51,7 +54,12 @@ __all__ = [
     "spans_from_document",
 ]
 
-SERVERS: dict[str, type[HttpSource]] = {"jaeger+": JaegerSource, "tempo+": TempoSource, "phoenix+": PhoenixSource}
+SERVERS: dict[str, type[HttpSource]] = {
+    "jaeger+": JaegerSource,
+    "tempo+": TempoSource,
+    "phoenix+": PhoenixSource,
+    "clickhouse+": ClickHouseSource,
+}
 """The HTTP sources by the prefix that names them in ``--source`` (``jaeger+http://HOST:16686``)."""
 
 
