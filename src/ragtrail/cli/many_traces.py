@@ -268,6 +268,13 @@ def _emit(records: Iterator[Any], as_json: bool) -> int:
 @source_option
 @_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print the aggregates as JSON.")
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "python", "columnar"]),
+    default="auto",
+    show_default=True,
+    help="columnar: ingest a local store into chdb and aggregate in SQL (auto: from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB, with no filter).",
+)
 @gc_paused()
 def stats_cmd(
     source: str | None,
@@ -289,24 +296,31 @@ def stats_cmd(
     date_key: str,
     self_author: str | None,
     as_json: bool,
+    engine: str,
 ) -> int:
     """Aggregate a source per stage kind and component: counts in/out/excluded, exclusion reasons,
     statuses and failure classes, fallback and unexplained rates, coverage; weighted by each trace's
-    sampling adjusted count (and said so)."""
+    sampling adjusted count (and said so). A large local store is aggregated in SQL (chdb, --engine)."""
+    from ragtrail.inspect.columnar.store import choose
     from ragtrail.inspect.stats import Stats
 
-    flt = _make_filter(
-        since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version, key=_read_key(key_file)
-    )
+    filters = (since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version)
+    store, note = choose(source, engine, narrowed=any(f is not None for f in filters) or limit is not None)
+    if note is not None:
+        stderr().print(f"ragtrail: note: {note}", highlight=False, markup=False, soft_wrap=True)
+    flt = _make_filter(*filters, key=_read_key(key_file))
     stats = Stats()
     read: list[ServerRead] = []
-    for r in _records(
-        source, flt, _insight_settings(date_key, self_author), timeout=timeout, lookback=lookback, limit=limit, label="aggregating", read=read
-    ):
-        stats.add(r)
+    if store is not None:
+        stats = _columnar_stats(store)
+    else:
+        for r in _records(
+            source, flt, _insight_settings(date_key, self_author), timeout=timeout, lookback=lookback, limit=limit, label="aggregating", read=read
+        ):
+            stats.add(r)
     if not stats.traces:
         raise errors.TraceNotFound("no trace matches", "loosen the filters or check --source")
-    result = stats.as_dict()
+    result = stats.as_dict() if store is None else _columnar_dict(stats)
     if _read_field(read) is not None:
         result["server_read"] = _read_field(read)
     if as_json:
@@ -317,6 +331,31 @@ def stats_cmd(
             wide_stdout().print(text(header))
         _render_stats(result)
     return errors.EXIT_OK
+
+
+def _columnar_stats(store: Any) -> Any:
+    """``stats`` over ``store`` through the embedded engine (caught up with the store first)."""
+    from ragtrail.inspect import columnar
+    from ragtrail.inspect.columnar.store import open_store
+
+    engine = open_store(store)
+    try:
+        return columnar.stats(engine, columnar.TABLE)
+    finally:
+        engine.close()
+
+
+def _columnar_dict(stats: Any) -> dict[str, Any]:
+    """The columnar result, and the one line saying what SQL did not compute."""
+    from ragtrail.inspect import columnar
+
+    stderr().print(
+        "ragtrail: note: aggregated in chdb (columnar); insights and fidelity alarms are not computed there (--engine python computes them)",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return columnar.as_dict(stats)
 
 
 def _dist(d: dict[str, Any]) -> str:
