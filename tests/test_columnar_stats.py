@@ -88,3 +88,26 @@ def test_ingest_is_incremental(tmp_path: Path) -> None:
     assert catch_up(engine, store).lines == 0
     grown = _stats(store, "columnar", tmp_path / "cache")
     assert grown == _stats(store, "columnar", tmp_path / "cache")
+
+
+def test_columnar_compare_equals_the_python_path(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    experiment(a, new_reranker=False, questions=30)
+    experiment(b, new_reranker=True, questions=34)
+    env = {"RAGTRAIL_COLUMNAR_DIR": str(tmp_path / "cache")}
+    outputs = []
+    for engine in ("python", "columnar"):
+        result = ragtrail("compare", str(a), str(b), "--json", "--engine", engine, env=env)
+        assert result.returncode == 0, result.stderr
+        outputs.append(result.stdout)
+    assert json.loads(outputs[0])["verdicts"] and json.loads(outputs[0])["only_in_b"]
+    assert outputs[1] == outputs[0]
+
+
+def test_columnar_refuses_what_it_cannot_read(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    experiment(a, new_reranker=False, questions=3)
+    env = {"RAGTRAIL_COLUMNAR_DIR": str(tmp_path / "cache")}
+    for args in (("stats", "--source", str(a), "--status", "degraded"), ("compare", "version:1", "version:2", "--source", str(a))):
+        result = ragtrail(*args, "--engine", "columnar", env=env)
+        assert result.returncode == 2 and "--engine columnar" in result.stderr, result.stderr

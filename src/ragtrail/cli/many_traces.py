@@ -455,6 +455,13 @@ def _side_filter(selection: dict[str, Any]) -> Any:
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the comparison as Markdown.")
 @click.option("--show", "show_n", type=int, default=30, show_default=True, help="Questions listed in the terminal view.")
 @_key_file_option("a trace whose question was recorded as text is paired by its keyed receipt, as a hash-mode run under that key stamps it.")
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "python", "columnar"]),
+    default="auto",
+    show_default=True,
+    help="columnar: read two local stores through chdb (auto: from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB).",
+)
 @gc_paused()
 def compare_cmd(
     side_a: str,
@@ -467,6 +474,7 @@ def compare_cmd(
     as_markdown: bool,
     show_n: int,
     key_file: str | None,
+    engine: str,
 ) -> int:
     """Compare two runs question by question, paired by the receipt of the question (hop 0).
 
@@ -483,12 +491,19 @@ def compare_cmd(
     sides = []
     key = _read_key(key_file)
     reads: dict[str, list[ServerRead]] = {}
+    stores = _compare_stores(side_a, side_b, source, engine, narrowed=key is not None or limit is not None)
     for name, arg in (("A", side_a), ("B", side_b)):
         spec, selection, label = _side(arg, source)
         flt = _side_filter(selection)
         summary = SideSummary(name=label)
         read = reads.setdefault(name, [])
-        for r in _records(spec, flt, InsightSettings(), timeout=timeout, lookback=lookback, limit=limit, label=f"reading {name}", read=read):
+        if stores is not None:
+            from ragtrail.inspect.columnar.store import side_records
+
+            records = side_records(stores[name == "B"])
+        else:
+            records = _records(spec, flt, InsightSettings(), timeout=timeout, lookback=lookback, limit=limit, label=f"reading {name}", read=read)
+        for r in records:
             summary.add(paired_by_key(r, key))
         if not summary.traces:
             raise errors.TraceNotFound(f"side {name} ({plain(label)}) has no ragtrail trace", "check the source or selection")
@@ -504,6 +519,28 @@ def compare_cmd(
     else:
         _render_compare(result, show_n)
     return errors.EXIT_OK
+
+
+def _compare_stores(side_a: str, side_b: str, source: str | None, engine: str, narrowed: bool) -> tuple[Any, Any] | None:
+    """The two local stores to read through the engine, or ``None`` (the Python path): both sides must
+    be whole local stores (no selector, no --limit or --key-file); ``auto`` takes it when one is large."""
+    from ragtrail.inspect.columnar.store import choose
+
+    if engine == "python" or (engine == "auto" and (narrowed or any(s.startswith(_SELECTORS) for s in (side_a, side_b)))):
+        return None
+    if any(s.startswith(_SELECTORS) for s in (side_a, side_b)):
+        raise errors.UsageError("--engine columnar compares two whole local stores", "name two store directories, or use --engine python")
+    chosen = [choose(side, engine, narrowed) for side in (side_a, side_b)]
+    for _, note in chosen:
+        if note is not None:
+            stderr().print(f"ragtrail: note: {note}", highlight=False, markup=False, soft_wrap=True)
+    if engine == "auto" and any(store is not None for store, _ in chosen):
+        from ragtrail.inspect.columnar.store import local_store
+
+        both = (local_store(side_a), local_store(side_b))
+        return None if None in both else both
+    a, b = chosen[0][0], chosen[1][0]
+    return None if a is None or b is None else (a, b)
 
 
 def _rate(v: float | None) -> str:

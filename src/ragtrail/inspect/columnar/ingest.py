@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .engine import Engine
-from .schema import INGEST_DDL, INGEST_TABLE, OTEL_TRACES_DDL, TABLE
+from .schema import INGEST_DDL, INGEST_TABLE, LINES_DDL, LINES_TABLE, OTEL_TRACES_DDL, TABLE
 
 
 def _scalar(v: str) -> str:
@@ -90,6 +90,17 @@ ARRAY JOIN JSONExtractArrayRaw(ss, 'spans') AS sp
 """
 
 
+def lines_sql(table: str, path: str) -> str:
+    """``INSERT … SELECT`` of (file, line, place, trace id) for each trace first seen in each line of ``path``."""
+    ids = 'arrayDistinct(extractAll(line, \'"traceId":\\\\s*"([0-9a-fA-F]+)"\'))'
+    return f"""
+INSERT INTO {table} (File, Line, Pos, TraceId)
+SELECT {{file:String}}, {{first:UInt64}} + n, pos, tid FROM (SELECT rowNumberInAllBlocks() AS n, line FROM file('{path}', 'LineAsString'))
+ARRAY JOIN {ids} AS tid, arrayEnumerate({ids}) AS pos
+SETTINGS max_threads = 1
+"""
+
+
 @dataclass(frozen=True)
 class Caught:
     """What one catch-up read: new lines and bytes, over how many files."""
@@ -117,16 +128,18 @@ def _quoted(path: str) -> str:
     return path.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def _insert(engine: Engine, path: Path, chunk: bytes, whole: bool) -> None:
+def _insert(engine: Engine, path: Path, chunk: bytes, whole: bool, line: dict[str, object]) -> None:
     """Insert ``chunk``: straight from the store file when it is the whole file, else from a copy."""
     if whole:
         engine.run_sql(insert_sql(TABLE, _quoted(str(path.resolve()))))
+        engine.run_sql(lines_sql(LINES_TABLE, _quoted(str(path.resolve()))), line)
         return
     fd, tmp = tempfile.mkstemp(suffix=".jsonl", prefix="ragtrail-ingest-")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(chunk)
         engine.run_sql(insert_sql(TABLE, _quoted(tmp)))
+        engine.run_sql(lines_sql(LINES_TABLE, _quoted(tmp)), line)
     finally:
         os.unlink(tmp)
 
@@ -135,20 +148,22 @@ def catch_up(engine: Engine, store: Path) -> Caught:
     """Ingest every line of ``store`` not ingested yet; return what was new."""
     engine.run_sql(OTEL_TRACES_DDL.format(table=TABLE))
     engine.run_sql(INGEST_DDL.format(table=INGEST_TABLE))
-    done = {str(f): int(o) for f, o in engine.run_sql(f"SELECT File, max(Offset) FROM {INGEST_TABLE} GROUP BY File")}
+    engine.run_sql(LINES_DDL.format(table=LINES_TABLE))
+    done = {str(f): (int(o), int(n)) for f, o, n in engine.run_sql(f"SELECT File, max(Offset), sum(Lines) FROM {INGEST_TABLE} GROUP BY File")}
     files = lines = size = 0
     for path in trace_files(store):
-        offset = done.get(str(path.relative_to(store)), 0)
+        name = str(path.relative_to(store))
+        offset, lines_before = done.get(name, (0, 0))
         if path.stat().st_size <= offset:
             continue
         chunk = _complete(path, offset)
         if not chunk:
             continue
-        _insert(engine, path, chunk, whole=offset == 0 and len(chunk) == path.stat().st_size)
+        _insert(engine, path, chunk, offset == 0 and len(chunk) == path.stat().st_size, {"file": name, "first": lines_before})
         n = chunk.count(b"\n")
         engine.run_sql(
             f"INSERT INTO {INGEST_TABLE} (File, Offset, Lines) VALUES ({{file:String}}, {{offset:UInt64}}, {{lines:UInt64}})",
-            {"file": str(path.relative_to(store)), "offset": offset + len(chunk), "lines": n},
+            {"file": name, "offset": offset + len(chunk), "lines": n},
         )
         files, lines, size = files + 1, lines + n, size + len(chunk)
     return Caught(files, lines, size)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 TABLE = "otel_traces"
 INGEST_TABLE = "ragtrail_ingested"
+LINES_TABLE = "ragtrail_trace_lines"
 
 OTEL_TRACES_DDL = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -64,3 +65,14 @@ CREATE TABLE IF NOT EXISTS {table} (
     At DateTime64(3) DEFAULT now64(3)
 ) ENGINE = MergeTree() ORDER BY (File, Offset)
 """
+
+LINES_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    File String,
+    Line UInt64,
+    Pos UInt32,
+    TraceId String
+) ENGINE = MergeTree() ORDER BY (File, Line, Pos)
+"""
+"""Where each trace was first written (file, line, place in the line): the order the Python reader
+reads a store in, which ``compare`` lists questions in. Local stores only; a server has no such order."""

@@ -61,7 +61,7 @@ HAVING countIf(mapContains({_A}, '{sc.STAGE_KIND}')) > 0
 """
 
 
-def _run_attributes() -> str:
+def run_attributes() -> str:
     """The run's attributes: the first pipeline span's, else a root stage that wrote the run's coverage."""
     return (
         f"argMinIf({_A}, (NOT ({_attr(sc.STAGE_KIND)} = '{sc.KIND_PIPELINE}'), Timestamp),"
@@ -79,7 +79,7 @@ SELECT t.TraceId AS TraceId, first, w.weight AS weight, w.weighted AS weighted,
     if(mapContains(pa, '{sc.COVERAGE_CORPUS_SIZE}'), toInt64OrNull(pa['{sc.COVERAGE_CORPUS_SIZE}']), stage_corpus) AS corpus,
     toInt64OrNull(pa['{sc.COVERAGE_IN_CONTEXT}']) AS in_context
 FROM (
-    SELECT TraceId, min(Timestamp) AS first, {_run_attributes()} AS pa, {corpus_stage} AS stage_corpus
+    SELECT TraceId, min(Timestamp) AS first, {run_attributes()} AS pa, {corpus_stage} AS stage_corpus
     FROM {table} GROUP BY TraceId
 ) AS t
 INNER JOIN ({trace_weights_sql(table)}) AS w ON t.TraceId = w.TraceId

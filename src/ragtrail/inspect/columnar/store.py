@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from ragtrail.inspect.records import TraceRecord
 
 from .engine import ChdbEngine, SqlRunner
 from .ingest import catch_up, trace_files
-from .schema import INGEST_TABLE, TABLE
+from .schema import INGEST_TABLE, LINES_TABLE, TABLE
 
 ENV_MIN_BYTES = "RAGTRAIL_COLUMNAR_MIN_BYTES"
 ENV_DIR = "RAGTRAIL_COLUMNAR_DIR"
@@ -61,6 +65,7 @@ def open_store(store: Path) -> ChdbEngine:
     if _stale(engine, store):
         engine.run_sql(f"DROP TABLE IF EXISTS {TABLE}")
         engine.run_sql(f"DROP TABLE IF EXISTS {INGEST_TABLE}")
+        engine.run_sql(f"DROP TABLE IF EXISTS {LINES_TABLE}")
     catch_up(engine, store)
     return engine
 
@@ -99,3 +104,29 @@ def choose(source: str | None, engine: str, narrowed: bool) -> tuple[Path | None
     if not available():
         return None, f"the store is over {threshold} bytes; pip install 'ragtrail[columnar]' to aggregate it in chdb (reading it in Python)"
     return store, None
+
+
+def reading_order(engine: SqlRunner, store: Path) -> dict[str, tuple[Any, ...]]:
+    """Trace id -> its place in the order the Python reader reads ``store`` (files by modification
+    time then name, then line, then place in the line), from where each trace was first written."""
+    files = sorted(trace_files(store), key=lambda p: (p.stat().st_mtime, str(p)))
+    rank = {str(p.relative_to(store)): n for n, p in enumerate(files)}
+    rows = engine.run_sql(f"SELECT TraceId, File, Line, Pos FROM {LINES_TABLE}")
+    order: dict[str, tuple[Any, ...]] = {}
+    for trace_id, file, line, pos in rows:
+        key = (rank.get(str(file), len(rank)), int(line), int(pos))
+        old = order.get(str(trace_id))
+        if old is None or key < old:
+            order[str(trace_id)] = key
+    return order
+
+
+def side_records(store: Path) -> Iterator[TraceRecord]:
+    """Every ragtrail trace of ``store`` as ``compare`` reads it, through the engine, in reading order."""
+    from .compare import records
+
+    engine = open_store(store)
+    try:
+        yield from records(engine, TABLE, reading_order(engine, store))
+    finally:
+        engine.close()
