@@ -7,8 +7,12 @@ CPU time and the process's peak RSS from ``wait4``):
 1. the first ``stats --engine columnar``: ingests every line of the store, then aggregates;
 2. the same command again: nothing new to ingest, the aggregate alone;
 3. after the engine's table is grown to ``--scale`` times the store inside the engine (each span
-   copied with a new trace id: the same traces ``make_many_store.py --traces N*scale`` would write,
-   without 24 GB of JSON on disk), ``stats`` over all of them.
+   copied with a new trace id and query receipt: the traces ``make_many_store.py --traces N*scale``
+   would write, without 24 GB of JSON on disk), ``stats`` over all of them;
+4. with ``--compare-with A`` (store A, made likewise without fallbacks): ``compare A B`` at the
+   store's size (its first run ingests A), again, and at ``--scale`` times (both tables grown).
+
+The engine directory is kept: a second run ingests nothing new and grows the tables afresh.
 
     .venv/bin/python benchmarks/bench_columnar.py --store /tmp/many-b --traces 100000 --scale 10
 """
@@ -39,15 +43,22 @@ def run(args: list[str], env: dict[str, str]) -> tuple[float, float, float]:
 
 
 def grow(store: Path, scale: int) -> int:
-    """Copy the engine's spans ``scale - 1`` times under new trace ids; return the trace count."""
+    """Copy the engine's spans ``scale - 1`` times under new trace ids (and new query receipts, the
+    same in both stores, so copies pair as new questions); return the trace count."""
     from ragtrail.inspect.columnar.engine import ChdbEngine
     from ragtrail.inspect.columnar.store import engine_dir
 
     engine = ChdbEngine(engine_dir(store))
+    for table in ("otel_traces", "ragtrail_spans"):  # copies of an earlier run
+        engine.run_sql(f"ALTER TABLE {table} DELETE WHERE substring(TraceId, 28, 1) = 'x' SETTINGS mutations_sync = 1")
     for k in range(1, scale):
         engine.run_sql(
-            "INSERT INTO otel_traces SELECT * REPLACE (concat(substring(TraceId, 1, 27), 'x', leftPad(toString({k:UInt32}), 4, '0')) AS TraceId)"
-            " FROM otel_traces WHERE position(TraceId, 'x') = 0",
+            "INSERT INTO otel_traces SELECT * REPLACE ("
+            " concat(substring(TraceId, 1, 27), 'x', leftPad(toString({k:UInt32}), 4, '0')) AS TraceId,"
+            " if(mapContains(SpanAttributes, 'ragtrail.query.sha256'), mapUpdate(SpanAttributes, map('ragtrail.query.sha256',"
+            " concat(substring(SpanAttributes['ragtrail.query.sha256'], 1, 59), 'x', leftPad(toString({k:UInt32}), 4, '0')))),"
+            " SpanAttributes) AS SpanAttributes)"
+            " FROM otel_traces WHERE substring(TraceId, 28, 1) != 'x'",  # position(TraceId, 'x') = 0 reads 0 rows: the bloom filter index
             {"k": k},
         )
     traces = int(engine.run_sql("SELECT uniqExact(TraceId) FROM otel_traces")[0][0])
@@ -57,41 +68,41 @@ def grow(store: Path, scale: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--store", type=Path, required=True, help="A store made by make_many_store.py (made here if missing).")
+    parser.add_argument("--store", type=Path, required=True, help="Store B, made by make_many_store.py (made here if missing).")
+    parser.add_argument("--compare-with", type=Path, default=None, help="Store A for compare (made here if missing).")
     parser.add_argument("--traces", type=int, default=100_000)
-    parser.add_argument("--fallback-every", type=int, default=5)
     parser.add_argument("--scale", type=int, default=10)
     parser.add_argument("--engine-dir", type=Path, default=Path("/tmp/ragtrail-bench-columnar"))
     args = parser.parse_args()
-    if not args.store.exists():
-        subprocess.run(
-            [
-                sys.executable,
-                str(HERE / "make_many_store.py"),
-                str(args.store),
-                "--traces",
-                str(args.traces),
-                "--fallback-every",
-                str(args.fallback_every),
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+    stores = [(args.store, ["--fallback-every", "5"])] + ([(args.compare_with, [])] if args.compare_with else [])
+    for store, extra in stores:
+        if not store.exists():
+            subprocess.run(
+                [sys.executable, str(HERE / "make_many_store.py"), str(store), "--traces", str(args.traces), *extra],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
     env = {**os.environ, "RAGTRAIL_COLUMNAR_DIR": str(args.engine_dir)}
     os.environ["RAGTRAIL_COLUMNAR_DIR"] = str(args.engine_dir)
     size = sum(p.stat().st_size for p in args.store.glob("*.jsonl")) / 2**20
-    print(f"{args.traces} traces in the store ({size:.0f} MiB), load average {os.getloadavg()[0]:.1f}")
+    print(f"{args.traces} traces a store ({size:.0f} MiB), load average {os.getloadavg()[0]:.1f}")
     print("| step | traces | wall s | CPU s | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|")
-    cmd = ["stats", "--source", str(args.store), "--engine", "columnar", "--json"]
-    for label in ("first run: ingest + stats", "again: stats (nothing new)"):
+    stats = ["stats", "--source", str(args.store), "--engine", "columnar", "--json"]
+    compare = ["compare", str(args.compare_with), str(args.store), "--engine", "columnar", "--json"]
+    steps = [("stats, first run (ingest B)", stats), ("stats again", stats)]
+    if args.compare_with:
+        steps += [("compare A B, first run (ingest A)", compare), ("compare A B again", compare)]
+    for label, cmd in steps:
         wall, cpu, rss = run(cmd, env)
-        print(f"| {label} | {args.traces} | {wall:.1f} | {cpu:.1f} | {rss:.0f} |", flush=True)
-    start = time.perf_counter()
-    traces = grow(args.store, args.scale)
-    print(f"| (setup: grow the engine's table to {args.scale}x) | {traces} | {time.perf_counter() - start:.1f} | | |", flush=True)
-    wall, cpu, rss = run(cmd, env)
-    print(f"| stats | {traces} | {wall:.1f} | {cpu:.1f} | {rss:.0f} |")
+        print(f"| {label} | {args.traces} a store | {wall:.1f} | {cpu:.1f} | {rss:.0f} |", flush=True)
+    for store, _ in stores:
+        start = time.perf_counter()
+        traces = grow(store, args.scale)
+        print(f"| (setup: {store.name}'s table grown to {args.scale}x) | {traces} | {time.perf_counter() - start:.1f} | | |", flush=True)
+    for label, cmd in [("stats", stats)] + ([("compare A B", compare)] if args.compare_with else []):
+        wall, cpu, rss = run(cmd, env)
+        print(f"| {label} | {traces} a store | {wall:.1f} | {cpu:.1f} | {rss:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

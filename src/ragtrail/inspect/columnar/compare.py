@@ -19,42 +19,27 @@ from ragtrail.inspect.records import StageRecord, TraceRecord
 from . import sql
 from .engine import SqlRunner
 
-_A = "SpanAttributes"
 _CONTEXT_KINDS = (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET, sc.KIND_GENERATE)
 
 
-def _ids(attrs: str) -> str:
-    """A span's or event's candidate ids as a JSON array string (schema 3+ column, else the one id)."""
-    one = f"if(mapContains({attrs}, '{sc.CANDIDATE_ID}'), toJSONString([{attrs}['{sc.CANDIDATE_ID}']]), '[]')"
-    return f"if(mapContains({attrs}, '{sc.COLUMN_IDS}'), {attrs}['{sc.COLUMN_IDS}'], {one})"
-
-
-def records_query(table: str) -> str:
-    """One row per ragtrail trace: what :class:`TraceRecord` holds for ``compare``."""
-    kind = f"{_A}['{sc.STAGE_KIND}']"
-    is_pipeline = f"{kind} = '{sc.KIND_PIPELINE}'"
-    is_stage = f"mapContains({_A}, '{sc.STAGE_KIND}') AND NOT ({is_pipeline}) AND {_A}['{sc.STAGE_CONTINUATION}'] != 'true'"
-    hop0 = f"{_A}['{sc.QUERY_HOP}'] = '0' AND mapContains({_A}, '{sc.QUERY_SHA256}')"
-    ex = f"arrayFilter((x, n) -> n = '{sc.EVENT_EXCLUSION}', `Events.Attributes`, `Events.Name`)"
+def records_query(spans: str) -> str:
+    """One row per ragtrail trace of ``spans`` (see :mod:`.spans`): what :class:`TraceRecord` holds for ``compare``."""
+    pipeline = f"Kind = '{sc.KIND_PIPELINE}'"
+    is_stage = f"IsStage AND NOT ({pipeline}) AND NOT Continuation"
+    hop0 = "QueryHop = '0' AND QuerySha256 != ''"
     stage = (
-        f"tuple(Timestamp, Timestamp + toIntervalNanosecond(Duration), {kind}, {_A}['{sc.STAGE_COMPONENT}'], {_A}['{sc.STAGE_STATUS}'],"
-        f" {_A}['{sc.STAGE_FAILURE_CLASS}'], {_A}['{sc.STAGE_FALLBACK}'], {_A}['{sc.CANDIDATES_IN}'], {_A}['{sc.CANDIDATES_OUT}'],"
-        f" {_A}['{sc.CANDIDATES_EXCLUDED}'], {_ids(_A)}, arrayMap(x -> {_ids('x')}, {ex}),"
-        f" arrayMap(x -> if(mapContains(x, '{sc.EXCLUSION_REASON}'), x['{sc.EXCLUSION_REASON}'], 'None'), {ex}), {_A}['{sc.CITED_IDS}'])"
+        "tuple(Timestamp, EndTimestamp, Kind, Component, Status, FailureClass, Fallback, NIn, NOut, NExcluded,"
+        " Ids, ExcludedIds, ExcludedReasons, CitedIds)"
     )
+    run = sql.run_attributes()
     return f"""
-SELECT t.TraceId, start_ns, query_sha256, has_query, pa['{sc.ANSWER_SHA256}'], pa['{sc.ANSWER_REFUSED}'], pa['{sc.RUN_STATUS}'],
-    pa['{sc.CITED_IDS}'], pipeline_ids, stages
-FROM (
-    SELECT TraceId, toInt64(toUnixTimestamp64Nano(minIf(Timestamp, {is_stage}))) AS start_ns,
-        argMinIf({_A}['{sc.QUERY_SHA256}'], (NOT ({is_pipeline}), Timestamp), {hop0}) AS query_sha256,
-        countIf({hop0}) > 0 AS has_query,
-        argMinIf({_ids(_A)}, Timestamp, {is_pipeline}) AS pipeline_ids,
-        arraySort(s -> (s.1, s.2), groupArrayIf({stage}, {is_stage})) AS stages,
-        {sql.run_attributes()} AS pa
-    FROM {table} GROUP BY TraceId
-    HAVING countIf(mapContains({_A}, '{sc.STAGE_KIND}')) > 0
-) AS t
+SELECT TraceId, toInt64(toUnixTimestamp64Nano(minIf(Timestamp, {is_stage}))) AS start_ns,
+    argMinIf(QuerySha256, (NOT ({pipeline}), Timestamp), {hop0}) AS query_sha256, countIf({hop0}) > 0 AS has_query,
+    argMinIf(AnswerSha256, {run}), argMinIf(Refused, {run}), argMinIf(RunStatus, {run}), argMinIf(CitedIds, {run}),
+    argMinIf(Ids, Timestamp, {pipeline}) AS pipeline_ids,
+    arraySort(s -> (s.1, s.2), groupArrayIf({stage}, {is_stage})) AS stages
+FROM {spans} GROUP BY TraceId
+HAVING countIf(IsStage) > 0
 """
 
 
@@ -65,11 +50,8 @@ def _list(raw: str) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
-def _int(raw: str, default: int) -> int:
-    try:
-        return int(raw)
-    except ValueError:
-        return default
+def _int(raw: int | None, default: int) -> int:
+    return default if raw is None else int(raw)
 
 
 def _stage(s: list[Any]) -> StageRecord:

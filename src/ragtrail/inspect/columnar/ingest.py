@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import spans
 from .engine import Engine
 from .schema import INGEST_DDL, INGEST_TABLE, LINES_DDL, LINES_TABLE, OTEL_TRACES_DDL, TABLE
 
@@ -147,6 +148,11 @@ def _insert(engine: Engine, path: Path, chunk: bytes, whole: bool, line: dict[st
 def catch_up(engine: Engine, store: Path) -> Caught:
     """Ingest every line of ``store`` not ingested yet; return what was new."""
     engine.run_sql(OTEL_TRACES_DDL.format(table=TABLE))
+    backfill = not engine.run_sql(f"EXISTS TABLE {spans.SPANS_TABLE}")[0][0]
+    engine.run_sql(spans.table_ddl())
+    engine.run_sql(spans.view_ddl(TABLE))
+    if backfill:  # an engine directory from before the slim table: fill it from what was ingested
+        engine.run_sql(f"INSERT INTO {spans.SPANS_TABLE} {spans.select_sql(TABLE)}")
     engine.run_sql(INGEST_DDL.format(table=INGEST_TABLE))
     engine.run_sql(LINES_DDL.format(table=LINES_TABLE))
     done = {str(f): (int(o), int(n)) for f, o, n in engine.run_sql(f"SELECT File, max(Offset), sum(Lines) FROM {INGEST_TABLE} GROUP BY File")}

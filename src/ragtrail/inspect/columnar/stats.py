@@ -27,19 +27,20 @@ _FIELDS = {
 }
 
 
-def stats(runner: SqlRunner, table: str) -> Stats:
-    """The aggregates of every ragtrail trace in ``table``, as the Python path's :class:`Stats`."""
+def stats(runner: SqlRunner, spans: str) -> Stats:
+    """The aggregates of every ragtrail trace in ``spans`` (the slim table of :mod:`.spans`, or its
+    ``SELECT`` over ``otel_traces`` in parentheses), as the Python path's :class:`Stats`."""
     out = Stats()
-    rows = runner.run_sql(sql.totals_query(table))
+    rows = runner.run_sql(sql.totals_query(spans))
     traces, weighted, requests, refusal_known, refused, corpus_known, read_sum, exhaustive = rows[0]
     out.traces, out.weighted_traces, out.requests = int(traces), int(weighted), float(requests)
     out.refusal_known, out.refused = float(refusal_known), float(refused)
     out.corpus_known, out.read_fraction_sum, out.exhaustive = float(corpus_known), float(read_sum), float(exhaustive)
-    for status, weight, _seen in runner.run_sql(sql.run_statuses_query(table)):
+    for status, weight, _seen in runner.run_sql(sql.run_statuses_query(spans)):
         out.run_statuses[str(status)] = float(weight)
-    for kind, component, spans, weight in runner.run_sql(sql.stages_query(table)):
-        out.stages[(str(kind), str(component))] = StageStats(str(kind), str(component), traces=float(weight), spans=int(spans))
-    for kind, component, field, value, weight, _seen in runner.run_sql(sql.stage_values_query(table)):
+    for kind, component, n_spans, weight in runner.run_sql(sql.stages_query(spans)):
+        out.stages[(str(kind), str(component))] = StageStats(str(kind), str(component), traces=float(weight), spans=int(n_spans))
+    for kind, component, field, value, weight, _seen in runner.run_sql(sql.stage_values_query(spans)):
         st = out.stages[(str(kind), str(component))]
         counts: Weights[Any] = getattr(st, _FIELDS[str(field)])
         counts[int(value) if field in ("in", "out", "excluded") else str(value)] += float(weight)

@@ -20,6 +20,7 @@ from ragtrail.inspect.records import TraceRecord
 from .engine import ChdbEngine, SqlRunner
 from .ingest import catch_up, trace_files
 from .schema import INGEST_TABLE, LINES_TABLE, TABLE
+from .spans import SPANS_TABLE
 
 ENV_MIN_BYTES = "RAGTRAIL_COLUMNAR_MIN_BYTES"
 ENV_DIR = "RAGTRAIL_COLUMNAR_DIR"
@@ -66,6 +67,8 @@ def open_store(store: Path) -> ChdbEngine:
         engine.run_sql(f"DROP TABLE IF EXISTS {TABLE}")
         engine.run_sql(f"DROP TABLE IF EXISTS {INGEST_TABLE}")
         engine.run_sql(f"DROP TABLE IF EXISTS {LINES_TABLE}")
+        engine.run_sql(f"DROP VIEW IF EXISTS {SPANS_TABLE}_mv")
+        engine.run_sql(f"DROP TABLE IF EXISTS {SPANS_TABLE}")
     catch_up(engine, store)
     return engine
 
@@ -127,6 +130,6 @@ def side_records(store: Path) -> Iterator[TraceRecord]:
 
     engine = open_store(store)
     try:
-        yield from records(engine, TABLE, reading_order(engine, store))
+        yield from records(engine, SPANS_TABLE, reading_order(engine, store))
     finally:
         engine.close()
