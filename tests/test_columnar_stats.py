@@ -111,3 +111,38 @@ def test_columnar_refuses_what_it_cannot_read(tmp_path: Path) -> None:
     for args in (("stats", "--source", str(a), "--status", "degraded"), ("compare", "version:1", "version:2", "--source", str(a))):
         result = ragtrail(*args, "--engine", "columnar", env=env)
         assert result.returncode == 2 and "--engine columnar" in result.stderr, result.stderr
+
+
+def test_the_statements_read_otel_traces_itself(tmp_path: Path) -> None:
+    """A ClickHouse server without the ragtrail_spans view passes the projection as a subquery: same rows."""
+    from ragtrail.inspect import columnar
+    from ragtrail.inspect.columnar import compare, spans
+
+    store = _weighted_store(tmp_path)
+    engine = ChdbEngine(tmp_path / "engine")
+    catch_up(engine, store)
+    on_view = columnar.as_dict(columnar.stats(engine, spans.SPANS_TABLE))
+    assert on_view == columnar.as_dict(columnar.stats(engine, spans.subquery(columnar.TABLE)))
+    assert on_view["traces"] > 0
+    rows = sorted(engine.run_sql(compare.records_query(spans.SPANS_TABLE)))
+    assert rows == sorted(engine.run_sql(compare.records_query(spans.subquery(columnar.TABLE))))
+
+
+def test_the_threshold_and_a_missing_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragtrail.inspect.columnar import engine as engine_module
+    from ragtrail.inspect.columnar.store import choose
+
+    store = tmp_path / "store"
+    experiment(store, new_reranker=False, questions=2)
+    monkeypatch.setenv("RAGTRAIL_COLUMNAR_MIN_BYTES", "0")
+    assert choose(str(store), "auto", narrowed=False) == (store, None)
+    assert choose(str(store), "auto", narrowed=True) == (None, None)
+    assert choose(str(store), "python", narrowed=False) == (None, None)
+    monkeypatch.setenv("RAGTRAIL_COLUMNAR_MIN_BYTES", "off")
+    assert choose(str(store), "auto", narrowed=False) == (None, None)
+    monkeypatch.setenv("RAGTRAIL_COLUMNAR_MIN_BYTES", str(10**12))
+    assert choose(str(store), "auto", narrowed=False) == (None, None)
+    monkeypatch.setenv("RAGTRAIL_COLUMNAR_MIN_BYTES", "0")
+    monkeypatch.setattr(engine_module, "available", lambda: False)
+    found, note = choose(str(store), "auto", narrowed=False)
+    assert found is None and note is not None and "ragtrail[columnar]" in note

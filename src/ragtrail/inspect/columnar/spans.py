@@ -93,3 +93,9 @@ def table_ddl(table: str = SPANS_TABLE) -> str:
 def view_ddl(source: str, table: str = SPANS_TABLE) -> str:
     """The materialized view that fills ``table`` from every insert into ``source`` (``otel_traces``)."""
     return f"CREATE MATERIALIZED VIEW IF NOT EXISTS {table}_mv TO {table} AS {select_sql(source)}"
+
+
+def subquery(table: str) -> str:
+    """The slim spans of ``table`` as a subquery, for a server with no ``ragtrail_spans`` view: pass it
+    where the statements of :mod:`.sql` and :mod:`.compare` take ``spans``."""
+    return f"({select_sql(table)})"
