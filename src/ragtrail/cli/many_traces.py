@@ -340,7 +340,7 @@ def _columnar_stats(store: Any) -> Any:
 
     engine = open_store(store)
     try:
-        return columnar.stats(engine, columnar.TABLE)
+        return columnar.stats(engine, columnar.SPANS_TABLE)
     finally:
         engine.close()
 

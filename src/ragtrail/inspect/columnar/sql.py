@@ -106,17 +106,16 @@ SELECT Kind, Component, sum(n), sum(weight) FROM (
 
 def stage_values_query(spans: str) -> str:
     """``kind, component, field, value, weight`` per stage: the distributions (``in``, ``out``,
-    ``excluded``) and the weighted counts (``status``, ``failure``, ``fallback``, ``reason``), first seen first."""
+    ``excluded``) and the weighted counts (``status``, ``failure``, ``fallback``, ``reason``), first
+    seen first; one pass over the stage spans."""
     return f"""
-SELECT Kind, Component, field, value, sum(wt), min(Timestamp) AS seen FROM (
-    SELECT Kind, Component, Timestamp, arrayJoin([
-        ('in', toString(n_in), weight), ('out', toString(n_out), weight), ('excluded', toString(n_excluded), weight),
-        ('status', if(Status = '', 'unknown', Status), weight),
-        ('failure', FailureClass, weight), ('fallback', Fallback, weight)
-    ]) AS t, t.1 AS field, t.2 AS value, t.3 AS wt
-    FROM ({_stage_spans(spans)}) WHERE NOT (t.1 IN ('failure', 'fallback') AND t.2 = '')
-    UNION ALL
-    SELECT Kind, Component, Timestamp, ('reason', r.1, weight * r.2) AS t, 'reason' AS field, r.1 AS value, weight * r.2 AS wt
-    FROM ({_stage_spans(spans)}) ARRAY JOIN arrayZip(ExcludedReasons, ExcludedCounts) AS r
-) GROUP BY Kind, Component, field, value ORDER BY seen, value
+SELECT Kind, Component, t.1 AS field, t.2 AS value, sum(t.3), min(Timestamp) AS seen
+FROM ({_stage_spans(spans)})
+ARRAY JOIN arrayConcat(
+    [('in', toString(n_in), weight), ('out', toString(n_out), weight), ('excluded', toString(n_excluded), weight),
+     ('status', if(Status = '', 'unknown', Status), weight), ('failure', FailureClass, weight), ('fallback', Fallback, weight)],
+    arrayMap(r -> ('reason', r.1, weight * r.2), arrayZip(ExcludedReasons, ExcludedCounts))
+) AS t
+WHERE NOT (t.1 IN ('failure', 'fallback') AND t.2 = '')
+GROUP BY Kind, Component, field, value ORDER BY seen, value
 """
