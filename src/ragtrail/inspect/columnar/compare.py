@@ -9,7 +9,7 @@ to the same :class:`ragtrail.inspect.compare.SideSummary`, so ``compare`` itself
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ragtrail.contract import semconv as sc
@@ -22,8 +22,9 @@ from .engine import SqlRunner
 _CONTEXT_KINDS = (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET, sc.KIND_GENERATE)
 
 
-def records_query(spans: str) -> str:
-    """One row per ragtrail trace of ``spans`` (see :mod:`.spans`): what :class:`TraceRecord` holds for ``compare``."""
+def records_query(spans: str, order: str | None = None) -> str:
+    """One row per ragtrail trace of ``spans`` (see :mod:`.spans`): what :class:`TraceRecord` holds for
+    ``compare``; in the order of ``order`` (a subquery of ``TraceId, OrderKey``) when given."""
     pipeline = f"Kind = '{sc.KIND_PIPELINE}'"
     is_stage = f"IsStage AND NOT ({pipeline}) AND NOT Continuation"
     hop0 = "QueryHop = '0' AND QuerySha256 != ''"
@@ -32,7 +33,7 @@ def records_query(spans: str) -> str:
         " Ids, ExcludedIds, ExcludedReasons, CitedIds)"
     )
     run = sql.run_attributes()
-    return f"""
+    inner = f"""
 SELECT TraceId, toInt64(toUnixTimestamp64Nano(minIf(Timestamp, {is_stage}))) AS start_ns,
     argMinIf(QuerySha256, (NOT ({pipeline}), Timestamp), {hop0}) AS query_sha256, countIf({hop0}) > 0 AS has_query,
     argMinIf(AnswerSha256, {run}), argMinIf(Refused, {run}), argMinIf(RunStatus, {run}), argMinIf(CitedIds, {run}),
@@ -41,6 +42,9 @@ SELECT TraceId, toInt64(toUnixTimestamp64Nano(minIf(Timestamp, {is_stage}))) AS 
 FROM {spans} GROUP BY TraceId
 HAVING countIf(IsStage) > 0
 """
+    if order is None:
+        return inner
+    return f"SELECT r.* FROM ({inner}) AS r LEFT JOIN ({order}) AS o ON r.TraceId = o.TraceId ORDER BY o.OrderKey, r.TraceId"
 
 
 def _list(raw: str) -> list[str]:
@@ -110,10 +114,11 @@ def record(row: tuple[Any, ...]) -> TraceRecord:
     )
 
 
-def records(runner: SqlRunner, table: str, order: dict[str, tuple[Any, ...]] | None = None) -> Iterator[TraceRecord]:
-    """Every ragtrail trace's record, in ``order`` (trace id -> sort key: the store's reading order)."""
-    rows = runner.run_sql(records_query(table))
-    if order is not None:
-        rows.sort(key=lambda r: order.get(str(r[0]), ()))
+def records(runner: SqlRunner, spans: str, order: str | None = None, params: dict[str, Any] | None = None) -> Iterator[TraceRecord]:
+    """Every ragtrail trace's record, in ``order`` (see :func:`records_query`), streamed when the
+    runner can (``stream_sql``), so a million rows are never one answer in memory."""
+    query = records_query(spans, order)
+    stream = getattr(runner, "stream_sql", None)
+    rows: Iterable[tuple[Any, ...]] = stream(query, params) if stream is not None else runner.run_sql(query, params)
     for row in rows:
         yield record(row)

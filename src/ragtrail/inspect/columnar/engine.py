@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,6 +57,13 @@ class ChdbEngine:
         if not raw:
             return []
         return [tuple(row) for row in json.loads(raw)["data"]]
+
+    def stream_sql(self, sql: str, params: Mapping[str, Any] | None = None) -> Iterator[tuple[Any, ...]]:
+        """The rows of a SELECT, a block at a time (a large answer is never whole in memory)."""
+        for block in self._session.send_query(sql, "JSONCompactEachRow", params=dict(params or {})):
+            for line in block.bytes().splitlines():
+                if line:
+                    yield tuple(json.loads(line))
 
     def close(self) -> None:
         self._session.close()

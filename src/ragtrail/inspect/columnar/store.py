@@ -109,19 +109,14 @@ def choose(source: str | None, engine: str, narrowed: bool) -> tuple[Path | None
     return store, None
 
 
-def reading_order(engine: SqlRunner, store: Path) -> dict[str, tuple[Any, ...]]:
-    """Trace id -> its place in the order the Python reader reads ``store`` (files by modification
-    time then name, then line, then place in the line), from where each trace was first written."""
+def reading_order(store: Path) -> tuple[str, dict[str, Any]]:
+    """``(subquery, params)``: trace id -> its place in the order the Python reader reads ``store``
+    (files by modification time then name, then line, then place in the line), from where each trace
+    was first written."""
     files = sorted(trace_files(store), key=lambda p: (p.stat().st_mtime, str(p)))
-    rank = {str(p.relative_to(store)): n for n, p in enumerate(files)}
-    rows = engine.run_sql(f"SELECT TraceId, File, Line, Pos FROM {LINES_TABLE}")
-    order: dict[str, tuple[Any, ...]] = {}
-    for trace_id, file, line, pos in rows:
-        key = (rank.get(str(file), len(rank)), int(line), int(pos))
-        old = order.get(str(trace_id))
-        if old is None or key < old:
-            order[str(trace_id)] = key
-    return order
+    ranks = {str(p.relative_to(store)): n for n, p in enumerate(files)}
+    query = f"SELECT TraceId, min((ranks[File], Line, Pos)) AS OrderKey FROM {LINES_TABLE} GROUP BY TraceId"
+    return query.replace("ranks[", "{ranks:Map(String, UInt32)}["), {"ranks": ranks}
 
 
 def side_records(store: Path) -> Iterator[TraceRecord]:
@@ -130,6 +125,7 @@ def side_records(store: Path) -> Iterator[TraceRecord]:
 
     engine = open_store(store)
     try:
-        yield from records(engine, SPANS_TABLE, reading_order(engine, store))
+        order, params = reading_order(store)
+        yield from records(engine, SPANS_TABLE, order, params)
     finally:
         engine.close()
