@@ -65,22 +65,17 @@ INNER JOIN ({trace_weights_sql(spans)}) AS w ON t.TraceId = w.TraceId
 
 
 def totals_query(spans: str) -> str:
-    """Trace counts, requests, refusal and coverage sums over every ragtrail trace (one row)."""
+    """Trace counts, requests, refusal and coverage sums over every ragtrail trace, and the weight and
+    first time of each run status (``not recorded`` for none) as two maps: one row, one pass."""
     known = "corpus > 0 AND in_context IS NOT NULL"
+    status = "[if(run_status = '', 'not recorded', run_status)]"
     return f"""
 SELECT count(), countIf(weighted), sum(weight),
     sumIf(weight, refused IN ('true', 'false')), sumIf(weight, refused = 'true'),
     ifNull(sumIf(weight, {known}), 0), ifNull(sumIf(weight * least(1.0, in_context / corpus), {known}), 0),
-    ifNull(sumIf(weight, {known} AND in_context >= corpus), 0)
+    ifNull(sumIf(weight, {known} AND in_context >= corpus), 0),
+    sumMap({status}, [weight]), minMap({status}, [toUnixTimestamp64Nano(first)])
 FROM ({traces_sql(spans)})
-"""
-
-
-def run_statuses_query(spans: str) -> str:
-    """``status, weight`` per run status (``not recorded`` for none), first seen first."""
-    return f"""
-SELECT if(run_status = '', 'not recorded', run_status) AS status, sum(weight), min(first) AS seen
-FROM ({traces_sql(spans)}) GROUP BY status ORDER BY seen, status
 """
 
 

@@ -32,11 +32,12 @@ def stats(runner: SqlRunner, spans: str) -> Stats:
     ``SELECT`` over ``otel_traces`` in parentheses), as the Python path's :class:`Stats`."""
     out = Stats()
     rows = runner.run_sql(sql.totals_query(spans))
-    traces, weighted, requests, refusal_known, refused, corpus_known, read_sum, exhaustive = rows[0]
+    traces, weighted, requests, refusal_known, refused, corpus_known, read_sum, exhaustive, by_status, first_seen = rows[0]
     out.traces, out.weighted_traces, out.requests = int(traces), int(weighted), float(requests)
     out.refusal_known, out.refused = float(refusal_known), float(refused)
     out.corpus_known, out.read_fraction_sum, out.exhaustive = float(corpus_known), float(read_sum), float(exhaustive)
-    for status, weight, _seen in runner.run_sql(sql.run_statuses_query(spans)):
+    seen = dict(zip(first_seen[0], (int(t) for t in first_seen[1]), strict=True))
+    for status, weight in sorted(zip(by_status[0], by_status[1], strict=True), key=lambda sw: (seen[sw[0]], sw[0])):
         out.run_statuses[str(status)] = float(weight)
     for kind, component, n_spans, weight in runner.run_sql(sql.stages_query(spans)):
         out.stages[(str(kind), str(component))] = StageStats(str(kind), str(component), traces=float(weight), spans=int(n_spans))
