@@ -59,7 +59,7 @@ def main() -> None:
         for label, cmd, n in (
             ("ls", ["ls", "--source", str(b)], args.traces),
             ("ls --status degraded --json", ["ls", "--source", str(b), "--status", "degraded", "--json"], args.traces),
-            ("stats", ["stats", "--source", str(b)], args.traces),
+            ("stats", ["stats", "--source", str(b), "--engine", "python"], args.traces),
             ("compare A B", ["compare", str(a), str(b)], 2 * args.traces),
         ):
             if args.only and not label.startswith(args.only):

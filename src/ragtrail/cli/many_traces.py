@@ -273,6 +273,13 @@ def _emit(records: Iterator[Any], as_json: bool, tally: WeightTally) -> int:
 @source_option
 @_filter_options
 @click.option("--json", "as_json", is_flag=True, help="Print the aggregates as JSON.")
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "python", "columnar"]),
+    default="auto",
+    show_default=True,
+    help="columnar: ingest a local store into chdb and aggregate in SQL (auto: from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB, with no filter).",
+)
 @gc_paused()
 def stats_cmd(
     source: str | None,
@@ -294,24 +301,31 @@ def stats_cmd(
     date_key: str,
     self_author: str | None,
     as_json: bool,
+    engine: str,
 ) -> int:
     """Aggregate a source per stage kind and component: counts in/out/excluded, exclusion reasons,
     statuses and failure classes, fallback and unexplained rates, coverage; weighted by each trace's
-    sampling adjusted count (and said so)."""
+    sampling adjusted count (and said so). A large local store is aggregated in SQL (chdb, --engine)."""
+    from ragtrail.inspect.columnar.store import choose
     from ragtrail.inspect.stats import Stats
 
-    flt = _make_filter(
-        since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version, key=_read_key(key_file)
-    )
+    filters = (since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version)
+    store, note = choose(source, engine, narrowed=any(f is not None for f in filters) or limit is not None)
+    if note is not None:
+        stderr().print(f"ragtrail: note: {note}", highlight=False, markup=False, soft_wrap=True)
+    flt = _make_filter(*filters, key=_read_key(key_file))
     stats = Stats()
     read: list[ServerRead] = []
-    for r in _records(
-        source, flt, _insight_settings(date_key, self_author), timeout=timeout, lookback=lookback, limit=limit, label="aggregating", read=read
-    ):
-        stats.add(r)
+    if store is not None:
+        stats = _columnar_stats(store)
+    else:
+        for r in _records(
+            source, flt, _insight_settings(date_key, self_author), timeout=timeout, lookback=lookback, limit=limit, label="aggregating", read=read
+        ):
+            stats.add(r)
     if not stats.traces:
         raise errors.TraceNotFound("no trace matches", "loosen the filters or check --source")
-    result = stats.as_dict()
+    result = stats.as_dict() if store is None else _columnar_dict(stats)
     if _read_field(read) is not None:
         result["server_read"] = _read_field(read)
     if as_json:
@@ -322,6 +336,31 @@ def stats_cmd(
             wide_stdout().print(text(header))
         _render_stats(result)
     return errors.EXIT_OK
+
+
+def _columnar_stats(store: Any) -> Any:
+    """``stats`` over ``store`` through the embedded engine (caught up with the store first)."""
+    from ragtrail.inspect import columnar
+    from ragtrail.inspect.columnar.store import open_store
+
+    engine = open_store(store)
+    try:
+        return columnar.stats(engine, columnar.SPANS_TABLE)
+    finally:
+        engine.close()
+
+
+def _columnar_dict(stats: Any) -> dict[str, Any]:
+    """The columnar result, and the one line saying what SQL did not compute."""
+    from ragtrail.inspect import columnar
+
+    stderr().print(
+        "ragtrail: note: aggregated in chdb (columnar); insights and fidelity alarms are not computed there (--engine python computes them)",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    return columnar.as_dict(stats)
 
 
 def _dist(d: dict[str, Any]) -> str:
@@ -421,6 +460,13 @@ def _side_filter(selection: dict[str, Any]) -> Any:
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the comparison as Markdown.")
 @click.option("--show", "show_n", type=int, default=30, show_default=True, help="Questions listed in the terminal view.")
 @_key_file_option("a trace whose question was recorded as text is paired by its keyed receipt, as a hash-mode run under that key stamps it.")
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "python", "columnar"]),
+    default="auto",
+    show_default=True,
+    help="columnar: read two local stores through chdb (auto: from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB).",
+)
 @gc_paused()
 def compare_cmd(
     side_a: str,
@@ -433,6 +479,7 @@ def compare_cmd(
     as_markdown: bool,
     show_n: int,
     key_file: str | None,
+    engine: str,
 ) -> int:
     """Compare two runs question by question, paired by the receipt of the question (hop 0).
 
@@ -449,12 +496,19 @@ def compare_cmd(
     sides = []
     key = _read_key(key_file)
     reads: dict[str, list[ServerRead]] = {}
+    stores = _compare_stores(side_a, side_b, source, engine, narrowed=key is not None or limit is not None)
     for name, arg in (("A", side_a), ("B", side_b)):
         spec, selection, label = _side(arg, source)
         flt = _side_filter(selection)
         summary = SideSummary(name=label)
         read = reads.setdefault(name, [])
-        for r in _records(spec, flt, InsightSettings(), timeout=timeout, lookback=lookback, limit=limit, label=f"reading {name}", read=read):
+        if stores is not None:
+            from ragtrail.inspect.columnar.store import side_records
+
+            records = side_records(stores[name == "B"])
+        else:
+            records = _records(spec, flt, InsightSettings(), timeout=timeout, lookback=lookback, limit=limit, label=f"reading {name}", read=read)
+        for r in records:
             summary.add(paired_by_key(r, key))
         if not summary.traces:
             raise errors.TraceNotFound(f"side {name} ({plain(label)}) has no ragtrail trace", "check the source or selection")
@@ -470,6 +524,28 @@ def compare_cmd(
     else:
         _render_compare(result, show_n)
     return errors.EXIT_OK
+
+
+def _compare_stores(side_a: str, side_b: str, source: str | None, engine: str, narrowed: bool) -> tuple[Any, Any] | None:
+    """The two local stores to read through the engine, or ``None`` (the Python path): both sides must
+    be whole local stores (no selector, no --limit or --key-file); ``auto`` takes it when one is large."""
+    from ragtrail.inspect.columnar.store import choose
+
+    if engine == "python" or (engine == "auto" and (narrowed or any(s.startswith(_SELECTORS) for s in (side_a, side_b)))):
+        return None
+    if any(s.startswith(_SELECTORS) for s in (side_a, side_b)):
+        raise errors.UsageError("--engine columnar compares two whole local stores", "name two store directories, or use --engine python")
+    chosen = [choose(side, engine, narrowed) for side in (side_a, side_b)]
+    for _, note in chosen:
+        if note is not None:
+            stderr().print(f"ragtrail: note: {note}", highlight=False, markup=False, soft_wrap=True)
+    if engine == "auto" and any(store is not None for store, _ in chosen):
+        from ragtrail.inspect.columnar.store import local_store
+
+        both = (local_store(side_a), local_store(side_b))
+        return None if None in both else both
+    a, b = chosen[0][0], chosen[1][0]
+    return None if a is None or b is None else (a, b)
 
 
 def _rate(v: float | None) -> str:

@@ -1,0 +1,131 @@
+"""When a local store is read through the embedded engine, and where the engine keeps it.
+
+The columnar path is used for ``stats`` over a local store of at least ``RAGTRAIL_COLUMNAR_MIN_BYTES``
+bytes of ``*.jsonl`` (default 64 MiB, about 2,700 traces of the benchmark store; ``0`` always,
+``off`` never), and ``--engine columnar|python`` decides outright. The engine's files live in
+``RAGTRAIL_COLUMNAR_DIR`` (default ``~/.cache/ragtrail/columnar``), one directory per store path, so
+reading never writes into the store itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ragtrail.inspect.records import TraceRecord
+
+from .engine import ChdbEngine, SqlRunner
+from .ingest import catch_up, trace_files
+from .schema import INGEST_TABLE, LINES_TABLE, TABLE
+from .spans import SPANS_TABLE
+
+ENV_MIN_BYTES = "RAGTRAIL_COLUMNAR_MIN_BYTES"
+ENV_DIR = "RAGTRAIL_COLUMNAR_DIR"
+DEFAULT_MIN_BYTES = 64 * 1024 * 1024
+
+
+def store_bytes(store: Path) -> int:
+    """Bytes of the store's trace files."""
+    return sum(p.stat().st_size for p in trace_files(store))
+
+
+def min_bytes() -> int | None:
+    """The size from which the columnar path is the default (``None``: never)."""
+    raw = os.environ.get(ENV_MIN_BYTES, "").strip().lower()
+    if raw in ("off", "never", "none"):
+        return None
+    return int(raw) if raw.isdigit() else DEFAULT_MIN_BYTES
+
+
+def engine_dir(store: Path) -> Path:
+    """Where the engine keeps ``store``'s ingested spans."""
+    base = Path(os.environ.get(ENV_DIR) or Path.home() / ".cache" / "ragtrail" / "columnar")
+    key = hashlib.sha256(str(store.resolve()).encode()).hexdigest()[:16]
+    return base / f"{store.resolve().name}-{key}"
+
+
+def _stale(engine: SqlRunner, store: Path) -> bool:
+    """A file ingested before is gone or shorter (rotated away or rewritten): start over."""
+    try:
+        done = engine.run_sql(f"SELECT File, max(Offset) FROM {INGEST_TABLE} GROUP BY File")
+    except RuntimeError:
+        return False
+    for name, offset in done:
+        path = store / str(name)
+        if not path.exists() or path.stat().st_size < int(offset):
+            return True
+    return False
+
+
+def open_store(store: Path) -> ChdbEngine:
+    """The engine over ``store``, caught up with every complete line written so far."""
+    engine = ChdbEngine(engine_dir(store))
+    if _stale(engine, store):
+        engine.run_sql(f"DROP TABLE IF EXISTS {TABLE}")
+        engine.run_sql(f"DROP TABLE IF EXISTS {INGEST_TABLE}")
+        engine.run_sql(f"DROP TABLE IF EXISTS {LINES_TABLE}")
+        engine.run_sql(f"DROP VIEW IF EXISTS {SPANS_TABLE}_mv")
+        engine.run_sql(f"DROP TABLE IF EXISTS {SPANS_TABLE}")
+    catch_up(engine, store)
+    return engine
+
+
+def local_store(source: str | None) -> Path | None:
+    """The store directory ``source`` names (as the files source resolves it), else ``None``; a
+    directory holding whole-document ``*.json`` files is left to the Python path."""
+    from ragtrail.inspect.sources import DEFAULT_STORE, ENV_SOURCE
+
+    path = Path(source or os.environ.get(ENV_SOURCE) or DEFAULT_STORE)
+    if not path.is_dir() or any(path.rglob("*.json")):
+        return None
+    return path
+
+
+def choose(source: str | None, engine: str, narrowed: bool) -> tuple[Path | None, str | None]:
+    """``(store, note)``: the store to read through the engine (``None``: the Python path), and the one
+    line to say on stderr when the store is large but the Python path runs anyway. ``narrowed``: some
+    filter or ``--limit`` was given (the columnar path reads every trace)."""
+    from ragtrail.inspect import errors
+
+    from .engine import available
+
+    store = local_store(source)
+    if engine == "python":
+        return None, None
+    if engine == "columnar":
+        if store is None or narrowed:
+            raise errors.UsageError("--engine columnar reads a whole local store", "drop the filters and --limit, or use --engine python")
+        if not available():
+            raise errors.UsageError("--engine columnar needs chdb", "pip install 'ragtrail[columnar]'")
+        return store, None
+    threshold = min_bytes()
+    if store is None or narrowed or threshold is None or store_bytes(store) < threshold:
+        return None, None
+    if not available():
+        return None, f"the store is over {threshold} bytes; pip install 'ragtrail[columnar]' to aggregate it in chdb (reading it in Python)"
+    return store, None
+
+
+def reading_order(store: Path) -> tuple[str, dict[str, Any]]:
+    """``(subquery, params)``: trace id -> its place in the order the Python reader reads ``store``
+    (files by modification time then name, then line, then place in the line), from where each trace
+    was first written."""
+    files = sorted(trace_files(store), key=lambda p: (p.stat().st_mtime, str(p)))
+    ranks = {str(p.relative_to(store)): n for n, p in enumerate(files)}
+    query = f"SELECT TraceId, min((ranks[File], Line, Pos)) AS OrderKey FROM {LINES_TABLE} GROUP BY TraceId"
+    return query.replace("ranks[", "{ranks:Map(String, UInt32)}["), {"ranks": ranks}
+
+
+def side_records(store: Path) -> Iterator[TraceRecord]:
+    """Every ragtrail trace of ``store`` as ``compare`` reads it, through the engine, in reading order."""
+    from .compare import records
+
+    engine = open_store(store)
+    try:
+        order, params = reading_order(store)
+        yield from records(engine, SPANS_TABLE, order, params)
+    finally:
+        engine.close()

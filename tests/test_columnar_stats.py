@@ -1,0 +1,148 @@
+"""The columnar path (chdb over the Collector exporter's ``otel_traces``) gives ``stats`` exactly as the
+Python path does, on the same store: every field but the two SQL does not compute (insights and
+fidelity alarms), weights (span probability, adjusted count, tracestate) and coverage included; the
+ingest is incremental (a grown store is caught up, a line is never ingested twice)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from test_cli_errors import ragtrail
+from test_inspect_many import experiment
+
+pytest.importorskip("chdb")
+
+from ragtrail.inspect.columnar import NOT_COMPUTED  # noqa: E402
+from ragtrail.inspect.columnar.engine import ChdbEngine  # noqa: E402
+from ragtrail.inspect.columnar.ingest import catch_up  # noqa: E402
+
+PIPELINE = b'{"key":"ragtrail.stage.kind","value":{"stringValue":"pipeline"}}'
+
+
+def _attr(key: str, kind: str, value: str) -> bytes:
+    return json.dumps({"key": key, "value": {kind: value}}, separators=(",", ":")).encode()
+
+
+def _sampled(line: bytes, n: int) -> bytes:
+    """Every 3rd trace sampled at p=0.25 (every 6th with an adjusted count of 7), every 5th a
+    tracestate threshold, every 4th a corpus size: the weights and coverage both paths must agree on."""
+    extra = b""
+    if n % 3 == 0:
+        extra += b"," + _attr("ragtrail.sampling.probability", "doubleValue", 0.25)  # type: ignore[arg-type]
+    if n % 6 == 0:
+        extra += b"," + _attr("ragtrail.sampling.adjusted_count", "intValue", "7")
+    if n % 4 == 0:
+        extra += b"," + _attr("ragtrail.coverage.corpus_size", "intValue", "20")
+    line = line.replace(PIPELINE, PIPELINE + extra, 1)
+    if n % 5 == 0:
+        line = line.replace(b'"name":', b'"traceState":"ot=th:c","name":', 1)
+    return line
+
+
+def _weighted_store(tmp_path: Path) -> Path:
+    raw, store = tmp_path / "raw", tmp_path / "store"
+    experiment(raw, new_reranker=True, questions=40)
+    store.mkdir()
+    lines = [line for path in sorted(raw.glob("*.jsonl")) for line in path.read_bytes().splitlines(keepends=True)]
+    (store / "traces-0001.jsonl").write_bytes(b"".join(_sampled(line, n) for n, line in enumerate(lines)))
+    return store
+
+
+def _stats(store: Path, engine: str, cache: Path) -> dict[str, object]:
+    result = ragtrail("stats", "--json", "--source", str(store), "--engine", engine, env={"RAGTRAIL_COLUMNAR_DIR": str(cache)})
+    assert result.returncode == 0, result.stderr
+    out: dict[str, object] = json.loads(result.stdout)
+    return out
+
+
+def test_columnar_stats_equal_the_python_path(tmp_path: Path) -> None:
+    store = _weighted_store(tmp_path)
+    python = _stats(store, "python", tmp_path / "cache")
+    columnar = _stats(store, "columnar", tmp_path / "cache")
+    assert python["weighted_traces"] and python["coverage"]["corpus_known"]  # type: ignore[index]
+    assert columnar.pop("not_computed") == list(NOT_COMPUTED)
+    for key in NOT_COMPUTED:
+        assert columnar.pop(key) is None
+        python.pop(key)
+    assert json.dumps(columnar) == json.dumps(python)
+
+
+def test_ingest_is_incremental(tmp_path: Path) -> None:
+    store = _weighted_store(tmp_path)
+    path = store / "traces-0001.jsonl"
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    half = len(lines) // 2
+    assert half >= 1
+    path.write_bytes(b"".join(lines[:half]) + lines[half][:100])  # a line still being written is left for later
+    engine = ChdbEngine(tmp_path / "engine")
+    assert catch_up(engine, store).lines == half
+    assert catch_up(engine, store).lines == 0
+    path.write_bytes(data)
+    assert catch_up(engine, store).lines == len(lines) - half
+    spans = engine.run_sql("SELECT count() FROM otel_traces")[0][0]
+    assert int(spans) == data.count(b'"spanId"') - data.count(b'"links":[{"traceId"')  # each span once
+    assert catch_up(engine, store).lines == 0
+    grown = _stats(store, "columnar", tmp_path / "cache")
+    assert grown == _stats(store, "columnar", tmp_path / "cache")
+
+
+def test_columnar_compare_equals_the_python_path(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    experiment(a, new_reranker=False, questions=30)
+    experiment(b, new_reranker=True, questions=34)
+    env = {"RAGTRAIL_COLUMNAR_DIR": str(tmp_path / "cache")}
+    outputs = []
+    for engine in ("python", "columnar"):
+        result = ragtrail("compare", str(a), str(b), "--json", "--engine", engine, env=env)
+        assert result.returncode == 0, result.stderr
+        outputs.append(result.stdout)
+    assert json.loads(outputs[0])["verdicts"] and json.loads(outputs[0])["only_in_b"]
+    assert outputs[1] == outputs[0]
+
+
+def test_columnar_refuses_what_it_cannot_read(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    experiment(a, new_reranker=False, questions=3)
+    env = {"RAGTRAIL_COLUMNAR_DIR": str(tmp_path / "cache")}
+    for args in (("stats", "--source", str(a), "--status", "degraded"), ("compare", "version:1", "version:2", "--source", str(a))):
+        result = ragtrail(*args, "--engine", "columnar", env=env)
+        assert result.returncode == 2 and "--engine columnar" in result.stderr, result.stderr
+
+
+def test_the_statements_read_otel_traces_itself(tmp_path: Path) -> None:
+    """A ClickHouse server without the ragtrail_spans view passes the projection as a subquery: same rows."""
+    from ragtrail.inspect import columnar
+    from ragtrail.inspect.columnar import compare, spans
+
+    store = _weighted_store(tmp_path)
+    engine = ChdbEngine(tmp_path / "engine")
+    catch_up(engine, store)
+    on_view = columnar.as_dict(columnar.stats(engine, spans.SPANS_TABLE))
+    assert on_view == columnar.as_dict(columnar.stats(engine, spans.subquery(columnar.TABLE)))
+    assert on_view["traces"] > 0
+    rows = sorted(engine.run_sql(compare.records_query(spans.SPANS_TABLE)))
+    assert rows == sorted(engine.run_sql(compare.records_query(spans.subquery(columnar.TABLE))))
+
+
+def test_the_threshold_and_a_missing_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragtrail.inspect.columnar import engine as engine_module
+    from ragtrail.inspect.columnar.store import choose
+
+    store = tmp_path / "store"
+    experiment(store, new_reranker=False, questions=2)
+    monkeypatch.setenv("RAGTRAIL_COLUMNAR_MIN_BYTES", "0")
+    assert choose(str(store), "auto", narrowed=False) == (store, None)
+    assert choose(str(store), "auto", narrowed=True) == (None, None)
+    assert choose(str(store), "python", narrowed=False) == (None, None)
+    monkeypatch.setenv("RAGTRAIL_COLUMNAR_MIN_BYTES", "off")
+    assert choose(str(store), "auto", narrowed=False) == (None, None)
+    monkeypatch.setenv("RAGTRAIL_COLUMNAR_MIN_BYTES", str(10**12))
+    assert choose(str(store), "auto", narrowed=False) == (None, None)
+    monkeypatch.setenv("RAGTRAIL_COLUMNAR_MIN_BYTES", "0")
+    monkeypatch.setattr(engine_module, "available", lambda: False)
+    found, note = choose(str(store), "auto", narrowed=False)
+    assert found is None and note is not None and "ragtrail[columnar]" in note
