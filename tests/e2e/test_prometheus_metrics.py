@@ -38,6 +38,14 @@ def start_prometheus(tmp_path: Path) -> Iterator[Callable[[list[str]], rb.Promet
         server.stop()
 
 
+def _dashboard_exprs() -> list[str]:
+    dashboard = json.loads((rb.REPO / "deploy" / "grafana" / "dashboards" / "ragtrail-alarms.json").read_text())
+    targets = [t for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    exprs = [t["expr"] for t in targets if t["datasource"]["type"] == "prometheus"]
+    assert len(exprs) >= 6
+    return exprs
+
+
 def _run_app(collector: rb.Collector) -> dict[str, int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env |= {
@@ -92,6 +100,10 @@ def test_prometheus_reads_back_every_run_of_a_sampled_app(start_jaeger, start_co
     kinds = ("pipeline",), ("retrieve",), ("rerank",), ("filter",)
     assert _by(prometheus, "ragtrail_stage_candidates_in_count", "ragtrail_stage_kind") == dict.fromkeys(kinds, traced)
     assert _by(prometheus, "ragtrail_stage_candidates_out_sum", "ragtrail_stage_kind")[("retrieve",)] == traced * app.DOCS
+    # every PromQL panel of the Grafana dashboard is a query this Prometheus accepts and has series for
+    for expr in _dashboard_exprs():
+        prometheus.query(expr.replace("$__rate_interval", "1m"))
+    assert prometheus.query('ragtrail_stage_runs_total{ragtrail_stage_status="degraded"}')  # the degraded panel's series exist
     # while the trace backend holds the sample only
     rb.wait_until(lambda: len(jaeger.traces_of_service(SERVICE)) == ran["sampled"], 30, what="the sampled traces in Jaeger")
     assert collector.proc is not None and collector.proc.poll() is None
