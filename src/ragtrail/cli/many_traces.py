@@ -411,6 +411,23 @@ def _side_filter(selection: dict[str, Any]) -> Any:
     return _make_filter(selection.get("since"), selection.get("until"), *none, selection.get("service_version"), selection.get("tag"))
 
 
+def _read_side(
+    name: str, arg: str, source: str | None, make: Callable[[str], Any], key: bytes | None, read: list[ServerRead], server: dict[str, Any]
+) -> Any:
+    """One compare side read into ``make(label)`` (a ``SideSummary`` or a ``StreamedSide``), each trace
+    paired by ``key`` as the producer's receipts are (``paired_by_key``)."""
+    from ragtrail.inspect.compare import paired_by_key
+    from ragtrail.inspect.insights import InsightSettings
+
+    spec, selection, label = _side(arg, source)
+    summary = make(label)
+    for r in _records(spec, _side_filter(selection), InsightSettings(), label=f"reading {name}", read=read, **server):
+        summary.add(paired_by_key(r, key))
+    if not summary.traces:
+        raise errors.TraceNotFound(f"side {name} ({plain(label)}) has no ragtrail trace", "check the source or selection")
+    return summary
+
+
 @click.command("compare")
 @click.argument("side_a")
 @click.argument("side_b")
@@ -441,25 +458,17 @@ def compare_cmd(
       version:1.4.0          resource service.version
       tag:KEY=VALUE          a resource attribute (e.g. tag:experiment=hop-v2)
       time:SINCE..UNTIL      ISO times or durations back (time:2h..1h)"""
-    from ragtrail.inspect.compare import SideSummary, compare, markdown, paired_by_key
-    from ragtrail.inspect.insights import InsightSettings
+    from ragtrail.inspect.compare import SideSummary, StreamedSide, compare, markdown
 
     if as_json and as_markdown:
         raise errors.UsageError("--json and --markdown both given", "pick one")
-    sides = []
     key = _read_key(key_file)
-    reads: dict[str, list[ServerRead]] = {}
-    for name, arg in (("A", side_a), ("B", side_b)):
-        spec, selection, label = _side(arg, source)
-        flt = _side_filter(selection)
-        summary = SideSummary(name=label)
-        read = reads.setdefault(name, [])
-        for r in _records(spec, flt, InsightSettings(), timeout=timeout, lookback=lookback, limit=limit, label=f"reading {name}", read=read):
-            summary.add(paired_by_key(r, key))
-        if not summary.traces:
-            raise errors.TraceNotFound(f"side {name} ({plain(label)}) has no ragtrail trace", "check the source or selection")
-        sides.append(summary)
-    result = compare(*sides)
+    reads: dict[str, list[ServerRead]] = {"A": [], "B": []}
+    server = {"timeout": timeout, "lookback": lookback, "limit": limit}
+    # A is held (one compact record per question); B streams past it, each trace paired as it is read
+    a = _read_side("A", side_a, source, SideSummary, key, reads["A"], server)
+    b = _read_side("B", side_b, source, lambda label: StreamedSide(label, against=a), key, reads["B"], server)
+    result = compare(a, b)
     for name, read in reads.items():
         if _read_field(read) is not None:
             result[name.lower()]["server_read"] = _read_field(read)
