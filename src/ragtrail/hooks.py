@@ -57,7 +57,7 @@ from typing import Any
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from ragtrail.recorder.errors import record_internal_error
-from ragtrail.recorder.stage import Stage, stage
+from ragtrail.recorder.stage import Stage, counted, stage
 
 Args = tuple[Any, ...]  # a wrapped call's positional arguments, as wrapt hands them over
 Kwargs = dict[str, Any]  # and its keyword arguments
@@ -199,6 +199,13 @@ class Call:
         """Whether :meth:`after` runs: the span records."""
         return self.stage is not None and self.stage.recording
 
+    def counted_outputs(self, result: Any) -> Any:
+        """Sampled out while metrics are counted (docs/semconv.md §9): the call's output list when the
+        number of its items is the call's whole outcome (the stage keeps only that number: none an
+        ``empty`` stage, some an ``ok`` one). ``None`` (the default): not known cheaply, e.g. a hook that
+        reads a fallback from the result; the stage then counts ``unknown``. Nothing is adapted or copied."""
+        return None
+
     # --- helpers for hooks -------------------------------------------------------------------------
     def new_stage(self, kind: str, component: str | None = None, **options: Any) -> Stage:
         """Start this call's stage (``component`` defaults to the instance's ``module.Class``)."""
@@ -299,6 +306,8 @@ def _end(call: Call, token: contextvars.Token[frozenset[str]] | bool, result: An
                 call.after(s, result)  # type: ignore[arg-type]
             except Exception as error:
                 call.error("after", error)
+        elif s is not None and counted(s):
+            _hand_over_outputs(call, s, result)
     finally:
         try:
             s.finish(exc)  # type: ignore[union-attr]
@@ -310,6 +319,16 @@ def _end(call: Call, token: contextvars.Token[frozenset[str]] | bool, result: An
             _reset(call)
             if token is not True:
                 _active.reset(token)  # type: ignore[arg-type]
+
+
+def _hand_over_outputs(call: Call, s: Stage, result: Any) -> None:
+    """A sampled-out, counted stage: the number of the outputs the hook says are its whole outcome."""
+    try:
+        outputs = call.counted_outputs(result)
+        if outputs is not None:
+            s.outputs(outputs)
+    except Exception as error:
+        call.error("counted_outputs", error)
 
 
 def run(call: Call) -> Any:

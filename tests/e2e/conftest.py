@@ -57,9 +57,12 @@ def start_collector(binaries: dict[str, Path], tmp_path: Path) -> Iterator[Calla
     """Start the built collector with one of collector-config/*.yaml; all are stopped after the test."""
     started: list[rb.Collector] = []
 
-    def start(config: str, env: dict[str, str] | None = None, *, record_policy: bool = True, name: str = "collector") -> rb.Collector:
+    def start(
+        config: str, env: dict[str, str] | None = None, *, record_policy: bool = True, name: str = "collector", overlays: tuple[str, ...] = ()
+    ) -> rb.Collector:
         gates = [rb.RECORD_POLICY_GATE] if record_policy else []
-        c = rb.Collector(binaries[rb.OTELCOL_BIN], rb.CONFIG_DIR / config, tmp_path, env=env, feature_gates=gates, name=name)
+        more = [rb.CONFIG_DIR / o for o in overlays]
+        c = rb.Collector(binaries[rb.OTELCOL_BIN], rb.CONFIG_DIR / config, tmp_path, env=env, feature_gates=gates, name=name, overlays=more)
         started.append(c)
         return c.start()  # type: ignore[return-value]
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -246,6 +248,7 @@ class Collector(ManagedProcess):
         env: Mapping[str, str] | None = None,
         feature_gates: Sequence[str] = (),
         name: str = "collector",
+        overlays: Sequence[Path] = (),
     ) -> None:
         self.otlp_grpc_port, self.otlp_http_port = free_port(), free_port()
         full_env = {  # the collector's own listen endpoints always win: the ports are ours
@@ -253,7 +256,8 @@ class Collector(ManagedProcess):
             "RAGTRAIL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{self.otlp_grpc_port}",
             "RAGTRAIL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{self.otlp_http_port}",
         }
-        argv = [str(binary), f"--config={config}", f"--config={NO_SELF_METRICS}"]
+        # overlays (e.g. metrics.yaml) are merged over the config, in order, as the Collector does
+        argv = [str(binary), f"--config={config}", *(f"--config={o}" for o in overlays), f"--config={NO_SELF_METRICS}"]
         if feature_gates:
             argv.append("--feature-gates=" + ",".join(feature_gates))
         super().__init__(name, argv, full_env, [self.otlp_grpc_port, self.otlp_http_port], log_dir)
@@ -266,6 +270,51 @@ class Collector(ManagedProcess):
     def traces_url(self) -> str:
         """OTLP/HTTP traces endpoint, for the SDK's OTLPSpanExporter(endpoint=...)."""
         return f"http://127.0.0.1:{self.otlp_http_port}/v1/traces"
+
+
+PROMETHEUS_BIN = "prometheus"  # Debian's package (scripts/test.sh installs it), not built here
+
+
+def require_prometheus() -> Path:
+    """The ``prometheus`` server on PATH, or fail (CI) / skip loudly (developer machine)."""
+    found = shutil.which(PROMETHEUS_BIN)
+    if found:
+        return Path(found)
+    message = f"\n{'!' * 78}\nragtrail e2e: no `{PROMETHEUS_BIN}` on PATH (Debian: apt-get install prometheus; scripts/test.sh does)\n{'!' * 78}"
+    if os.environ.get("CI"):
+        pytest.fail("required under CI:" + message, pytrace=False)
+    pytest.skip("SKIPPED, not passed:" + message)
+
+
+class Prometheus(ManagedProcess):
+    """A real Prometheus server scraping the given targets every ``scrape_interval``, on a free port with
+    its config and TSDB in ``work_dir``."""
+
+    def __init__(self, binary: Path, work_dir: Path, targets: Sequence[str], scrape_interval: str = "1s", name: str = "prometheus") -> None:
+        self.http_port = free_port()
+        config = work_dir / f"{name}.yml"
+        # honor_labels: the exporter's `job`/`instance` (the app's service.name / instance id) are kept
+        config.write_text(
+            f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"
+            f"scrape_configs:\n  - job_name: collector\n    honor_labels: true\n    static_configs:\n      - targets: {list(targets)!r}\n"
+        )
+        argv = [
+            str(binary),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={work_dir / (name + '-data')}",
+            f"--web.listen-address=127.0.0.1:{self.http_port}",
+        ]
+        super().__init__(name, argv, {}, [self.http_port], work_dir)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
+        """An instant query through the HTTP API (``/api/v1/query``): (labels, value) per series."""
+        status, body = _get_json(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        assert status == 200 and isinstance(body, dict) and body.get("status") == "success", (promql, status, body)
+        return [(dict(r["metric"]), float(r["value"][1])) for r in body["data"]["result"]]
 
 
 def gateway_env(jaeger: Jaeger, tempo: Jaeger, percentage: str = "100", decision_wait: str = "1s") -> dict[str, str]:

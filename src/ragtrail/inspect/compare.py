@@ -7,14 +7,19 @@ verdict is *same evidence*, *same evidence, different answer* (the answer receip
 changed: its status (``rerank: ok → degraded (parse_error, fallback input_order)``), which documents
 entered and which left and why. Totals put the refusal rate beside survival, degraded and fallback
 rates; questions found on one side only are listed, never dropped.
+
+Side A is held (one compact record per question: pairing needs it); side B streams past it
+(:class:`StreamedSide`): each B trace is paired with A's record of its question as it is read, and
+only what the result needs of it is kept (its outcome, the evidence A's survival shares read, its
+own survival shares and the pair), so memory grows with A's questions, not with B's traces.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ragtrail.contract import receipts
 from ragtrail.contract import semconv as sc
@@ -23,6 +28,41 @@ from .records import StageRecord, TraceRecord
 from .weight import WeightTally
 
 _MODEL_KINDS = {sc.KIND_GENERATE, sc.KIND_CITE}
+
+
+class Evidence(NamedTuple):
+    """What the other side's survival shares read of one question: its cited documents and what
+    reached its model (empty when unknown: it adds nothing to the in-context share), each id once.
+    Tuples, not sets: kept per question of a streamed side, a tuple is a fifth of a set's size."""
+
+    cited: tuple[str, ...]
+    in_context: tuple[str, ...]
+
+    @classmethod
+    def of(cls, r: TraceRecord) -> Evidence:
+        return cls(tuple(dict.fromkeys(r.cited)), tuple(dict.fromkeys(r.in_context or ())))
+
+
+class Outcome(NamedTuple):
+    """One question's outcome as the side's rates count it."""
+
+    refused: bool | None
+    degraded: bool
+    fallback: bool
+    weight: float  # the requests the trace stands for (weight.trace_weight)
+
+    @classmethod
+    def of(cls, r: TraceRecord) -> Outcome:
+        return cls(r.refused, r.degraded(), r.fallback(), r.weight)
+
+
+class StageShare(NamedTuple):
+    """One question's part of a stage's survival share: how many of the other side's cited and
+    in-context documents the stage (all its runs) handed on."""
+
+    label: str
+    cited: int
+    in_context: int
 
 
 @dataclass
@@ -52,6 +92,85 @@ class SideSummary:
         self.by_query[r.query_sha256] = replace(
             r, resource={}, findings=[], insights=[], notes=[], stages=[replace(st, span_id="", parent_span_id=None) for st in r.stages]
         )
+
+    def evidence(self, query_sha256: str) -> Evidence | None:
+        r = self.by_query.get(query_sha256)
+        return None if r is None else Evidence.of(r)
+
+    def outcomes(self) -> list[Outcome]:
+        return [Outcome.of(r) for r in self.by_query.values()]
+
+    def shares(self, other: SideSummary | StreamedSide) -> Iterator[tuple[Evidence, tuple[StageShare, ...]]]:
+        """Per paired question (this side's order): the other side's evidence and this side's shares of it."""
+        for q, r in self.by_query.items():
+            base = other.evidence(q)
+            if base is not None:
+                yield base, stage_shares(r, base)
+
+
+@dataclass(slots=True)
+class StreamedQuestion:
+    """What is kept of side B's latest trace of a question: never the record itself."""
+
+    start_ns: int
+    trace_id: str
+    outcome: Outcome
+    evidence: Evidence
+    shares: tuple[StageShare, ...] | None  # None: A has no such question
+    pair: dict[str, Any] | None
+
+
+@dataclass
+class StreamedSide:
+    """Side B, paired with side A's records as it streams past them (see the module docstring): the
+    counts and rates of :class:`SideSummary`, with the latest trace per question compared."""
+
+    name: str
+    against: SideSummary
+    questions: dict[str, StreamedQuestion] = field(default_factory=dict)
+    repeats: int = 0
+    no_query: int = 0
+    traces: int = 0
+    notes: list[str] = field(default_factory=list)
+    tally: WeightTally = field(default_factory=WeightTally)  # every trace read, weighted (weight.trace_weight)
+
+    def add(self, r: TraceRecord) -> None:
+        self.traces += 1
+        self.tally.add(r.weight, r.basis, r.tail_stamped)
+        if not r.query_sha256:
+            self.no_query += 1
+            return
+        old = self.questions.get(r.query_sha256)
+        if old is not None:
+            self.repeats += 1
+            if old.start_ns >= r.start_ns:
+                return
+        a = self.against.by_query.get(r.query_sha256)
+        shares = None if a is None else stage_shares(r, Evidence.of(a))
+        kept = StreamedQuestion(r.start_ns, r.trace_id, Outcome.of(r), Evidence.of(r), shares, None if a is None else pair(a, r))
+        self.questions[r.query_sha256] = kept
+
+    def evidence(self, query_sha256: str) -> Evidence | None:
+        q = self.questions.get(query_sha256)
+        return None if q is None else q.evidence
+
+    def outcomes(self) -> list[Outcome]:
+        return [q.outcome for q in self.questions.values()]
+
+    def shares(self, other: SideSummary | StreamedSide) -> Iterator[tuple[Evidence, tuple[StageShare, ...]]]:
+        for q, kept in self.questions.items():
+            base = other.evidence(q)
+            if base is not None and kept.shares is not None:
+                yield base, kept.shares
+
+    @classmethod
+    def of(cls, side: SideSummary, against: SideSummary) -> StreamedSide:
+        """A side read whole, streamed past ``against`` (its latest trace per question)."""
+        streamed = cls(side.name, against, repeats=side.repeats, no_query=side.no_query, notes=side.notes)
+        for r in side.by_query.values():
+            streamed.add(r)
+        streamed.traces, streamed.tally = side.traces, side.tally
+        return streamed
 
 
 def paired_by_key(r: TraceRecord, key: bytes | None) -> TraceRecord:
@@ -156,16 +275,24 @@ def _rate(n: float, d: float) -> float | None:
     return None if d == 0 else round(n / d, 4)
 
 
-def totals(side: SideSummary, other: SideSummary) -> dict[str, Any]:
+def totals(side: SideSummary | StreamedSide, other: SideSummary | StreamedSide) -> dict[str, Any]:
     """Refusal, degraded and fallback rates, and how far the other side's cited and in-context
     documents survived each of this side's stages (paired questions only)."""
-    rs = list(side.by_query.values())
-    known = [r for r in rs if r.refused is not None]
-    refused = sum(1 for r in known if r.refused)
-    return {**_rates(side, rs, known, refused), "survival": survival_shares(side, other), "notes": side.notes}
+    return {**_rates(side, side.outcomes()), "survival": survival_shares(side, other), "notes": side.notes}
 
 
-def survival_shares(side: SideSummary, other: SideSummary) -> list[dict[str, Any]]:
+def stage_shares(r: TraceRecord, base: Evidence) -> tuple[StageShare, ...]:
+    """How many of ``base``'s documents each stage of ``r`` handed on (a stage that ran several times
+    for the question counts a document once, if any of its runs handed it on)."""
+    handed_on: dict[str, set[str]] = {}
+    for s in r.stages:
+        if s.kind in _MODEL_KINDS or s.kind == sc.KIND_QUERY_TRANSFORM:
+            continue
+        handed_on.setdefault(s.label, set()).update(s.out_ids)
+    return tuple(StageShare(label, len(out.intersection(base.cited)), len(out.intersection(base.in_context))) for label, out in handed_on.items())
+
+
+def survival_shares(side: SideSummary | StreamedSide, other: SideSummary | StreamedSide) -> list[dict[str, Any]]:
     """Per stage of this side, the share of the other side's evidence (its cited documents, and what
     reached its model where that is known) that the stage handed on, over the paired questions.
 
@@ -177,22 +304,13 @@ def survival_shares(side: SideSummary, other: SideSummary) -> list[dict[str, Any
     survived_cited: Counter[str] = Counter()
     survived_context: Counter[str] = Counter()
     cited_total = context_total = 0
-    for q, r in side.by_query.items():
-        base = other.by_query.get(q)
-        if base is None:
-            continue
-        cited, context = set(base.cited), set(base.in_context or ())
-        cited_total += len(cited)
-        context_total += len(context)
-        handed_on: dict[str, set[str]] = {}
-        for s in r.stages:
-            if s.kind in _MODEL_KINDS or s.kind == sc.KIND_QUERY_TRANSFORM:
-                continue
-            handed_on.setdefault(s.label, set()).update(s.out_ids)
-        for label, out in handed_on.items():
-            stage_counts[label] += 1
-            survived_cited[label] += len(cited & out)
-            survived_context[label] += len(context & out)
+    for base, shares in side.shares(other):
+        cited_total += len(base.cited)
+        context_total += len(base.in_context)
+        for share in shares:
+            stage_counts[share.label] += 1
+            survived_cited[share.label] += share.cited
+            survived_context[share.label] += share.in_context
     return [
         {
             "stage": label,
@@ -204,35 +322,39 @@ def survival_shares(side: SideSummary, other: SideSummary) -> list[dict[str, Any
     ]
 
 
-def _rates(side: SideSummary, rs: list[TraceRecord], known: list[TraceRecord], refused: int) -> dict[str, Any]:
+def _rates(side: SideSummary | StreamedSide, outcomes: list[Outcome]) -> dict[str, Any]:
     """The side's counts (traces) and rates of refusal, degraded runs and fallbacks; the rates weigh
     each question's trace by the requests it stands for (weight.trace_weight), so a tail sampler that
     kept every degraded trace and a tenth of the rest does not multiply the degraded rate."""
-    weight = sum(r.weight for r in rs)
-    degraded = [r for r in rs if r.degraded()]
-    fallback = [r for r in rs if r.fallback()]
+    known = [o for o in outcomes if o.refused is not None]
+    refused = sum(1 for o in known if o.refused)
+    weight = sum(o.weight for o in outcomes)
+    degraded = [o for o in outcomes if o.degraded]
+    fallback = [o for o in outcomes if o.fallback]
     return {
         "name": side.name,
         "traces": side.traces,
         "requests": round(side.tally.requests, 3),
         "sampling": side.tally.statement(),
-        "questions": len(rs),
+        "questions": len(outcomes),
         "repeats": side.repeats,
         "no_query_receipt": side.no_query,
         "refused": refused,
         "refusal_known": len(known),
-        "refusal_rate": _rate(sum(r.weight for r in known if r.refused), sum(r.weight for r in known)),
+        "refusal_rate": _rate(sum(o.weight for o in known if o.refused), sum(o.weight for o in known)),
         "degraded": len(degraded),
-        "degraded_rate": _rate(sum(r.weight for r in degraded), weight),
+        "degraded_rate": _rate(sum(o.weight for o in degraded), weight),
         "fallback": len(fallback),
-        "fallback_rate": _rate(sum(r.weight for r in fallback), weight),
+        "fallback_rate": _rate(sum(o.weight for o in fallback), weight),
     }
 
 
-def compare(a: SideSummary, b: SideSummary) -> dict[str, Any]:
-    """The whole comparison: per question (paired), totals per side, and questions on one side only."""
-    both = [q for q in a.by_query if q in b.by_query]
-    pairs = [pair(a.by_query[q], b.by_query[q]) for q in both]
+def compare(a: SideSummary, b: SideSummary | StreamedSide) -> dict[str, Any]:
+    """The whole comparison: per question (paired), totals per side, and questions on one side only.
+    ``b`` is best streamed past ``a`` (:class:`StreamedSide`); a side read whole is streamed here."""
+    if isinstance(b, SideSummary):
+        b = StreamedSide.of(b, a)
+    pairs = [kept.pair for q in a.by_query if (kept := b.questions.get(q)) is not None and kept.pair is not None]
     verdicts = Counter(p["verdict"] for p in pairs)
     newly_refused = [p for p in pairs if p["refused_b"] and not p["refused_a"]]
     causes = Counter(p["first_difference"] or p["verdict"] for p in newly_refused)
@@ -243,8 +365,8 @@ def compare(a: SideSummary, b: SideSummary) -> dict[str, Any]:
         "verdicts": dict(verdicts),
         "newly_refused": len(newly_refused),
         "newly_refused_first_difference": dict(causes),
-        "only_in_a": [{"query_sha256": q, "trace_id": r.trace_id} for q, r in a.by_query.items() if q not in b.by_query],
-        "only_in_b": [{"query_sha256": q, "trace_id": r.trace_id} for q, r in b.by_query.items() if q not in a.by_query],
+        "only_in_a": [{"query_sha256": q, "trace_id": r.trace_id} for q, r in a.by_query.items() if q not in b.questions],
+        "only_in_b": [{"query_sha256": q, "trace_id": kept.trace_id} for q, kept in b.questions.items() if q not in a.by_query],
         "questions": pairs,
     }
 

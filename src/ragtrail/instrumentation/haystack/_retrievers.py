@@ -57,6 +57,11 @@ class TextRetriever(HaystackCall):
         s.outputs(candidates, hop=self.hop)
         note_kinds(candidates, self.score_kind)
 
+    def counted_outputs(self, result: Any) -> Any:
+        """Sampled out: the documents' number is the outcome (ragtrail reads no fallback here)."""
+        docs = result.get("documents") if isinstance(result, dict) else None
+        return docs if isinstance(docs, (list, tuple)) else None
+
 
 class EmbeddingRetriever(TextRetriever):
     """``InMemoryEmbeddingRetriever``: the query is a vector; its text is known when a multi-query

@@ -29,7 +29,7 @@ from ragtrail.hooks import Args, Call, Kwargs
 from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.pipeline import PipelineState, current_pipeline
-from ragtrail.recorder.stage import Stage
+from ragtrail.recorder.stage import Stage, counted
 
 
 # --- sinks: scores a stage recovers from the calls beneath it -------------------------------------
@@ -139,9 +139,11 @@ class LangChainCall(Call):
         return s
 
     def listen(self, feeds: Sequence[Any]) -> None:
-        """Open a sink for what calls fed by ``feeds`` compute while this stage is open."""
+        """Open a sink for what calls fed by ``feeds`` compute while this stage is open. Sampled out
+        while metrics are counted too: the calls beneath then feed it instead of counting a stage of
+        their own, as they do under a recording stage (the same stages are counted sampled in and out)."""
         s = self.stage
-        if s is not None and s.recording and feeds:
+        if s is not None and feeds and (s.recording or counted(s)):
             self.sink = Sink(s, feeds)
             self.set_var(_sink, self.sink)
 

@@ -127,6 +127,10 @@ class RetrieverCall(LangChainCall):
         if self.chain is not None and isinstance(result, list):
             self.chain.offer(adapt_all(result))
 
+    def counted_outputs(self, result: Any) -> Any:
+        """Sampled out: the documents' number is the outcome (ragtrail reads no fallback here)."""
+        return result if isinstance(result, list) else None
+
 
 class AnyRetriever(RetrieverCall):
     """A retriever of its own kind (a vendor's, the app's, a compression retriever): the scores it
@@ -494,6 +498,9 @@ class ScoredSearch(LangChainCall):
     def after(self, s: Stage, result: Any) -> None:
         outputs_as_is(s, result)
 
+    def counted_outputs(self, result: Any) -> Any:
+        return result if isinstance(result, list) else None
+
 
 class RelevanceSearch(LangChainCall):
     """``similarity_search_with_relevance_scores``: every hit ``score_threshold`` removed is an
@@ -522,6 +529,9 @@ class RelevanceSearch(LangChainCall):
         if not isinstance(result, list):
             return outputs_as_is(s, result)
         record_threshold(s, self.threshold, self.sunk("pre_threshold"), result, None)
+
+    def counted_outputs(self, result: Any) -> Any:
+        return result if isinstance(result, list) else None
 
 
 # --- the wrappers ------------------------------------------------------------------------------------

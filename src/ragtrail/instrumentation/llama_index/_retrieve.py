@@ -199,6 +199,10 @@ class RetrieveCall(LlamaCall):
                 sources.setdefault(target, []).append(leaf.id)
         record_replacements(s, inputs, [adapt(n) for n in result], sources)
 
+    def counted_outputs(self, result: Any) -> Any:
+        """Sampled out: the nodes' number is the outcome (ragtrail reads no fallback here)."""
+        return result if is_candidate_list(result) else None
+
 
 def fusion_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """Around ``QueryFusionRetriever._*_fusion(results)``: snapshot the per-query results as the
