@@ -51,7 +51,7 @@ def check_span(span: Any, spans: Any, want: Expected) -> None:
         sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
     }
     if want.top_k is not None:
-        expected[sc.STAGE_TOP_K] = expected[sc.GEN_AI_REQUEST_TOP_K] = want.top_k
+        expected[sc.STAGE_TOP_K] = expected[sc.GEN_AI_RETRIEVAL_TOP_K] = want.top_k
     if want.text is not None:
         rec = receipt(want.text)
         expected.update(
