@@ -86,3 +86,37 @@ def test_milvus_quickstart_app(tmp_path: Path) -> None:
     assert [round(c["score"], 4) for c in a["candidates"]] == [float(p[1]) for p in plain]
     assert a["filter"] is None and b["filter"] == '{"filter":"subject == \'biology\'"}'
     assert [(c["id"], round(c["score"], 4)) for c in b["candidates"]] == [("2", float(filtered[0][1]))]
+
+
+def test_pgvector_psycopg2_readme_app(tmp_path: Path) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    pytest.importorskip("psycopg2")
+    pytest.importorskip("pgserver")
+    pytest.importorskip("pgvector")
+    from psycopg.conninfo import conninfo_to_dict
+
+    from pgutil import running_postgres
+
+    env = entry_point_env("ragtrail_psycopg2", "ragtrail.instrumentation.psycopg2:Psycopg2Instrumentor", tmp_path)
+    with running_postgres() as pg:
+        with psycopg.connect(pg.uri, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE pgvector_example")
+        info = conninfo_to_dict(pg.uri)
+        env.update({"PGHOST": str(info["host"]), "PGUSER": str(info.get("user") or "postgres")})
+        run = run_app("pgvector_psycopg2.py", tmp_path, enabled=["ragtrail_psycopg2"], extra_env=env)
+    assert_host_untouched(run)
+    printed = [line.split(" ", 1) for line in run.stdout.splitlines()]
+    nearest, cosine = printed[:4], printed[4:]
+    assert [ident for ident, _ in nearest] == ["2", "1", "3", "4"]
+    star, distance = manifests(run)
+    for m in (star, distance):
+        [stage] = m["stages"]
+        assert (stage["kind"], stage["component"], stage["status"], stage["findings"]) == ("retrieve", "psycopg2.cursor", "ok", [])
+        assert stage["collection"] == "items" and stage["filter"] is None and stage["query"] is None
+        assert m["coverage"]["corpus_size"] is None  # ragtrail asks the database nothing
+    [s], [d] = star["stages"], distance["stages"]
+    # SELECT * ... LIMIT 5 over 4 rows: the table's ids in the app's order, no distance selected
+    assert s["knobs"] == {"top_k": 5}
+    assert [(c["id"], c["rank"], c["score"], c["score_kind"]) for c in s["candidates"]] == [(i, r, None, "none") for r, (i, _) in enumerate(nearest)]
+    assert d["knobs"] == {"top_k": 2}
+    assert [(c["id"], round(c["score"], 4), c["score_kind"]) for c in d["candidates"]] == [(i, float(v), "distance") for i, v in cosine]
