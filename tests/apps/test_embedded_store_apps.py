@@ -120,3 +120,28 @@ def test_pgvector_psycopg2_readme_app(tmp_path: Path) -> None:
     assert [(c["id"], c["rank"], c["score"], c["score_kind"]) for c in s["candidates"]] == [(i, r, None, "none") for r, (i, _) in enumerate(nearest)]
     assert d["knobs"] == {"top_k": 2}
     assert [(c["id"], round(c["score"], 4), c["score_kind"]) for c in d["candidates"]] == [(i, float(v), "distance") for i, v in cosine]
+
+
+def test_langchain_vector_store_searched_directly(tmp_path: Path) -> None:
+    pytest.importorskip("langchain_core")
+    run = run_app("langchain_vectorstore_direct.py", tmp_path, enabled=["ragtrail_langchain"])
+    assert_host_untouched(run)
+    printed = [line.split(" ", 1) for line in run.stdout.splitlines()]
+    similar, scored, mmr = printed[:2], printed[2:3], printed[3:]
+    query = "LangChain provides abstractions to make working with LLMs easy"
+    traces = manifests(run)
+    assert len(traces) == 3  # one per direct search: no retriever, no pipeline around them
+    kinds = []
+    for m, (text, k) in zip(traces, ((query, 2), ("Will it be hot tomorrow?", 1), (query, 2)), strict=True):
+        [stage] = m["stages"]
+        assert (stage["kind"], stage["component"], stage["status"]) == ("retrieve", "langchain_core.vectorstores.in_memory.InMemoryVectorStore", "ok")
+        assert stage["query"]["text"] == text and stage["knobs"] == {"top_k": k}
+        assert m["coverage"]["corpus_size"] == 4  # the store holds it in memory
+        kinds.append({c["score_kind"] for c in stage["candidates"]})
+    assert [[c["id"] for c in m["stages"][0]["candidates"]] for m in traces] == [
+        [i for i, _ in similar],
+        [i for i, _ in scored],
+        [i for i, _ in mmr],
+    ]
+    assert kinds == [{"similarity"}, {"similarity"}, {"none"}]  # MMR's selection has no score
+    assert round(traces[1]["stages"][0]["candidates"][0]["score"], 4) == float(scored[0][1])
