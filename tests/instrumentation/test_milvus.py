@@ -193,3 +193,24 @@ def test_failing_search_raises_the_same(client, exporter) -> None:
     [span] = retrieve_spans(exporter)
     assert span.status.status_code == StatusCode.ERROR
     assert span.attributes[sc.STAGE_STATUS] == sc.STATUS_FAILED
+
+
+def test_async_client_search_is_a_stage(client, db_path, exporter) -> None:
+    """``AsyncMilvusClient.search``: the same stage, covering the awaited call (the metric named in
+    ``search_params``: ragtrail saw this client create nothing)."""
+    import asyncio
+
+    async def main() -> Any:
+        aclient = pymilvus.AsyncMilvusClient(str(db_path))
+        try:
+            return await aclient.search("items_l2", data=[QUERY], limit=2, output_fields=["text"], search_params={"metric_type": "L2"})
+        finally:
+            await aclient.close()
+
+    [hits] = asyncio.run(main())
+    [span] = retrieve_spans(exporter)
+    check_span(
+        span,
+        exporter.get_finished_spans(),
+        expect(list(hits), component="pymilvus.AsyncMilvusClient.search", collection="items_l2", kind=sc.SCORE_DISTANCE, top_k=2, vector=QUERY),
+    )
