@@ -163,8 +163,8 @@ def pop_mirrors(a: dict[str, Any], span: Any, spans: Iterable[Any] | None = None
         assert kind == sc.KIND_RETRIEVE and a.pop(sc.GEN_AI_OPERATION_NAME) == "retrieval"
     if sc.GEN_AI_DATA_SOURCE_ID in a:
         a.pop(sc.GEN_AI_DATA_SOURCE_ID)  # the component or the collection: tests pin it literally
-    if sc.GEN_AI_REQUEST_TOP_K in a:
-        assert a.pop(sc.GEN_AI_REQUEST_TOP_K) == own[sc.STAGE_TOP_K]
+    if sc.GEN_AI_RETRIEVAL_TOP_K in a:
+        assert a.pop(sc.GEN_AI_RETRIEVAL_TOP_K) == own[sc.STAGE_TOP_K]
     if sc.GEN_AI_RETRIEVAL_QUERY_TEXT in a:
         assert a.pop(sc.GEN_AI_RETRIEVAL_QUERY_TEXT) == query
     if sc.GEN_AI_RETRIEVAL_DOCUMENTS in a:

@@ -98,7 +98,7 @@ def _retrieve_expected(n: int | None) -> dict[str, Any]:
         sc.OI_INPUT_MIME_TYPE: "text/plain",
         sc.GEN_AI_OPERATION_NAME: "retrieval",
         sc.GEN_AI_DATA_SOURCE_ID: "app.search",
-        sc.GEN_AI_REQUEST_TOP_K: 5,
+        sc.GEN_AI_RETRIEVAL_TOP_K: 5,
         sc.GEN_AI_RETRIEVAL_QUERY_TEXT: "q",
         sc.GEN_AI_RETRIEVAL_DOCUMENTS: json.dumps(
             [{"content": h["content"], "id": h["id"], "score": h["score"]} for h in shown], separators=(",", ":")

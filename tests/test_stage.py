@@ -110,7 +110,7 @@ def test_retrieve_stage_exact_attributes_and_events(span_exporter):
             # mirrors (docs/semconv.md §6)
             sc.GEN_AI_OPERATION_NAME: "retrieval",
             sc.GEN_AI_DATA_SOURCE_ID: "my_app.search",
-            sc.GEN_AI_REQUEST_TOP_K: 4,
+            sc.GEN_AI_RETRIEVAL_TOP_K: 4,
             sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
             sc.OI_INPUT_VALUE: query,
         },

@@ -124,6 +124,48 @@ CASES = {
     """,
         ["rerank ClientV2"],
     ),
+    "lancedb": (
+        "ragtrail.instrumentation.lancedb",
+        "LanceDBInstrumentor",
+        ["lancedb"],
+        """
+        import os, tempfile
+        os.environ["LANCEDB_LOG"] = "error"
+        import lancedb
+        table = lancedb.connect(tempfile.mkdtemp()).create_table("t", data=[{"id": 1, "vector": [0.0, 1.0]}, {"id": 2, "vector": [1.0, 0.0]}])
+        table.search([0.0, 1.0]).limit(1).to_list()
+    """,
+        ["retrieve LanceVectorQueryBuilder"],
+    ),
+    "milvus": (
+        "ragtrail.instrumentation.milvus",
+        "MilvusInstrumentor",
+        ["pymilvus"],
+        """
+        import tempfile
+        from pymilvus import MilvusClient
+        client = MilvusClient(tempfile.mkdtemp() + "/m.db")
+        client.create_collection("c", dimension=2)
+        client.insert("c", [{"id": 1, "vector": [0.0, 1.0]}, {"id": 2, "vector": [1.0, 0.0]}])
+        client.search("c", data=[[0.0, 1.0]], limit=1)
+        client.close()
+    """,
+        ["retrieve search"],
+    ),
+    "psycopg2": (
+        "ragtrail.instrumentation.psycopg2",
+        "Psycopg2Instrumentor",
+        ["psycopg2"],
+        """
+        import psycopg2
+        try:
+            psycopg2.connect("host=/nonexistent-ragtrail-socket-dir dbname=x connect_timeout=1")
+        except psycopg2.OperationalError:
+            pass  # no server here: the wrap of connect is what is checked (the query path: tests/instrumentation/test_psycopg2.py)
+        assert getattr(psycopg2.connect, "__wrapped__", None) is not None
+    """,
+        [],
+    ),
 }
 TORCH_CASES = {
     "rerankers": (

@@ -103,7 +103,7 @@ def check_row_span(
         sc.CANDIDATES_EXCLUDED: 0,
         sc.GEN_AI_OPERATION_NAME: "retrieval",
         sc.GEN_AI_DATA_SOURCE_ID: f"faiss.{type(index).__name__}",
-        sc.GEN_AI_REQUEST_TOP_K: k,
+        sc.GEN_AI_RETRIEVAL_TOP_K: k,
         sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
     }
     if batch is not None:

@@ -209,7 +209,7 @@ def check_span(
         mirrors[sc.GEN_AI_OPERATION_NAME] = "retrieval"
         mirrors[sc.GEN_AI_DATA_SOURCE_ID] = component
         if top_k is not None:
-            mirrors[sc.GEN_AI_REQUEST_TOP_K] = top_k
+            mirrors[sc.GEN_AI_RETRIEVAL_TOP_K] = top_k
         lists = [(sc.OI_RETRIEVAL_DOCUMENTS, [(c[sc.CANDIDATE_ID], c.get(sc.CANDIDATE_SCORE)) for c in cands])]
     elif oi_kind == sc.OI_RERANKER:
         if top_k is not None:
@@ -310,7 +310,7 @@ def test_bm25_filters_and_runtime_top_k_are_recorded(instrument):
     (span,) = instrument.get_finished_spans()
     a = attrs(span)
     assert a[sc.STAGE_FILTER] == '{"field":"meta.year","operator":">","value":2020}'
-    assert a[sc.STAGE_TOP_K] == 2 and a[sc.GEN_AI_REQUEST_TOP_K] == 2
+    assert a[sc.STAGE_TOP_K] == 2 and a[sc.GEN_AI_RETRIEVAL_TOP_K] == 2
     assert [e[sc.CANDIDATE_ID] for e in events(span, sc.EVENT_CANDIDATE)] == [d.id for d in out["documents"]]
     assert all(d.meta["year"] > 2020 for d in out["documents"])
 

@@ -173,7 +173,7 @@ def retrieval_mirrors(component: str, query: str | None, docs: Iterable[tuple[st
     """The GenAI and OpenInference mirrors the recorder writes on a retrieve stage."""
     attributes: dict[str, Any] = {sc.GEN_AI_OPERATION_NAME: "retrieval", sc.GEN_AI_DATA_SOURCE_ID: component, sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER"}
     if top_k is not None:
-        attributes[sc.GEN_AI_REQUEST_TOP_K] = top_k
+        attributes[sc.GEN_AI_RETRIEVAL_TOP_K] = top_k
     if query is not None:
         attributes[sc.OI_INPUT_VALUE] = query
     for i, (ident, score) in enumerate(docs):

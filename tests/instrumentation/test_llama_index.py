@@ -220,7 +220,7 @@ def test_pipeline_spans_exact(instrumented):
             sc.CANDIDATES_OUT: 8,
             sc.GEN_AI_OPERATION_NAME: "retrieval",
             sc.GEN_AI_DATA_SOURCE_ID: "llama_index.core.indices.vector_store.retrievers.retriever.VectorIndexRetriever",
-            sc.GEN_AI_REQUEST_TOP_K: 8,
+            sc.GEN_AI_RETRIEVAL_TOP_K: 8,
             sc.OPENINFERENCE_SPAN_KIND: sc.OI_RETRIEVER,
         },
     )

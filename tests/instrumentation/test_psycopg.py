@@ -109,7 +109,7 @@ def check_span(
         sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
     }
     if top_k is not None:
-        expected[sc.STAGE_TOP_K] = expected[sc.GEN_AI_REQUEST_TOP_K] = top_k
+        expected[sc.STAGE_TOP_K] = expected[sc.GEN_AI_RETRIEVAL_TOP_K] = top_k
     if vector is not None:
         expected[sc.QUERY_VECTOR_DIM], expected[sc.QUERY_VECTOR_SHA256] = vector_receipt(vector)
     if filter_json is not None:

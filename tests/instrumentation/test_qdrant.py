@@ -112,7 +112,7 @@ def check_span(
         sc.CANDIDATES_EXCLUDED: 0,
         sc.GEN_AI_OPERATION_NAME: "retrieval",
         sc.GEN_AI_DATA_SOURCE_ID: collection,
-        sc.GEN_AI_REQUEST_TOP_K: top_k,
+        sc.GEN_AI_RETRIEVAL_TOP_K: top_k,
         sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
     }
     if vector is not None:

@@ -352,6 +352,9 @@ METRIC_LOSS_SPANS = "ragtrail.loss.spans"
 # --- mirrors for other tools (docs/semconv.md §6) --------------------------------------------------
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_DATA_SOURCE_ID = "gen_ai.data_source.id"
+# semantic-conventions-genai v0.1.0: retrieval spans carry gen_ai.retrieval.top_k; gen_ai.request.top_k
+# (what ragtrail wrote before) is now the model's top-K sampling parameter only, never written here
+GEN_AI_RETRIEVAL_TOP_K = "gen_ai.retrieval.top_k"
 GEN_AI_REQUEST_TOP_K = "gen_ai.request.top_k"
 GEN_AI_OPERATION_RETRIEVAL = "retrieval"
 # opt-in (Development status): the query text only with RAGTRAIL_CAPTURE_QUERY=text; the documents as a

@@ -83,7 +83,7 @@ class PsycopgInstrumentor(RagtrailInstrumentor):
             return wrapped(*args, **kwargs)
         return call_through(
             _KEY,
-            lambda: _start(self.tracer, search, instance, args, kwargs),
+            lambda: start_search(self.tracer, f"psycopg.{type(instance).__qualname__}", search, _params_arg(args, kwargs)),
             wrapped,
             args,
             kwargs,
@@ -96,7 +96,7 @@ class PsycopgInstrumentor(RagtrailInstrumentor):
             return await wrapped(*args, **kwargs)
         return await acall_through(
             _KEY,
-            lambda: _start(self.tracer, search, instance, args, kwargs),
+            lambda: start_search(self.tracer, f"psycopg.{type(instance).__qualname__}", search, _params_arg(args, kwargs)),
             wrapped,
             args,
             kwargs,
@@ -113,21 +113,27 @@ def _params_arg(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
 
 
 def _search(cursor: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Search | None:
-    """The search this statement is, or ``None`` (the cheap test first; never raises)."""
-    query = _query_arg(args, kwargs)
+    return search_of(_query_arg(args, kwargs), cursor)
+
+
+def search_of(query: Any, context: Any) -> Search | None:
+    """The search this statement is, or ``None`` (the cheap test first; never raises). ``context``
+    renders a composed statement (a cursor or connection of the driver)."""
     if isinstance(query, str):
         if "<" not in query:
             return None
         text: str | None = query
     else:
-        text = guard("psycopg.statement", statement_text, query, cursor)
+        text = guard("psycopg.statement", statement_text, query, context)
     if text is None or not maybe_search(text):
         return None
     found = guard("psycopg.parse", parse, text)
     return found if isinstance(found, Search) else None
 
 
-class _PgStages(StoreStages):
+class PgStages(StoreStages):
+    """The stage of one pgvector search (its parsed statement and bound parameters)."""
+
     search: Search
     params: Any = None
 
@@ -159,9 +165,9 @@ def _plain_param(value: Any) -> Any:
     return str(value)
 
 
-def _start(tracer: Any, search: Search, cursor: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _PgStages:
-    params = _params_arg(args, kwargs)
-    stages = _PgStages(tracer, f"psycopg.{type(cursor).__qualname__}", collection=search.table)
+def start_search(tracer: Any, component: str, search: Search, params: Any) -> PgStages:
+    """Open the stage of a pgvector search with what the statement says (shared by psycopg2)."""
+    stages = PgStages(tracer, component, collection=search.table)
     stages.search = search
     stages.params = params
     limit = _value(search.limit, params)
@@ -238,34 +244,48 @@ def _candidates(base: Row, search: Search, ids: list[str], scores: list[Any] | N
     return base
 
 
-def _outcome(stages: _PgStages, cursor: Any, id_column: str) -> Outcome | None:
+def _outcome(stages: PgStages, cursor: Any, id_column: str) -> Outcome | None:
     """The result rows read from ``cursor.pgresult`` in place (the cursor does not move)."""
     from psycopg import pq
 
     result = cursor.pgresult
+    if result is None or result.status != pq.ExecStatus.TUPLES_OK:
+        return unread_outcome(stages)
+    names = [column.name for column in (cursor.description or ())]
+    return rows_outcome(stages, names, result.ntuples, lambda column: _cells(cursor, result, column), id_column)
+
+
+def unread_outcome(stages: PgStages) -> Outcome:
+    """A search whose rows are not in hand once ``execute`` returned: k and kind, and a finding."""
     search = stages.search
     limit = _value(search.limit, stages.params)
     base = Row(top_k=limit if isinstance(limit, int) and not isinstance(limit, bool) else None, score_kind=search.score_kind)
-    if result is None or result.status != pq.ExecStatus.TUPLES_OK:
-        base.findings.append("rows not read: the statement's result is not in hand after execute (pipeline mode?)")
-        return Outcome(rows=1, row=lambda _index: base, corpus_size=lambda: None, store=search.table)
-    names = [column.name for column in (cursor.description or ())]
+    base.findings.append("rows not read: the statement's result is not in hand after execute (pipeline mode?)")
+    return Outcome(rows=1, row=lambda _index: base, corpus_size=lambda: None, store=search.table)
+
+
+def rows_outcome(stages: PgStages, names: Sequence[str], ntuples: int, cells: Callable[[int | None], list[Any] | None], id_column: str) -> Outcome:
+    """The stage's candidates from a result's columns (``cells(position)`` reads one column's values
+    in row order, ``None`` for no column): shared by psycopg 3 and psycopg2."""
+    search = stages.search
+    limit = _value(search.limit, stages.params)
+    base = Row(top_k=limit if isinstance(limit, int) and not isinstance(limit, bool) else None, score_kind=search.score_kind)
     columns = _columns(names, search, id_column)
-    ids = _cells(cursor, result, columns.ident)
-    scores = _cells(cursor, result, columns.score)
-    contents = _cells(cursor, result, columns.content)
+    ids = cells(columns.ident)
+    scores = cells(columns.score)
+    contents = cells(columns.content)
 
     def row(_index: int) -> Row:
         if ids is None and contents is not None:
             # the recorder's rule for an item without an id: the sha256 of its content (docs/semconv.md)
             base.findings.append(
-                f"no column named {id_column!r}: the {result.ntuples} rows are identified by the sha256 of their content "
+                f"no column named {id_column!r}: the {ntuples} rows are identified by the sha256 of their content "
                 f"({ENV_ID_COLUMN} names the id column)"
             )
             return _candidates(base, search, [content_id(c) for c in contents], scores, contents)
         if ids is None:
             base.findings.append(
-                f"{result.ntuples} rows returned, ids unknown: the result has no column named {id_column!r} "
+                f"{ntuples} rows returned, ids unknown: the result has no column named {id_column!r} "
                 f"({ENV_ID_COLUMN} names the id column); no candidate recorded"
             )
             return base
@@ -274,4 +294,14 @@ def _outcome(stages: _PgStages, cursor: Any, id_column: str) -> Outcome | None:
     return Outcome(rows=1, row=row, corpus_size=lambda: None, store=search.table)
 
 
-__all__ = ["DEFAULT_ID_COLUMN", "ENV_ID_COLUMN", "OPERATORS", "PsycopgInstrumentor"]
+__all__ = [
+    "DEFAULT_ID_COLUMN",
+    "ENV_ID_COLUMN",
+    "OPERATORS",
+    "PgStages",
+    "PsycopgInstrumentor",
+    "rows_outcome",
+    "search_of",
+    "start_search",
+    "unread_outcome",
+]

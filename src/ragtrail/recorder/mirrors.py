@@ -119,7 +119,7 @@ def genai(m: MirrorInput, max_documents: int | None = None) -> dict[str, Any]:
         attributes[sc.GEN_AI_OPERATION_NAME] = sc.GEN_AI_OPERATION_RETRIEVAL
         attributes[sc.GEN_AI_DATA_SOURCE_ID] = m.component
         if m.top_k is not None:
-            attributes[sc.GEN_AI_REQUEST_TOP_K] = int(m.top_k)
+            attributes[sc.GEN_AI_RETRIEVAL_TOP_K] = int(m.top_k)
         if m.query_text is not None:
             attributes[sc.GEN_AI_RETRIEVAL_QUERY_TEXT] = m.query_text
         documents, written = _genai_documents(m, max_documents)

@@ -142,6 +142,9 @@ class LangChainInstrumentor(RagtrailInstrumentor):
 
     def _uninstrument(self, **kwargs: Any) -> None:
         super()._uninstrument(**kwargs)
+        wiring = getattr(self, "_wiring", None)
+        if wiring is not None:
+            wiring.undo()
         adapted = getattr(self, "_adapted", None)
         if adapted is not None:
             unregister_adapter(adapted)

@@ -29,10 +29,11 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.hooks import Args, Kwargs, argument, run, run_async
 from ragtrail.instrumentation._replace import record_replacements
-from ragtrail.instrumentation._vectorstore import filter_json
+from ragtrail.instrumentation._vectorstore import filter_json, vector_receipt
 from ragtrail.instrumentation.langchain._common import (
     CallRegistry,
     ChainRun,
@@ -534,6 +535,43 @@ class RelevanceSearch(LangChainCall):
         return result if isinstance(result, list) else None
 
 
+class DocsSearch(LangChainCall):
+    """``similarity_search``, ``similarity_search_by_vector``, ``max_marginal_relevance_search``
+    (sync and async) called directly: a retrieve stage whose scores are the ones the store's own
+    scored search computed beneath it (fed through the sink), of the store's kind; a store that
+    computes none beneath (MMR's selection, a store searching its engine straight) gives kind ``none``.
+    Under a retriever these calls are the retriever's, not stages of their own; a search calling
+    another of them records once (one suppression key per store)."""
+
+    site = "lc.vs"
+    by_vector = False
+
+    def open(self) -> Stage:
+        instance, args, kwargs = self.instance, self.args, self.kwargs
+        first = argument(args, kwargs, 0, "embedding" if self.by_vector else "query")
+        s = self.open_stage(sc.KIND_RETRIEVE, query=None if self.by_vector else first, top_k=argument(args, kwargs, 1, "k", default=4))
+        if s.recording:
+            if self.by_vector and settings.get().query != "off":
+                found = vector_receipt(first)
+                if found is not None:
+                    s.set_attribute(sc.QUERY_VECTOR_DIM, found[0])
+                    s.set_attribute(sc.QUERY_VECTOR_SHA256, found[1])
+            report_store(self, s, instance)
+        self.listen((instance,))
+        return s
+
+    def after(self, s: Stage, result: Any) -> None:
+        if not isinstance(result, list):
+            return outputs_as_is(s, result)
+        scored = self.sunk("scored")
+        s.score_kind = with_score_kind(self.instance) if isinstance(scored, list) else sc.SCORE_NONE
+        _scored_outputs(s, result, scored)
+
+
+class VectorSearch(DocsSearch):
+    by_vector = True
+
+
 # --- the wrappers ------------------------------------------------------------------------------------
 class RetrieverWrappers:
     """The wrapt wrappers of the retrieval side, bound to one ``instrument()``'s :class:`Shared`."""
@@ -588,6 +626,30 @@ class RetrieverWrappers:
         ensure(cls, "_asimilarity_search_with_relevance_scores", apre_threshold)
         ensure(cls, "similarity_search_with_relevance_scores", self.similarity_search_with_relevance_scores)
         ensure(cls, "asimilarity_search_with_relevance_scores", self.asimilarity_search_with_relevance_scores)
+        for name in ("similarity_search", "max_marginal_relevance_search"):
+            ensure(cls, name, self.docs_search(DocsSearch), skip=skip)
+            ensure(cls, f"a{name}", self.adocs_search(DocsSearch))
+        ensure(cls, "similarity_search_by_vector", self.docs_search(VectorSearch), skip=skip)
+        ensure(cls, "asimilarity_search_by_vector", self.adocs_search(VectorSearch))
+        ensure(cls, "similarity_search_with_score_by_vector", scored_by_vector, skip=skip)
+
+    def docs_search(self, family: type[DocsSearch]) -> Callable[..., Any]:
+        """A direct search returning Documents: a stage of its own, unless a retriever is searching."""
+
+        def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+            if sink_for(instance) is not None:  # under a retriever (or another search): the caller's
+                return wrapped(*args, **kwargs)
+            return run(family(self.shared, wrapped, instance, args, kwargs))
+
+        return wrapper
+
+    def adocs_search(self, family: type[DocsSearch]) -> Callable[..., Any]:
+        async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+            if sink_for(instance) is not None:
+                return await wrapped(*args, **kwargs)
+            return await run_async(family(self.shared, wrapped, instance, args, kwargs))
+
+        return wrapper
 
     def similarity_search_with_score(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         if sink_for(instance) is not None:  # under a retriever: only feeds it scores
@@ -658,6 +720,13 @@ async def apre_threshold(wrapped: Callable[..., Any], instance: Any, args: Args,
 
 
 # --- recording helpers ----------------------------------------------------------------------------
+def scored_by_vector(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """A store's ``similarity_search_with_score_by_vector`` (no stage): its scores feed the search above."""
+    result = wrapped(*args, **kwargs)
+    feed(instance, "scored", result)
+    return result
+
+
 def outputs_as_is(s: Stage, result: Any) -> None:
     if isinstance(result, (list, tuple)):
         s.outputs(hand_over(adapt_all(result)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ragtrail.hooks import guard
 from ragtrail.instrumentation.langchain._chains import ChainWrappers
 from ragtrail.instrumentation.langchain._common import LazyPatcher, Shared
 from ragtrail.instrumentation.langchain._compressors import CompressorWrappers
@@ -135,6 +136,34 @@ class Wiring:
             if cls is not None:
                 for sub in subclasses(cls):
                     ensure_class(sub)
+        self._watch_stores(classes["VectorStore"])
+
+    def _watch_stores(self, base: type | None) -> None:
+        """Every vector-store class defined from now on (``langchain_chroma``, FAISS, a user's) is
+        patched as it is defined, so its direct searches record whether or not a retriever ever
+        wraps it: a ``__init_subclass__`` on ``VectorStore``, removed by :meth:`undo`."""
+        if base is None or "__init_subclass__" in vars(base):
+            return
+        ensure_class = self.shared.store_class
+        owner: Any = base
+
+        def on_subclass(cls: Any, /, **kwargs: Any) -> None:
+            super(owner, cls).__init_subclass__(**kwargs)
+            guard("langchain.store_class", ensure_class, cls)
+
+        on_subclass.ragtrail = True  # type: ignore[attr-defined]
+        base.__init_subclass__ = classmethod(on_subclass)  # type: ignore[assignment]
+        self._watched = base
+
+    _watched: type | None = None
+
+    def undo(self) -> None:
+        """Remove the ``__init_subclass__`` hook (the wraps themselves are undone by the instrumentor)."""
+        base = getattr(self, "_watched", None)
+        hook = vars(base).get("__init_subclass__") if base is not None else None
+        if hook is not None and getattr(hook.__func__, "ragtrail", False):
+            del base.__init_subclass__
+        self._watched = None
 
 
 __all__ = ["Patch", "Wiring", "subclasses"]

@@ -1,0 +1,172 @@
+"""Per-search cost of the issue-27 integrations: LanceDB (embedded), Milvus Lite, pgvector through
+psycopg2, and a LangChain vector store searched directly. Beside bench_vectorstores.py / bench_pgvector.py.
+
+Each case times the same search with the library not instrumented, instrumented and recorded (real
+SDK, a span processor that discards), and instrumented under a sampled-out parent. Medians in
+microseconds. Usage::
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reach.py --repeat 200 [--only lancedb,milvus,psycopg2,langchain]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import numpy as np
+from bench_vectorstores import Discard, median_us
+from opentelemetry import context, trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+Case = tuple[str, Callable[[], Any]]
+RNG = np.random.default_rng(0)
+DATA = RNG.standard_normal((2000, 64)).astype("float32")
+QUERY = RNG.standard_normal(64).astype("float32")
+
+
+def lancedb_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
+    import lancedb
+
+    from ragtrail.instrumentation.lancedb import LanceDBInstrumentor
+
+    db = lancedb.connect(stack.enter_context(tempfile.TemporaryDirectory()))
+    table = db.create_table("items", data=[{"id": i, "text": f"doc {i}", "category": "ab"[i % 2], "vector": DATA[i]} for i in range(len(DATA))])
+    return LanceDBInstrumentor(), [
+        ("lancedb 2k x 64, k=10", lambda: table.search(QUERY).limit(10).to_list()),
+        ("lancedb 2k x 64, k=100", lambda: table.search(QUERY).limit(100).to_list()),
+        ("lancedb 2k x 64, where, k=10", lambda: table.search(QUERY).where("category = 'a'").limit(10).to_list()),
+    ]
+
+
+def milvus_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
+    from pymilvus import MilvusClient
+
+    from ragtrail.instrumentation.milvus import MilvusInstrumentor
+
+    directory = stack.enter_context(tempfile.TemporaryDirectory())
+    client = MilvusClient(f"{directory}/bench.db")
+    stack.callback(client.close)
+    client.create_collection("items", dimension=64)
+    client.insert("items", [{"id": i, "vector": DATA[i].tolist(), "text": f"doc {i}", "category": "ab"[i % 2]} for i in range(len(DATA))])
+    q = [QUERY.tolist()]
+    return MilvusInstrumentor(), [
+        ("milvus lite 2k x 64, k=10", lambda: client.search("items", data=q, limit=10, output_fields=["text"])),
+        ("milvus lite 2k x 64, k=100", lambda: client.search("items", data=q, limit=100, output_fields=["text"])),
+        ("milvus lite 2k x 64, filter, k=10", lambda: client.search("items", data=q, filter='category == "a"', limit=10, output_fields=["text"])),
+    ]
+
+
+def psycopg2_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
+    import psycopg2
+    from bench_pgvector import postgres
+    from pgvector.psycopg2 import register_vector
+
+    from ragtrail.instrumentation.psycopg2 import Psycopg2Instrumentor
+
+    uri = stack.enter_context(postgres())
+    inst = Psycopg2Instrumentor()
+    inst.instrument()  # the connection must be opened instrumented (its cursor factory); measured plain under suppression below
+    conn = psycopg2.connect(uri)
+    inst.uninstrument()
+    conn.autocommit = True
+    stack.callback(conn.close)
+    with conn.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    register_vector(conn)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE items (id bigint PRIMARY KEY, content text, category text, embedding vector(64))")
+        cur.executemany("INSERT INTO items VALUES (%s, %s, %s, %s)", [(i, f"doc {i}", "ab"[i % 2], DATA[i]) for i in range(len(DATA))])
+    knn = "SELECT id, content, embedding <=> %s AS distance FROM items ORDER BY distance LIMIT %s"
+
+    def run(sql: str, params: Any) -> Any:
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()
+
+    return inst, [
+        ("psycopg2 non-vector SELECT", lambda: run("SELECT id, content FROM items WHERE id = %s", (7,))),
+        ("psycopg2 pgvector cosine, k=10", lambda: run(knn, (QUERY, 10))),
+        ("psycopg2 pgvector cosine, k=100", lambda: run(knn, (QUERY, 100))),
+    ]
+
+
+def langchain_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from ragtrail.instrumentation.langchain import LangChainInstrumentor
+
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=64))
+    store.add_texts([f"doc {i}" for i in range(500)])
+    return LangChainInstrumentor(), [
+        ("langchain InMemory similarity_search k=4", lambda: store.similarity_search("doc 7", k=4)),
+        ("langchain InMemory similarity_search k=50", lambda: store.similarity_search("doc 7", k=50)),
+        ("langchain InMemory MMR k=4", lambda: store.max_marginal_relevance_search("doc 7", k=4, fetch_k=20)),
+    ]
+
+
+ENGINES = {"lancedb": lancedb_cases, "milvus": milvus_cases, "psycopg2": psycopg2_cases, "langchain": langchain_cases}
+
+
+@contextmanager
+def sampled_out_context() -> Iterator[Any]:
+    off = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+    parent = off.get_tracer("bench").start_span("sampled-out")
+    yield trace.set_span_in_context(parent)
+    parent.end()
+
+
+def measure(instrumentor: Any, measured: list[Case], provider: TracerProvider, ctx: Any, repeat: int) -> None:
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    def plain_of(fn: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            with suppress_instrumentation():
+                return fn()
+
+        return run
+
+    # the baseline: not instrumented at all (psycopg2: its cursors pass through, suppressed)
+    plain = {name: median_us(plain_of(fn), repeat) for name, fn in measured}
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        for name, fn in measured:
+
+            def sampled_out(fn: Callable[[], Any] = fn) -> Any:
+                token = context.attach(ctx)
+                try:
+                    return fn()
+                finally:
+                    context.detach(token)
+
+            b = plain[name]
+            r = median_us(fn, repeat)
+            s = median_us(sampled_out, repeat)
+            print(f"{name:42s} {b:9.1f} {r:9.1f} {r - b:9.1f} {s - b:12.1f}", flush=True)
+    finally:
+        instrumentor.uninstrument()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--only", default=",".join(ENGINES))
+    args = parser.parse_args()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Discard()))
+    trace.set_tracer_provider(provider)
+    print(f"{'case':42s} {'plain':>9s} {'recorded':>9s} {'added':>9s} {'sampled-out':>12s}")
+    with sampled_out_context() as ctx:
+        for engine in args.only.split(","):
+            with ExitStack() as stack:
+                instrumentor, measured = ENGINES[engine](stack)
+                measure(instrumentor, measured, provider, ctx, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
