@@ -239,3 +239,29 @@ def test_the_sql_twin_of_the_weight_rule(tmp_path: Path, head: float | None) -> 
             ((weight, basis, stamped),) = engine.run_sql(query)
             w = trace_weight(head, policy, tail)
             assert (float(weight), basis, bool(stamped)) == (w.weight, w.basis, w.tail_policy is not None), (head, policy, tail)
+
+
+def test_an_engine_directory_from_an_older_version_is_ingested_afresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the tail weights the slim table had fewer columns and there were no scope policies: such a
+    directory would weigh tail-stamped traces as unstamped, so it is dropped and the store read again."""
+    from ragtrail.inspect.columnar import spans
+    from ragtrail.inspect.columnar.schema import SCOPE_TABLE
+    from ragtrail.inspect.columnar.store import open_store
+
+    monkeypatch.setenv("RAGTRAIL_COLUMNAR_DIR", str(tmp_path / "cache"))
+    store = _tail_store(tmp_path, "b", True, 7)
+    engine = open_store(store)
+    before = engine.run_sql(f"SELECT count(), uniqExact(Policy) FROM {SCOPE_TABLE}"), engine.run_sql(f"SELECT count() FROM {spans.SPANS_TABLE}")
+    engine.run_sql(f"DROP TABLE {SCOPE_TABLE}")
+    engine.run_sql(f"ALTER TABLE {spans.SPANS_TABLE} DROP COLUMN TailPolicy")
+    engine.close()
+    engine = open_store(store)
+    try:
+        after = engine.run_sql(f"SELECT count(), uniqExact(Policy) FROM {SCOPE_TABLE}"), engine.run_sql(f"SELECT count() FROM {spans.SPANS_TABLE}")
+        columns = engine.run_sql(
+            f"SELECT name FROM system.columns WHERE database = currentDatabase() AND table = '{spans.SPANS_TABLE}' ORDER BY position"
+        )
+    finally:
+        engine.close()
+    assert after == before and before[0][0][0] > 0
+    assert [c[0] for c in columns] == spans.names()
