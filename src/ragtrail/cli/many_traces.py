@@ -352,7 +352,7 @@ def _columnar_stats(store: Any) -> Any:
 
     engine = open_store(store)
     try:
-        return columnar.stats(engine, columnar.SPANS_TABLE)
+        return columnar.stats(engine, columnar.SPANS_TABLE, columnar.SCOPE_TABLE)
     finally:
         engine.close()
 

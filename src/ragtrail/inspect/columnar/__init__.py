@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 from .engine import MissingEngine, SqlRunner, available
-from .schema import TABLE
+from .schema import SCOPE_TABLE, TABLE
 from .spans import SPANS_TABLE
 from .stats import NOT_COMPUTED, as_dict, stats
 
-__all__ = ["NOT_COMPUTED", "SPANS_TABLE", "TABLE", "MissingEngine", "SqlRunner", "as_dict", "available", "stats"]
+__all__ = ["NOT_COMPUTED", "SCOPE_TABLE", "SPANS_TABLE", "TABLE", "MissingEngine", "SqlRunner", "as_dict", "available", "stats"]

@@ -22,9 +22,10 @@ from .engine import SqlRunner
 _CONTEXT_KINDS = (sc.KIND_RERANK, sc.KIND_FILTER, sc.KIND_BUDGET, sc.KIND_GENERATE)
 
 
-def records_query(spans: str, order: str | None = None) -> str:
+def records_query(spans: str, order: str | None = None, scope: str | None = None) -> str:
     """One row per ragtrail trace of ``spans`` (see :mod:`.spans`): what :class:`TraceRecord` holds for
-    ``compare``; in the order of ``order`` (a subquery of ``TraceId, OrderKey``) when given."""
+    ``compare``, weighed by :func:`.sql.trace_weights_sql` (``scope``: see :mod:`.sql`); in the order of
+    ``order`` (a subquery of ``TraceId, OrderKey``) when given."""
     pipeline = f"Kind = '{sc.KIND_PIPELINE}'"
     is_stage = f"IsStage AND NOT ({pipeline}) AND NOT Continuation"
     hop0 = "QueryHop = '0' AND QuerySha256 != ''"
@@ -42,9 +43,11 @@ SELECT TraceId, toInt64(toUnixTimestamp64Nano(minIf(Timestamp, {is_stage}))) AS 
 FROM {spans} GROUP BY TraceId
 HAVING countIf(IsStage) > 0
 """
+    weights = sql.trace_weights_sql(spans, scope)
+    weighed = f"SELECT r.*, w.weight, w.basis, w.tail_stamped FROM ({inner}) AS r INNER JOIN ({weights}) AS w ON r.TraceId = w.TraceId"
     if order is None:
-        return inner
-    return f"SELECT r.* FROM ({inner}) AS r LEFT JOIN ({order}) AS o ON r.TraceId = o.TraceId ORDER BY o.OrderKey, r.TraceId"
+        return weighed
+    return f"SELECT q.* FROM ({weighed}) AS q LEFT JOIN ({order}) AS o ON q.TraceId = o.TraceId ORDER BY o.OrderKey, q.TraceId"
 
 
 def _list(raw: str) -> list[str]:
@@ -87,7 +90,7 @@ def _in_context(stages: list[StageRecord], pipeline_ids: list[str]) -> tuple[str
 
 def record(row: tuple[Any, ...]) -> TraceRecord:
     """The :class:`TraceRecord` of one row of :func:`records_query`."""
-    trace_id, start_ns, query, has_query, answer, refused, run_status, pipeline_cited, pipeline_ids, raw_stages = row
+    trace_id, start_ns, query, has_query, answer, refused, run_status, pipeline_cited, pipeline_ids, raw_stages, weight, basis, stamped = row
     stages = [_stage(s) for s in raw_stages]
     cited = dict.fromkeys([*_list(pipeline_cited), *(i for s in raw_stages for i in _list(s[13]))])
     cited.update(dict.fromkeys(i for st in stages if st.kind == sc.KIND_CITE for i in st.out_ids))
@@ -102,9 +105,9 @@ def record(row: tuple[Any, ...]) -> TraceRecord:
         query_sha256=query if has_query else None,
         answer_sha256=answer or None,
         refused={"true": True, "false": False}.get(refused),
-        weight=1.0,
-        basis="no_record",
-        tail_stamped=False,
+        weight=float(weight),
+        basis=str(basis),
+        tail_stamped=bool(stamped),
         stages=stages,
         cited=tuple(cited),
         in_context=_in_context(stages, _list(pipeline_ids)),
@@ -115,10 +118,12 @@ def record(row: tuple[Any, ...]) -> TraceRecord:
     )
 
 
-def records(runner: SqlRunner, spans: str, order: str | None = None, params: dict[str, Any] | None = None) -> Iterator[TraceRecord]:
+def records(
+    runner: SqlRunner, spans: str, order: str | None = None, params: dict[str, Any] | None = None, scope: str | None = None
+) -> Iterator[TraceRecord]:
     """Every ragtrail trace's record, in ``order`` (see :func:`records_query`), streamed when the
     runner can (``stream_sql``), so a million rows are never one answer in memory."""
-    query = records_query(spans, order)
+    query = records_query(spans, order, scope)
     stream = getattr(runner, "stream_sql", None)
     rows: Iterable[tuple[Any, ...]] = stream(query, params) if stream is not None else runner.run_sql(query, params)
     for row in rows:

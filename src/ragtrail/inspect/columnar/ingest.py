@@ -14,9 +14,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragtrail.contract import semconv as sc
+
 from . import spans
 from .engine import Engine
-from .schema import INGEST_DDL, INGEST_TABLE, LINES_DDL, LINES_TABLE, OTEL_TRACES_DDL, TABLE
+from .schema import INGEST_DDL, INGEST_TABLE, LINES_DDL, LINES_TABLE, OTEL_TRACES_DDL, SCOPE_DDL, SCOPE_TABLE, TABLE
 
 
 def _scalar(v: str) -> str:
@@ -102,6 +104,27 @@ SETTINGS max_threads = 1
 """
 
 
+def scope_sql(table: str, path: str) -> str:
+    """``INSERT … SELECT`` of (trace id, start, policy) for each span of ``path`` whose scope carries
+    ``tailsampling.policy`` (``''`` when not a string: no policy, as the Python reader's fallback reads it);
+    lines without the key are not parsed."""
+    key = sc.TAILSAMPLING_POLICY
+    attrs = "JSONExtractArrayRaw(ss, 'scope', 'attributes')"
+    policy = f"JSONExtractString(arrayFirst(kv -> JSONExtractString(kv, 'key') = '{key}', {attrs}), 'value', 'stringValue')"
+    return f"""
+INSERT INTO {table} (TraceId, Timestamp, Policy)
+SELECT JSONExtractString(sp, 'traceId'), fromUnixTimestamp64Nano(toInt64(JSONExtractString(sp, 'startTimeUnixNano'))), policy
+FROM (
+    SELECT ss, {policy} AS policy, arrayExists(kv -> JSONExtractString(kv, 'key') = '{key}', {attrs}) AS carried
+    FROM file('{path}', 'LineAsString') ARRAY JOIN JSONExtractArrayRaw(line, 'resourceSpans') AS rs
+    ARRAY JOIN JSONExtractArrayRaw(rs, 'scopeSpans') AS ss
+    WHERE position(line, '"{key}"') > 0
+)
+ARRAY JOIN JSONExtractArrayRaw(ss, 'spans') AS sp
+WHERE carried
+"""
+
+
 @dataclass(frozen=True)
 class Caught:
     """What one catch-up read: new lines and bytes, over how many files."""
@@ -134,6 +157,7 @@ def _insert(engine: Engine, path: Path, chunk: bytes, whole: bool, line: dict[st
     if whole:
         engine.run_sql(insert_sql(TABLE, _quoted(str(path.resolve()))))
         engine.run_sql(lines_sql(LINES_TABLE, _quoted(str(path.resolve()))), line)
+        engine.run_sql(scope_sql(SCOPE_TABLE, _quoted(str(path.resolve()))))
         return
     fd, tmp = tempfile.mkstemp(suffix=".jsonl", prefix="ragtrail-ingest-")
     try:
@@ -141,6 +165,7 @@ def _insert(engine: Engine, path: Path, chunk: bytes, whole: bool, line: dict[st
             fh.write(chunk)
         engine.run_sql(insert_sql(TABLE, _quoted(tmp)))
         engine.run_sql(lines_sql(LINES_TABLE, _quoted(tmp)), line)
+        engine.run_sql(scope_sql(SCOPE_TABLE, _quoted(tmp)))
     finally:
         os.unlink(tmp)
 
@@ -155,6 +180,7 @@ def catch_up(engine: Engine, store: Path) -> Caught:
         engine.run_sql(f"INSERT INTO {spans.SPANS_TABLE} {spans.select_sql(TABLE)}")
     engine.run_sql(INGEST_DDL.format(table=INGEST_TABLE))
     engine.run_sql(LINES_DDL.format(table=LINES_TABLE))
+    engine.run_sql(SCOPE_DDL.format(table=SCOPE_TABLE))
     done = {str(f): (int(o), int(n)) for f, o, n in engine.run_sql(f"SELECT File, max(Offset), sum(Lines) FROM {INGEST_TABLE} GROUP BY File")}
     files = lines = size = 0
     for path in trace_files(store):

@@ -12,6 +12,7 @@ from __future__ import annotations
 TABLE = "otel_traces"
 INGEST_TABLE = "ragtrail_ingested"
 LINES_TABLE = "ragtrail_trace_lines"
+SCOPE_TABLE = "ragtrail_scope_policies"
 
 OTEL_TRACES_DDL = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -76,3 +77,14 @@ CREATE TABLE IF NOT EXISTS {table} (
 """
 """Where each trace was first written (file, line, place in the line): the order the Python reader
 reads a store in, which ``compare`` lists questions in. Local stores only; a server has no such order."""
+
+SCOPE_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    TraceId String,
+    Timestamp DateTime64(9),
+    Policy String
+) ENGINE = MergeTree() ORDER BY (TraceId, Timestamp)
+"""
+"""The spans whose instrumentation scope carries the tail sampler's own record (``tailsampling.policy``):
+the exporter's ``otel_traces`` keeps no scope attributes, so the embedded ingest keeps this one apart
+for the weight rule's fallback (:func:`ragtrail.inspect.columnar.sql.trace_weights_sql`)."""

@@ -51,6 +51,7 @@ COLUMNS = """
     FailureClass LowCardinality(String), Fallback LowCardinality(String), Continuation UInt8,
     NIn Nullable(Int64), NOut Nullable(Int64), NExcluded Nullable(Int64),
     Probability Nullable(Float64), AdjustedCount Nullable(Float64),
+    HasTailPolicy UInt8, TailPolicy String, TailProbability Nullable(Float64),
     RunStatus LowCardinality(String), Refused LowCardinality(String), CorpusSize Nullable(Int64), InContext Nullable(Int64),
     HasRetrievedCount UInt8, AnswerSha256 String, CitedIds String, QueryHop String, QuerySha256 String,
     Ids String, ExcludedIds Array(String), ExcludedReasons Array(String), ExcludedCounts Array(UInt64)
@@ -67,6 +68,7 @@ def _expressions() -> list[str]:
         _a(sc.STAGE_FAILURE_CLASS), _a(sc.STAGE_FALLBACK), f"{_a(sc.STAGE_CONTINUATION)} = 'true'",
         _int(sc.CANDIDATES_IN), _int(sc.CANDIDATES_OUT), _int(sc.CANDIDATES_EXCLUDED),
         _probability(), f"if({adjusted} > 0, {adjusted}, NULL)",
+        _has(sc.SAMPLING_TAIL_POLICY), _a(sc.SAMPLING_TAIL_POLICY), f"toFloat64OrNull({_a(sc.SAMPLING_TAIL_PROBABILITY)})",
         _a(sc.RUN_STATUS), _a(sc.ANSWER_REFUSED), _int(sc.COVERAGE_CORPUS_SIZE), _int(sc.COVERAGE_IN_CONTEXT),
         _has(sc.COVERAGE_RETRIEVED), _a(sc.ANSWER_SHA256), _a(sc.CITED_IDS), _a(sc.QUERY_HOP), _a(sc.QUERY_SHA256),
         _ids(_A), f"arrayMap(x -> {_ids('x')}, {ex})",

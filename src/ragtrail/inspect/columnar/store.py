@@ -19,8 +19,8 @@ from ragtrail.inspect.records import TraceRecord
 
 from .engine import ChdbEngine, SqlRunner
 from .ingest import catch_up, trace_files
-from .schema import INGEST_TABLE, LINES_TABLE, TABLE
-from .spans import SPANS_TABLE
+from .schema import INGEST_TABLE, LINES_TABLE, SCOPE_TABLE, TABLE
+from .spans import SPANS_TABLE, names
 
 ENV_MIN_BYTES = "RAGTRAIL_COLUMNAR_MIN_BYTES"
 ENV_DIR = "RAGTRAIL_COLUMNAR_DIR"
@@ -47,8 +47,21 @@ def engine_dir(store: Path) -> Path:
     return base / f"{store.resolve().name}-{key}"
 
 
+def _outdated(engine: SqlRunner) -> bool:
+    """The directory was filled by an older ragtrail (other slim columns, no scope policies): start over."""
+    tables = {str(r[0]) for r in engine.run_sql("SELECT name FROM system.tables WHERE database = currentDatabase()")}
+    if INGEST_TABLE in tables and SCOPE_TABLE not in tables:
+        return True
+    query = f"SELECT name FROM system.columns WHERE database = currentDatabase() AND table = '{SPANS_TABLE}' ORDER BY position"
+    columns = [str(r[0]) for r in engine.run_sql(query)]
+    return bool(columns) and columns != names()
+
+
 def _stale(engine: SqlRunner, store: Path) -> bool:
-    """A file ingested before is gone or shorter (rotated away or rewritten): start over."""
+    """A file ingested before is gone or shorter (rotated away or rewritten), or the directory is
+    :func:`_outdated`: start over."""
+    if _outdated(engine):
+        return True
     try:
         done = engine.run_sql(f"SELECT File, max(Offset) FROM {INGEST_TABLE} GROUP BY File")
     except RuntimeError:
@@ -67,6 +80,7 @@ def open_store(store: Path) -> ChdbEngine:
         engine.run_sql(f"DROP TABLE IF EXISTS {TABLE}")
         engine.run_sql(f"DROP TABLE IF EXISTS {INGEST_TABLE}")
         engine.run_sql(f"DROP TABLE IF EXISTS {LINES_TABLE}")
+        engine.run_sql(f"DROP TABLE IF EXISTS {SCOPE_TABLE}")
         engine.run_sql(f"DROP VIEW IF EXISTS {SPANS_TABLE}_mv")
         engine.run_sql(f"DROP TABLE IF EXISTS {SPANS_TABLE}")
     catch_up(engine, store)
@@ -126,6 +140,6 @@ def side_records(store: Path) -> Iterator[TraceRecord]:
     engine = open_store(store)
     try:
         order, params = reading_order(store)
-        yield from records(engine, SPANS_TABLE, order, params)
+        yield from records(engine, SPANS_TABLE, order, params, SCOPE_TABLE)
     finally:
         engine.close()
