@@ -50,7 +50,7 @@ def test_self_query_constructed_query_is_the_searched_rewrite_hop(tmp_path):
     for m, (question, constructed, where), text in zip(traces, QUESTIONS, FOUND, strict=True):
         assert stages_of(m) == [
             ("retrieve", "SelfQueryRetriever", 1, 1, 0),
-            ("retrieve", "Chroma", 0, 1, 0),
+            ("retrieve", "Chroma", 1, 1, 0),
             ("retrieve", "Collection", 0, 1, 0),
         ]
         self_query, chroma, collection = m["stages"]
@@ -63,12 +63,12 @@ def test_self_query_constructed_query_is_the_searched_rewrite_hop(tmp_path):
         # the filter the LLM wrote, as Chroma's translator gave it to the store (and as chromadb ran it)
         assert self_query["filter"] == where and collection["filter"] == f'{{"where":{where}}}'
         assert (self_query["query"]["hop"], chroma["query"]["hop"], collection["query"]) == (0, 1, None)
-        # one document found, the one the app printed, under the content id LangChain's Chroma gives it
-        # (langchain-community's Chroma returns Documents without ids) and Chroma's uuid in chromadb
-        assert [(c["id"], c["sha256"]) for c in self_query["candidates"]] == [(f"sha256:{sha(text)}", sha(text))]
-        assert [(c["id"], c["sha256"], c["score_kind"]) for c in chroma["candidates"]] == [(f"sha256:{sha(text)}", sha(text), "distance")]
+        # one document found, the one the app printed, under one id across the trace: Chroma's own uuid,
+        # which langchain-community's Chroma drops from its Documents and the chromadb stage recorded
         [row] = collection["candidates"]
         assert UUID.match(row["id"]) and row["sha256"] == sha(text)
+        assert [(c["id"], c["sha256"]) for c in self_query["candidates"]] == [(row["id"], sha(text))]
+        assert [(c["id"], c["sha256"], c["score_kind"]) for c in chroma["candidates"]] == [(row["id"], sha(text), "distance")]
         assert all(s["excluded"] == [] for s in m["stages"])  # nothing was cut: nothing has a fate to explain
         assert m["in_context"] is None  # no prompt, budget or generate stage: unknown, not "every retrieved id"
         coverage = m["coverage"]

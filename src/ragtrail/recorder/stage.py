@@ -363,6 +363,13 @@ class Stage:
         except Exception as exc:
             self.record_error("cite", exc)
 
+    def handed_up(self) -> list[Candidate]:
+        """What the retrieval stages nested in this one handed up so far (a store's hits under the
+        store's own ids), so a framework that builds its documents without ids can name them as the
+        store did. ``[]`` when not recording."""
+        record = self._recorded()
+        return list(record.inner) if record is not None else []
+
     def adapt(self, candidates: Iterable[Any] | None, *, score_kind: str | None = None, inherit: bool = False) -> list[Candidate]:
         """Adapt a list of library objects the way this stage adapts its own inputs (``inherit``:
         each keeps the hop and score kind an earlier stage of this pipeline gave it) or outputs.
