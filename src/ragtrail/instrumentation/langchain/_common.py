@@ -29,7 +29,7 @@ from ragtrail.hooks import Args, Call, Kwargs
 from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.pipeline import PipelineState, current_pipeline
-from ragtrail.recorder.stage import Stage, counted, current_stage
+from ragtrail.recorder.stage import Stage, counted, current_stage, handed_up
 
 
 # --- sinks: scores a stage recovers from the calls beneath it -------------------------------------
@@ -360,7 +360,7 @@ def _nested_store_id(sha256: str) -> str | None:
     stage = current_stage()
     if stage is None:
         return None
-    found = {c.id for c in stage.handed_up() if c.receipt is not None and c.receipt.sha256 == sha256}
+    found = {c.id for c in handed_up(stage) if c.receipt is not None and c.receipt.sha256 == sha256}
     return found.pop() if len(found) == 1 else None
 
 
