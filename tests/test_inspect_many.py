@@ -255,6 +255,32 @@ def test_insight_silent_fallback_only_when_order_and_scores_are_handed_on(tmp_pa
     assert row["insights"] == []  # the same order with its own scores is a reranker that agrees
 
 
+def test_insight_silent_fallback_not_on_a_reorderer_that_gives_no_scores(tmp_path):
+    """A stage that gives no scores of its own (an MMR pick, lost-in-the-middle) and keeps the top of its
+    input hands on its input order and scores by design: only a stage that claims rerank scores and
+    hands on its inputs (the recorder's ``rerank_is_identity`` finding) is evidence of a fallback."""
+    docs = [{"id": f"d{k}", "content": f"doc {k}", "score": 0.9 - 0.1 * k} for k in range(4)]
+
+    def run(tracer):
+        @rt.retriever(component="t.r", tracer=tracer)
+        def search(q):
+            return [dict(d) for d in docs]
+
+        @rt.reranker(component="t.mmr", score_kind=None, top_k=2, tracer=tracer)
+        def pick(q, cands):
+            return list(cands)[:2]
+
+        @rt.pipeline(component="t.p", tracer=tracer)
+        def pipe(q):
+            return pick(q, search(q))
+
+        pipe("q")
+
+    record(tmp_path, run)
+    (row,) = json.loads(ragtrail("ls", "--source", str(tmp_path), "--json").stdout)
+    assert row["insights"] == []
+
+
 def test_diff_says_status_answer_and_the_retriever_under_a_fuse(tmp_path):
     def run(tracer, *, degraded: bool, answer: str, vector_ids: list[str]):
         with rt.stage("pipeline", "t.answer", tracer=tracer) as p:

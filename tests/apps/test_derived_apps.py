@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -45,14 +46,16 @@ def hops(manifest: dict) -> list[tuple]:
 
 # --- principle 2: replacements ---------------------------------------------------------------------
 UNION, ESSAY = "data/state_of_the_union.txt", "data/paul_graham_essay.txt"
-# the four child chunks Chroma found for "justice breyer" (ids: their content, since langchain-community's
-# Chroma hands back Documents without the collection's ids), their distances, sizes and source file
+# the four child chunks Chroma found for "justice breyer": their content receipts, distances, sizes and
+# source file. Their ids are Chroma's own (random uuids, so known by rank): langchain-community's Chroma
+# hands back Documents without the collection's ids, and the nested chromadb stage recorded them
 CHUNKS = [
-    ("sha256:e5333f5f41238c8f6a6a5e2a84d154ef547cdf9f2de0e1fe8e58b5788ecad92f", 55.0, 250, UNION),
-    ("sha256:22d233c092f6178bf2b63897a4e36b6ac1e63ab4ad568f0a58f9763e8af53d3b", 66.0, 276, UNION),
-    ("sha256:3d9cb653a34e4d72d7005931968b33f9cfb390272152f84ebc83a37a3e997743", 83.0, 198, UNION),
-    ("sha256:979898395646dab870c9b77a8454ac9c54b7409b6e94c41f70d008e6159b3ca3", 127.0, 300, ESSAY),
+    ("e5333f5f41238c8f6a6a5e2a84d154ef547cdf9f2de0e1fe8e58b5788ecad92f", 55.0, 250, UNION),
+    ("22d233c092f6178bf2b63897a4e36b6ac1e63ab4ad568f0a58f9763e8af53d3b", 66.0, 276, UNION),
+    ("3d9cb653a34e4d72d7005931968b33f9cfb390272152f84ebc83a37a3e997743", 83.0, 198, UNION),
+    ("979898395646dab870c9b77a8454ac9c54b7409b6e94c41f70d008e6159b3ca3", 127.0, 300, ESSAY),
 ]
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def test_parent_document_retriever_hands_on_parents_that_replace_their_chunks(tmp_path):
@@ -69,12 +72,20 @@ def test_parent_document_retriever_hands_on_parents_that_replace_their_chunks(tm
     assert_host_untouched(run, stderr_empty=False)
     assert run.stdout.splitlines()[0] == "2" and run.stdout.splitlines()[-1] == "729"
     search, retrieval = run.traces()
-    assert stages(search) == [("retrieve", "Collection", 0, 4, 0)]
+    # the direct similarity_search: LangChain's Chroma over chromadb, one id per chunk (Chroma's uuid)
+    assert stages(search) == [("retrieve", "Chroma", 4, 4, 0), ("retrieve", "Collection", 0, 4, 0)]
+    chroma, collection = run.show(search["trace_id"])["stages"]
+    assert [c["id"] for c in chroma["candidates"]] == [c["id"] for c in collection["candidates"]]
+    assert [(c["sha256"], c["score"], c["chars"]) for c in chroma["candidates"]] == [c[:3] for c in CHUNKS]
     assert stages(retrieval) == [("retrieve", "ParentDocumentRetriever", 4, 2, 4), ("retrieve", "Collection", 0, 4, 0)]
     manifest = run.show(retrieval["trace_id"])
     pdr = manifest["stages"][0]
+    chunk_ids = [c["id"] for c in manifest["stages"][1]["candidates"]]
+    assert all(UUID.match(i) for i in chunk_ids) and [c["sha256"] for c in manifest["stages"][1]["candidates"]] == [c[0] for c in CHUNKS]
     excluded = pdr["excluded"]
-    assert [(e["id"], e["score"], e["chars"], e["meta"]["source"]) for e in excluded] == CHUNKS
+    assert [(e["id"], e["sha256"], e["score"], e["chars"], e["meta"]["source"]) for e in excluded] == [
+        (i, *c) for i, c in zip(chunk_ids, CHUNKS, strict=True)
+    ]
     assert {e["score_kind"] for e in excluded} == {"distance"}
     # each parent carries the docstore's own key, the one its chunks keep in metadata["doc_id"]
     union_key, essay_key = (e["meta"]["doc_id"] for e in (excluded[0], excluded[3]))
@@ -88,16 +99,16 @@ def test_parent_document_retriever_hands_on_parents_that_replace_their_chunks(tm
     ]
     parents = [(c["id"], c["rank"], c["chars"], c["transform_rule"], json.loads(c["derived_from"]), c["meta"]) for c in pdr["candidates"]]
     assert parents == [
-        (union_key, 0, 729, "merge@1", [c[0] for c in CHUNKS[:3]], {"source": UNION}),
-        (essay_key, 1, 641, "merge@1", [CHUNKS[3][0]], {"source": ESSAY}),
+        (union_key, 0, 729, "merge@1", chunk_ids[:3], {"source": UNION}),
+        (essay_key, 1, 641, "merge@1", [chunk_ids[3]], {"source": ESSAY}),
     ]
     assert hops(manifest) == [(0, None, "none", "justice breyer", True)]
     assert manifest["in_context"] is None and manifest["findings"] == []
     assert manifest["coverage"]["statement"] == f"{CONTEXT_UNKNOWN} (2 retrieved of a corpus of unknown size): an absence claim is not supported"
     # each chunk follows its parent; the parent's own fate is the ordinary one
     trace_id = retrieval["trace_id"]
-    for chunk_id, *_ in CHUNKS:
-        parent = union_key if chunk_id != CHUNKS[3][0] else essay_key
+    for chunk_id in chunk_ids:
+        parent = union_key if chunk_id != chunk_ids[3] else essay_key
         chain = fate(run, trace_id, chunk_id)
         assert chain["merged_into"] == parent
         assert chain["verdict"] == f"merged into {parent}, which was handed on; {CONTEXT_UNKNOWN}"

@@ -45,3 +45,6 @@ def test_diversity_ranker_alone_and_after_bm25(tmp_path):
     assert (piped["coverage"]["corpus_size"], piped["coverage"]["retrieved"], piped["coverage"]["in_context"]) == (4, 3, 2)
     fate = run.ragtrail("show", piped["trace_id"], "--doc", cut["id"]).stdout
     assert "maximum_margin_relevance" in fate
+    # the MMR pick gives no scores of its own: keeping the top of its input is no silent fallback
+    assert [t["insights"] for t in run.traces()] == [[], []]
+    assert "Insights: none found" in run.show_text(piped["trace_id"])

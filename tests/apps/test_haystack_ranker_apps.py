@@ -51,3 +51,7 @@ def test_meta_field_and_lost_in_the_middle_rankers(tmp_path):
     ]
     assert (litm["coverage"]["corpus_size"], litm["coverage"]["retrieved"], litm["coverage"]["in_context"]) == (4, 4, 3)
     assert meta["findings"] == [] and litm["findings"] == []
+    # neither ranker fell back: lost in the middle keeps the retriever's best first by design and gives no
+    # scores of its own, so handing the upstream order and scores on is no evidence of a silent fallback
+    assert [t["insights"] for t in run.traces()] == [[], []]
+    assert "Insights: none found" in run.show_text(litm["trace_id"])

@@ -6,8 +6,10 @@
   itself (seed 001: "the raw top hit is frequently the asking message itself").
 * ``self_citation``: the answer cited content the system generated itself (``meta.<author key>`` equal to
   the configured author).
-* ``silent_fallback``: a reranking stage handed on its input order and scores unchanged and said nothing about it
-  (seed 003: "silent fallback disguised missing input as the order the model ranked").
+* ``silent_fallback``: a reranking stage that claims scores of its own (the recorder's ``rerank_is_identity``
+  finding) handed on its input order and scores unchanged and said nothing about it (seed 003: "silent
+  fallback disguised missing input as the order the model ranked"). A stage that gives no scores of its own
+  (an MMR pick, lost-in-the-middle) keeping the top of its input is no such evidence.
 
 Nothing here guesses: a date that does not parse, or a metadata key the trace does not carry, yields no
 finding (and :func:`insights` says which keys were never seen, so "none found" is not read as "checked").
@@ -213,6 +215,11 @@ def silent_fallbacks(manifest: Manifest) -> list[dict[str, Any]]:
             continue
         if stage.status in (sc.STATUS_DEGRADED, sc.STATUS_FAILED):
             continue  # it said so: a declared fallback is a stage status, not a silent one
+        if not any(f.startswith(f"{sc.FINDING_RERANK_IS_IDENTITY}:") for f in stage.findings):
+            # the recorder's evidence that the stage claimed rerank scores and handed its inputs on: a
+            # stage that gives no scores of its own (an MMR pick, lost-in-the-middle) keeps the top of
+            # its input by design, and that is no evidence of a fallback
+            continue
         ins = {c.id for c in stage.candidates} | {e.id for e in stage.excluded}
         upstream = next(
             (s for s in reversed(stages[:i]) if s.candidates and s.kind not in (sc.KIND_CITE, sc.KIND_GENERATE, sc.KIND_QUERY_TRANSFORM)), None

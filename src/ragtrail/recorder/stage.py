@@ -37,7 +37,7 @@ from ragtrail.recorder.pipeline import PipelineState, QueryRecord, RunAnswer, cu
 from ragtrail.recorder.record import StageRecord
 from ragtrail.recorder.writer import TRACER_NAME, span_name, write
 
-__all__ = ["Stage", "counted", "current_stage", "stage"]
+__all__ = ["Stage", "counted", "current_stage", "handed_up", "stage"]
 
 _T = TypeVar("_T")
 
@@ -73,6 +73,14 @@ def counted(s: Stage) -> bool:
     """Whether the stage counts metrics (a MeterProvider is set up, docs/semconv.md §9): a hook that
     skips a sampled-out call may still hand it its outputs (only their number is kept) or its status."""
     return s._tally is not None
+
+
+def handed_up(s: Stage) -> list[Candidate]:
+    """What the retrieval stages nested in ``s`` handed up so far (a store's hits under the store's
+    own ids), so a framework that builds its documents without ids can name them as the store did.
+    ``[]`` when not recording."""
+    record = s._recorded()
+    return list(record.inner) if record is not None else []
 
 
 def current_stage() -> Stage | None:

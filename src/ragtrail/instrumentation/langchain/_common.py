@@ -29,7 +29,7 @@ from ragtrail.hooks import Args, Call, Kwargs
 from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.pipeline import PipelineState, current_pipeline
-from ragtrail.recorder.stage import Stage, counted
+from ragtrail.recorder.stage import Stage, counted, current_stage, handed_up
 
 
 # --- sinks: scores a stage recovers from the calls beneath it -------------------------------------
@@ -323,6 +323,8 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
     ident = doc.id
     if ident is None or ident == "":
         ident = _store_id(doc.metadata)
+    if ident is None or ident == "":
+        ident = _nested_store_id(rec.sha256)
     if ident is not None and ident != "":
         if type(ident) is not str:
             ident = str(ident)
@@ -348,6 +350,18 @@ def _store_id(metadata: Any) -> str | None:
     if isinstance(found, bool) or not isinstance(found, (str, int)) or found == "":
         return None
     return str(found)
+
+
+def _nested_store_id(sha256: str) -> str | None:
+    """The id the store gave this content in this very call: langchain-community's ``Chroma`` builds
+    its Documents without ids from a chromadb query whose stage (nested in this one) recorded Chroma's
+    ids. Taken only when exactly one id handed up carries this content receipt (never a guess between
+    duplicates)."""
+    stage = current_stage()
+    if stage is None:
+        return None
+    found = {c.id for c in handed_up(stage) if c.receipt is not None and c.receipt.sha256 == sha256}
+    return found.pop() if len(found) == 1 else None
 
 
 def remember_identity(candidate: Candidate) -> None:
