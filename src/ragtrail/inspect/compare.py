@@ -66,28 +66,41 @@ class StageShare(NamedTuple):
 
 
 @dataclass
-class SideSummary:
-    """One side, as read: the latest trace per question, and what could not be paired."""
+class SideCounts:
+    """What every side counts of each trace it reads, before it keeps the latest trace per question."""
 
     name: str
-    by_query: dict[str, TraceRecord] = field(default_factory=dict)
     repeats: int = 0  # traces of a question already seen (the latest is compared)
     no_query: int = 0  # traces whose hop 0 carries no query receipt (capture off)
     traces: int = 0
     notes: list[str] = field(default_factory=list)
     tally: WeightTally = field(default_factory=WeightTally)  # every trace read, weighted (weight.trace_weight)
 
-    def add(self, r: TraceRecord) -> None:
+    def counted(self, r: TraceRecord, seen_start_ns: int | None) -> bool:
+        """Count ``r`` (``seen_start_ns``: when the question's kept trace started, if one is kept);
+        True when the side keeps ``r``: it has a question and is its latest trace so far."""
         self.traces += 1
         self.tally.add(r.weight, r.basis, r.tail_stamped)
         if not r.query_sha256:
             self.no_query += 1
-            return
-        old = self.by_query.get(r.query_sha256)
-        if old is not None:
+            return False
+        if seen_start_ns is not None:
             self.repeats += 1
-            if old.start_ns >= r.start_ns:
-                return
+            return seen_start_ns < r.start_ns
+        return True
+
+
+@dataclass
+class SideSummary(SideCounts):
+    """One side, as read: the latest trace per question, and what could not be paired."""
+
+    by_query: dict[str, TraceRecord] = field(default_factory=dict)
+
+    def add(self, r: TraceRecord) -> None:
+        old = self.by_query.get(r.query_sha256) if r.query_sha256 else None
+        if not self.counted(r, None if old is None else old.start_ns):
+            return
+        assert r.query_sha256 is not None  # counted() keeps only traces with a question
         # what a pairing needs, not what ls shows: 100,000 questions a side must fit in memory
         self.by_query[r.query_sha256] = replace(
             r, resource={}, findings=[], insights=[], notes=[], stages=[replace(st, span_id="", parent_span_id=None) for st in r.stages]
@@ -121,30 +134,18 @@ class StreamedQuestion:
 
 
 @dataclass
-class StreamedSide:
+class StreamedSide(SideCounts):
     """Side B, paired with side A's records as it streams past them (see the module docstring): the
     counts and rates of :class:`SideSummary`, with the latest trace per question compared."""
 
-    name: str
-    against: SideSummary
+    against: SideSummary = field(kw_only=True)
     questions: dict[str, StreamedQuestion] = field(default_factory=dict)
-    repeats: int = 0
-    no_query: int = 0
-    traces: int = 0
-    notes: list[str] = field(default_factory=list)
-    tally: WeightTally = field(default_factory=WeightTally)  # every trace read, weighted (weight.trace_weight)
 
     def add(self, r: TraceRecord) -> None:
-        self.traces += 1
-        self.tally.add(r.weight, r.basis, r.tail_stamped)
-        if not r.query_sha256:
-            self.no_query += 1
+        old = self.questions.get(r.query_sha256) if r.query_sha256 else None
+        if not self.counted(r, None if old is None else old.start_ns):
             return
-        old = self.questions.get(r.query_sha256)
-        if old is not None:
-            self.repeats += 1
-            if old.start_ns >= r.start_ns:
-                return
+        assert r.query_sha256 is not None  # counted() keeps only traces with a question
         a = self.against.by_query.get(r.query_sha256)
         shares = None if a is None else stage_shares(r, Evidence.of(a))
         kept = StreamedQuestion(r.start_ns, r.trace_id, Outcome.of(r), Evidence.of(r), shares, None if a is None else pair(a, r))
@@ -166,7 +167,7 @@ class StreamedSide:
     @classmethod
     def of(cls, side: SideSummary, against: SideSummary) -> StreamedSide:
         """A side read whole, streamed past ``against`` (its latest trace per question)."""
-        streamed = cls(side.name, against, repeats=side.repeats, no_query=side.no_query, notes=side.notes)
+        streamed = cls(side.name, against=against, repeats=side.repeats, no_query=side.no_query, notes=side.notes)
         for r in side.by_query.values():
             streamed.add(r)
         streamed.traces, streamed.tally = side.traces, side.tally
