@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import MalformedInput
 from .model import Event, Span, Trace, normalize_trace_id
-from .otlp import DECODE_ERRORS, MAX_VALUE_DEPTH, attribute_key, int64, text_or_none, uint64
+from .otlp import DECODE_ERRORS, MAX_VALUE_DEPTH, attribute_key, depth_within, int64, text_or_none, uint64
 
 _RESERVED_TAGS = {
     "span.kind",
@@ -44,21 +44,11 @@ def _tag_value(tag: dict[str, Any]) -> Any:
         # Jaeger stores OTLP array attributes as their JSON text
         try:
             parsed = json.loads(value)
-            if isinstance(parsed, list) and _depth_within(parsed, MAX_VALUE_DEPTH):
+            if isinstance(parsed, list) and depth_within(parsed, MAX_VALUE_DEPTH):
                 return parsed
         except (ValueError, RecursionError):  # not JSON, or nested too deep to be an OTLP array: the text as it is
             pass
     return value
-
-
-def _depth_within(value: Any, limit: int) -> bool:
-    """True when ``value`` nests at most ``limit`` lists/dicts deep (checked without recursion)."""
-    level = [value]
-    for _ in range(limit + 1):
-        level = [v for item in level for v in (item.values() if isinstance(item, dict) else item) if isinstance(v, (list, dict))]
-        if not level:
-            return True
-    return False
 
 
 def _tags(items: list[dict[str, Any]] | None) -> dict[str, Any]:

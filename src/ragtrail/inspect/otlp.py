@@ -32,6 +32,17 @@ MAX_VALUE_DEPTH = 32
 ragtrail writes flat values, and a reader that recursed as deep as the input asked would end in a
 RecursionError (exit 70) instead of a one-line "malformed input" (exit 4)."""
 
+
+def depth_within(value: Any, limit: int) -> bool:
+    """True when ``value`` nests at most ``limit`` lists/dicts deep (checked without recursion)."""
+    level = [value]
+    for _ in range(limit + 1):
+        level = [v for item in level for v in (item.values() if isinstance(item, dict) else item) if isinstance(v, (list, dict))]
+        if not level:
+            return True
+    return False
+
+
 _INT64 = (-(1 << 63), 1 << 63)
 _UINT64 = (0, 1 << 64)
 # what a span or event decoder may meet and must report as malformed input, never as a bug

@@ -25,7 +25,7 @@ from typing import Any
 from ragtrail.contract import semconv as sc
 
 from ..model import Event, Span, normalize_trace_id
-from ..otlp import MAX_VALUE_DEPTH
+from ..otlp import MAX_VALUE_DEPTH, depth_within
 
 __all__ = ["COLUMNS", "FLOAT_KEYS", "SPAN_SELECT", "TEXT_KEYS", "SpanRow", "attribute_value", "attributes", "span_from_row"]
 
@@ -86,15 +86,6 @@ def _floats(value: Any) -> Any:
     return value
 
 
-def _depth_within(value: Any, limit: int) -> bool:
-    level = [value]
-    for _ in range(limit + 1):
-        level = [v for item in level for v in (item.values() if isinstance(item, dict) else item) if isinstance(v, (list, dict))]
-        if not level:
-            return True
-    return False
-
-
 def attribute_value(key: str, text: str) -> Any:
     """One attribute's value, typed back by the module's rule (the exporter wrote ``text``)."""
     if key in TEXT_KEYS or not key.startswith("ragtrail.") or key.startswith(sc.CANDIDATE_META_PREFIX):
@@ -108,7 +99,7 @@ def attribute_value(key: str, text: str) -> Any:
         value = json.loads(text)
     except (ValueError, RecursionError):
         return text
-    if isinstance(value, list) and not _depth_within(value, MAX_VALUE_DEPTH):
+    if isinstance(value, list) and not depth_within(value, MAX_VALUE_DEPTH):
         return text
     if not isinstance(value, (int, float, list)) or isinstance(value, bool):
         return text
