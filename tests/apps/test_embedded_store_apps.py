@@ -132,10 +132,13 @@ def test_langchain_vector_store_searched_directly(tmp_path: Path) -> None:
     traces = manifests(run)
     assert len(traces) == 3  # one per direct search: no retriever, no pipeline around them
     kinds = []
-    for m, (text, k) in zip(traces, ((query, 2), ("Will it be hot tomorrow?", 1), (query, 2)), strict=True):
+    mmr_finding = "maximal marginal relevance picked from 3 fetched candidates (fetch_k): the ones it did not pick are not recorded"
+    expected = ((query, {"top_k": 2}, []), ("Will it be hot tomorrow?", {"top_k": 1}, []), (query, {"top_k": 2, "mmr_lambda": 0.5}, [mmr_finding]))
+    for m, (text, knobs, findings) in zip(traces, expected, strict=True):
         [stage] = m["stages"]
         assert (stage["kind"], stage["component"], stage["status"]) == ("retrieve", "langchain_core.vectorstores.in_memory.InMemoryVectorStore", "ok")
-        assert stage["query"]["text"] == text and stage["knobs"] == {"top_k": k}
+        # MMR: lambda_mult is InMemoryVectorStore's own default (0.5, not passed), fetch_k=3 as passed
+        assert stage["query"]["text"] == text and stage["knobs"] == knobs and stage["findings"] == findings
         assert m["coverage"]["corpus_size"] == 4  # the store holds it in memory
         kinds.append({c["score_kind"] for c in stage["candidates"]})
     assert [[c["id"] for c in m["stages"][0]["candidates"]] for m in traces] == [

@@ -38,6 +38,10 @@ def test_qdrant_integration_page_searches(tmp_path):
         assert m["coverage"]["corpus_size"] == 6 and m["in_context"] is None
     assert [[c["id"] for c in m["stages"][0]["candidates"]] for m in ms] == [[uid(6), uid(3)], [uid(5)], [uid(2)], [uid(2)]]
     assert ms[2]["stages"][1]["filter"] == '{"should":[{"key":"metadata.source","match":{"value":"news"}}]}'
+    # the retriever's stage: search_type="mmr" with the store's own defaults (lambda_mult=0.5, fetch_k=20)
+    retriever = ms[3]["stages"][0]
+    assert retriever["knobs"] == {"top_k": 1, "mmr_lambda": 0.5}
+    assert retriever["findings"] == ["maximal marginal relevance picked from 20 fetched candidates (fetch_k): the ones it did not pick are not recorded"]
     mmr = ms[3]["stages"][1]
     assert mmr["knobs"] == {"top_k": 1, "mmr_lambda": 0.5}
     assert mmr["findings"] == ["maximal marginal relevance ran inside Qdrant over 20 candidates: the ones it did not pick are not returned"]

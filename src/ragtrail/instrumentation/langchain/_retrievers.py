@@ -31,7 +31,7 @@ from typing import Any
 
 from ragtrail import settings
 from ragtrail.contract import semconv as sc
-from ragtrail.hooks import Args, Kwargs, argument, run, run_async
+from ragtrail.hooks import Args, Kwargs, argument, bind, run, run_async
 from ragtrail.instrumentation._replace import record_replacements
 from ragtrail.instrumentation._vectorstore import filter_json, vector_receipt
 from ragtrail.instrumentation.langchain._common import (
@@ -244,6 +244,8 @@ class VectorStoreRetrieval(RetrieverCall):
         if s.recording and store is not None:
             report_store(self, s, store)
             self.shared.store_class(type(store))
+            if search_type == "mmr":  # the retriever calls the store's MMR search with its search_kwargs
+                record_mmr(s, bind(store.max_marginal_relevance_search, (query,), search_kwargs))
         self.listen((store,) if store is not None else ())
         self.threshold = threshold
         return s
@@ -572,6 +574,29 @@ class VectorSearch(DocsSearch):
     by_vector = True
 
 
+class MmrSearch(DocsSearch):
+    """``max_marginal_relevance_search`` called directly: LangChain fetches ``fetch_k`` candidates
+    and picks ``k`` by maximal marginal relevance in Python. The trade-off it ran with
+    (``lambda_mult``, 1 = relevance only; the method's own default when not passed) is the MMR
+    lambda, and a finding says the ``fetch_k`` candidates it did not pick are not recorded."""
+
+    def open(self) -> Stage:
+        s = super().open()
+        if s.recording:
+            record_mmr(s, self.arguments)
+        return s
+
+
+def record_mmr(s: Stage, arguments: Mapping[str, Any]) -> None:
+    """An MMR search's ``lambda_mult`` as the MMR lambda, and the finding naming its ``fetch_k``
+    pool (the method's own defaults when the caller left them out)."""
+    lam, fetch_k = arguments.get("lambda_mult"), arguments.get("fetch_k")
+    if isinstance(lam, (int, float)) and not isinstance(lam, bool):
+        s.set_attribute(sc.STAGE_MMR_LAMBDA, float(lam))
+    pool = fetch_k if isinstance(fetch_k, int) and not isinstance(fetch_k, bool) else "its default"
+    s.finding(f"maximal marginal relevance picked from {pool} fetched candidates (fetch_k): the ones it did not pick are not recorded")
+
+
 # --- the wrappers ------------------------------------------------------------------------------------
 class RetrieverWrappers:
     """The wrapt wrappers of the retrieval side, bound to one ``instrument()``'s :class:`Shared`."""
@@ -626,9 +651,10 @@ class RetrieverWrappers:
         ensure(cls, "_asimilarity_search_with_relevance_scores", apre_threshold)
         ensure(cls, "similarity_search_with_relevance_scores", self.similarity_search_with_relevance_scores)
         ensure(cls, "asimilarity_search_with_relevance_scores", self.asimilarity_search_with_relevance_scores)
-        for name in ("similarity_search", "max_marginal_relevance_search"):
-            ensure(cls, name, self.docs_search(DocsSearch), skip=skip)
-            ensure(cls, f"a{name}", self.adocs_search(DocsSearch))
+        ensure(cls, "similarity_search", self.docs_search(DocsSearch), skip=skip)
+        ensure(cls, "asimilarity_search", self.adocs_search(DocsSearch))
+        ensure(cls, "max_marginal_relevance_search", self.docs_search(MmrSearch), skip=skip)
+        ensure(cls, "amax_marginal_relevance_search", self.adocs_search(MmrSearch))
         ensure(cls, "similarity_search_by_vector", self.docs_search(VectorSearch), skip=skip)
         ensure(cls, "asimilarity_search_by_vector", self.adocs_search(VectorSearch))
         ensure(cls, "similarity_search_with_score_by_vector", scored_by_vector, skip=skip)
