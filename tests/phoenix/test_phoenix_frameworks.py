@@ -4,6 +4,7 @@ ragtrail into a real Phoenix: every stage as Phoenix shows it, against the docum
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from typing import Any
 
@@ -160,3 +161,58 @@ def test_llama_index_retriever_and_postprocessor_in_phoenix(phoenix, content_mod
     shown = phoenix.wait_for_spans(project, ps.trace_id_of(memory), len(sent))
     kinds, with_reason = check_every_stage(shown, sent, content_mode, {f"n{i}": {"i": i} for i in range(len(TEXTS))})
     assert {"retrieve", "filter"} <= kinds and with_reason > 0
+
+
+def test_langchain_compression_with_the_genai_mirror_alone_in_phoenix(phoenix):
+    """GenAI mirror only: the ContextualCompressionRetriever stage's ``gen_ai.retrieval.documents``
+    (the compressed documents) and the inner retrievers', as Phoenix reads them back."""
+    from langchain_classic.retrievers import ContextualCompressionRetriever, EnsembleRetriever
+    from langchain_classic.retrievers.document_compressors import DocumentCompressorPipeline, EmbeddingsFilter
+    from langchain_community.retrievers import BM25Retriever
+    from langchain_core.documents import Document
+    from langchain_core.embeddings import Embeddings
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from ragtrail.instrumentation.langchain import LangChainInstrumentor
+
+    class HashEmbeddings(Embeddings):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [hash_vector(t) for t in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            return hash_vector(text)
+
+    ragtrail.set_capture(content="off", mirror_openinference=False)
+    docs = [Document(page_content=t, id=f"doc{i}") for i, t in enumerate(TEXTS)]
+    with ps.sending(phoenix, "langchain-genai-only") as (provider, memory):
+        instrumentor = LangChainInstrumentor()
+        instrumentor.instrument(tracer_provider=provider)
+        try:
+            embeddings = HashEmbeddings()
+            bm25 = BM25Retriever.from_documents(docs, k=3)
+            store = InMemoryVectorStore(embeddings)
+            store.add_documents(docs)
+            ensemble = EnsembleRetriever(retrievers=[bm25, store.as_retriever(search_kwargs={"k": 3})])
+            compressor = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=embeddings, similarity_threshold=0.5)])
+            retriever = ContextualCompressionRetriever(base_compressor=compressor, base_retriever=ensemble)
+            with ragtrail.stage("pipeline", "app", tracer=provider.get_tracer("app")):
+                kept = retriever.invoke("cats in the park")
+        finally:
+            instrumentor.uninstrument()
+        sent = list(memory.get_finished_spans())
+    shown = phoenix.wait_for_spans("langchain-genai-only", ps.trace_id_of(memory), len(sent))
+    by_name = {s["name"]: s for s in shown}
+    # the compressed documents, with the similarity EmbeddingsFilter left in each one's state
+    want = [{"id": f"doc{TEXTS.index(d.page_content)}", "score": d.state["query_similarity_score"]} for d in kept]
+    assert len(want) == 2
+    outer = by_name["retrieve ContextualCompressionRetriever"]
+    assert outer["span_kind"] == "RETRIEVER"
+    assert json.loads(outer["attributes"]["gen_ai.retrieval.documents"]) == want
+    assert ps.documents(outer["attributes"], "retrieval.documents") == want  # Phoenix's conversion of the GenAI list
+    for name in ("retrieve BM25Retriever", "retrieve VectorStoreRetriever"):
+        inner = by_name[name]["attributes"]
+        cards = json.loads(inner["gen_ai.retrieval.documents"])
+        assert len(cards) == 3 and all(set(c) == {"id", "score"} for c in cards)
+        assert ps.documents(inner, "retrieval.documents") == cards
+    sent_outer = [s for s in sent if s.name == "retrieve ContextualCompressionRetriever"][0]
+    assert sent_outer.attributes[sc.COLUMN_SCORE_KIND] == sc.SCORE_SIMILARITY

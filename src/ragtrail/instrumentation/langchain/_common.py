@@ -229,15 +229,26 @@ def _score_value(value: Any) -> float | None:
     return _float_or_none(value)
 
 
+def _state_similarity(doc: Any) -> float | None:
+    """``EmbeddingsFilter``'s similarity, left in the returned Document's ``state``."""
+    state = getattr(doc, "state", None)
+    return _score_value(state.get("query_similarity_score")) if isinstance(state, dict) else None
+
+
 def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> None:
     """The scores LangChain libraries leave in a Document's metadata, for candidates that have none:
     ``relevance_score`` is a reranker's (``rerank``: CohereRerank, FlashrankRerank, Jina ...);
     ``score`` a retriever's own, of the kind an earlier stage of this pipeline gave the candidate,
-    else ``none`` (not known)."""
+    else ``none`` (not known); ``query_similarity_score`` in a ``_DocumentWithState``'s state is
+    ``EmbeddingsFilter``'s similarity (what a ``ContextualCompressionRetriever`` returns)."""
     state: PipelineState | None = None
     looked = False
     for candidate, doc in zip(candidates, docs, strict=False):
         if candidate.score is not None:
+            continue
+        similarity = _state_similarity(doc)
+        if similarity is not None:
+            candidate.score, candidate.score_kind = similarity, sc.SCORE_SIMILARITY
             continue
         metadata = getattr(doc, "metadata", None)
         if not isinstance(metadata, dict):
