@@ -6,6 +6,7 @@ under SQLAlchemy's label, the JSONB filter), no alarm, and the server receives t
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,7 +37,9 @@ def pg() -> Iterator[Postgres]:
 def plain_statements(pg: Postgres, env: dict[str, str], tmp_path: Path) -> int:
     """The statements one plain run of the app sends (after a first run made its tables)."""
     before = pg.statements()
-    subprocess.run([sys.executable, str(APPS / "pgvector_langchain.py")], env={**_clean_env(), **env}, cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, str(APPS / "pgvector_langchain.py")], env={**_clean_env(), **env}, cwd=tmp_path, check=True, capture_output=True, timeout=300
+    )
     return pg.statements() - before
 
 
@@ -61,8 +64,19 @@ def test_langchain_postgres_app(pg: Postgres, tmp_path: Path) -> None:
         (retriever, 3, "langchain_core.vectorstores.base.VectorStoreRetriever", [line[0] for line in retrieved], None),
     ):
         outer, inner = stages
-        assert (outer["kind"], outer["component"], outer["knobs"], outer["status"], outer["findings"]) == ("retrieve", component, {"top_k": k}, "ok", [])
-        assert (inner["kind"], inner["component"], inner["collection"], inner["knobs"]) == ("retrieve", "psycopg.Cursor", "langchain_pg_embedding", {"top_k": k})
+        assert (outer["kind"], outer["component"], outer["knobs"], outer["status"], outer["findings"]) == (
+            "retrieve",
+            component,
+            {"top_k": k},
+            "ok",
+            [],
+        )
+        assert (inner["kind"], inner["component"], inner["collection"], inner["knobs"]) == (
+            "retrieve",
+            "psycopg.Cursor",
+            "langchain_pg_embedding",
+            {"top_k": k},
+        )
         assert inner["parent_span_id"] == outer["span_id"] and inner["findings"] == [] and inner["query"] is None
         # the store's own ids (langchain_pg_embedding.id, labelled langchain_pg_embedding_id by SQLAlchemy)
         for stage in (outer, inner):
@@ -73,8 +87,6 @@ def test_langchain_postgres_app(pg: Postgres, tmp_path: Path) -> None:
             assert [round(c["score"], 4) for c in outer["candidates"]] == scores
     assert direct[0]["query"]["text"] == "cats" and retriever[0]["query"]["text"] == "kitty"
     # the JSONB filter as SQLAlchemy bound it (the collection's uuid is the run's own)
-    import json
-
     where = json.loads(direct[1]["filter"])
     assert where["params"][1:] == ["$.topic == $value", {"value": "animals"}]
     assert where["where"].startswith("langchain_pg_embedding.collection_id = %(collection_id_1)s::UUID AND jsonb_path_match(")
