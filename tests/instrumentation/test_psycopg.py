@@ -480,3 +480,28 @@ def test_sqlalchemy_orm_through_the_psycopg_driver(pg, instrumentor, span_export
         scores=[r[1] for r in scored],
         filter_json='{"params":["news"],"where":"items.category = %(category_1)s::VARCHAR"}',
     )
+
+
+def test_labelled_id_and_content_columns_as_sqlalchemy_writes_them(conn, instrumentor, span_exporter) -> None:
+    """SQLAlchemy labels every column (``items.id AS items_id``, langchain-postgres' query): the id
+    and content columns are found through the select list, also after a Jsonb filter parameter."""
+    from psycopg.types.json import Jsonb
+
+    sql = (
+        "SELECT items.id AS items_id, items.content AS items_content, items.embedding <=> %(embedding_1)s AS distance "
+        "FROM items WHERE items.category = %(category_1)s AND %(meta_1)s::jsonb IS NOT NULL ORDER BY distance ASC LIMIT %(param_1)s"
+    )
+    params = {"embedding_1": QUERY, "category_1": "news", "meta_1": Jsonb({"value": ["news", 1]}), "param_1": 2}
+    rows = conn.execute(sql, params).fetchall()
+    assert rows == bare(conn, sql, params)
+    [span] = retrieve_spans(span_exporter)
+    check_span(
+        span,
+        span_exporter.get_finished_spans(),
+        [r[0] for r in rows],
+        top_k=2,
+        kind=sc.SCORE_DISTANCE,
+        scores=[r[2] for r in rows],
+        contents=[r[1] for r in rows],
+        filter_json='{"params":["news",{"value":["news",1]}],"where":"items.category = %(category_1)s AND %(meta_1)s::jsonb IS NOT NULL"}',
+    )

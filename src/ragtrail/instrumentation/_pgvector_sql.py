@@ -70,6 +70,9 @@ class Search:
     score_alias: str | None = None
     score_kind: str | None = None  # of that column: the operator's distance, or a similarity form
     star_before_score: bool = False  # a ``*`` precedes it: its position in the result is not known from the text
+    # the select list's plain column references, by position (``None`` for any other item), up to the
+    # first ``*``: ``t.id AS t_id`` (SQLAlchemy's labels) is the ``id`` column under another name
+    columns: tuple[str | None, ...] = ()
 
 
 def statement_text(query: Any, context: Any) -> str | None:
@@ -307,7 +310,21 @@ def _parse(text: str) -> Search | None:
         score_alias=selected[score_item][1] if score_item is not None else None,
         score_kind=kind,
         star_before_score=any(expr.strip().endswith("*") for expr, _a in selected[: (score_item or 0) + 1]),
+        columns=_column_names(selected),
     )
+
+
+def _column_names(selected: list[tuple[str, str | None]]) -> tuple[str | None, ...]:
+    """Each select item's column name when it is a plain (possibly qualified) column reference."""
+    names: list[str | None] = []
+    for expr, _alias_name in selected:
+        expr = expr.strip()
+        if expr.endswith("*"):
+            break
+        match = _IDENT.fullmatch(expr)
+        last = expr.rsplit(".", 1)[-1] if match is not None else None
+        names.append(None if last is None else last[1:-1] if last.startswith('"') else last.lower())
+    return tuple(names)
 
 
 def _table(text: str, masked: str, clauses: Mapping[str, tuple[int, int]]) -> str | None:

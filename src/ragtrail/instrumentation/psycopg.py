@@ -162,6 +162,10 @@ def _plain_param(value: Any) -> Any:
         return value
     if isinstance(value, (list, tuple)):
         return [_plain_param(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(key): _plain_param(item) for key, item in value.items()}
+    if type(value).__name__ in ("Json", "Jsonb") and hasattr(value, "obj"):
+        return _plain_param(value.obj)  # psycopg's JSON wrappers (SQLAlchemy binds JSONB through them)
     return str(value)
 
 
@@ -199,12 +203,21 @@ class _Columns:
 
 
 def _columns(names: Sequence[str], search: Search, id_column: str) -> _Columns:
-    ident = names.index(id_column) if id_column in names else None
+    ident = names.index(id_column) if id_column in names else _referenced(search, id_column, len(names))
     score = search.score_item
     if score is not None and search.star_before_score:
         score = names.index(search.score_alias) if search.score_alias in names else None
     content = next((i for i, name in enumerate(names) if name in CONTENT_KEYS), None)
+    if content is None:
+        content = next((i for i, name in enumerate(search.columns) if name in CONTENT_KEYS and i < len(names)), None)
     return _Columns(ident, score if score is not None and score < len(names) else None, content)
+
+
+def _referenced(search: Search, id_column: str, width: int) -> int | None:
+    """The position of the select item that is the id column under another name (``t.id AS t_id``,
+    as SQLAlchemy labels every column), or ``None``."""
+    position = search.columns.index(id_column) if id_column in search.columns else None
+    return position if position is not None and position < width else None
 
 
 def _loader(cursor: Any, result: Any, column: int) -> Callable[[Any], Any]:

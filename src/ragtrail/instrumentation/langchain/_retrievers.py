@@ -61,6 +61,9 @@ _WITH_SCORE_KIND = {
     "Chroma": sc.SCORE_DISTANCE,
     "Qdrant": sc.SCORE_SIMILARITY,
     "QdrantVectorStore": sc.SCORE_SIMILARITY,
+    # langchain-postgres: the ordering distance itself for every strategy (cosine and euclidean
+    # distance, pgvector's negative inner product): lower is better
+    "PGVector": sc.SCORE_DISTANCE,
 }
 
 
