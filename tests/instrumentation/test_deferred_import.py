@@ -152,6 +152,29 @@ CASES = {
     """,
         ["retrieve search"],
     ),
+    "pinecone": (
+        "ragtrail.instrumentation.pinecone",
+        "PineconeInstrumentor",
+        ["pinecone"],
+        """
+        import json, threading
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                data = json.dumps({"matches": [{"id": "a", "score": 0.5}], "namespace": "", "usage": {"readUnits": 1}}).encode()
+                self.send_response(200); self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data))); self.end_headers(); self.wfile.write(data)
+            def log_message(self, *a): pass
+        server = HTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        from pinecone import Pinecone
+        with Pinecone(api_key="k").Index(host="http://127.0.0.1:%d" % server.server_address[1]) as index:
+            index.query(vector=[0.0, 1.0], top_k=1)
+        server.shutdown()
+    """,
+        ["retrieve query"],
+    ),
     "psycopg2": (
         "ragtrail.instrumentation.psycopg2",
         "Psycopg2Instrumentor",
