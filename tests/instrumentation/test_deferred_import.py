@@ -152,6 +152,31 @@ CASES = {
     """,
         ["retrieve search"],
     ),
+    "elasticsearch": (
+        "ragtrail.instrumentation.elasticsearch",
+        "ElasticsearchInstrumentor",
+        ["elasticsearch"],
+        """
+        import json, threading
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                hits = {"total": {"value": 1, "relation": "eq"}, "hits": [{"_id": "a", "_score": 0.5}]}
+                data = json.dumps({"took": 1, "timed_out": False, "hits": hits}).encode()
+                self.send_response(200); self.send_header("Content-Type", "application/json"); self.send_header("X-Elastic-Product", "Elasticsearch")
+                self.send_header("Content-Length", str(len(data))); self.end_headers(); self.wfile.write(data)
+            def log_message(self, *a): pass
+        server = HTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        from elasticsearch import Elasticsearch
+        with Elasticsearch("http://127.0.0.1:%d" % server.server_address[1]) as es:
+            es.search(index="i", knn={"field": "v", "query_vector": [0.0, 1.0], "k": 1, "num_candidates": 5})
+        server.shutdown()
+    """,
+        ["retrieve search"],
+    ),
     "pinecone": (
         "ragtrail.instrumentation.pinecone",
         "PineconeInstrumentor",
