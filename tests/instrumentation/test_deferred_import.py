@@ -152,6 +152,54 @@ CASES = {
     """,
         ["retrieve search"],
     ),
+    "elasticsearch": (
+        "ragtrail.instrumentation.elasticsearch",
+        "ElasticsearchInstrumentor",
+        ["elasticsearch"],
+        """
+        import json, threading
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                hits = {"total": {"value": 1, "relation": "eq"}, "hits": [{"_id": "a", "_score": 0.5}]}
+                data = json.dumps({"took": 1, "timed_out": False, "hits": hits}).encode()
+                self.send_response(200); self.send_header("Content-Type", "application/json"); self.send_header("X-Elastic-Product", "Elasticsearch")
+                self.send_header("Content-Length", str(len(data))); self.end_headers(); self.wfile.write(data)
+            def log_message(self, *a): pass
+        server = HTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        from elasticsearch import Elasticsearch
+        with Elasticsearch("http://127.0.0.1:%d" % server.server_address[1]) as es:
+            es.search(index="i", knn={"field": "v", "query_vector": [0.0, 1.0], "k": 1, "num_candidates": 5})
+        server.shutdown()
+    """,
+        ["retrieve search"],
+    ),
+    "pinecone": (
+        "ragtrail.instrumentation.pinecone",
+        "PineconeInstrumentor",
+        ["pinecone"],
+        """
+        import json, threading
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                data = json.dumps({"matches": [{"id": "a", "score": 0.5}], "namespace": "", "usage": {"readUnits": 1}}).encode()
+                self.send_response(200); self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data))); self.end_headers(); self.wfile.write(data)
+            def log_message(self, *a): pass
+        server = HTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        from pinecone import Pinecone
+        with Pinecone(api_key="k").Index(host="http://127.0.0.1:%d" % server.server_address[1]) as index:
+            index.query(vector=[0.0, 1.0], top_k=1)
+        server.shutdown()
+    """,
+        ["retrieve query"],
+    ),
     "psycopg2": (
         "ragtrail.instrumentation.psycopg2",
         "Psycopg2Instrumentor",

@@ -1,0 +1,155 @@
+"""Elasticsearch (no server can run here: no Docker, no Java download) at the transport: the
+elasticsearch client runs unpatched against a real HTTP server on 127.0.0.1 answering ``_search``
+with the documented response shape (``hits.hits[]._id/_score/_source``, ``hits.total``). Exact
+attributes for kNN, BM25 ``match``, hybrid and RRF searches; the requests are the same with and
+without ragtrail; a failing search passes through untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+elasticsearch = pytest.importorskip("elasticsearch")
+
+from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa: E402
+from opentelemetry.trace import StatusCode  # noqa: E402
+
+import spanutil  # noqa: E402
+from loopback_http import Loopback, serve  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
+from ragtrail.instrumentation.elasticsearch import FUSED, ElasticsearchInstrumentor  # noqa: E402
+from storeutil import Expected, check_span  # noqa: E402
+
+HEADERS = {"X-Elastic-Product": "Elasticsearch"}
+VECTOR = [0.3, 0.1, 1.2]
+HITS = [
+    {"_index": "image-index", "_id": "3", "_score": 0.9183, "_source": {"title": "Sunset", "text": "a red sunset"}},
+    {"_index": "image-index", "_id": "7", "_score": 0.8551, "_source": {"title": "Beach", "text": "a quiet beach"}},
+]
+
+
+def respond(method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
+    if path == "/missing/_search":
+        error = {"type": "index_not_found_exception", "reason": "no such index [missing]", "index": "missing"}
+        return 404, {"error": {"root_cause": [error], **error}, "status": 404}, HEADERS
+    size = body.get("size") or (body.get("knn") or {}).get("k") or 10
+    hits = HITS[:size]
+    total = {"value": 40, "relation": "eq"}
+    return (
+        200,
+        {
+            "took": 5,
+            "timed_out": False,
+            "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+            "hits": {"total": total, "max_score": hits[0]["_score"], "hits": hits},
+        },
+        HEADERS,
+    )
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Loopback]:
+    with serve(respond) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def instrumentor() -> Iterator[ElasticsearchInstrumentor]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inst = ElasticsearchInstrumentor()
+    inst.instrument(tracer_provider=provider)
+    inst.exporter = exporter
+    yield inst
+    inst.uninstrument()
+
+
+@pytest.fixture
+def exporter(instrumentor: ElasticsearchInstrumentor) -> Iterator[Any]:
+    instrumentor.exporter.clear()
+    yield instrumentor.exporter
+
+
+@pytest.fixture
+def client(server: Loopback, instrumentor: ElasticsearchInstrumentor) -> Iterator[Any]:
+    with elasticsearch.Elasticsearch(server.url) as es:
+        yield es
+
+
+def expect(resp: Any, **kw: Any) -> Expected:
+    hits = resp["hits"]["hits"]
+    kw.setdefault("component", "elasticsearch.Elasticsearch.search")
+    kw.setdefault("collection", "image-index")
+    return Expected(ids=[h["_id"] for h in hits], scores=[h["_score"] for h in hits], contents=[h["_source"]["text"] for h in hits], **kw)
+
+
+def test_knn_search_exact_span_and_no_request_of_ours(client, server, exporter) -> None:
+    knn = {"field": "image-vector", "query_vector": VECTOR, "k": 2, "num_candidates": 100, "filter": {"term": {"file-type": "png"}}}
+
+    def search() -> Any:
+        return client.search(index="image-index", knn=knn, source=["title", "text"])
+
+    before = len(server.requests)
+    with suppress_instrumentation():
+        bare = search()
+    bare_requests = server.requests[before:]
+    before = len(server.requests)
+    resp = search()
+    assert server.requests[before:] == bare_requests
+    assert resp.body == bare.body
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"knn":[{"field":"image-vector","filter":{"term":{"file-type":"png"}},"k":2,"num_candidates":100}]}'
+    check_span(span, exporter.get_finished_spans(), expect(resp, kind=sc.SCORE_SIMILARITY, top_k=2, vector=VECTOR, filter_json=want_filter))
+
+
+def test_match_query_is_bm25_with_the_query_text(client, exporter) -> None:
+    resp = client.search(index="image-index", query={"match": {"text": {"query": "sunset"}}}, size=1)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want = expect(resp, kind=sc.SCORE_BM25, top_k=1, text="sunset", filter_json='{"query":{"match":{"text":{"query":"sunset"}}}}')
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_hybrid_without_rrf_is_a_fused_score_of_no_kind(client, exporter) -> None:
+    query = {"match": {"text": "sunset"}}
+    knn = {"field": "image-vector", "query_vector": VECTOR, "k": 2, "num_candidates": 10}
+    resp = client.search(index="image-index", query=query, knn=knn, size=2)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"knn":[{"field":"image-vector","k":2,"num_candidates":10}],"query":{"match":{"text":"sunset"}}}'
+    want = expect(resp, kind=sc.SCORE_NONE, top_k=2, text="sunset", vector=VECTOR, filter_json=want_filter, findings=(FUSED,))
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_rrf_retriever_is_rrf(client, exporter) -> None:
+    retriever = {
+        "rrf": {
+            "retrievers": [
+                {"standard": {"query": {"match": {"text": "sunset"}}}},
+                {"knn": {"field": "image-vector", "query_vector": VECTOR, "k": 2, "num_candidates": 10}},
+            ],
+            "rank_window_size": 10,
+            "rank_constant": 60,
+        }
+    }
+    resp = client.search(index="image-index", retriever=retriever, size=2)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    from ragtrail.contract.receipts import canonical_json
+
+    want = expect(resp, kind=sc.SCORE_RRF, top_k=2, filter_json=canonical_json({"retriever": retriever}))
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_failing_search_passes_through_untouched(client, exporter) -> None:
+    with suppress_instrumentation(), pytest.raises(elasticsearch.NotFoundError) as bare:
+        client.search(index="missing", query={"match_all": {}})
+    with pytest.raises(elasticsearch.NotFoundError) as traced:
+        client.search(index="missing", query={"match_all": {}})
+    assert str(traced.value) == str(bare.value)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    assert span.status.status_code is StatusCode.ERROR

@@ -1,0 +1,129 @@
+"""OpenSearch (no server can run here) at the transport: opensearch-py runs unpatched against a real
+HTTP server on 127.0.0.1 answering ``_search`` with the documented k-NN response shape. Exact
+attributes for k-NN, ``match`` and hybrid searches; the requests are the same with and without
+ragtrail; a failing search passes through untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+opensearchpy = pytest.importorskip("opensearchpy")
+
+from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa: E402
+from opentelemetry.trace import StatusCode  # noqa: E402
+
+import spanutil  # noqa: E402
+from loopback_http import Loopback, serve  # noqa: E402
+from ragtrail.contract import semconv as sc  # noqa: E402
+from ragtrail.instrumentation.opensearch import FUSED, OpenSearchInstrumentor  # noqa: E402
+from storeutil import Expected, check_span  # noqa: E402
+
+VECTOR = [5.0, 4.0]
+HITS = [
+    {"_index": "hotels-index", "_id": "8", "_score": 0.8333334, "_source": {"location": [5.0, 4.0], "text": "harbour view"}},
+    {"_index": "hotels-index", "_id": "6", "_score": 0.5, "_source": {"location": [6.0, 4.0], "text": "old town"}},
+]
+
+
+def respond(method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
+    if path == "/missing/_search":
+        error = {"type": "index_not_found_exception", "reason": "no such index [missing]", "index": "missing"}
+        return 404, {"error": {"root_cause": [error], **error}, "status": 404}, {}
+    hits = HITS[: body.get("size", 10)]
+    shards = {"total": 1, "successful": 1, "skipped": 0, "failed": 0}
+    return (
+        200,
+        {
+            "took": 3,
+            "timed_out": False,
+            "_shards": shards,
+            "hits": {"total": {"value": 2, "relation": "eq"}, "max_score": hits[0]["_score"], "hits": hits},
+        },
+        {},
+    )
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Loopback]:
+    with serve(respond) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def instrumentor() -> Iterator[OpenSearchInstrumentor]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inst = OpenSearchInstrumentor()
+    inst.instrument(tracer_provider=provider)
+    inst.exporter = exporter
+    yield inst
+    inst.uninstrument()
+
+
+@pytest.fixture
+def exporter(instrumentor: OpenSearchInstrumentor) -> Iterator[Any]:
+    instrumentor.exporter.clear()
+    yield instrumentor.exporter
+
+
+@pytest.fixture
+def client(server: Loopback, instrumentor: OpenSearchInstrumentor) -> Iterator[Any]:
+    c = opensearchpy.OpenSearch(hosts=[server.url])
+    yield c
+    c.close()
+
+
+def expect(resp: Any, **kw: Any) -> Expected:
+    hits = resp["hits"]["hits"]
+    kw.setdefault("component", "opensearchpy.OpenSearch.search")
+    kw.setdefault("collection", "hotels-index")
+    return Expected(ids=[h["_id"] for h in hits], scores=[h["_score"] for h in hits], contents=[h["_source"]["text"] for h in hits], **kw)
+
+
+def test_knn_query_exact_span_and_no_request_of_ours(client, server, exporter) -> None:
+    body = {"size": 2, "query": {"knn": {"location": {"vector": VECTOR, "k": 2, "filter": {"term": {"city": "x"}}}}}}
+    before = len(server.requests)
+    with suppress_instrumentation():
+        bare = client.search(index="hotels-index", body=body)
+    bare_requests = server.requests[before:]
+    before = len(server.requests)
+    resp = client.search(index="hotels-index", body=body)
+    assert server.requests[before:] == bare_requests
+    assert resp == bare
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"query":{"knn":{"location":{"filter":{"term":{"city":"x"}},"k":2}}}}'
+    check_span(span, exporter.get_finished_spans(), expect(resp, kind=sc.SCORE_SIMILARITY, top_k=2, vector=VECTOR, filter_json=want_filter))
+
+
+def test_match_query_is_bm25(client, exporter) -> None:
+    resp = client.search(index="hotels-index", body={"size": 1, "query": {"match": {"text": "harbour"}}})
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want = expect(resp, kind=sc.SCORE_BM25, top_k=1, text="harbour", filter_json='{"query":{"match":{"text":"harbour"}}}')
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_hybrid_query_is_a_fused_score(client, exporter) -> None:
+    query = {"hybrid": {"queries": [{"match": {"text": "harbour"}}, {"knn": {"location": {"vector": VECTOR, "k": 2}}}]}}
+    resp = client.search(index="hotels-index", body={"size": 2, "query": query}, params={"search_pipeline": "nlp-search-pipeline"})
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"query":{"hybrid":{"queries":[{"match":{"text":"harbour"}},{"knn":{"location":{"k":2}}}]}}}'
+    want = expect(resp, kind=sc.SCORE_NONE, top_k=2, text="harbour", vector=VECTOR, filter_json=want_filter, findings=(FUSED,))
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_failing_search_passes_through_untouched(client, exporter) -> None:
+    with suppress_instrumentation(), pytest.raises(opensearchpy.NotFoundError) as bare:
+        client.search(index="missing", body={"query": {"match_all": {}}})
+    with pytest.raises(opensearchpy.NotFoundError) as traced:
+        client.search(index="missing", body={"query": {"match_all": {}}})
+    assert str(traced.value) == str(bare.value)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    assert span.status.status_code is StatusCode.ERROR
