@@ -15,6 +15,7 @@ Per round, interleaved (every encoder once per round, so a change in machine loa
   native       ``ragtrail_native.encode_spans(batch)``, the optional native encoder (native/ragtrail-encoder),
                when importable (``pip install ./native/ragtrail-encoder``); it must answer every batch itself
   native-32    the same in 32-span chunks (what the exporters run when it is installed)
+  native-16, native-8  (--host only) the native encoder yielding every 16 / 8 spans (finer yields, measured)
 The ``ragtrail*`` rows are the pure-Python encoder (``encode_spans_python``) whether or not the native
 one is installed.
 Every batch is checked byte-identical to the stock first. Figures: µs per span and per value (every
@@ -119,6 +120,8 @@ def encoders() -> dict[str, Callable[[Sequence[Any]], bytes]]:
         native = importlib.import_module("ragtrail_native").encode_spans
         run["native"] = lambda batch: native(batch, 0)  # None (declined) fails the byte check below
         run["native-32"] = lambda batch: native(batch, 32)
+        run["native-16"] = lambda batch: native(batch, 16)  # finer yields: measured, not the default
+        run["native-8"] = lambda batch: native(batch, 8)
     return run
 
 
@@ -172,7 +175,7 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-HOST_MODES = ("none", "stock", "ragtrail", "ragtrail-32") + (("native-32",) if native_available() else ())
+HOST_MODES = ("none", "stock", "ragtrail", "ragtrail-32") + (("native-32", "native-16", "native-8") if native_available() else ())
 
 
 def host_round(run: Callable[[str], Any], pool: list[str], batches: list[list[Any]], mode: str, idle: float) -> list[float]:

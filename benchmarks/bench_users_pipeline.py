@@ -17,7 +17,9 @@ Modes (each framework x mode in a fresh process, so no instrumentor leaks into a
                  opentelemetry-instrument skips OpenInference's LlamaIndex instrumentor unless
                  llama-index-multi-modal-llms-openai is installed)
 Every mode has a real SDK ``TracerProvider`` + ``BatchSpanProcessor`` into an exporter that encodes OTLP
-protobuf in this process (``encode_spans(...).SerializeToString()``) and drops the bytes. Rounds are
+protobuf in this process as each tool's users would, and drops the bytes: ragtrail through its exporters'
+encoder (``ragtrail.export.otlp_encode.encode_request``: native when installed, 32-span chunks), none and
+OpenInference through the stock one (``encode_spans(...).SerializeToString()``). Rounds are
 interleaved: every round runs every framework x mode once, so a change in machine load hits all alike.
 
 Figures per framework and mode: added p50 (ms, and x none), p95 x none, CPU per query x none
@@ -202,10 +204,15 @@ class EncodingExporter:
     """Encodes every batch as OTLP protobuf, as an OTLP exporter does in the app's process, then drops
     the bytes. When ``counting`` is on it also counts spans, attributes and events."""
 
-    def __init__(self) -> None:
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    def __init__(self, mode: str = "none") -> None:
+        if mode == "ragtrail":  # as ragtrail's users export: its exporters' encoder (native when installed)
+            from ragtrail.export.otlp_encode import encode_request
 
-        self._encode = encode_spans
+            self._encode: Callable[[Any], bytes] = encode_request
+        else:  # as OpenInference's users (and the bare app) export: the stock OTLP encoder
+            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+            self._encode = lambda spans: encode_spans(spans).SerializeToString()
         self.counting = False
         # values: every attribute value, an array's elements one each (what the exporter encodes one by
         # one); records: the candidates and exclusions ragtrail recorded, as a reader decodes them
@@ -214,7 +221,7 @@ class EncodingExporter:
     def export(self, spans: Any) -> Any:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
-        data = self._encode(spans).SerializeToString()
+        data = self._encode(spans)
         if self.counting:
             c = self.counts
             c["bytes"] += len(data)
@@ -240,7 +247,7 @@ def worker(framework: str, mode: str, queries: int, warmup: int, chunks: int) ->
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    exporter = EncodingExporter()
+    exporter = EncodingExporter(mode)
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(exporter))  # the SDK's defaults, as users run it
     trace.set_tracer_provider(provider)
