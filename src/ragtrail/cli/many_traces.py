@@ -317,13 +317,17 @@ def stats_cmd(
     from ragtrail.inspect.stats import Stats
 
     filters = (since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version)
-    store, note = choose(source, engine, narrowed=any(f is not None for f in filters) or limit is not None)
+    narrowed = any(f is not None for f in filters) or limit is not None
+    pushed = _pushdown_stats(source, engine, narrowed, timeout, lookback)
+    store, note = (None, None) if pushed is not None else choose(source, engine, narrowed)
     if note is not None:
         stderr().print(f"ragtrail: note: {note}", highlight=False, markup=False, soft_wrap=True)
     flt = _make_filter(*filters, key=_read_key(key_file))
     stats = Stats()
     read: list[ServerRead] = []
-    if store is not None:
+    if pushed is not None:
+        stats = pushed
+    elif store is not None:
         stats = _columnar_stats(store)
     else:
         for r in _records(
@@ -332,7 +336,7 @@ def stats_cmd(
             stats.add(r)
     if not stats.traces:
         raise errors.TraceNotFound("no trace matches", "loosen the filters or check --source")
-    result = stats.as_dict() if store is None else _columnar_dict(stats)
+    result = stats.as_dict() if store is None and pushed is None else _columnar_dict(stats, "ClickHouse" if pushed is not None else "chdb")
     if _read_field(read) is not None:
         result["server_read"] = _read_field(read)
     if as_json:
@@ -357,12 +361,30 @@ def _columnar_stats(store: Any) -> Any:
         engine.close()
 
 
-def _columnar_dict(stats: Any) -> dict[str, Any]:
+def _pushdown_stats(source: str | None, engine: str, narrowed: bool, timeout: float, lookback: str) -> Any:
+    """``stats`` computed by a ClickHouse server in SQL (``--engine columnar`` with a
+    ``clickhouse+http://`` source and no filter but the lookback), else ``None``: the statements of
+    ``inspect.columnar.sql`` over the server's ``otel_traces``, the same SQL the embedded engine runs."""
+    from ragtrail.inspect import columnar
+    from ragtrail.inspect.columnar.spans import subquery
+    from ragtrail.inspect.sources import open_source
+    from ragtrail.inspect.sources.clickhouse import ClickHouseSource
+
+    if engine != "columnar" or not (source or "").startswith("clickhouse+"):
+        return None
+    if narrowed:
+        raise errors.UsageError("--engine columnar over ClickHouse takes no filter but --lookback", "drop the filters and --limit, or use --engine python")
+    server = open_source(source, timeout=timeout)
+    assert isinstance(server, ClickHouseSource)
+    return columnar.stats(server, subquery(server.window_table(lookback)))
+
+
+def _columnar_dict(stats: Any, where: str = "chdb") -> dict[str, Any]:
     """The columnar result, and the one line saying what SQL did not compute."""
     from ragtrail.inspect import columnar
 
     stderr().print(
-        "ragtrail: note: aggregated in chdb (columnar); insights and fidelity alarms are not computed there (--engine python computes them)",
+        f"ragtrail: note: aggregated in {where} (columnar); insights and fidelity alarms are not computed there (--engine python computes them)",
         highlight=False,
         markup=False,
         soft_wrap=True,

@@ -160,6 +160,21 @@ class ClickHouseSource(HttpSource):
                 )
         self._checked = True
 
+    def window_table(self, lookback: str | None = "1h") -> str:
+        """``otel_traces`` cut to the traces :meth:`search_all` would read with no query and no limit
+        (every span of each trace carrying ``ragtrail.schema`` with a span in the lookback), as a
+        ``FROM`` target for pushdown SQL (``inspect.columnar.spans.subquery``). The schema is checked
+        first; the database name was validated and the bound is an integer, so nothing typed is pasted."""
+        self.check_schema()
+        seconds = lookback_seconds(lookback or "1h")
+        lo = time.time_ns() - seconds * 1_000_000_000 if seconds else 0
+        table = f"{self.database}.{TABLE}"
+        ids = (
+            f"SELECT TraceId FROM {table} WHERE toUnixTimestamp64Nano(Timestamp) >= {int(lo)} AND TraceId != '' "
+            f"AND mapContains(SpanAttributes, '{sc.SCHEMA}')"
+        )
+        return f"{table} WHERE TraceId IN ({ids})"
+
     # --- reading traces -----------------------------------------------------------------------------
     def traces(self, trace_ids: list[str]) -> Iterator[Trace]:
         """The traces ``trace_ids``, in that order, read in batches (an id with no span is skipped)."""
