@@ -373,7 +373,9 @@ def _pushdown_stats(source: str | None, engine: str, narrowed: bool, timeout: fl
     if engine != "columnar" or not (source or "").startswith("clickhouse+"):
         return None
     if narrowed:
-        raise errors.UsageError("--engine columnar over ClickHouse takes no filter but --lookback", "drop the filters and --limit, or use --engine python")
+        raise errors.UsageError(
+            "--engine columnar over ClickHouse takes no filter but --lookback", "drop the filters and --limit, or use --engine python"
+        )
     server = open_source(source, timeout=timeout)
     assert isinstance(server, ClickHouseSource)
     return columnar.stats(server, subquery(server.window_table(lookback)))
