@@ -101,6 +101,21 @@ def test_compare_through_clickhouse_equals_the_local_store(loaded: Loaded) -> No
     assert local["paired"] == TRACES
 
 
+def test_compare_pushed_down_to_clickhouse_equals_the_python_path(loaded: Loaded) -> None:
+    """``--engine columnar``: each side's records are built by the server in SQL and paired by the
+    Python compare; the whole JSON equals the Python path's on the local stores (but the names)."""
+    a, b = loaded.clickhouse.source("side_a"), loaded.clickhouse.source("side_b")
+    pushed = _json("compare", a, b, "--lookback", "24h", "--engine", "columnar")
+    local = _json("compare", str(loaded.a), str(loaded.b), "--engine", "python")
+    for side, name, store in (("a", a, loaded.a), ("b", b, loaded.b)):
+        assert pushed[side].pop("name") == name
+        assert local[side].pop("name") == str(store)
+    for key in ("questions", "only_in_a", "only_in_b"):  # newest first from a server, file order from a store
+        pushed[key].sort(key=lambda q: q["query_sha256"])
+        local[key].sort(key=lambda q: q["query_sha256"])
+    assert pushed == local
+
+
 def test_ls_limit_reads_that_many_traces_and_says_so(loaded: Loaded) -> None:
     result = rb.ragtrail_cli("ls", "--source", loaded.clickhouse.source("side_a"), "--lookback", "24h", "--limit", "7")
     assert result.returncode == 0, result.stderr

@@ -555,8 +555,9 @@ def compare_cmd(
     server = {"timeout": timeout, "lookback": lookback, "limit": limit}
     stores = _compare_stores(side_a, side_b, source, engine, narrowed=key is not None or limit is not None)
     # A is held (one compact record per question); B streams past it, each trace paired as it is read
-    a = _read_side("A", side_a, source, SideSummary, key, reads["A"], server, _store_records(stores, 0))
-    b = _read_side("B", side_b, source, lambda label: StreamedSide(label, against=a), key, reads["B"], server, _store_records(stores, 1))
+    a = _read_side("A", side_a, source, SideSummary, key, reads["A"], server, _store_records(stores, 0, timeout, lookback))
+    b_records = _store_records(stores, 1, timeout, lookback)
+    b = _read_side("B", side_b, source, lambda label: StreamedSide(label, against=a), key, reads["B"], server, b_records)
     result = compare(a, b)
     for name, read in reads.items():
         if _read_field(read) is not None:
@@ -570,13 +571,42 @@ def compare_cmd(
     return errors.EXIT_OK
 
 
-def _store_records(stores: tuple[Any, Any] | None, index: int) -> Iterable[Any] | None:
-    """Side ``index``'s records through the columnar engine, or ``None`` for the Python reader."""
+def _store_records(stores: tuple[Any, Any] | None, index: int, timeout: float, lookback: str) -> Iterable[Any] | None:
+    """Side ``index``'s records through the columnar engine (a ``clickhouse+`` spec: computed by that
+    server), or ``None`` for the Python reader."""
     if stores is None:
         return None
     from ragtrail.inspect.columnar.store import side_records
 
+    if isinstance(stores[index], str):
+        return _pushdown_records(stores[index], timeout, lookback)
     return side_records(stores[index])
+
+
+def _pushdown_records(spec: str, timeout: float, lookback: str) -> Iterable[Any]:
+    """The compare records of a ClickHouse server's traces in the lookback, each built by the server
+    in SQL (``inspect.columnar.compare``'s statement, the embedded engine's), streamed newest first."""
+    from ragtrail.inspect.columnar.compare import records
+    from ragtrail.inspect.columnar.spans import subquery
+    from ragtrail.inspect.sources import open_source
+    from ragtrail.inspect.sources.clickhouse import ClickHouseSource
+
+    server = open_source(spec, timeout=timeout)
+    assert isinstance(server, ClickHouseSource)
+    return records(_Tuples(server), subquery(server.window_table(lookback)), server.recency_order())
+
+
+@dataclass
+class _Tuples:
+    """A ClickHouse source as a ``SqlRunner`` that streams rows as tuples (``records`` streams when it can)."""
+
+    server: Any
+
+    def run_sql(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        return list(self.stream_sql(sql, params))
+
+    def stream_sql(self, sql: str, params: Any = None) -> Iterator[tuple[Any, ...]]:
+        yield from self.server.stream_tuples(sql, params)
 
 
 def _compare_stores(side_a: str, side_b: str, source: str | None, engine: str, narrowed: bool) -> tuple[Any, Any] | None:
@@ -586,6 +616,10 @@ def _compare_stores(side_a: str, side_b: str, source: str | None, engine: str, n
 
     if engine == "python" or (engine == "auto" and (narrowed or any(s.startswith(_SELECTORS) for s in (side_a, side_b)))):
         return None
+    if engine == "columnar" and all(s.startswith("clickhouse+") for s in (side_a, side_b)):
+        if narrowed:
+            raise errors.UsageError("--engine columnar over ClickHouse takes no --limit or --key-file", "drop them, or use --engine python")
+        return side_a, side_b  # computed by the servers (_pushdown_records)
     if any(s.startswith(_SELECTORS) for s in (side_a, side_b)):
         raise errors.UsageError("--engine columnar compares two whole local stores", "name two store directories, or use --engine python")
     chosen = [choose(side, engine, narrowed) for side in (side_a, side_b)]

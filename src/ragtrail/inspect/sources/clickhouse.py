@@ -86,6 +86,11 @@ class ClickHouseSource(HttpSource):
         unqualified table names are in this source's database."""
         return [tuple(row) for row in self._stream(sql, params, "JSONCompactEachRow")]
 
+    def stream_tuples(self, sql: str, params: Mapping[str, Any] | None = None) -> Iterator[tuple[Any, ...]]:
+        """:meth:`run_sql`'s rows one at a time as the server sends them (bounded memory)."""
+        for row in self._stream(sql, params, "JSONCompactEachRow"):
+            yield tuple(row)
+
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """:meth:`run_sql`'s rows as objects keyed by column name."""
         return list(self.stream_sql(sql, params))
@@ -174,6 +179,11 @@ class ClickHouseSource(HttpSource):
             f"AND mapContains(SpanAttributes, '{sc.SCHEMA}')"
         )
         return f"{table} WHERE TraceId IN ({ids})"
+
+    def recency_order(self) -> str:
+        """``TraceId, OrderKey`` per trace, newest first as :meth:`search_all` reads them (the order
+        subquery ``inspect.columnar.compare.records`` takes)."""
+        return f"SELECT TraceId, -max(toUnixTimestamp64Nano(Timestamp)) AS OrderKey FROM {self.database}.{TABLE} GROUP BY TraceId"
 
     # --- reading traces -----------------------------------------------------------------------------
     def traces(self, trace_ids: list[str]) -> Iterator[Trace]:
