@@ -285,7 +285,10 @@ def _emit(records: Iterator[Any], as_json: bool, tally: WeightTally) -> int:
     type=click.Choice(["auto", "python", "columnar"]),
     default="auto",
     show_default=True,
-    help="columnar: ingest a local store into chdb and aggregate in SQL, or have a clickhouse+http source aggregate (auto: local stores from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB, with no filter).",
+    help=(
+        "columnar: aggregate in SQL, a local store in chdb or a clickhouse+http source in its server"
+        " (auto: local stores from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB, with no filter)."
+    ),
 )
 @gc_paused()
 def stats_cmd(
@@ -523,7 +526,10 @@ def _read_side(
     type=click.Choice(["auto", "python", "columnar"]),
     default="auto",
     show_default=True,
-    help="columnar: read two local stores through chdb, or two clickhouse+http sides in their servers' SQL (auto: local stores from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB).",
+    help=(
+        "columnar: read two local stores through chdb, or two clickhouse+http sides in their servers' SQL"
+        " (auto: local stores from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB)."
+    ),
 )
 @gc_paused()
 def compare_cmd(
