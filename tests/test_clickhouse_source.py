@@ -147,8 +147,13 @@ def test_one_trace_read_back_from_the_exporter_columns(clickhouse: str) -> None:
         ),
     ],
 )
-def test_a_table_of_another_schema_is_one_line_and_exit_4(clickhouse: str, database: str, line: str) -> None:
-    result = _cli("stats", "--source", f"clickhouse+{clickhouse}/{database}")
+@pytest.mark.parametrize("engine", ["python", "columnar"])
+def test_a_table_of_another_schema_is_one_line_and_exit_4(clickhouse: str, database: str, line: str, engine: str) -> None:
+    result = _cli("stats", "--source", f"clickhouse+{clickhouse}/{database}", "--engine", engine)
+    assert result.returncode == EXIT_MALFORMED
+    assert result.stderr == f"ragtrail: error: {line.format(url=clickhouse)}\n"
+    side = f"clickhouse+{clickhouse}/{database}"
+    result = _cli("compare", side, side, "--engine", engine)
     assert result.returncode == EXIT_MALFORMED
     assert result.stderr == f"ragtrail: error: {line.format(url=clickhouse)}\n"
 
@@ -160,6 +165,27 @@ def test_a_clickhouse_that_is_down_is_one_line_and_exit_5() -> None:
     assert result.stderr == (
         f"ragtrail: error: cannot reach ClickHouse at http://127.0.0.1:{port} (otel.otel_traces) (ConnectError): "
         "start the server or fix --source / RAGTRAIL_SOURCE\n"
+    )
+
+
+@pytest.mark.parametrize("command", ["stats", "compare"])
+def test_a_clickhouse_that_is_down_is_one_line_and_exit_5_through_the_pushdown(command: str) -> None:
+    port = rb.free_port()
+    side = f"clickhouse+http://127.0.0.1:{port}/otel"
+    args = ("stats", "--source", side) if command == "stats" else ("compare", side, side)
+    result = _cli(*args, "--engine", "columnar")
+    assert result.returncode == EXIT_UNREACHABLE
+    assert result.stderr == (
+        f"ragtrail: error: cannot reach ClickHouse at http://127.0.0.1:{port} (otel.otel_traces) (ConnectError): "
+        "start the server or fix --source / RAGTRAIL_SOURCE\n"
+    )
+
+
+def test_the_pushdown_takes_no_filter_but_the_lookback() -> None:
+    result = _cli("stats", "--source", "clickhouse+http://127.0.0.1:1/otel", "--engine", "columnar", "--component", "bm25")
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr == (
+        "ragtrail: error: --engine columnar over ClickHouse takes no filter but --lookback: drop the filters and --limit, or use --engine python\n"
     )
 
 

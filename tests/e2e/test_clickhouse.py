@@ -73,6 +73,19 @@ def test_stats_through_clickhouse_equal_the_local_store(loaded: Loaded) -> None:
         assert through == _json("stats", "--source", str(store))
 
 
+def test_stats_pushed_down_to_clickhouse_equal_the_python_path(loaded: Loaded) -> None:
+    """``--engine columnar``: the server computes the aggregates in SQL; every field equals the Python
+    path's on the local store, but insights and alarms, which SQL does not compute and says so."""
+    for database, store in (("side_a", loaded.a), ("side_b", loaded.b)):
+        pushed = _json("stats", "--source", loaded.clickhouse.source(database), "--lookback", "24h", "--engine", "columnar")
+        python = _json("stats", "--source", str(store), "--engine", "python")
+        assert pushed.pop("not_computed") == ["insights", "alarms"]
+        assert pushed.pop("insights") is None and pushed.pop("alarms") is None
+        python.pop("insights")
+        python.pop("alarms")
+        assert pushed == python
+
+
 def test_compare_through_clickhouse_equals_the_local_store(loaded: Loaded) -> None:
     through = _json("compare", loaded.clickhouse.source("side_a"), loaded.clickhouse.source("side_b"), "--lookback", "24h")
     local = _json("compare", str(loaded.a), str(loaded.b))
@@ -86,6 +99,21 @@ def test_compare_through_clickhouse_equals_the_local_store(loaded: Loaded) -> No
         local[key].sort(key=lambda q: q["query_sha256"])
     assert through == local
     assert local["paired"] == TRACES
+
+
+def test_compare_pushed_down_to_clickhouse_equals_the_python_path(loaded: Loaded) -> None:
+    """``--engine columnar``: each side's records are built by the server in SQL and paired by the
+    Python compare; the whole JSON equals the Python path's on the local stores (but the names)."""
+    a, b = loaded.clickhouse.source("side_a"), loaded.clickhouse.source("side_b")
+    pushed = _json("compare", a, b, "--lookback", "24h", "--engine", "columnar")
+    local = _json("compare", str(loaded.a), str(loaded.b), "--engine", "python")
+    for side, name, store in (("a", a, loaded.a), ("b", b, loaded.b)):
+        assert pushed[side].pop("name") == name
+        assert local[side].pop("name") == str(store)
+    for key in ("questions", "only_in_a", "only_in_b"):  # newest first from a server, file order from a store
+        pushed[key].sort(key=lambda q: q["query_sha256"])
+        local[key].sort(key=lambda q: q["query_sha256"])
+    assert pushed == local
 
 
 def test_ls_limit_reads_that_many_traces_and_says_so(loaded: Loaded) -> None:

@@ -285,7 +285,10 @@ def _emit(records: Iterator[Any], as_json: bool, tally: WeightTally) -> int:
     type=click.Choice(["auto", "python", "columnar"]),
     default="auto",
     show_default=True,
-    help="columnar: ingest a local store into chdb and aggregate in SQL (auto: from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB, with no filter).",
+    help=(
+        "columnar: aggregate in SQL, a local store in chdb or a clickhouse+http source in its server"
+        " (auto: local stores from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB, with no filter)."
+    ),
 )
 @gc_paused()
 def stats_cmd(
@@ -317,13 +320,17 @@ def stats_cmd(
     from ragtrail.inspect.stats import Stats
 
     filters = (since, until, run_status, stage_status, finding, reason, component, doc, query_text, query_sha256, service_version)
-    store, note = choose(source, engine, narrowed=any(f is not None for f in filters) or limit is not None)
+    narrowed = any(f is not None for f in filters) or limit is not None
+    pushed = _pushdown_stats(source, engine, narrowed, timeout, lookback)
+    store, note = (None, None) if pushed is not None else choose(source, engine, narrowed)
     if note is not None:
         stderr().print(f"ragtrail: note: {note}", highlight=False, markup=False, soft_wrap=True)
     flt = _make_filter(*filters, key=_read_key(key_file))
     stats = Stats()
     read: list[ServerRead] = []
-    if store is not None:
+    if pushed is not None:
+        stats = pushed
+    elif store is not None:
         stats = _columnar_stats(store)
     else:
         for r in _records(
@@ -332,7 +339,7 @@ def stats_cmd(
             stats.add(r)
     if not stats.traces:
         raise errors.TraceNotFound("no trace matches", "loosen the filters or check --source")
-    result = stats.as_dict() if store is None else _columnar_dict(stats)
+    result = stats.as_dict() if store is None and pushed is None else _columnar_dict(stats, "ClickHouse" if pushed is not None else "chdb")
     if _read_field(read) is not None:
         result["server_read"] = _read_field(read)
     if as_json:
@@ -357,12 +364,32 @@ def _columnar_stats(store: Any) -> Any:
         engine.close()
 
 
-def _columnar_dict(stats: Any) -> dict[str, Any]:
+def _pushdown_stats(source: str | None, engine: str, narrowed: bool, timeout: float, lookback: str) -> Any:
+    """``stats`` computed by a ClickHouse server in SQL (``--engine columnar`` with a
+    ``clickhouse+http://`` source and no filter but the lookback), else ``None``: the statements of
+    ``inspect.columnar.sql`` over the server's ``otel_traces``, the same SQL the embedded engine runs."""
+    from ragtrail.inspect import columnar
+    from ragtrail.inspect.columnar.spans import subquery
+    from ragtrail.inspect.sources import open_source
+    from ragtrail.inspect.sources.clickhouse import ClickHouseSource
+
+    if engine != "columnar" or not (source or "").startswith("clickhouse+"):
+        return None
+    if narrowed:
+        raise errors.UsageError(
+            "--engine columnar over ClickHouse takes no filter but --lookback", "drop the filters and --limit, or use --engine python"
+        )
+    server = open_source(source, timeout=timeout)
+    assert isinstance(server, ClickHouseSource)
+    return columnar.stats(server, subquery(server.window_table(lookback)))
+
+
+def _columnar_dict(stats: Any, where: str = "chdb") -> dict[str, Any]:
     """The columnar result, and the one line saying what SQL did not compute."""
     from ragtrail.inspect import columnar
 
     stderr().print(
-        "ragtrail: note: aggregated in chdb (columnar); insights and fidelity alarms are not computed there (--engine python computes them)",
+        f"ragtrail: note: aggregated in {where} (columnar); insights and fidelity alarms are not computed there (--engine python computes them)",
         highlight=False,
         markup=False,
         soft_wrap=True,
@@ -499,7 +526,10 @@ def _read_side(
     type=click.Choice(["auto", "python", "columnar"]),
     default="auto",
     show_default=True,
-    help="columnar: read two local stores through chdb (auto: from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB).",
+    help=(
+        "columnar: read two local stores through chdb, or two clickhouse+http sides in their servers' SQL"
+        " (auto: local stores from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB)."
+    ),
 )
 @gc_paused()
 def compare_cmd(
@@ -531,8 +561,9 @@ def compare_cmd(
     server = {"timeout": timeout, "lookback": lookback, "limit": limit}
     stores = _compare_stores(side_a, side_b, source, engine, narrowed=key is not None or limit is not None)
     # A is held (one compact record per question); B streams past it, each trace paired as it is read
-    a = _read_side("A", side_a, source, SideSummary, key, reads["A"], server, _store_records(stores, 0))
-    b = _read_side("B", side_b, source, lambda label: StreamedSide(label, against=a), key, reads["B"], server, _store_records(stores, 1))
+    a = _read_side("A", side_a, source, SideSummary, key, reads["A"], server, _store_records(stores, 0, timeout, lookback))
+    b_records = _store_records(stores, 1, timeout, lookback)
+    b = _read_side("B", side_b, source, lambda label: StreamedSide(label, against=a), key, reads["B"], server, b_records)
     result = compare(a, b)
     for name, read in reads.items():
         if _read_field(read) is not None:
@@ -546,13 +577,42 @@ def compare_cmd(
     return errors.EXIT_OK
 
 
-def _store_records(stores: tuple[Any, Any] | None, index: int) -> Iterable[Any] | None:
-    """Side ``index``'s records through the columnar engine, or ``None`` for the Python reader."""
+def _store_records(stores: tuple[Any, Any] | None, index: int, timeout: float, lookback: str) -> Iterable[Any] | None:
+    """Side ``index``'s records through the columnar engine (a ``clickhouse+`` spec: computed by that
+    server), or ``None`` for the Python reader."""
     if stores is None:
         return None
     from ragtrail.inspect.columnar.store import side_records
 
+    if isinstance(stores[index], str):
+        return _pushdown_records(stores[index], timeout, lookback)
     return side_records(stores[index])
+
+
+def _pushdown_records(spec: str, timeout: float, lookback: str) -> Iterable[Any]:
+    """The compare records of a ClickHouse server's traces in the lookback, each built by the server
+    in SQL (``inspect.columnar.compare``'s statement, the embedded engine's), streamed newest first."""
+    from ragtrail.inspect.columnar.compare import records
+    from ragtrail.inspect.columnar.spans import subquery
+    from ragtrail.inspect.sources import open_source
+    from ragtrail.inspect.sources.clickhouse import ClickHouseSource
+
+    server = open_source(spec, timeout=timeout)
+    assert isinstance(server, ClickHouseSource)
+    return records(_Tuples(server), subquery(server.window_table(lookback)), server.recency_order())
+
+
+@dataclass
+class _Tuples:
+    """A ClickHouse source as a ``SqlRunner`` that streams rows as tuples (``records`` streams when it can)."""
+
+    server: Any
+
+    def run_sql(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        return list(self.stream_sql(sql, params))
+
+    def stream_sql(self, sql: str, params: Any = None) -> Iterator[tuple[Any, ...]]:
+        yield from self.server.stream_tuples(sql, params)
 
 
 def _compare_stores(side_a: str, side_b: str, source: str | None, engine: str, narrowed: bool) -> tuple[Any, Any] | None:
@@ -562,6 +622,10 @@ def _compare_stores(side_a: str, side_b: str, source: str | None, engine: str, n
 
     if engine == "python" or (engine == "auto" and (narrowed or any(s.startswith(_SELECTORS) for s in (side_a, side_b)))):
         return None
+    if engine == "columnar" and all(s.startswith("clickhouse+") for s in (side_a, side_b)):
+        if narrowed:
+            raise errors.UsageError("--engine columnar over ClickHouse takes no --limit or --key-file", "drop them, or use --engine python")
+        return side_a, side_b  # computed by the servers (_pushdown_records)
     if any(s.startswith(_SELECTORS) for s in (side_a, side_b)):
         raise errors.UsageError("--engine columnar compares two whole local stores", "name two store directories, or use --engine python")
     chosen = [choose(side, engine, narrowed) for side in (side_a, side_b)]

@@ -86,6 +86,11 @@ class ClickHouseSource(HttpSource):
         unqualified table names are in this source's database."""
         return [tuple(row) for row in self._stream(sql, params, "JSONCompactEachRow")]
 
+    def stream_tuples(self, sql: str, params: Mapping[str, Any] | None = None) -> Iterator[tuple[Any, ...]]:
+        """:meth:`run_sql`'s rows one at a time as the server sends them (bounded memory)."""
+        for row in self._stream(sql, params, "JSONCompactEachRow"):
+            yield tuple(row)
+
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """:meth:`run_sql`'s rows as objects keyed by column name."""
         return list(self.stream_sql(sql, params))
@@ -159,6 +164,26 @@ class ClickHouseSource(HttpSource):
                     "the table is not the Collector clickhouse exporter's otel_traces schema",
                 )
         self._checked = True
+
+    def window_table(self, lookback: str | None = "1h") -> str:
+        """``otel_traces`` cut to the traces :meth:`search_all` would read with no query and no limit
+        (every span of each trace carrying ``ragtrail.schema`` with a span in the lookback), as a
+        ``FROM`` target for pushdown SQL (``inspect.columnar.spans.subquery``). The schema is checked
+        first; the database name was validated and the bound is an integer, so nothing typed is pasted."""
+        self.check_schema()
+        seconds = lookback_seconds(lookback or "1h")
+        lo = time.time_ns() - seconds * 1_000_000_000 if seconds else 0
+        table = f"{self.database}.{TABLE}"
+        ids = (
+            f"SELECT TraceId FROM {table} WHERE toUnixTimestamp64Nano(Timestamp) >= {int(lo)} AND TraceId != '' "
+            f"AND mapContains(SpanAttributes, '{sc.SCHEMA}')"
+        )
+        return f"{table} WHERE TraceId IN ({ids})"
+
+    def recency_order(self) -> str:
+        """``TraceId, OrderKey`` per trace, newest first as :meth:`search_all` reads them (the order
+        subquery ``inspect.columnar.compare.records`` takes)."""
+        return f"SELECT TraceId, -max(toUnixTimestamp64Nano(Timestamp)) AS OrderKey FROM {self.database}.{TABLE} GROUP BY TraceId"
 
     # --- reading traces -----------------------------------------------------------------------------
     def traces(self, trace_ids: list[str]) -> Iterator[Trace]:
