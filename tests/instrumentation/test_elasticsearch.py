@@ -6,6 +6,7 @@ without ragtrail; a failing search passes through untouched."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,9 +21,9 @@ import spanutil  # noqa: E402
 from loopback_http import Loopback, serve  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.elasticsearch import FUSED, ElasticsearchInstrumentor  # noqa: E402
+from service_responses import es_index_not_found, es_search  # noqa: E402
 from storeutil import Expected, check_span  # noqa: E402
 
-HEADERS = {"X-Elastic-Product": "Elasticsearch"}
 VECTOR = [0.3, 0.1, 1.2]
 HITS = [
     {"_index": "image-index", "_id": "3", "_score": 0.9183, "_source": {"title": "Sunset", "text": "a red sunset"}},
@@ -32,21 +33,9 @@ HITS = [
 
 def respond(method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
     if path == "/missing/_search":
-        error = {"type": "index_not_found_exception", "reason": "no such index [missing]", "index": "missing"}
-        return 404, {"error": {"root_cause": [error], **error}, "status": 404}, HEADERS
+        return es_index_not_found("missing")
     size = body.get("size") or (body.get("knn") or {}).get("k") or 10
-    hits = HITS[:size]
-    total = {"value": 40, "relation": "eq"}
-    return (
-        200,
-        {
-            "took": 5,
-            "timed_out": False,
-            "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
-            "hits": {"total": total, "max_score": hits[0]["_score"], "hits": hits},
-        },
-        HEADERS,
-    )
+    return es_search(HITS[:size], total=40)
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +139,36 @@ def test_failing_search_passes_through_untouched(client, exporter) -> None:
         client.search(index="missing", query={"match_all": {}})
     with pytest.raises(elasticsearch.NotFoundError) as traced:
         client.search(index="missing", query={"match_all": {}})
+    assert str(traced.value) == str(bare.value)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    assert span.status.status_code is StatusCode.ERROR
+
+
+def test_async_knn_search_is_the_same_stage(server, exporter) -> None:
+    knn = {"field": "image-vector", "query_vector": VECTOR, "k": 2, "num_candidates": 100}
+
+    async def main() -> Any:
+        async with elasticsearch.AsyncElasticsearch(server.url) as es:
+            return await es.search(index="image-index", knn=knn)
+
+    resp = asyncio.run(main())
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"knn":[{"field":"image-vector","k":2,"num_candidates":100}]}'
+    want = expect(
+        resp, component="elasticsearch.AsyncElasticsearch.search", kind=sc.SCORE_SIMILARITY, top_k=2, vector=VECTOR, filter_json=want_filter
+    )
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_async_failing_search_passes_through_untouched(server, exporter) -> None:
+    async def main() -> None:
+        async with elasticsearch.AsyncElasticsearch(server.url) as es:
+            await es.search(index="missing", query={"match_all": {}})
+
+    with suppress_instrumentation(), pytest.raises(elasticsearch.NotFoundError) as bare:
+        asyncio.run(main())
+    with pytest.raises(elasticsearch.NotFoundError) as traced:
+        asyncio.run(main())
     assert str(traced.value) == str(bare.value)
     [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
     assert span.status.status_code is StatusCode.ERROR

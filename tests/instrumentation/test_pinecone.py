@@ -21,6 +21,7 @@ import spanutil  # noqa: E402
 from loopback_http import Loopback, serve  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.pinecone import BY_ID, UNKNOWN_METRIC, PineconeInstrumentor  # noqa: E402
+from service_responses import pinecone_error, pinecone_query  # noqa: E402
 from storeutil import Expected, check_span  # noqa: E402
 
 QUERY = [0.3, 0.5, 0.2]
@@ -32,13 +33,10 @@ MATCHES = [
 
 def respond(method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
     if path != "/query":
-        return 404, {"code": 5, "message": "Not Found", "details": []}, {}
+        return pinecone_error(404, 5, "Not Found")
     if body.get("namespace") == "missing":
-        return 400, {"code": 3, "message": "Namespace not found", "details": []}, {}
-    matches = MATCHES[: body["topK"]]
-    if not body.get("includeMetadata"):
-        matches = [{"id": m["id"], "score": m["score"], "values": []} for m in matches]
-    return 200, {"results": [], "matches": matches, "namespace": body.get("namespace", ""), "usage": {"readUnits": 6}}, {}
+        return pinecone_error(400, 3, "Namespace not found")
+    return pinecone_query(MATCHES, body)
 
 
 @pytest.fixture(scope="module")
