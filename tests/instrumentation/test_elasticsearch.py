@@ -20,7 +20,7 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 import spanutil  # noqa: E402
 from loopback_http import Loopback, serve  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
-from ragtrail.instrumentation.elasticsearch import FUSED, ElasticsearchInstrumentor  # noqa: E402
+from ragtrail.instrumentation.elasticsearch import FUSED, RRF_HIDDEN, ElasticsearchInstrumentor  # noqa: E402
 from service_responses import es_index_not_found, es_search  # noqa: E402
 from storeutil import Expected, check_span  # noqa: E402
 
@@ -130,7 +130,16 @@ def test_rrf_retriever_is_rrf(client, exporter) -> None:
     [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
     from ragtrail.contract.receipts import canonical_json
 
-    want = expect(resp, kind=sc.SCORE_RRF, top_k=2, filter_json=canonical_json({"retriever": retriever}))
+    # the legs' query: the standard retriever's match text, the kNN retriever's vector (left out of the filter)
+    stripped = {
+        "rrf": {
+            **retriever["rrf"],
+            "retrievers": [retriever["rrf"]["retrievers"][0], {"knn": {"field": "image-vector", "k": 2, "num_candidates": 10}}],
+        }
+    }
+    want = expect(
+        resp, kind=sc.SCORE_RRF, top_k=2, text="sunset", vector=VECTOR, filter_json=canonical_json({"retriever": stripped}), findings=(RRF_HIDDEN,)
+    )
     check_span(span, exporter.get_finished_spans(), want)
 
 

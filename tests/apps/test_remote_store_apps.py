@@ -1,0 +1,116 @@
+"""The remote stores' documentation apps (Elasticsearch kNN/hybrid/RRF, OpenSearch k-NN, Pinecone's
+quickstart) run plain and under ``opentelemetry-instrument``, read back with the real ``ragtrail``
+CLI. The services cannot run here: each app reaches a loopback HTTP server (tests/loopback_http.py)
+through its documented configuration (``ELASTICSEARCH_URL``, ``OPENSEARCH_HOST``/``OPENSEARCH_PORT``,
+``PINECONE_CONTROLLER_HOST``), answering with the services' documented response bodies
+(tests/service_responses.py). Both runs send the same requests (ragtrail adds none); the app's
+output is untouched; ``verify`` raises no alarm; the manifest has the engine's ids, scores and kinds,
+k, num_candidates and filters, the query hop, and says what server-side fusion hides."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.apps.runner import AppRun, assert_host_untouched, run_app
+from tests.apps.test_embedded_store_apps import manifests
+
+from loopback_http import Loopback, serve
+from service_responses import Response, es_bulk, es_hit, es_index_created, es_refreshed, es_search
+
+
+def run_against(
+    app: str, tmp_path: Path, respond: Callable[[str, str, Any], Response], enabled: str, env: Callable[[Loopback], dict[str, str]]
+) -> tuple[AppRun, Loopback]:
+    with serve(respond) as server:
+        run = run_app(app, tmp_path, enabled=[enabled], extra_env=env(server))
+    half = len(server.requests) // 2
+    assert half and server.requests[:half] == server.requests[half:]  # the instrumented run sent exactly the plain run's requests
+    return run, server
+
+
+def printed(run: AppRun, label: str) -> list[tuple[str, float]]:
+    return [(p[1], float(p[2])) for p in (line.split(" ") for line in run.stdout.splitlines()) if p[0] == label]
+
+
+def only_stage(m: dict[str, Any]) -> dict[str, Any]:
+    [stage] = m["stages"]
+    assert (stage["kind"], stage["status"], stage["excluded_count"]) == ("retrieve", "ok", 0)
+    assert m["coverage"]["corpus_size"] is None  # hits.total / the response count matches, never the corpus
+    return stage
+
+
+# --- Elasticsearch ---------------------------------------------------------------------------------
+
+ES_DOCS = {
+    "1": {"image-vector": [1, 5, -20], "title": "moose family", "file-type": "jpg"},
+    "2": {"image-vector": [42, 8, -15], "title": "alpine lake", "file-type": "png"},
+    "3": {"image-vector": [15, 11, 23], "title": "full moon", "file-type": "jpg"},
+}
+
+
+def es_hits(scored: list[tuple[str, float]], fields: list[str] | None = None) -> list[dict[str, Any]]:
+    hits = []
+    for ident, score in scored:
+        hit = es_hit("image-index", ident, score, ES_DOCS[ident])
+        if fields:
+            hit["fields"] = {f: [ES_DOCS[ident][f]] for f in fields}
+        hits.append(hit)
+    return hits
+
+
+def es_respond(method: str, path: str, body: Any) -> Response:
+    """What a cluster holding the guide's three documents answers (l2_norm kNN scores are
+    1 / (1 + squared distance); RRF with rank_constant 20 scores 1/(20 + rank) per retriever)."""
+    if method == "PUT" and path == "/image-index":
+        return es_index_created("image-index")
+    if path.endswith("/_bulk"):
+        return es_bulk(body, index="image-index")
+    if path.endswith("/_refresh"):
+        return es_refreshed()
+    if "retriever" in body:  # alpine lake first in both retrievers; the others only in the kNN one
+        return es_search(es_hits([("2", 2 / 21), ("3", 1 / 22), ("1", 1 / 23)]))
+    if "query" in body:  # 0.9 x BM25 of "lake" + 0.1 x kNN similarity, summed by the server
+        return es_search(es_hits([("2", 0.88306075), ("3", 4.6554e-05), ("1", 3.1656e-05)]))
+    if "filter" in body["knn"]:
+        return es_search(es_hits([("2", 1 / 318)], body.get("fields")))
+    return es_search(es_hits([("1", 1 / 117), ("3", 1 / 1630), ("2", 1 / 2220)], body.get("fields")))
+
+
+def test_elasticsearch_knn_guide_app(tmp_path: Path) -> None:
+    pytest.importorskip("elasticsearch")
+    from ragtrail.instrumentation.elasticsearch import FUSED, RRF_HIDDEN
+
+    run, server = run_against("elasticsearch_knn.py", tmp_path, es_respond, "ragtrail_elasticsearch", lambda s: {"ELASTICSEARCH_URL": s.url})
+    assert_host_untouched(run)
+    searches = [r for r in server.requests if r[1] == "/image-index/_search"]
+    assert len(searches) == 8  # 4 searches, in each run
+    knn, filtered, hybrid, rrf = (only_stage(m) for m in manifests(run))
+    for stage in (knn, filtered, hybrid, rrf):
+        assert (stage["component"], stage["collection"]) == ("elasticsearch.Elasticsearch.search", "image-index")
+    for stage, label, kind in ((knn, "knn", "similarity"), (filtered, "filtered", "similarity"), (hybrid, "hybrid", "none"), (rrf, "rrf", "rrf")):
+        got = [(c["id"], c["score"], c["score_kind"], c["rank"]) for c in stage["candidates"]]
+        assert got == [(i, pytest.approx(s), kind, r) for r, (i, s) in enumerate(printed(run, label))], label
+    # kNN alone: k is the top_k, num_candidates and the field in the filter JSON, the vector a receipt only
+    assert knn["knobs"] == {"top_k": 10} and knn["findings"] == []
+    assert knn["filter"] == '{"knn":[{"field":"image-vector","k":10,"num_candidates":100}]}'
+    assert knn["query"] is None  # a vector, receipted on the span only: no query text, no hop
+    assert filtered["knobs"] == {"top_k": 5} and filtered["findings"] == []
+    assert filtered["filter"] == '{"knn":[{"field":"image-vector","filter":{"term":{"file-type":"png"}},"k":5,"num_candidates":50}]}'
+    # hybrid: the server summed the boosted legs: a fused score of no kind, and the finding says so
+    assert hybrid["knobs"] == {"top_k": 10} and hybrid["findings"] == [FUSED]
+    assert hybrid["query"]["text"] == "mountain lake" and hybrid["query"]["hop"] == 0
+    assert hybrid["filter"] == (
+        '{"knn":[{"boost":0.1,"field":"image-vector","k":5,"num_candidates":50}],"query":{"match":{"title":{"boost":0.9,"query":"mountain lake"}}}}'
+    )
+    # RRF retriever: the fused rank's score, kind rrf; what it hides (each retriever's own list) is said
+    assert rrf["knobs"] == {"top_k": 3} and rrf["findings"] == [RRF_HIDDEN]
+    # the query is the standard retriever's match text (hop 0), the kNN retriever's vector a receipt
+    assert rrf["query"]["text"] == "mountain lake" and rrf["query"]["hop"] == 0
+    assert all(c["hop"] == 0 for c in rrf["candidates"])
+    assert rrf["filter"] == (
+        '{"retriever":{"rrf":{"rank_constant":20,"rank_window_size":50,"retrievers":[{"standard":{"query":{"match":{"title":"mountain lake"}}}},'
+        '{"knn":{"field":"image-vector","k":5,"num_candidates":50}}]}}}'
+    )
