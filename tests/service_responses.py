@@ -68,6 +68,10 @@ def es_bulk(ndjson: Any, *, index: str | None = None, headers: dict[str, str] | 
     return 200, {"took": 7, "errors": False, "items": items}, dict(ES_HEADERS if headers is None else headers)
 
 
+def es_acknowledged(*, headers: dict[str, str] | None = None) -> Response:
+    return 200, {"acknowledged": True}, dict(ES_HEADERS if headers is None else headers)
+
+
 def es_refreshed(*, headers: dict[str, str] | None = None) -> Response:
     return 200, {"_shards": {"total": 1, "successful": 1, "failed": 0}}, dict(ES_HEADERS if headers is None else headers)
 

@@ -18,7 +18,7 @@ from tests.apps.runner import AppRun, assert_host_untouched, run_app
 from tests.apps.test_embedded_store_apps import manifests
 
 from loopback_http import Loopback, serve
-from service_responses import Response, es_bulk, es_hit, es_index_created, es_refreshed, es_search
+from service_responses import Response, es_acknowledged, es_bulk, es_hit, es_index_created, es_index_not_found, es_refreshed, es_search
 
 
 def run_against(
@@ -114,3 +114,65 @@ def test_elasticsearch_knn_guide_app(tmp_path: Path) -> None:
         '{"retriever":{"rrf":{"rank_constant":20,"rank_window_size":50,"retrievers":[{"standard":{"query":{"match":{"title":"mountain lake"}}}},'
         '{"knn":{"field":"image-vector","k":5,"num_candidates":50}}]}}}'
     )
+
+
+# --- OpenSearch ------------------------------------------------------------------------------------
+
+HOTELS = {
+    "1": ([5.2, 4.4], "true", 5),
+    "2": ([5.2, 3.9], "false", 4),
+    "3": ([4.9, 3.4], "true", 9),
+    "4": ([4.2, 4.6], "false", 6),
+    "5": ([3.3, 4.5], "true", 8),
+    "6": ([6.4, 3.4], "true", 9),
+}
+
+
+def hotel_hits(scored: list[tuple[str, float]]) -> list[dict[str, Any]]:
+    return [es_hit("hotels-index", i, s, {"location": HOTELS[i][0], "parking": HOTELS[i][1], "rating": HOTELS[i][2]}) for i, s in scored]
+
+
+def os_respond(method: str, path: str, body: Any) -> Response:
+    """What a cluster holding the samples' twelve hotels answers: l2 scores 1 / (1 + squared distance)
+    to [5, 4], as in the efficient-filter sample's documented output (3, 6, 5: 0.72992706, ...)."""
+    if path == "/hotels-index" and method == "HEAD":
+        return es_index_not_found("hotels-index", headers={})
+    if path == "/hotels-index":
+        return es_index_created("hotels-index", headers={}) if method == "PUT" else es_acknowledged(headers={})
+    if path.endswith("/_bulk"):
+        return es_bulk(body, headers={})
+    if path.endswith("/_refresh"):
+        return es_refreshed(headers={})
+    query = body["query"]
+    if "bool" in query:  # k=5 nearest (2, 1, 3, 4, 6), then the post-filter keeps those with parking
+        return es_search(hotel_hits([("1", 0.8333333), ("3", 0.72992706), ("6", 0.3012048)]), headers={})
+    if "filter" in query["knn"]["location"]:
+        return es_search(hotel_hits([("3", 0.72992706), ("6", 0.3012048), ("5", 0.24154587)]), headers={})
+    return es_search(hotel_hits([("2", 0.95238096), ("1", 0.8333333), ("3", 0.72992706)]), headers={})
+
+
+def test_opensearch_knn_guide_app(tmp_path: Path) -> None:
+    pytest.importorskip("opensearchpy")
+
+    def env(server: Loopback) -> dict[str, str]:
+        host, port = server.url.removeprefix("http://").split(":")
+        return {"HOST": host, "PORT": port}
+
+    run, server = run_against("opensearch_knn.py", tmp_path, os_respond, "ragtrail_opensearch", env)
+    assert_host_untouched(run)
+    assert len([r for r in server.requests if r[1] == "/hotels-index/_search"]) == 6  # 3 searches, in each run
+    knn, efficient, boolean = (only_stage(m) for m in manifests(run))
+    for stage, label in ((knn, "knn"), (efficient, "efficient"), (boolean, "boolean")):
+        assert (stage["component"], stage["collection"]) == ("opensearchpy.OpenSearch.search", "hotels-index")
+        # a k-NN query alone, or one whose bool only filters: the score is the k-NN's similarity
+        got = [(c["id"], c["score"], c["score_kind"], c["rank"]) for c in stage["candidates"]]
+        assert got == [(i, pytest.approx(s), "similarity", r) for r, (i, s) in enumerate(printed(run, label))], label
+        assert stage["findings"] == [] and stage["query"] is None  # the vector is a receipt on the span, no text
+    assert knn["knobs"] == {"top_k": 3} and knn["filter"] == '{"query":{"knn":{"location":{"k":3}}}}'
+    assert efficient["knobs"] == {"top_k": 3}
+    assert efficient["filter"] == (
+        '{"query":{"knn":{"location":{"filter":{"bool":{"must":[{"range":{"rating":{"gte":8,"lte":10}}},{"term":{"parking":"true"}}]}},"k":3}}}}'
+    )
+    # the post-filter: k=5 asked, 3 came back (the filter ran after the k-NN): top_k is the k asked
+    assert boolean["knobs"] == {"top_k": 5} and boolean["out"] == 3
+    assert boolean["filter"] == '{"query":{"bool":{"filter":{"bool":{"must":[{"term":{"parking":"true"}}]}},"must":{"knn":{"location":{"k":5}}}}}}'

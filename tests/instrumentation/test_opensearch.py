@@ -151,3 +151,20 @@ def test_async_failing_search_passes_through_untouched(server, exporter) -> None
     assert str(traced.value) == str(bare.value)
     [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
     assert span.status.status_code is StatusCode.ERROR
+
+
+def test_boolean_post_filter_scores_by_the_knn(client, exporter) -> None:
+    # the k-NN guide's boolean filter: a bool whose one must is the knn, the filter outside it
+    query = {"bool": {"filter": {"bool": {"must": [{"term": {"city": "x"}}]}}, "must": {"knn": {"location": {"vector": VECTOR, "k": 5}}}}}
+    resp = client.search(index="hotels-index", body={"query": query})
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"query":{"bool":{"filter":{"bool":{"must":[{"term":{"city":"x"}}]}},"must":{"knn":{"location":{"k":5}}}}}}'
+    check_span(span, exporter.get_finished_spans(), expect(resp, kind=sc.SCORE_SIMILARITY, top_k=5, vector=VECTOR, filter_json=want_filter))
+
+
+def test_bool_with_a_scoring_should_is_no_single_kind(client, exporter) -> None:
+    knn = {"knn": {"location": {"vector": VECTOR, "k": 5}}}
+    resp = client.search(index="hotels-index", body={"size": 2, "query": {"bool": {"must": knn, "should": [{"match": {"text": "harbour"}}]}}})
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"query":{"bool":{"must":{"knn":{"location":{"k":5}}},"should":[{"match":{"text":"harbour"}}]}}}'
+    check_span(span, exporter.get_finished_spans(), expect(resp, kind=sc.SCORE_NONE, top_k=2, filter_json=want_filter))
