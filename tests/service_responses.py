@@ -14,7 +14,7 @@ Shapes, from the services' API references:
 * Pinecone data plane ``POST /query``: ``results``, ``matches[]`` (``id``, ``score``, ``values``,
   ``metadata`` only when asked), ``namespace``, ``usage.readUnits``; ``POST /vectors/upsert``:
   ``upsertedCount``; an error: ``{"code", "message", "details"}``. Control plane ``IndexModel``:
-  ``name``, ``dimension``, ``metric``, ``host``, ``spec``, ``status``, ``deletion_protection``.
+  ``name``, ``host``, ``status``, ``schema``, ``deployment``, ``deletion_protection``.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def es_refreshed(*, headers: dict[str, str] | None = None) -> Response:
     return 200, {"_shards": {"total": 1, "successful": 1, "failed": 0}}, dict(ES_HEADERS if headers is None else headers)
 
 
-def pinecone_match(ident: str, score: float, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-    match: dict[str, Any] = {"id": ident, "score": score, "values": []}
+def pinecone_match(ident: str, score: float, metadata: dict[str, Any] | None = None, values: list[float] | None = None) -> dict[str, Any]:
+    match: dict[str, Any] = {"id": ident, "score": score, "values": values or []}
     if metadata is not None:
         match["metadata"] = metadata
     return match
@@ -85,11 +85,14 @@ def pinecone_match(ident: str, score: float, metadata: dict[str, Any] | None = N
 
 def pinecone_query(matches: Sequence[dict[str, Any]], body: dict[str, Any], *, read_units: int = 6) -> Response:
     """A ``/query`` answer for the request ``body``: the first ``topK`` matches, metadata only when
-    ``includeMetadata`` was asked, the request's namespace echoed."""
+    ``includeMetadata`` was asked, values only when ``includeValues`` was (else ``[]``), the request's
+    namespace echoed."""
     found = [dict(m) for m in matches[: body["topK"]]]
-    if not body.get("includeMetadata"):
-        for m in found:
+    for m in found:
+        if not body.get("includeMetadata"):
             m.pop("metadata", None)
+        if not body.get("includeValues"):
+            m["values"] = []
     return 200, {"results": [], "matches": found, "namespace": body.get("namespace", ""), "usage": {"readUnits": read_units}}, {}
 
 
@@ -97,19 +100,32 @@ def pinecone_upserted(count: int) -> Response:
     return 200, {"upsertedCount": count}, {}
 
 
+def pinecone_stats(namespaces: dict[str, int], *, dimension: int) -> Response:
+    """A ``/describe_index_stats`` answer."""
+    body = {
+        "namespaces": {name: {"vectorCount": count} for name, count in namespaces.items()},
+        "dimension": dimension,
+        "indexFullness": 0.0,
+        "totalVectorCount": sum(namespaces.values()),
+        "metric": "cosine",
+        "vectorType": "dense",
+    }
+    return 200, body, {}
+
+
 def pinecone_error(status: int, code: int, message: str) -> Response:
     return status, {"code": code, "message": message, "details": []}, {}
 
 
 def pinecone_index_model(name: str, host: str, *, dimension: int, metric: str) -> dict[str, Any]:
+    """The control plane's ``IndexModel`` (API 2026-07, as pinecone 10 reads it): the dense field's
+    dimension and metric sit in ``schema.fields``, the serverless spec is a managed ``deployment``."""
     return {
         "name": name,
-        "dimension": dimension,
-        "metric": metric,
         "host": host,
-        "spec": {"serverless": {"cloud": "aws", "region": "us-east-1"}},
         "status": {"ready": True, "state": "Ready"},
+        "schema": {"fields": {"values": {"type": "dense_vector", "dimension": dimension, "metric": metric}}},
+        "deployment": {"deployment_type": "managed", "cloud": "aws", "region": "us-east-1"},
         "deletion_protection": "disabled",
-        "vector_type": "dense",
         "tags": None,
     }

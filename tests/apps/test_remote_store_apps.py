@@ -9,6 +9,7 @@ k, num_candidates and filters, the query hop, and says what server-side fusion h
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,22 @@ from tests.apps.runner import AppRun, assert_host_untouched, run_app
 from tests.apps.test_embedded_store_apps import manifests
 
 from loopback_http import Loopback, serve
-from service_responses import Response, es_acknowledged, es_bulk, es_hit, es_index_created, es_index_not_found, es_refreshed, es_search
+from service_responses import (
+    Response,
+    es_acknowledged,
+    es_bulk,
+    es_hit,
+    es_index_created,
+    es_index_not_found,
+    es_refreshed,
+    es_search,
+    pinecone_error,
+    pinecone_index_model,
+    pinecone_match,
+    pinecone_query,
+    pinecone_stats,
+    pinecone_upserted,
+)
 
 
 def run_against(
@@ -176,3 +192,65 @@ def test_opensearch_knn_guide_app(tmp_path: Path) -> None:
     # the post-filter: k=5 asked, 3 came back (the filter ran after the k-NN): top_k is the k asked
     assert boolean["knobs"] == {"top_k": 5} and boolean["out"] == 3
     assert boolean["filter"] == '{"query":{"bool":{"filter":{"bool":{"must":[{"term":{"parking":"true"}}]}},"must":{"knn":{"location":{"k":5}}}}}}'
+
+
+# --- Pinecone --------------------------------------------------------------------------------------
+
+PINECONE = {
+    "example-namespace1": {"vec1": ([1.0, 1.5], "drama"), "vec2": ([2.0, 1.0], "documentary"), "vec3": ([0.1, 3.0], "documentary")},
+    "example-namespace2": {"vec1": ([1.0, -2.5], "drama"), "vec2": ([3.0, -2.0], "documentary"), "vec3": ([0.5, -1.5], "comedy")},
+}
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True)) / (math.hypot(*a) * math.hypot(*b))
+
+
+def pinecone_respond(method: str, path: str, body: Any) -> Response:
+    """Pinecone's control plane (the index "quickstart", ready, its host this same server) and data
+    plane over the quickstart's records: cosine scores, the metadata filter's $eq applied."""
+    if path == "/indexes":
+        return 201, pinecone_index_model("quickstart", PINECONE_HOST[0], dimension=2, metric="cosine"), {}
+    if path == "/indexes/quickstart":
+        return 200, pinecone_index_model("quickstart", PINECONE_HOST[0], dimension=2, metric="cosine"), {}
+    if path == "/vectors/upsert":
+        return pinecone_upserted(len(body["vectors"]))
+    if path == "/describe_index_stats":
+        return pinecone_stats({ns: len(records) for ns, records in PINECONE.items()}, dimension=2)
+    if path != "/query":
+        return pinecone_error(404, 5, "Not Found")
+    records = PINECONE[body["namespace"]]
+    wanted = (body.get("filter") or {}).get("genre", {}).get("$eq")
+    scored = sorted(((cosine(body["vector"], v), i) for i, (v, genre) in records.items() if wanted in (None, genre)), reverse=True)
+    return pinecone_query([pinecone_match(i, s, {"genre": records[i][1]}, records[i][0]) for s, i in scored], body)
+
+
+PINECONE_HOST = [""]
+
+
+def test_pinecone_quickstart_app(tmp_path: Path) -> None:
+    pytest.importorskip("pinecone")
+
+    def env(server: Loopback) -> dict[str, str]:
+        PINECONE_HOST[0] = server.url
+        # the metric is told to ragtrail (a query response does not say it; ragtrail asks Pinecone nothing)
+        return {"PINECONE_CONTROLLER_HOST": server.url, "PINECONE_API_KEY": "test-key", "RAGTRAIL_PINECONE_METRIC": "cosine"}
+
+    run, server = run_against("pinecone_quickstart.py", tmp_path, pinecone_respond, "ragtrail_pinecone", env)
+    assert_host_untouched(run)
+    assert run.stdout.splitlines()[0] == "vectors 6"
+    assert len([r for r in server.requests if r[1] == "/query"]) == 6  # 3 queries, in each run
+    ns1, ns2, filtered = (only_stage(m) for m in manifests(run))
+    for stage, label, namespace in (
+        (ns1, "ns1", "example-namespace1"),
+        (ns2, "ns2", "example-namespace2"),
+        (filtered, "filtered", "example-namespace1"),
+    ):
+        assert (stage["component"], stage["collection"]) == ("pinecone.Index.query", namespace)
+        got = [(c["id"], c["score"], c["score_kind"], c["rank"]) for c in stage["candidates"]]
+        assert got == [(i, pytest.approx(s), "similarity", r) for r, (i, s) in enumerate(printed(run, label))], label
+        assert stage["knobs"] == {"top_k": 3} and stage["findings"] == [] and stage["query"] is None  # a vector: receipted only
+    # the same ids in two namespaces are two records: the namespace is the collection
+    assert [c["id"] for c in ns1["candidates"]] == ["vec1", "vec2", "vec3"] and [c["id"] for c in ns2["candidates"]] == ["vec1", "vec3", "vec2"]
+    assert ns1["filter"] is None and ns2["filter"] is None
+    assert filtered["filter"] == '{"genre":{"$eq":"documentary"}}' and [c["id"] for c in filtered["candidates"]] == ["vec2", "vec3"]
