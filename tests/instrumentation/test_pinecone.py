@@ -57,6 +57,7 @@ def instrumentor() -> Iterator[PineconeInstrumentor]:
     inst = PineconeInstrumentor()
     inst.instrument(tracer_provider=provider, metric="cosine")
     inst.exporter = exporter
+    inst.provider = provider
     yield inst
     inst.uninstrument()
 
@@ -151,3 +152,17 @@ def test_async_query_is_a_stage(server, exporter) -> None:
     result = asyncio.run(main())
     [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
     check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="example-namespace", top_k=2, vector=QUERY))
+
+
+def test_an_index_opened_while_instrumented_stops_recording_at_uninstrument(server, exporter, instrumentor) -> None:
+    # pinecone 10 binds ``query`` on the Index when it is opened: the instance keeps the wrapper
+    with pinecone.Pinecone(api_key="k").Index(host=server.url) as idx:
+        idx.query(vector=QUERY, top_k=1, namespace="ns1")
+        assert len(spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)) == 1
+        instrumentor.uninstrument()
+        try:
+            result = idx.query(vector=QUERY, top_k=1, namespace="ns1")
+        finally:
+            instrumentor.instrument(tracer_provider=instrumentor.provider, metric="cosine")
+    assert [m.id for m in result.matches] == ["vec3"]
+    assert len(spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)) == 1  # nothing recorded after uninstrument()
