@@ -181,3 +181,17 @@ def test_async_failing_search_passes_through_untouched(server, exporter) -> None
     assert str(traced.value) == str(bare.value)
     [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
     assert span.status.status_code is StatusCode.ERROR
+
+
+def test_rank_rrf_of_a_query_and_a_knn_is_rrf_with_both_legs_as_the_query(client, exporter) -> None:
+    # the 8.8-8.13 form: the query and the kNN side by side, fused by ``rank: {rrf: ...}``
+    knn = {"field": "image-vector", "query_vector": VECTOR, "k": 2, "num_candidates": 10}
+    rank = {"rrf": {"rank_window_size": 50, "rank_constant": 20}}
+    resp = client.search(index="image-index", query={"match": {"text": "sunset"}}, knn=knn, rank=rank, size=2)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = (
+        '{"knn":[{"field":"image-vector","k":2,"num_candidates":10}],"query":{"match":{"text":"sunset"}},'
+        '"rank":{"rrf":{"rank_constant":20,"rank_window_size":50}}}'
+    )
+    want = expect(resp, kind=sc.SCORE_RRF, top_k=2, text="sunset", vector=VECTOR, filter_json=want_filter, findings=(RRF_HIDDEN,))
+    check_span(span, exporter.get_finished_spans(), want)
