@@ -20,7 +20,7 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 import spanutil  # noqa: E402
 from loopback_http import Loopback, serve  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
-from ragtrail.instrumentation.elasticsearch import FUSED, RRF_HIDDEN, ElasticsearchInstrumentor  # noqa: E402
+from ragtrail.instrumentation.elasticsearch import FUSED, LINEAR_HIDDEN, RRF_HIDDEN, ElasticsearchInstrumentor  # noqa: E402
 from service_responses import es_index_not_found, es_search  # noqa: E402
 from storeutil import Expected, check_span  # noqa: E402
 
@@ -194,4 +194,23 @@ def test_rank_rrf_of_a_query_and_a_knn_is_rrf_with_both_legs_as_the_query(client
         '"rank":{"rrf":{"rank_constant":20,"rank_window_size":50}}}'
     )
     want = expect(resp, kind=sc.SCORE_RRF, top_k=2, text="sunset", vector=VECTOR, filter_json=want_filter, findings=(RRF_HIDDEN,))
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_linear_retriever_is_a_fused_score_of_no_kind(client, exporter) -> None:
+    retriever = {
+        "linear": {
+            "retrievers": [
+                {"retriever": {"standard": {"query": {"match": {"text": "sunset"}}}}, "weight": 2, "normalizer": "minmax"},
+                {"retriever": {"knn": {"field": "image-vector", "query_vector": VECTOR, "k": 2, "num_candidates": 10}}, "weight": 1.5},
+            ]
+        }
+    }
+    resp = client.search(index="image-index", retriever=retriever, size=2)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = (
+        '{"retriever":{"linear":{"retrievers":[{"normalizer":"minmax","retriever":{"standard":{"query":{"match":{"text":"sunset"}}}},"weight":2},'
+        '{"retriever":{"knn":{"field":"image-vector","k":2,"num_candidates":10}},"weight":1.5}]}}}'
+    )
+    want = expect(resp, kind=sc.SCORE_NONE, top_k=2, text="sunset", vector=VECTOR, filter_json=want_filter, findings=(LINEAR_HIDDEN,))
     check_span(span, exporter.get_finished_spans(), want)

@@ -10,8 +10,9 @@ What is recorded:
   ``query_string`` query alone is BM25 relevance (``bm25``, the index's default similarity); an RRF
   search (``rank: {rrf: ...}`` or ``retriever: {rrf: ...}``) returns the fused RRF score (``rrf``,
   with a finding that each retriever's own ranks and scores are hidden).
-  A hybrid ``query`` + ``knn`` without RRF sums the two on the server: the score is a fused number
-  of no single kind (``none``, said in a finding), and so is any other query.
+  A hybrid ``query`` + ``knn`` without RRF sums the two on the server, and a ``linear`` retriever
+  weighs its retrievers' normalised scores: the score is a fused number of no single kind (``none``,
+  said in a finding), and so is any other query.
 * ``top_k`` from ``size``, else the (first) kNN's ``k``; the search's ``query``, ``retriever``,
   ``rank`` and kNN clauses (``k``, ``num_candidates``, ``filter``, ``field``; the vector itself
   left out) as ``ragtrail.stage.filter`` (canonical JSON), exported as the query capture mode
@@ -43,6 +44,9 @@ _KEY = "ragtrail.elasticsearch"
 _TEXT_QUERIES = ("match", "multi_match", "query_string", "match_phrase")
 FUSED = "fused score: Elasticsearch combined the query's and the kNN's scores on the server; each leg's own score is not in the response"
 RRF_HIDDEN = "fused by reciprocal rank fusion on the server: each retriever's own ranks and scores are not in the response"
+LINEAR_HIDDEN = (
+    "fused score: a linear retriever combined its retrievers' weighted, normalised scores on the server; their own are not in the response"
+)
 
 
 class ElasticsearchInstrumentor(RagtrailInstrumentor):
@@ -143,6 +147,8 @@ def start(tracer: Any, component: str, kwargs: Kwargs) -> SearchStages:
     query, knns, retriever, rank = get("query"), _knns(get("knn")), get("retriever"), get("rank")
     rrf = (isinstance(rank, Mapping) and "rrf" in rank) or (isinstance(retriever, Mapping) and "rrf" in retriever)
     kind, finding = _kind(query, knns, rrf)
+    if isinstance(retriever, Mapping) and "linear" in retriever:
+        kind, finding = sc.SCORE_NONE, LINEAR_HIDDEN
     size = get("size")
     k = knns[0].get("k") if knns else None
     top_k = size if isinstance(size, int) else k if isinstance(k, int) else None
@@ -190,4 +196,4 @@ def _outcome(stages: SearchStages, result: Any) -> Outcome | None:
     return Outcome(rows=1, row=row, corpus_size=lambda: None, store=stages.collection)
 
 
-__all__ = ["FUSED", "RRF_HIDDEN", "ElasticsearchInstrumentor", "SearchStages", "done", "query_text", "start"]
+__all__ = ["FUSED", "LINEAR_HIDDEN", "RRF_HIDDEN", "ElasticsearchInstrumentor", "SearchStages", "done", "query_text", "start"]
