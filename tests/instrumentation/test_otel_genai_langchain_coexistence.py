@@ -144,3 +144,29 @@ def test_the_genai_mirror_doubles_the_retrieval_operation_unless_switched_off(tr
     stage = next(s for s in both if s.name == "retrieve VectorStoreRetriever")
     assert [k for k in stage.attributes if k.startswith("gen_ai.")] == []
     assert stage.attributes[sc.OPENINFERENCE_SPAN_KIND] == "RETRIEVER" and stage.attributes[sc.STAGE_TOP_K] == 2
+
+
+def test_the_rag_tutorial_under_opentelemetry_instrument_with_both(tmp_path):
+    """The documentation app, unchanged, under ``opentelemetry-instrument`` with both entry points on
+    (``ragtrail_langchain`` and OpenTelemetry's ``langchain``): the app's output untouched, the span
+    tree above in the local store, ``verify`` without an alarm, and the manifest of the ragtrail-only
+    run (tests/apps/test_langchain_haystack_apps.py::test_rag_tutorial)."""
+    from tests.apps.runner import assert_host_untouched, run_app
+
+    run = run_app("langchain_rag_tutorial.py", tmp_path, enabled=["ragtrail_langchain", "langchain"])
+    assert_host_untouched(run)
+    assert run.stdout == "Task decomposition splits a task into smaller steps.\n"
+    by_id = {s.span_id: s for s in run.spans}
+    assert len({s.trace_id for s in run.spans}) == 1
+    tree = [(s.name, s.scope_name, by_id[s.parent_span_id].name if s.parent_span_id else None) for s in run.spans]
+    assert sorted(tree, key=str) == sorted(BOTH, key=str)
+    [trace] = run.traces()
+    report = run.verify(trace["trace_id"])
+    assert report["fidelity"]["alarms"] == [] and report["fidelity"]["missing_spans"] == 0, report
+    manifest = run.show(trace["trace_id"])
+    assert [(s["kind"], s["component"].rsplit(".", 1)[-1], s["in"], s["out"]) for s in manifest["stages"]] == [
+        ("retrieve", "VectorStoreRetriever", 0, 2),
+        ("generate", "FakeListChatModel", 2, 2),
+    ]
+    coverage = manifest["coverage"]
+    assert (coverage["corpus_size"], coverage["retrieved"], coverage["in_context"]) == (3, 2, 2)
