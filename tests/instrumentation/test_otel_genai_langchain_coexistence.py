@@ -79,13 +79,23 @@ def run(tracer_provider, span_exporter, order: tuple[str, ...], use_async: bool 
         instrumentor.instrument(tracer_provider=tracer_provider, skip_dep_check=True)
     try:
         app = chain()
-        answer = asyncio.run(app.ainvoke("cat on the mat")) if use_async else app.invoke("cat on the mat")
+        answer = on_a_fresh_loop(app.ainvoke("cat on the mat")) if use_async else app.invoke("cat on the mat")
     finally:
         for instrumentor in reversed(instrumentors):
             instrumentor.uninstrument()
     spans = list(span_exporter.get_finished_spans())
     span_exporter.clear()
     return answer, spans
+
+
+def on_a_fresh_loop(coroutine: Any) -> Any:
+    """Run ``coroutine`` on a loop of its own, closed after, leaving the thread's current event loop
+    as it was (``asyncio.run`` unsets it: a loop another library left there is then collected unclosed)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
 
 
 def shape(spans: list[Any]) -> list[tuple[str, str, str | None]]:
