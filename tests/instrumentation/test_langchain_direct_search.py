@@ -286,3 +286,105 @@ def test_faiss_store_nests_the_engine_stage(instrumentor, tracer_provider, span_
     assert [e.attributes[sc.CANDIDATE_ID] for e in rec_events(outer)] == ids
     assert [e.attributes[sc.CANDIDATE_ID] for e in rec_events(inner[0])] == ids  # the docstore's ids in both
     assert {e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(outer)} == {"distance"}
+
+
+def test_faiss_mmr_pool_is_the_engine_stage_s_hits(instrumentor, tracer_provider, span_exporter) -> None:
+    """LangChain's FAISS fetches its MMR pool with faiss's own search, which ragtrail's faiss stage
+    records nested in the MMR stage under the docstore's ids: those hits are the pool (no filter, at
+    most fetch_k), so the one MMR did not pick is ``custom:not_picked_by_mmr`` (before: a derived
+    ``below_rank_cutoff`` beside a finding that it was not recorded)."""
+    pytest.importorskip("faiss")
+    from langchain_community.vectorstores import FAISS
+
+    from ragtrail.instrumentation.faiss import FaissInstrumentor
+
+    faiss_inst = FaissInstrumentor()
+    faiss_inst.instrument(tracer_provider=tracer_provider)
+    try:
+        store = FAISS.from_documents([Document(page_content=f"{i} text", id=i) for i in MMR_IDS], TableEmbeddings())
+        expected = plain(lambda: store.max_marginal_relevance_search("query", k=2, fetch_k=3, lambda_mult=0.3))
+        docs = store.max_marginal_relevance_search("query", k=2, fetch_k=3, lambda_mult=0.3)
+        spans = span_exporter.get_finished_spans()
+        span_exporter.clear()
+        filtered = store.max_marginal_relevance_search("query", k=2, fetch_k=3, lambda_mult=0.3, filter={"n": 1})
+    finally:
+        faiss_inst.uninstrument()
+    assert docs_equal(docs, expected) and [d.id for d in docs] == ["near", "other"]
+    outer = one(spans, "FAISS")
+    [inner] = [s for s in spans if s is not outer]
+    assert inner.parent.span_id == outer.context.span_id
+    pool = [(e.attributes[sc.CANDIDATE_ID], e.attributes[sc.CANDIDATE_SCORE]) for e in rec_events(inner)]
+    assert [i for i, _ in pool] == ["near", "twin", "other"]  # faiss's L2 distances, the docstore's ids
+    component = "langchain_community.vectorstores.faiss.FAISS"
+    left = pop_stage(
+        outer,
+        {
+            **stage_attributes("retrieve", component, n_in=3, n_out=2, n_excluded=1),
+            **query_attributes("query"),
+            sc.STAGE_TOP_K: 2,
+            sc.STAGE_MMR_LAMBDA: 0.3,
+            sc.COVERAGE_CORPUS_SIZE: 4,
+            sc.COVERAGE_RETRIEVED: 2,
+            sc.COVERAGE_CITED: 0,
+            **retrieval_mirrors(component, "query", [("near", None), ("other", None)], 2),
+        },
+    )
+    assert left == {}  # no finding: the pool is recorded
+    detail = "in the fetch_k pool of 3, not picked: maximal marginal relevance took 2, lambda_mult=0.3"
+    assert_events(
+        outer,
+        [
+            (sc.EVENT_CANDIDATE, candidate_event("near", 0, "near text", hop=0)),
+            (sc.EVENT_CANDIDATE, candidate_event("other", 1, "other text", hop=0)),
+            # no content receipt: faiss holds none, and FAISS builds a Document only for the picked ones
+            (
+                sc.EVENT_EXCLUSION,
+                {
+                    sc.CANDIDATE_ID: "twin",
+                    sc.CANDIDATE_RANK: 1,
+                    sc.CANDIDATE_SCORE: pool[1][1],
+                    sc.CANDIDATE_SCORE_KIND: "distance",
+                    sc.EXCLUSION_REASON: "custom:not_picked_by_mmr",
+                    sc.EXCLUSION_DETAIL: detail,
+                },
+            ),
+        ],
+    )
+    [filtered_outer] = [s for s in span_exporter.get_finished_spans() if s.name == "retrieve FAISS"]
+    assert filtered == [] and list(filtered_outer.attributes[sc.STAGE_FINDINGS]) == [
+        "maximal marginal relevance picked from 3 fetched candidates (fetch_k): the ones it did not pick are not recorded at this stage"
+    ]  # a filter: FAISS fetched 2 x fetch_k and may drop some itself, so its hits are not taken for the pool
+
+
+def test_chroma_mmr_pool_is_the_chromadb_stage_s_hits(instrumentor, tracer_provider, span_exporter) -> None:
+    """The same rule over chromadb (langchain-community's Chroma): the collection's hits, nested and
+    under Chroma's own ids, are the pool; the one MMR did not pick is ``custom:not_picked_by_mmr``."""
+    pytest.importorskip("chromadb")
+    from langchain_community.vectorstores import Chroma
+
+    from ragtrail.instrumentation.chromadb import ChromaInstrumentor
+
+    chroma_inst = ChromaInstrumentor()
+    chroma_inst.instrument(tracer_provider=tracer_provider)
+    try:
+        store = Chroma.from_documents([Document(page_content=f"{i} text") for i in MMR_IDS], TableEmbeddings(), ids=MMR_IDS)
+        span_exporter.clear()
+        docs = store.max_marginal_relevance_search("query", k=2, fetch_k=3, lambda_mult=0.3)
+        spans = span_exporter.get_finished_spans()
+    finally:
+        chroma_inst.uninstrument()
+        store.delete_collection()
+    assert [d.page_content for d in docs] == ["near text", "other text"]
+    outer = one(spans, "Chroma")
+    [inner] = [s for s in spans if s is not outer]
+    assert [e.attributes[sc.CANDIDATE_ID] for e in rec_events(inner)] == ["near", "twin", "other"]
+    a = outer.attributes
+    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (3, 2, 1) and sc.STAGE_FINDINGS not in a
+    records = rec_events(outer)
+    assert [(r.name, r.attributes[sc.CANDIDATE_ID]) for r in records] == [
+        (sc.EVENT_CANDIDATE, "near"),
+        (sc.EVENT_CANDIDATE, "other"),
+        (sc.EVENT_EXCLUSION, "twin"),
+    ]
+    detail = "in the fetch_k pool of 3, not picked: maximal marginal relevance took 2, lambda_mult=0.3"
+    assert (records[2].attributes[sc.EXCLUSION_REASON], records[2].attributes[sc.EXCLUSION_DETAIL]) == ("custom:not_picked_by_mmr", detail)

@@ -7,8 +7,11 @@ and returns the very ``Document`` objects of the ones it picked. That call is ob
 ours, no copy: the list it returned), so the MMR stage records the pool as its inputs (the store's
 ids and similarities), the pick as its outputs, and each candidate it did not pick as an exclusion
 ``custom:not_picked_by_mmr``. The pool is taken only when every returned document is one of its
-objects, once: else, and for a store whose pool is not observed (another store, MMR inside a
-database), the stage says in a finding that the candidates it did not pick are not recorded.
+objects. A store that fetches through an instrumented engine nested in the MMR stage (FAISS over
+faiss, Chroma over chromadb) hands its hits up under the store's ids: those are the pool when
+nothing could drop one between the fetch and the pick (:func:`_from_nested`). Else (another store,
+MMR inside a database) the stage says in a finding that the candidates it did not pick are not
+recorded at this stage.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from ragtrail.contract import semconv as sc
 from ragtrail.hooks import Args, Kwargs
 from ragtrail.instrumentation.langchain._common import adapt_all, feed
-from ragtrail.recorder.stage import Stage
+from ragtrail.recorder.stage import Stage, handed_up
 
 __all__ = ["MMR_POOL", "mmr_pool", "record_mmr", "record_mmr_pick"]
 
@@ -54,19 +57,35 @@ def _unseen(s: Stage, arguments: Mapping[str, Any]) -> None:
 
 
 def record_mmr_pick(s: Stage, result: Any, pool: Any, arguments: Mapping[str, Any], score_kind: str) -> bool:
-    """Record the pool as inputs, the pick as outputs and the rest as ``custom:not_picked_by_mmr``
-    when ``pool`` is the prefetch the returned documents came from (every one of them, by object);
-    else the finding that the unpicked candidates are not recorded. True when the pick is recorded
-    (the outputs are then written)."""
+    """Record MMR's pick where its pool is known: the prefetch fed to the sink (``pool``), else the
+    hits an engine stage nested in this one handed up (:func:`_from_nested`). Else the finding that
+    the unpicked candidates are not recorded. True when the outputs are written (else the caller
+    writes them as it did before)."""
+    if pool is not None:
+        if _from_pool(s, result, pool, arguments, score_kind):
+            return True
+    elif _from_nested(s, result, arguments):
+        return True
+    _unseen(s, arguments)
+    return False
+
+
+def _detail(pool: int, picked: int, arguments: Mapping[str, Any]) -> str:
+    lam = _number(arguments.get("lambda_mult"))
+    took = f"in the fetch_k pool of {pool}, not picked: maximal marginal relevance took {picked}"
+    return took + (f", lambda_mult={lam:g}" if lam is not None else "")
+
+
+def _from_pool(s: Stage, result: Any, pool: Any, arguments: Mapping[str, Any], score_kind: str) -> bool:
+    """The pool as inputs, the pick as outputs, the rest ``custom:not_picked_by_mmr``, when ``pool``
+    is the prefetch the returned documents came from (every one of them, by object)."""
     entries = pool if isinstance(pool, list) and isinstance(result, list) else None
     if entries is None or not all(isinstance(e, tuple) and len(e) >= 2 for e in entries):
-        _unseen(s, arguments)
         return False
     position = {id(entry[0]): i for i, entry in enumerate(entries)}
     picked = [position.get(id(doc)) for doc in result]
     if any(i is None for i in picked) or len(set(picked)) != len(picked):
         s.finding("maximal marginal relevance returned documents that are not all from the pool it fetched: the pool is not recorded")
-        _unseen(s, arguments)
         return False
     candidates = adapt_all([entry[0] for entry in entries])
     for candidate, entry in zip(candidates, entries, strict=True):
@@ -74,11 +93,42 @@ def record_mmr_pick(s: Stage, result: Any, pool: Any, arguments: Mapping[str, An
     s.score_kind = score_kind
     s.inputs(list(candidates))
     s.outputs([candidates[i] for i in picked if i is not None])
-    lam = _number(arguments.get("lambda_mult"))
-    took = f"in the fetch_k pool of {len(entries)}, not picked: maximal marginal relevance took {len(picked)}"
-    detail = took + (f", lambda_mult={lam:g}" if lam is not None else "")
+    detail = _detail(len(entries), len(picked), arguments)
     chosen = set(picked)
     for i, candidate in enumerate(candidates):
         if i not in chosen:
             s.exclude(candidate.id, sc.REASON_NOT_PICKED_BY_MMR, detail)
+    return True
+
+
+# the arguments of an MMR search that change nothing between the fetch and the pick
+_PLAIN_ARGUMENTS = frozenset({"query", "embedding", "k", "fetch_k", "lambda_mult", "kwargs"})
+
+
+def _from_nested(s: Stage, result: Any, arguments: Mapping[str, Any]) -> bool:
+    """A store whose fetch is an instrumented engine's search nested in this stage (LangChain's FAISS
+    over faiss, Chroma over chromadb, PGVector over psycopg): those hits, handed up under the store's
+    ids, are this stage's inputs. They are the pool only when nothing could have removed one between
+    the fetch and the pick: no argument beyond query, k, fetch_k and lambda_mult (a filter may fetch
+    more and drop some: FAISS fetches 2 x fetch_k then), at most fetch_k of them, more than were
+    picked, every pick among them. Then each one not picked is ``custom:not_picked_by_mmr``."""
+    fetch_k = arguments.get("fetch_k")
+    if not isinstance(fetch_k, int) or isinstance(fetch_k, bool) or not isinstance(result, list):
+        return False
+    if arguments.get("kwargs") or any(v is not None for key, v in arguments.items() if key not in _PLAIN_ARGUMENTS):
+        return False
+    inner = handed_up(s)
+    ids = [c.id for c in inner]
+    if len(set(ids)) != len(ids) or not len(result) < len(ids) <= fetch_k:
+        return False
+    picked = adapt_all(result)
+    kept = {c.id for c in picked}
+    if not kept <= set(ids) or len(kept) != len(picked):
+        return False
+    s.inputs(inner)  # as the stage would take them at its end; named now, so the exclusions name them
+    s.outputs(picked)
+    detail = _detail(len(ids), len(picked), arguments)
+    for ident in ids:
+        if ident not in kept:
+            s.exclude(ident, sc.REASON_NOT_PICKED_BY_MMR, detail)
     return True
