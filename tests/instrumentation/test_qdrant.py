@@ -879,3 +879,22 @@ def test_uninstrument_restores_the_local_mmr(tracer_provider) -> None:
     assert type(vars(LocalCollection)["_mmr"]).__name__ == "FunctionWrapper"
     inst.uninstrument()
     assert vars(LocalCollection)["_mmr"] is original
+
+
+async def test_async_local_mmr_records_its_pool(instrumentor, span_exporter) -> None:
+    """The async in-memory client picks in the same task: the same pool, the same exclusion."""
+    client = await make_async_client()
+    query = models.NearestQuery(nearest=[0.9, 0.3, 0.0], mmr=models.Mmr(diversity=0.7, candidates_limit=3))
+    result = await client.query_points("docs", query=query, limit=2)
+    assert [p.id for p in result.points] == [1, UUID5]
+    [span] = retrieve_spans(span_exporter)
+    a = spanutil.own(span)
+    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (3, 2, 1) and sc.STAGE_FINDINGS not in a
+    [(_, cut)] = [(n, ev) for n, ev in spanutil.records(span) if n == sc.EVENT_EXCLUSION]
+    detail = "in the candidates_limit pool of 3, not picked: maximal marginal relevance took 2, diversity=0.7"
+    assert (cut[sc.CANDIDATE_ID], cut[sc.CANDIDATE_RANK], cut[sc.EXCLUSION_REASON], cut[sc.EXCLUSION_DETAIL]) == (
+        "4",
+        1,
+        "custom:not_picked_by_mmr",
+        detail,
+    )
