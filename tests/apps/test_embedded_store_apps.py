@@ -132,13 +132,12 @@ def test_langchain_vector_store_searched_directly(tmp_path: Path) -> None:
     traces = manifests(run)
     assert len(traces) == 3  # one per direct search: no retriever, no pipeline around them
     kinds = []
-    mmr_finding = "maximal marginal relevance picked from 3 fetched candidates (fetch_k): the ones it did not pick are not recorded"
-    expected = ((query, {"top_k": 2}, []), ("Will it be hot tomorrow?", {"top_k": 1}, []), (query, {"top_k": 2, "mmr_lambda": 0.5}, [mmr_finding]))
-    for m, (text, knobs, findings) in zip(traces, expected, strict=True):
+    expected = ((query, {"top_k": 2}), ("Will it be hot tomorrow?", {"top_k": 1}), (query, {"top_k": 2, "mmr_lambda": 0.5}))
+    for m, (text, knobs) in zip(traces, expected, strict=True):
         [stage] = m["stages"]
         assert (stage["kind"], stage["component"], stage["status"]) == ("retrieve", "langchain_core.vectorstores.in_memory.InMemoryVectorStore", "ok")
         # MMR: lambda_mult is InMemoryVectorStore's own default (0.5, not passed), fetch_k=3 as passed
-        assert stage["query"]["text"] == text and stage["knobs"] == knobs and stage["findings"] == findings
+        assert stage["query"]["text"] == text and stage["knobs"] == knobs and stage["findings"] == []
         assert m["coverage"]["corpus_size"] == 4  # the store holds it in memory
         kinds.append({c["score_kind"] for c in stage["candidates"]})
     assert [[c["id"] for c in m["stages"][0]["candidates"]] for m in traces] == [
@@ -146,5 +145,21 @@ def test_langchain_vector_store_searched_directly(tmp_path: Path) -> None:
         [i for i, _ in scored],
         [i for i, _ in mmr],
     ]
-    assert kinds == [{"similarity"}, {"similarity"}, {"none"}]  # MMR's selection has no score
+    assert kinds == [{"similarity"}, {"similarity"}, {"similarity"}]  # MMR's pick keeps its pool's similarities
     assert round(traces[1]["stages"][0]["candidates"][0]["score"], 4) == float(scored[0][1])
+    # issue 24, principle 5: MMR's fetch_k pool of 3 is the stage's inputs, in similarity order, and the
+    # one it did not pick an exclusion (the store's own id). The pool is the store's top 3 by similarity:
+    # the two documents the first search printed, then the one MMR passed over
+    [pick] = traces[2]["stages"]
+    assert (pick["in"], pick["out"], pick["excluded_count"]) == (3, 2, 1)
+    [cut] = pick["excluded"]
+    assert sorted([*(i for i, _ in mmr), cut["id"]]) == sorted(["1", "2", "4"]) and cut["id"] == "4"
+    detail = "in the fetch_k pool of 3, not picked: maximal marginal relevance took 2, lambda_mult=0.5"
+    assert (cut["rank"], cut["score_kind"], cut["reason"], cut["detail"]) == (2, "similarity", "custom:not_picked_by_mmr", detail)
+    assert cut["score"] < min(c["score"] for c in pick["candidates"])
+    fate = run.ragtrail("show", traces[2]["trace_id"], "--doc", "4").stdout.splitlines()
+    component = "retrieve langchain_core.vectorstores.in_memory.InMemoryVectorStore"
+    assert [line.split() for line in fate[1:]] == [
+        ["0", *component.split(), "EXCLUDED", "from", "input", "rank", "2,", "cut:", "custom:not_picked_by_mmr", *f"({detail})".split()],
+        ["fate:", "excluded", "at", *component.split(), "(custom:not_picked_by_mmr)"],
+    ]

@@ -73,3 +73,54 @@ def test_a_point_has_one_id_the_qdrant_id(store, span_exporter, search_type, kwa
     assert not any(i.startswith("sha256:") for i in seen), seen
     assert seen <= set(IDS)
     assert attrs(retriever)[sc.STAGE_KIND] == "retrieve"
+
+
+def test_mmr_pool_is_recorded_where_qdrant_picks(store, span_exporter):
+    """Issue 24, principle 5: langchain-qdrant hands MMR to Qdrant (``NearestQuery`` with ``mmr``). The
+    LangChain stage does not see the pool and says so (its lambda kept); the in-memory client's stage
+    beneath records the pool it picked from (Qdrant ids and similarities) and each point it did not
+    pick, ``custom:not_picked_by_mmr``. One id per point in both stages."""
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    from .test_langchain_support import pop_stage, query_attributes, retrieval_mirrors, stage_attributes
+
+    with suppress_instrumentation():
+        plain = store.max_marginal_relevance_search("solar electricity", k=2, fetch_k=3)
+        pool = store.similarity_search_with_score("solar electricity", k=3)
+    docs = store.max_marginal_relevance_search("solar electricity", k=2, fetch_k=3)
+    assert docs == plain
+    picked = [d.metadata["_id"] for d in docs]
+    pool_ids = [d.metadata["_id"] for d, _ in pool]
+    [unpicked] = [i for i in pool_ids if i not in picked]
+    spans = span_exporter.get_finished_spans()
+    outer = next(s for s in spans if s.name == "retrieve QdrantVectorStore")
+    inner = next(s for s in spans if s.name == "retrieve query_points")
+    assert inner.parent.span_id == outer.context.span_id
+    component = "langchain_qdrant.qdrant.QdrantVectorStore"
+    finding = "maximal marginal relevance picked from 3 fetched candidates (fetch_k): the ones it did not pick are not recorded at this stage"
+    left = pop_stage(
+        outer,
+        {
+            # its inputs: what the client's stage beneath handed up
+            **stage_attributes("retrieve", component, n_in=2, n_out=2, n_excluded=0),
+            **query_attributes("solar electricity"),
+            sc.STAGE_TOP_K: 2,
+            sc.STAGE_MMR_LAMBDA: 0.5,
+            sc.STAGE_FINDINGS: [finding],
+            # the trace's root: coverage over the store of 4 (the pool's unpicked point is not retrieved)
+            sc.COVERAGE_CORPUS_SIZE: 4,
+            sc.COVERAGE_RETRIEVED: 2,
+            sc.COVERAGE_CITED: 0,
+            **retrieval_mirrors(component, "solar electricity", [(i, None) for i in picked], 2),
+        },
+    )
+    assert left == {}
+    assert [e[sc.CANDIDATE_ID] for e in events(outer, sc.EVENT_CANDIDATE)] == picked
+    a = attrs(inner)
+    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (3, 2, 1)
+    assert sc.STAGE_FINDINGS not in a and a[sc.STAGE_MMR_LAMBDA] == 0.5
+    assert [e[sc.CANDIDATE_ID] for e in events(inner, sc.EVENT_CANDIDATE)] == picked
+    [cut] = events(inner, sc.EVENT_EXCLUSION)
+    detail = "in the candidates_limit pool of 3, not picked: maximal marginal relevance took 2, diversity=0.5"
+    assert (cut[sc.CANDIDATE_ID], cut[sc.EXCLUSION_REASON], cut[sc.EXCLUSION_DETAIL]) == (unpicked, "custom:not_picked_by_mmr", detail)
+    assert (cut[sc.CANDIDATE_RANK], cut[sc.CANDIDATE_SCORE]) == (pool_ids.index(unpicked), dict((d.metadata["_id"], s) for d, s in pool)[unpicked])

@@ -790,3 +790,111 @@ def test_batch_requests_given_as_an_iterator_are_not_consumed(instrumentor, span
     assert len(rows) == 2  # the results are still recorded; only the per-request knobs are unknown
     assert all(sc.STAGE_TOP_K not in r.attributes for r in rows)
     assert [[e.attributes[sc.CANDIDATE_SCORE_KIND] for e in rec_events(r)] for r in rows] == [[sc.SCORE_SIMILARITY]] * 2
+
+
+def test_local_mmr_records_its_pool_and_what_it_did_not_pick(instrumentor, span_exporter) -> None:
+    """Issue 24, principle 5: an in-memory client runs MMR in this process, so the pool it picked
+    from (candidates_limit nearest points, the Qdrant ids and similarities) is the stage's inputs and
+    each point it did not pick an exclusion ``custom:not_picked_by_mmr``. Point 4 is the second most
+    similar to the query but nearly point 1, which was picked first: MMR took ``UUID5`` instead."""
+    client = make_client()
+    query = models.NearestQuery(nearest=[0.9, 0.3, 0.0], mmr=models.Mmr(diversity=0.7, candidates_limit=3))
+    with suppress_instrumentation():
+        plain = client.query_points("docs", query=query, limit=2)
+        pool = client.query_points("docs", query=[0.9, 0.3, 0.0], limit=3).points
+    result = client.query_points("docs", query=query, limit=2)
+    assert result == plain and [p.id for p in result.points] == [1, UUID5]
+    assert [p.id for p in pool] == [1, 4, UUID5]
+    spans = span_exporter.get_finished_spans()
+    [span] = retrieve_spans(span_exporter)
+    a = spanutil.own(span)
+    expected: dict[str, Any] = {
+        sc.SCHEMA: 5,
+        sc.STAGE_KIND: sc.KIND_RETRIEVE,
+        sc.STAGE_COMPONENT: "qdrant_client.QdrantClient.query_points",
+        sc.STAGE_STATUS: sc.STATUS_OK,
+        sc.STAGE_TOP_K: 2,
+        sc.STAGE_COLLECTION: "docs",
+        sc.CANDIDATES_IN: 3,
+        sc.CANDIDATES_OUT: 2,
+        sc.CANDIDATES_EXCLUDED: 1,
+        sc.COVERAGE_CORPUS_SIZE: 4,
+        sc.GEN_AI_OPERATION_NAME: "retrieval",
+        sc.GEN_AI_DATA_SOURCE_ID: "docs",
+        sc.GEN_AI_RETRIEVAL_TOP_K: 2,
+        sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
+    }
+    expected[sc.QUERY_VECTOR_DIM], expected[sc.QUERY_VECTOR_SHA256] = vector_receipt([0.9, 0.3, 0.0])
+    for key, value in expected.items():
+        assert key in a, key
+        assert a.pop(key) == value, key
+    assert a.pop(sc.STAGE_MMR_LAMBDA) == pytest.approx(0.3)  # 1 - diversity
+    evs = stitched(span, spans)
+    check_count_and_digest(span, evs)
+    a.pop(sc.EVENTS_COUNT), a.pop(sc.EVENTS_DIGEST)
+    for i, point in enumerate(result.points):
+        assert a.pop(f"retrieval.documents.{i}.document.id") == str(point.id)
+        assert a.pop(f"retrieval.documents.{i}.document.score") == point.score
+    mirrorutil.pop_mirrors(a, span, spans)
+    assert a == {}, f"unexpected attributes {a}"  # no finding: the pool is recorded
+    detail = "in the candidates_limit pool of 3, not picked: maximal marginal relevance took 2, diversity=0.7"
+    rows = [(point, rank, None) for rank, point in enumerate(result.points)] + [(pool[1], 1, detail)]
+    assert [name for name, _ in evs] == [sc.EVENT_CANDIDATE, sc.EVENT_CANDIDATE, sc.EVENT_EXCLUSION]
+    for (point, rank, why), (_, ev) in zip(rows, evs, strict=True):
+        spanutil.pop_pointer(ev, {})
+        assert (ev.pop(sc.CANDIDATE_ID), ev.pop(sc.CANDIDATE_RANK)) == (str(point.id), rank)
+        assert (ev.pop(sc.CANDIDATE_SCORE), ev.pop(sc.CANDIDATE_SCORE_KIND)) == (point.score, sc.SCORE_SIMILARITY)
+        content = content_of(point)
+        if content is not None:
+            rec = receipt(content)
+            assert (ev.pop(sc.CANDIDATE_CONTENT_CHARS), ev.pop(sc.CANDIDATE_CONTENT_BYTES), ev.pop(sc.CANDIDATE_CONTENT_SHA256)) == (
+                rec.chars,
+                rec.bytes,
+                rec.sha256,
+            )
+        if why is not None:
+            assert (ev.pop(sc.EXCLUSION_REASON), ev.pop(sc.EXCLUSION_DETAIL)) == ("custom:not_picked_by_mmr", why)
+        assert ev == {}, ev
+
+
+def test_mmr_over_a_pool_cut_by_an_offset_keeps_the_finding(instrumentor, span_exporter) -> None:
+    """An ``offset`` drops picks after MMR made them: what was returned is not the pick, so the pool is
+    not recorded (never a guess) and the finding stays."""
+    client = make_client()
+    query = models.NearestQuery(nearest=[0.9, 0.3, 0.0], mmr=models.Mmr(diversity=0.7, candidates_limit=3))
+    result = client.query_points("docs", query=query, limit=1, offset=1)
+    assert [p.id for p in result.points] == [UUID5]
+    [span] = retrieve_spans(span_exporter)
+    a = spanutil.own(span)
+    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (0, 1, 0)
+    assert list(a[sc.STAGE_FINDINGS]) == ["maximal marginal relevance ran inside Qdrant over 3 candidates: the ones it did not pick are not returned"]
+
+
+def test_uninstrument_restores_the_local_mmr(tracer_provider) -> None:
+    from qdrant_client.local.local_collection import LocalCollection
+
+    original = vars(LocalCollection)["_mmr"]
+    inst = QdrantInstrumentor()
+    inst.instrument(tracer_provider=tracer_provider)
+    assert type(vars(LocalCollection)["_mmr"]).__name__ == "FunctionWrapper"
+    inst.uninstrument()
+    assert vars(LocalCollection)["_mmr"] is original
+
+
+async def test_async_local_mmr_records_its_pool(instrumentor, span_exporter) -> None:
+    """The async in-memory client picks in the same task: the same pool, the same exclusion."""
+    client = await make_async_client()
+    query = models.NearestQuery(nearest=[0.9, 0.3, 0.0], mmr=models.Mmr(diversity=0.7, candidates_limit=3))
+    result = await client.query_points("docs", query=query, limit=2)
+    assert [p.id for p in result.points] == [1, UUID5]
+    [span] = retrieve_spans(span_exporter)
+    a = spanutil.own(span)
+    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (3, 2, 1) and sc.STAGE_FINDINGS not in a
+    [(_, cut)] = [(n, ev) for n, ev in spanutil.records(span) if n == sc.EVENT_EXCLUSION]
+    detail = "in the candidates_limit pool of 3, not picked: maximal marginal relevance took 2, diversity=0.7"
+    assert (cut[sc.CANDIDATE_ID], cut[sc.CANDIDATE_RANK], cut[sc.EXCLUSION_REASON], cut[sc.EXCLUSION_DETAIL]) == (
+        "4",
+        1,
+        "custom:not_picked_by_mmr",
+        detail,
+    )

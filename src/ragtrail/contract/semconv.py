@@ -441,6 +441,10 @@ RULE_SPLIT = "split@1"
 # an exclusion of the same stage with REASON_MERGED (detail "into <id>")
 RULE_MERGE = "merge@1"
 REASON_MERGED = "custom:merged"
+# a candidate of a maximal-marginal-relevance pool (the fetch_k candidates fetched for the pick) that
+# the pick did not take (issue 24, principle 5): its relevance, less its likeness to the candidates
+# already picked, ranked below theirs (or the pick was full). The pool is the stage's inputs
+REASON_NOT_PICKED_BY_MMR = "custom:not_picked_by_mmr"
 
 # receipt attribute prefixes: <prefix>.chars / .bytes / .sha256
 QUERY_RECEIPT_PREFIX = "ragtrail.query"

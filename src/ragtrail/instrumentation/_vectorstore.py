@@ -68,6 +68,10 @@ class Row:
     score_kind: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
+    # what the store fetched before it picked the candidates (an MMR pool): the stage's inputs, and
+    # (id, reason, detail) for each one it did not hand back. ``None``: the inputs are not known
+    inputs: Sequence[Candidate] | None = None
+    exclusions: Sequence[tuple[str, str, str]] = ()
 
 
 @dataclass
@@ -287,7 +291,11 @@ class StoreStages:
         if size is not None:
             # a size the user set for this store (ragtrail.corpus_size) wins, also when none is known
             s.corpus_size(size[0], store=size[1], approximate=size[2])
+        if row.inputs is not None:
+            s.inputs(list(row.inputs))
         s.outputs(list(row.candidates))
+        for ident, reason, detail in row.exclusions:
+            s.exclude(ident, reason, detail)
 
 
 def _call(fn: Callable[[], Any], site: str) -> Any:

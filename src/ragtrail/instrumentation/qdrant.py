@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import weakref
 from collections.abc import Callable, Collection, Mapping
@@ -65,6 +66,7 @@ class _Facts:
 # remote clients: collection name -> the facts the application's own calls revealed
 _remote_facts: weakref.WeakKeyDictionary[Any, dict[str, _Facts]] = weakref.WeakKeyDictionary()
 _remote_lock = threading.Lock()
+_MMR_HIDDEN = "maximal marginal relevance ran inside Qdrant over"
 UNREAD = "score kind unknown: the application has not read this collection's config (ragtrail adds no request to the database)"
 
 
@@ -77,6 +79,9 @@ class QdrantInstrumentor(RagtrailInstrumentor):
         # patched when the application imports them: qdrant-client takes ~0.8 s to import
         self.when_imported("qdrant_client.qdrant_client", lambda: self._patch_module(False))
         self.when_imported("qdrant_client.async_qdrant_client", lambda: self._patch_module(True))
+        # a local client's MMR runs in this process: its pool is seen where it is picked from
+        local = "qdrant_client.local.local_collection"
+        self.when_imported(local, lambda: self.wrap(local, "LocalCollection._mmr", _local_mmr))
 
     def _patch_module(self, is_async: bool) -> None:
         from qdrant_client.http.models import ScoredPoint
@@ -92,28 +97,38 @@ class QdrantInstrumentor(RagtrailInstrumentor):
 
     def _sync(self, method: str) -> Callable[..., Any]:
         def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
-            return call_through(
-                _KEY,
-                lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
-                wrapped,
-                args,
-                kwargs,
-                lambda stages, result: _complete(stages, result, instance, _facts),
-            )
+            token = _mmr_seen.set([]) if method == "query_points" else None
+            try:
+                return call_through(
+                    _KEY,
+                    lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
+                    wrapped,
+                    args,
+                    kwargs,
+                    lambda stages, result: _complete(stages, result, instance, _facts),
+                )
+            finally:
+                if token is not None:
+                    _mmr_seen.reset(token)
 
         return wrapper
 
     def _async(self, method: str) -> Callable[..., Any]:
         async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
-            # nothing is awaited after the result has arrived: it is the host's
-            return await acall_through(
-                _KEY,
-                lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
-                wrapped,
-                args,
-                kwargs,
-                lambda stages, result: _complete(stages, result, instance, _afacts),
-            )
+            token = _mmr_seen.set([]) if method == "query_points" else None
+            try:
+                # nothing is awaited after the result has arrived: it is the host's
+                return await acall_through(
+                    _KEY,
+                    lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
+                    wrapped,
+                    args,
+                    kwargs,
+                    lambda stages, result: _complete(stages, result, instance, _afacts),
+                )
+            finally:
+                if token is not None:
+                    _mmr_seen.reset(token)
 
         return wrapper
 
@@ -217,7 +232,55 @@ def _mmr(query: Any, attributes: dict[str, Any]) -> list[str]:
         attributes[sc.STAGE_MMR_LAMBDA] = 1.0 - float(diversity)
     pool = getattr(mmr, "candidates_limit", None)
     over = pool if pool is not None else "its default"
-    return [f"maximal marginal relevance ran inside Qdrant over {over} candidates: the ones it did not pick are not returned"]
+    return [f"{_MMR_HIDDEN} {over} candidates: the ones it did not pick are not returned"]
+
+
+# a local client's ``LocalCollection._mmr`` calls under the open ``query_points``: (pool, pick)
+_mmr_seen: contextvars.ContextVar[list[tuple[Any, Any]] | None] = contextvars.ContextVar("ragtrail_qdrant_mmr", default=None)
+
+
+def _local_mmr(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """``LocalCollection._mmr(search_results, ...)``: the pool the local collection fetched
+    (``candidates_limit`` nearest points, with their ids and scores) and what it picked from it."""
+    result = wrapped(*args, **kwargs)
+    seen = _mmr_seen.get()
+    if seen is not None:
+        seen.append((args[0] if args else kwargs.get("search_results"), result))
+    return result
+
+
+def _candidates(points: Any, score_kind: str | None) -> list[Candidate]:
+    out = []
+    for point in points:
+        candidate = point_candidate(point)
+        candidate.score_kind = score_kind
+        out.append(candidate)
+    return out
+
+
+def _mmr_pool(query: Any, picked: list[Candidate], row: Row) -> None:
+    """A local client's MMR: the pool it picked from as the stage's inputs and each point it did not
+    pick an exclusion ``custom:not_picked_by_mmr`` (issue 24, principle 5), in place of the finding
+    that they are hidden. Only when one pick was seen and it is exactly what the call returned (no
+    offset cut it): else the finding stays."""
+    mmr = getattr(query, "mmr", None)
+    seen = _mmr_seen.get()
+    if mmr is None or not seen or len(seen) != 1:
+        return
+    pool, chosen = seen[0]
+    if not isinstance(pool, list) or not isinstance(chosen, list):
+        return
+    if [normalize_id(p.id) for p in chosen] != [c.id for c in picked]:
+        return
+    inputs = _candidates(pool, row.score_kind)
+    kept = {c.id for c in picked}
+    diversity = getattr(mmr, "diversity", None)
+    detail = f"in the candidates_limit pool of {len(inputs)}, not picked: maximal marginal relevance took {len(picked)}"
+    if isinstance(diversity, (int, float)) and not isinstance(diversity, bool):
+        detail += f", diversity={diversity:g}"
+    row.inputs = inputs
+    row.exclusions = [(c.id, sc.REASON_NOT_PICKED_BY_MMR, detail) for c in inputs if c.id not in kept]
+    row.findings = [f for f in row.findings if not f.startswith(_MMR_HIDDEN)]
 
 
 def _query_of(query: Any) -> Query | None:
@@ -290,12 +353,10 @@ def _outcome(stages: _QdrantStages, result: Any, facts: _Facts | None) -> Outcom
 
     def row(index: int) -> Row:
         found = _row(stages, index, [], facts)
-        candidates = []
-        for point in lists[index]:
-            candidate = point_candidate(point)
-            candidate.score_kind = found.score_kind
-            candidates.append(candidate)
+        candidates = _candidates(lists[index], found.score_kind)
         found.candidates = candidates
+        if stages.method == "query_points":
+            _mmr_pool(stages.requests[0].get("query"), candidates, found)
         if found.score_kind is None and candidates:
             found.findings.append(UNREAD if facts is None and stages.remote else "score kind unknown: the collection's distance could not be read")
         return found

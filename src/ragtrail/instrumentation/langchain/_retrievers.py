@@ -47,6 +47,7 @@ from ragtrail.instrumentation.langchain._common import (
     remember_identity,
     sink_for,
 )
+from ragtrail.instrumentation.langchain._mmr import MMR_POOL, mmr_pool, record_mmr, record_mmr_pick
 from ragtrail.recorder.candidates import hand_over
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage, current_stage
@@ -230,6 +231,7 @@ class VectorStoreRetrieval(RetrieverCall):
     relevance scores before and after ``score_threshold`` (``similarity_score_threshold``)."""
 
     threshold: Any = None
+    mmr: Mapping[str, Any] | None = None  # an MMR search's arguments (defaults applied)
 
     def start(self, query: Any) -> Stage:
         instance = self.instance
@@ -248,7 +250,8 @@ class VectorStoreRetrieval(RetrieverCall):
             report_store(self, s, store)
             self.shared.store_class(type(store))
             if search_type == "mmr":  # the retriever calls the store's MMR search with its search_kwargs
-                record_mmr(s, bind(store.max_marginal_relevance_search, (query,), search_kwargs))
+                self.mmr = bind(store.max_marginal_relevance_search, (query,), search_kwargs)
+                record_mmr(s, self.mmr)
         self.listen((store,) if store is not None else ())
         self.threshold = threshold
         return s
@@ -260,6 +263,10 @@ class VectorStoreRetrieval(RetrieverCall):
         if "relevance" in data:
             record_threshold(s, self.threshold, data.get("pre_threshold"), data["relevance"], result)
             return
+        if self.mmr is not None:
+            store = getattr(self.instance, "vectorstore", None)
+            if record_mmr_pick(s, result, data.get(MMR_POOL), self.mmr, with_score_kind(store)):
+                return
         _scored_outputs(s, result, data.get("scored"))
 
 
@@ -581,7 +588,8 @@ class MmrSearch(DocsSearch):
     """``max_marginal_relevance_search`` called directly: LangChain fetches ``fetch_k`` candidates
     and picks ``k`` by maximal marginal relevance in Python. The trade-off it ran with
     (``lambda_mult``, 1 = relevance only; the method's own default when not passed) is the MMR
-    lambda, and a finding says the ``fetch_k`` candidates it did not pick are not recorded."""
+    lambda; the pool, where the store's prefetch is observed, is the stage's inputs and each
+    candidate it did not pick an exclusion (:mod:`._mmr`), else a finding says they are not recorded."""
 
     def open(self) -> Stage:
         s = super().open()
@@ -589,15 +597,11 @@ class MmrSearch(DocsSearch):
             record_mmr(s, self.arguments)
         return s
 
-
-def record_mmr(s: Stage, arguments: Mapping[str, Any]) -> None:
-    """An MMR search's ``lambda_mult`` as the MMR lambda, and the finding naming its ``fetch_k``
-    pool (the method's own defaults when the caller left them out)."""
-    lam, fetch_k = arguments.get("lambda_mult"), arguments.get("fetch_k")
-    if isinstance(lam, (int, float)) and not isinstance(lam, bool):
-        s.set_attribute(sc.STAGE_MMR_LAMBDA, float(lam))
-    pool = fetch_k if isinstance(fetch_k, int) and not isinstance(fetch_k, bool) else "its default"
-    s.finding(f"maximal marginal relevance picked from {pool} fetched candidates (fetch_k): the ones it did not pick are not recorded")
+    def after(self, s: Stage, result: Any) -> None:
+        if not isinstance(result, list):
+            return outputs_as_is(s, result)
+        if not record_mmr_pick(s, result, self.sunk(MMR_POOL), self.arguments, with_score_kind(self.instance)):
+            super().after(s, result)
 
 
 # --- the wrappers ------------------------------------------------------------------------------------
@@ -661,6 +665,8 @@ class RetrieverWrappers:
         ensure(cls, "similarity_search_by_vector", self.docs_search(VectorSearch), skip=skip)
         ensure(cls, "asimilarity_search_by_vector", self.adocs_search(VectorSearch))
         ensure(cls, "similarity_search_with_score_by_vector", scored_by_vector, skip=skip)
+        # InMemoryVectorStore's MMR prefetch: the pool (ids, similarities) its pick is made from
+        ensure(cls, "_similarity_search_with_score_by_vector", mmr_pool, skip=skip)
 
     def docs_search(self, family: type[DocsSearch]) -> Callable[..., Any]:
         """A direct search returning Documents: a stage of its own, unless a retriever is searching."""
