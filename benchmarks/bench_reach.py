@@ -1,11 +1,13 @@
 """Per-search cost of the issue-27 integrations: LanceDB (embedded), Milvus Lite, pgvector through
-psycopg2, and a LangChain vector store searched directly. Beside bench_vectorstores.py / bench_pgvector.py.
+psycopg2, a LangChain vector store searched directly, and the framework pgvector stores (LlamaIndex's
+``PGVectorStore`` on psycopg2, pgvector-haystack's ``PgvectorDocumentStore`` on psycopg 3: the
+framework stage and the SQL stage nested in it). Beside bench_vectorstores.py / bench_pgvector.py.
 
 Each case times the same search with the library not instrumented, instrumented and recorded (real
 SDK, a span processor that discards), and instrumented under a sampled-out parent. Medians in
 microseconds. Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reach.py --repeat 200 [--only lancedb,milvus,psycopg2,langchain]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reach.py --repeat 200 [--only lancedb,milvus,psycopg2,langchain,llama_pg,haystack_pg]
 """
 
 from __future__ import annotations
@@ -110,7 +112,85 @@ def langchain_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
     ]
 
 
-ENGINES = {"lancedb": lancedb_cases, "milvus": milvus_cases, "psycopg2": psycopg2_cases, "langchain": langchain_cases}
+class Both:
+    """Two instrumentors as one: the framework's and its driver's."""
+
+    def __init__(self, *instrumentors: Any) -> None:
+        self.instrumentors = instrumentors
+
+    def instrument(self, **kwargs: Any) -> None:
+        for inst in self.instrumentors:
+            inst.instrument(**kwargs)
+
+    def uninstrument(self) -> None:
+        for inst in self.instrumentors:
+            inst.uninstrument()
+
+
+def llama_pg_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
+    import asyncio
+
+    from bench_pgvector import postgres
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+    from llama_index.core.schema import QueryBundle, TextNode
+    from llama_index.vector_stores.postgres import PGVectorStore
+    from psycopg.conninfo import conninfo_to_dict
+
+    from ragtrail.instrumentation.llama_index import LlamaIndexInstrumentor
+    from ragtrail.instrumentation.psycopg2 import Psycopg2Instrumentor
+
+    info = conninfo_to_dict(stack.enter_context(postgres()))
+    user, host = info.get("user") or "postgres", info["host"]
+    store = PGVectorStore.from_params(
+        connection_string=f"postgresql+psycopg2://{user}@/postgres?host={host}",
+        async_connection_string=f"postgresql+asyncpg://{user}@/postgres?host={host}",
+        table_name="items",
+        embed_dim=64,
+    )
+    stack.callback(lambda: asyncio.run(store.close()))
+    driver = Psycopg2Instrumentor()
+    driver.instrument()  # SQLAlchemy's pooled connection must be opened instrumented (its cursor factory)
+    nodes = [TextNode(id_=f"n{i}", text=f"doc {i}", embedding=DATA[i].tolist()) for i in range(len(DATA))]
+    index = VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=MockEmbedding(embed_dim=64))
+    driver.uninstrument()
+    query = QueryBundle(query_str="doc 7", embedding=QUERY.tolist())
+    k10, k100 = index.as_retriever(similarity_top_k=10), index.as_retriever(similarity_top_k=100)
+    return Both(LlamaIndexInstrumentor(), driver), [
+        ("llama_index PGVectorStore retrieve, k=10", lambda: k10.retrieve(query)),
+        ("llama_index PGVectorStore retrieve, k=100", lambda: k100.retrieve(query)),
+    ]
+
+
+def haystack_pg_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
+    from bench_pgvector import postgres
+    from haystack import Document
+    from haystack.utils import Secret
+    from haystack_integrations.components.retrievers.pgvector import PgvectorEmbeddingRetriever
+    from haystack_integrations.document_stores.pgvector import PgvectorDocumentStore
+
+    from ragtrail.instrumentation.haystack import HaystackInstrumentor
+    from ragtrail.instrumentation.psycopg import PsycopgInstrumentor
+
+    store = PgvectorDocumentStore(connection_string=Secret.from_token(stack.enter_context(postgres())), embedding_dimension=64, recreate_table=True)
+    stack.callback(store.close)
+    store.write_documents([Document(id=f"d{i}", content=f"doc {i}", embedding=DATA[i].tolist()) for i in range(len(DATA))])
+    k10, k100 = PgvectorEmbeddingRetriever(document_store=store, top_k=10), PgvectorEmbeddingRetriever(document_store=store, top_k=100)
+    q = QUERY.tolist()
+    return Both(HaystackInstrumentor(), PsycopgInstrumentor()), [
+        ("haystack PgvectorEmbeddingRetriever, k=10", lambda: k10.run(query_embedding=q)),
+        ("haystack PgvectorEmbeddingRetriever, k=100", lambda: k100.run(query_embedding=q)),
+    ]
+
+
+ENGINES = {
+    "lancedb": lancedb_cases,
+    "milvus": milvus_cases,
+    "psycopg2": psycopg2_cases,
+    "langchain": langchain_cases,
+    "llama_pg": llama_pg_cases,
+    "haystack_pg": haystack_pg_cases,
+}
 
 
 @contextmanager
@@ -147,7 +227,7 @@ def measure(instrumentor: Any, measured: list[Case], provider: TracerProvider, c
             b = plain[name]
             r = median_us(fn, repeat)
             s = median_us(sampled_out, repeat)
-            print(f"{name:42s} {b:9.1f} {r:9.1f} {r - b:9.1f} {s - b:12.1f}", flush=True)
+            print(f"{name:44s} {b:9.1f} {r:9.1f} {r - b:9.1f} {s - b:12.1f}", flush=True)
     finally:
         instrumentor.uninstrument()
 
@@ -160,7 +240,7 @@ def main() -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(Discard()))
     trace.set_tracer_provider(provider)
-    print(f"{'case':42s} {'plain':>9s} {'recorded':>9s} {'added':>9s} {'sampled-out':>12s}")
+    print(f"{'case':44s} {'plain':>9s} {'recorded':>9s} {'added':>9s} {'sampled-out':>12s}")
     with sampled_out_context() as ctx:
         for engine in args.only.split(","):
             with ExitStack() as stack:

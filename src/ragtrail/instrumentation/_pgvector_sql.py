@@ -32,6 +32,7 @@ OPERATORS: Mapping[str, str] = {
 _OPERATOR = re.compile("|".join(re.escape(op) for op in OPERATORS))
 _PLACEHOLDER = re.compile(r"%%|%\((?P<name>[^)]+)\)[sbt]|%[sbt]|\$(?P<number>\d+)")
 _CLAUSE = re.compile(r"\b(from|where|group\s+by|having|window|order\s+by|limit|offset|fetch|for|union|intersect|except)\b")
+_DISTINCT = re.compile(r"\bdistinct\s*$")
 _CAST = re.compile(r"::\s*[\w.]+(\s*\(\s*\d+\s*\))?\s*$")
 _IDENT = re.compile(r'(?:"[^"]+"|[A-Za-z_][\w$]*)(?:\.(?:"[^"]+"|[A-Za-z_][\w$]*))*')
 _CACHE_MAX = 512
@@ -165,6 +166,8 @@ def _clauses(text: str, masked: str) -> dict[str, tuple[int, int]] | None:
     spans: list[tuple[str, int, int]] = [("select", len(lowered) - len(body), len(lowered) - len(body) + 6)]
     for match in _CLAUSE.finditer(lowered):
         name = " ".join(match.group(1).split())
+        if name == "from" and _DISTINCT.search(lowered, max(0, match.start() - 24), match.start()) is not None:
+            continue  # ``a IS [NOT] DISTINCT FROM b``: a comparison (Haystack's ``!=`` filter), no clause
         if name in ("union", "intersect", "except"):
             return None
         spans.append((name, match.start(), match.end()))

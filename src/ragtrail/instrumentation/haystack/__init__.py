@@ -4,7 +4,10 @@ Haystack components share no base class, so each component's ``run`` (and ``run_
 has one) is patched on its own class:
 
 * ``InMemoryBM25Retriever`` / ``InMemoryEmbeddingRetriever``: ``retrieve`` stages (``bm25`` /
-  ``similarity`` scores, the effective filters and the store's size);
+  ``similarity`` scores, the effective filters and the store's size); pgvector-haystack's
+  ``PgvectorEmbeddingRetriever`` (the score kind of its ``vector_function``) and
+  ``PgvectorKeywordRetriever`` (``ts_rank_cd``: kind ``none``), whose store's size is not asked for
+  (a ``SELECT COUNT(*)``); the psycopg 3 stage of their SQL nests inside (``ragtrail_psycopg``);
 * ``DocumentJoiner`` (every join mode) and the multi-query retrievers: ``fuse`` stages whose inputs
   are the concatenated input lists, each candidate with the hop of the query that found it;
 * ``SentenceTransformersSimilarityRanker``, ``SentenceTransformersDiversityRanker`` (its MMR
@@ -49,12 +52,14 @@ from ._fusion import Joiner, MultiQuery, executor_factory, per_query_async, per_
 from ._generate import ClassPatcher, Generate, install, prompt_builder_run
 from ._query import Expander, PipelineRun
 from ._rankers import DiversityRanker, LostInTheMiddle, MetaField, SimilarityRanker
-from ._retrievers import EmbeddingRetriever, TextRetriever
+from ._retrievers import EmbeddingRetriever, PgvectorEmbeddingRetriever, PgvectorKeywordRetriever, TextRetriever
 
 _instruments: Collection[str] = ("haystack-ai >= 2.10",)
 
 _BM25 = "haystack.components.retrievers.in_memory.bm25_retriever"
 _EMBEDDING = "haystack.components.retrievers.in_memory.embedding_retriever"
+_PG_EMBEDDING = "haystack_integrations.components.retrievers.pgvector.embedding_retriever"
+_PG_KEYWORD = "haystack_integrations.components.retrievers.pgvector.keyword_retriever"
 _JOINER = "haystack.components.joiners.document_joiner"
 _LITM = "haystack.components.rankers.lost_in_the_middle"
 _META = "haystack.components.rankers.meta_field"
@@ -73,6 +78,8 @@ _ASYNC_PIPELINE_2X = "haystack.core.pipeline.async_pipeline"  # haystack-ai 2.x
 _TARGETS: tuple[tuple[str, str, type[HaystackCall]], ...] = (
     (_BM25, "InMemoryBM25Retriever", TextRetriever),
     (_EMBEDDING, "InMemoryEmbeddingRetriever", EmbeddingRetriever),
+    (_PG_EMBEDDING, "PgvectorEmbeddingRetriever", PgvectorEmbeddingRetriever),
+    (_PG_KEYWORD, "PgvectorKeywordRetriever", PgvectorKeywordRetriever),
     (_JOINER, "DocumentJoiner", Joiner),
     (_LITM, "LostInTheMiddleRanker", LostInTheMiddle),
     (_META, "MetaFieldRanker", MetaField),

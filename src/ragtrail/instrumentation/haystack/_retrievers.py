@@ -1,5 +1,8 @@
 """``InMemoryBM25Retriever`` / ``InMemoryEmbeddingRetriever``: ``retrieve`` stages (``bm25`` /
-``similarity`` scores, the effective filters and the store's size)."""
+``similarity`` scores, the effective filters and the store's size); pgvector-haystack's
+``PgvectorEmbeddingRetriever`` / ``PgvectorKeywordRetriever`` the same way, but the store's size is
+not asked for (``count_documents`` is a ``SELECT COUNT(*)`` on the user's database: unknown unless
+``ragtrail.corpus_size`` gives it)."""
 
 from __future__ import annotations
 
@@ -22,12 +25,18 @@ class TextRetriever(HaystackCall):
 
     score_kind = sc.SCORE_BM25
     hop: int | None = None  # the hop the query searched for, once recorded
+    counts_corpus = True  # the store's count_documents is free (in memory): the corpus size is read
+
+    def kind_of(self, bound: dict[str, Any]) -> str:
+        """The kind of the scores this call returns."""
+        return self.score_kind
 
     def query_text(self, bound: dict[str, Any]) -> Any:
         return bound.get("query")
 
     def before(self, s: Stage) -> None:
         instance, bound = self.instance, self.arguments
+        self.score_kind = self.kind_of(bound)
         s.score_kind = self.score_kind
         top_k = bound.get("top_k")
         s.set(top_k=getattr(instance, "top_k", None) if top_k is None else top_k)
@@ -40,7 +49,7 @@ class TextRetriever(HaystackCall):
         if filters:
             s.set_attribute(sc.STAGE_FILTER, canonical_json(filters))
         store = getattr(instance, "document_store", None)
-        count = getattr(store, "count_documents", None)
+        count = getattr(store, "count_documents", None) if self.counts_corpus else None
         if callable(count):
             s.corpus_size(guard("haystack.count_documents", count), store=store)  # one store read by two retrievers counts once
         self.hop = hop
@@ -82,6 +91,30 @@ class EmbeddingRetriever(TextRetriever):
         if found is not None:
             s.set_attribute(sc.QUERY_VECTOR_DIM, found[0])
             s.set_attribute(sc.QUERY_VECTOR_SHA256, found[1])
+
+
+# pgvector-haystack's vector_function -> the kind of the score its SQL selects: ``1 - (a <=> b)``
+# (cosine similarity), ``(a <#> b) * -1`` (the inner product), ``a <-> b`` (the L2 distance)
+_PGVECTOR_KINDS = {"cosine_similarity": sc.SCORE_SIMILARITY, "inner_product": sc.SCORE_SIMILARITY, "l2_distance": sc.SCORE_DISTANCE}
+
+
+class PgvectorKeywordRetriever(TextRetriever):
+    """``PgvectorKeywordRetriever``: PostgreSQL full-text search scored by ``ts_rank_cd``, a rank of
+    no kind the contract names (not BM25): kind ``none``, the score kept as the store gave it."""
+
+    score_kind = sc.SCORE_NONE
+    counts_corpus = False
+
+
+class PgvectorEmbeddingRetriever(EmbeddingRetriever):
+    """``PgvectorEmbeddingRetriever``: the score kind follows the call's ``vector_function`` (else the
+    retriever's, which defaults to the store's)."""
+
+    counts_corpus = False
+
+    def kind_of(self, bound: dict[str, Any]) -> str:
+        function = bound.get("vector_function") or getattr(self.instance, "vector_function", None)
+        return _PGVECTOR_KINDS.get(str(function), sc.SCORE_NONE)
 
 
 def _only_hop() -> int | None:
