@@ -219,12 +219,36 @@ def test_retrieve_with_a_configured_rm_is_a_stage_with_content_ids(instrumentor,
 
 def test_uninstrument_restores_the_library(tracer_provider, span_exporter, user_tracer) -> None:
     from dspy.retrievers.embeddings import Embeddings
+    from dspy.utils.parallelizer import ParallelExecutor
 
-    original = Embeddings.forward
+    originals = (Embeddings.forward, Embeddings._batch_forward, dspy.Retrieve.forward, ParallelExecutor.execute)
     inst = DSPyInstrumentor()
     inst.instrument(tracer_provider=tracer_provider)
-    assert Embeddings.forward is not original
+    patched = (Embeddings.forward, Embeddings._batch_forward, dspy.Retrieve.forward, ParallelExecutor.execute)
+    assert all(p is not o for p, o in zip(patched, originals, strict=True))
     inst.uninstrument()
-    assert Embeddings.forward is original
+    assert (Embeddings.forward, Embeddings._batch_forward, dspy.Retrieve.forward, ParallelExecutor.execute) == originals
     dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=1)("a")
     assert retrieve_spans(span_exporter) == []
+
+
+def test_parallel_examples_are_children_of_the_callers_span(instrumentor, span_exporter, user_tracer) -> None:
+    # dspy.Parallel (and Module.batch, dspy.Evaluate) run each example in ParallelExecutor's threads
+    search = dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=1)
+    threads: set[int] = set()
+
+    class Search(dspy.Module):
+        def forward(self, question: str) -> Any:
+            threads.add(threading.get_ident())
+            return search(question)
+
+    program = Search()
+    questions = ["a a", "d e", "h i"]
+    with user_tracer.start_as_current_span("user.batch") as user:
+        found = program.batch([dspy.Example(question=q).with_inputs("question") for q in questions], num_threads=3, disable_progress_bar=True)
+    assert [p.indices for p in found] == [[2], [1], [3]]
+    assert threading.get_ident() not in threads
+    stages = retrieve_spans(span_exporter)
+    assert sorted(spanutil.own(s)[sc.QUERY_TEXT] for s in stages) == questions
+    assert {s.parent.span_id if s.parent else None for s in stages} == {user.get_span_context().span_id}
+    assert {s.context.trace_id for s in stages} == {user.get_span_context().trace_id}

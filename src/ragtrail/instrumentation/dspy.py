@@ -27,6 +27,12 @@ call: it is nested under none of them, and each stage says so in a finding. A re
 before ``instrument()`` holds the unwrapped method: its stage is recorded, without that crossing
 (and without scores for ``Embeddings``).
 
+**DSPy's thread pools.** ``dspy.Parallel``, ``Module.batch`` and ``dspy.Evaluate`` run each example
+in a worker thread of ``ParallelExecutor`` (DSPy carries its own settings and callback ancestry
+there, not the trace context), so every example's retrievals started a trace of its own. Its
+``execute`` is wrapped to carry the caller's trace context into each task, as DSPy carries its
+callback call id: the examples' stages are children of the span current where the app called it.
+
 ``dspy.Retrieve(k)(query)`` (the configured ``dspy.settings.rm``) is one stage with the query and
 ``k``; it returns passage texts only, so each candidate is identified by the sha256 of its text (the
 recorder's rule for an item without an id), said in a finding.
@@ -42,6 +48,7 @@ Usage: ``DSPyInstrumentor().instrument()`` or ``opentelemetry-instrument`` (entr
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Collection, Sequence
@@ -60,6 +67,7 @@ from ragtrail.recorder.candidates import Candidate
 _KEY = "ragtrail.dspy"
 _EMBEDDINGS = "dspy.retrievers.embeddings"
 _RETRIEVE = "dspy.retrievers.retrieve"
+_PARALLEL = "dspy.utils.parallelizer"
 
 
 @dataclass
@@ -87,6 +95,7 @@ class DSPyInstrumentor(RagtrailInstrumentor):
     def _patch(self, **kwargs: Any) -> None:
         self.when_imported(_EMBEDDINGS, self._patch_embeddings)
         self.when_imported(_RETRIEVE, lambda: self.wrap(_RETRIEVE, "Retrieve.forward", self._retrieve))
+        self.when_imported(_PARALLEL, lambda: self.wrap(_PARALLEL, "ParallelExecutor.execute", _execute))
 
     def _patch_embeddings(self) -> None:
         for name in ("Embeddings", "EmbeddingsWithScores"):
@@ -191,6 +200,32 @@ def _batch_forward(wrapped: Callable[..., Any], instance: Any, args: Args, kwarg
     if searches:
         guard("dspy.results", _hand_results, searches, result)
     return result
+
+
+def _carry(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` run under the trace context current now (in whichever thread calls it)."""
+    context = otel_context.get_current()
+
+    @functools.wraps(function)
+    def carried(*args: Any, **kwargs: Any) -> Any:
+        token = otel_context.attach(context)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            otel_context.detach(token)
+
+    return carried
+
+
+def _execute(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """``ParallelExecutor.execute(function, data)``: each task under the caller's trace context."""
+    function = argument(args, kwargs, 0, "function")
+    carried = guard("dspy.parallel", _carry, function) if callable(function) else None
+    if carried is None:
+        return wrapped(*args, **kwargs)
+    if "function" in kwargs:
+        return wrapped(*args, **{**kwargs, "function": carried})
+    return wrapped(carried, *args[1:], **kwargs)
 
 
 def _embeddings_outcome(stages: _EmbeddingsStages, retriever: Any, prediction: Any) -> Outcome:
