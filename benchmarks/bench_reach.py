@@ -1,11 +1,11 @@
 """Per-search cost of the issue-27 integrations: LanceDB (embedded), Milvus Lite, pgvector through
-psycopg2, and a LangChain vector store searched directly. Beside bench_vectorstores.py / bench_pgvector.py.
+psycopg2, a LangChain vector store searched directly, and DSPy's Embeddings retriever. Beside bench_vectorstores.py / bench_pgvector.py.
 
 Each case times the same search with the library not instrumented, instrumented and recorded (real
 SDK, a span processor that discards), and instrumented under a sampled-out parent. Medians in
 microseconds. Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reach.py --repeat 200 [--only lancedb,milvus,psycopg2,langchain]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reach.py --repeat 200 [--only lancedb,milvus,psycopg2,langchain,dspy]
 """
 
 from __future__ import annotations
@@ -110,7 +110,24 @@ def langchain_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
     ]
 
 
-ENGINES = {"lancedb": lancedb_cases, "milvus": milvus_cases, "psycopg2": psycopg2_cases, "langchain": langchain_cases}
+def dspy_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
+    import dspy
+    from dspy.utils.unbatchify import Unbatchify
+
+    from ragtrail.instrumentation.dspy import DSPyInstrumentor
+
+    vectors = {f"doc {i}": DATA[i] for i in range(len(DATA))}
+    embedder = dspy.Embedder(lambda texts: np.stack([vectors.get(t, QUERY) for t in texts]), caching=False)
+    search = dspy.retrievers.Embeddings(corpus=list(vectors), embedder=embedder, k=10)
+    # the search thread calls _batch_forward late-bound, so it runs the wrapped method once instrumented
+    # (a retriever built before instrument() holds the plain one); the same extra call in every series
+    search.search_fn.close()
+    search.search_fn = Unbatchify(lambda queries: search._batch_forward(queries))
+    stack.callback(search.search_fn.close)
+    return DSPyInstrumentor(), [("dspy Embeddings 2k x 64, k=10", lambda: search("query"))]
+
+
+ENGINES = {"lancedb": lancedb_cases, "milvus": milvus_cases, "psycopg2": psycopg2_cases, "langchain": langchain_cases, "dspy": dspy_cases}
 
 
 @contextmanager
