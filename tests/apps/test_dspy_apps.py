@@ -1,8 +1,8 @@
 """DSPy documentation apps (tests/apps/dspy_*.py), run plain and under ``opentelemetry-instrument``
 and read back with the real ``ragtrail`` CLI.
 
-The RAG tutorial's ``dspy.retrievers.Embeddings`` search runs in DSPy's own worker thread; the stage
-is recorded in the caller's thread, with the corpus positions DSPy returns as ids and the scores its
+The RAG tutorial's ``RAG`` module is the pipeline root; its ``dspy.retrievers.Embeddings`` search runs
+in DSPy's own worker thread, the stage is recorded in the caller's thread, with the corpus positions DSPy returns as ids and the scores its
 search computed. The ``ChainOfThought`` generation is not a stage: nothing says which of its input
 fields is the retrieved context, so what reached the model stays unknown (never "every retrieved
 passage")."""
@@ -50,7 +50,10 @@ def test_rag_tutorial_records_the_search_with_corpus_ids_and_leaves_the_context_
     assert_host_untouched(run)
     assert "response='Cosine similarity measures the angle between two embedding vectors.'" in run.stdout
     [m] = manifests(run)  # one trace, verified with no alarm
-    assert m["pipeline"] is None  # a dspy.Module call is not a pipeline (nothing says it retrieves)
+    # the RAG module is the pipeline root: its forward names the module-level retriever `search`
+    assert m["pipeline"]["component"] == "__main__.RAG" and m["pipeline"]["status"] == "ok"
+    [root] = [s for s in run.spans if s.parent_span_id is None]
+    assert len(run.spans) == 2 and [s.parent_span_id for s in run.spans if s is not root] == [root.span_id]
     assert stages_of(m) == [("retrieve", "Embeddings", 0, 2, 0)]
     [stage] = m["stages"]
     assert stage["component"] == "dspy.Embeddings" and stage["knobs"] == {"top_k": 2} and stage["findings"] == []

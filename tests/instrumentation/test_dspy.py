@@ -252,3 +252,40 @@ def test_parallel_examples_are_children_of_the_callers_span(instrumentor, span_e
     assert sorted(spanutil.own(s)[sc.QUERY_TEXT] for s in stages) == questions
     assert {s.parent.span_id if s.parent else None for s in stages} == {user.get_span_context().span_id}
     assert {s.context.trace_id for s in stages} == {user.get_span_context().trace_id}
+
+
+class MultiHop(dspy.Module):
+    """A module holding its retriever, searching twice (the second query from the first passage)."""
+
+    def __init__(self, search: Any) -> None:
+        super().__init__()
+        self.search = search
+
+    def forward(self, question: str) -> Any:
+        first = self.search(question)
+        follow_up = first.passages[0].replace("a", "d")
+        return self.search(follow_up)
+
+
+def test_a_program_holding_a_retriever_is_the_pipeline_root_of_its_searches(instrumentor, span_exporter, user_tracer) -> None:
+    search = dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=1)
+    with user_tracer.start_as_current_span("user.request") as user:
+        found = MultiHop(search)(question="a a b")
+    assert found.indices == [1]  # "a a g" -> "d d g" -> "d e f"
+    [pipeline] = spanutil.stage_spans(span_exporter, sc.KIND_PIPELINE)
+    stages = retrieve_spans(span_exporter)
+    assert pipeline.parent.span_id == user.get_span_context().span_id
+    assert [s.parent.span_id for s in stages] == [pipeline.context.span_id] * 2
+    a = spanutil.own(pipeline)
+    assert (a[sc.STAGE_COMPONENT], a[sc.QUERY_TEXT], a[sc.QUERY_HOP]) == (f"{MultiHop.__module__}.MultiHop", "a a b", 0)
+    queries = [(spanutil.own(s)[sc.QUERY_TEXT], spanutil.own(s)[sc.QUERY_HOP], spanutil.own(s)[sc.QUERY_TRANSFORM]) for s in stages]
+    assert queries == [("a a b", 0, "none"), ("d d g", 1, "untracked")]
+
+
+def test_a_module_without_a_retriever_records_nothing(instrumentor, span_exporter) -> None:
+    class Echo(dspy.Module):
+        def forward(self, question: str) -> Any:
+            return dspy.Prediction(answer=question)
+
+    assert Echo()(question="q").answer == "q"
+    assert [s for s in span_exporter.get_finished_spans() if sc.STAGE_KIND in (s.attributes or {})] == []

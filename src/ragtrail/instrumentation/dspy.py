@@ -27,6 +27,14 @@ call: it is nested under none of them, and each stage says so in a finding. A re
 before ``instrument()`` holds the unwrapped method: its stage is recorded, without that crossing
 (and without scores for ``Embeddings``).
 
+**The program as the pipeline.** The outermost ``dspy.Module`` call (``rag(question=...)``) that
+holds a retriever is the ``pipeline`` root, so a program that searches several times (a multi-hop
+module) is one trace with one hop numbering, its ``question`` / ``query`` argument as hop 0. "Holds a
+retriever": an ``Embeddings`` or ``Retrieve`` among the attributes of the module or of its
+sub-modules, or named by the module's ``forward`` as a global (the tutorial's ``search``). A module
+without one records nothing (no empty pipeline trace); a module called inside another ragtrail stage
+is part of it. ``acall`` is not wrapped: an async program's searches are traces of their own.
+
 **DSPy's thread pools.** ``dspy.Parallel``, ``Module.batch`` and ``dspy.Evaluate`` run each example
 in a worker thread of ``ParallelExecutor`` (DSPy carries its own settings and callback ancestry
 there, not the trace context), so every example's retrievals started a trace of its own. Its
@@ -59,15 +67,18 @@ from opentelemetry import context as otel_context
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import content_id
-from ragtrail.hooks import Args, Kwargs, argument, guard
+from ragtrail.hooks import Args, Call, Kwargs, argument, guard, run
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, call_through, plain
 from ragtrail.recorder.candidates import Candidate
+from ragtrail.recorder.stage import Stage, current_stage
 
 _KEY = "ragtrail.dspy"
 _EMBEDDINGS = "dspy.retrievers.embeddings"
 _RETRIEVE = "dspy.retrievers.retrieve"
 _PARALLEL = "dspy.utils.parallelizer"
+_MODULE = "dspy.primitives.module"
+_QUERY_KEYS = ("question", "query")
 
 
 @dataclass
@@ -96,6 +107,10 @@ class DSPyInstrumentor(RagtrailInstrumentor):
         self.when_imported(_EMBEDDINGS, self._patch_embeddings)
         self.when_imported(_RETRIEVE, lambda: self.wrap(_RETRIEVE, "Retrieve.forward", self._retrieve))
         self.when_imported(_PARALLEL, lambda: self.wrap(_PARALLEL, "ParallelExecutor.execute", _execute))
+        self.when_imported(_MODULE, lambda: self.wrap(_MODULE, "Module.__call__", self._program))
+
+    def _program(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        return run(_ProgramCall(self.tracer, wrapped, instance, args, kwargs))
 
     def _patch_embeddings(self) -> None:
         for name in ("Embeddings", "EmbeddingsWithScores"):
@@ -134,6 +149,42 @@ class DSPyInstrumentor(RagtrailInstrumentor):
             return StoreStages(self.tracer, "dspy.Retrieve").start(row)
 
         return call_through(_KEY, start, wrapped, args, kwargs, lambda stages, result: stages.complete(lambda: _retrieve_outcome(result, k)))
+
+
+class _ProgramCall(Call):
+    """The outermost DSPy module call that holds a retriever: the ``pipeline`` root."""
+
+    site = "dspy.program"
+    per_instance = False  # modules called inside it are part of it
+
+    def open(self) -> Stage | None:
+        if current_stage() is not None or not _holds_retriever(self.instance):
+            return None
+        s = self.new_stage(sc.KIND_PIPELINE)
+        query = next((self.kwargs[k] for k in _QUERY_KEYS if isinstance(self.kwargs.get(k), str)), None)
+        if query is None and self.args and isinstance(self.args[0], str):
+            query = self.args[0]
+        if s.recording and query is not None:
+            s.query(query)
+        return s
+
+
+def _is_retriever(value: Any) -> bool:
+    from dspy.retrievers.embeddings import Embeddings
+    from dspy.retrievers.retrieve import Retrieve
+
+    return isinstance(value, (Embeddings, Retrieve))
+
+
+def _holds_retriever(module: Any) -> bool:
+    """A retriever among the attributes of ``module`` and its sub-modules, or a global its
+    ``forward`` names (DSPy's RAG tutorial searches through a module-level ``search``)."""
+    for _name, sub in [("self", module), *module.named_sub_modules()]:
+        if any(_is_retriever(value) for value in vars(sub).values()):
+            return True
+    forward = getattr(type(module), "forward", None)
+    code, names = getattr(forward, "__code__", None), getattr(forward, "__globals__", None)
+    return code is not None and isinstance(names, dict) and any(_is_retriever(names.get(name)) for name in code.co_names)
 
 
 class _EmbeddingsStages(StoreStages):
