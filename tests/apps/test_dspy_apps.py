@@ -2,10 +2,10 @@
 and read back with the real ``ragtrail`` CLI.
 
 The RAG tutorial's ``RAG`` module is the pipeline root; its ``dspy.retrievers.Embeddings`` search runs
-in DSPy's own worker thread, the stage is recorded in the caller's thread, with the corpus positions DSPy returns as ids and the scores its
-search computed. The ``ChainOfThought`` generation is not a stage: nothing says which of its input
-fields is the retrieved context, so what reached the model stays unknown (never "every retrieved
-passage")."""
+in DSPy's own worker thread, the stage is recorded in the caller's thread, with the corpus positions
+DSPy returns as ids and the scores its search computed. ``ChainOfThought`` is handed the very list
+of passages the search returned: its model call is the generate stage, and the passages whose text
+is in the messages the model received are what reached the context."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def cosine(a: list[float], b: list[float]) -> float:
     return dot / ((sum(x * x for x in a) ** 0.5) * (sum(y * y for y in b) ** 0.5))
 
 
-def test_rag_tutorial_records_the_search_with_corpus_ids_and_leaves_the_context_unknown(tmp_path):
+def test_rag_tutorial_is_one_trace_with_its_search_and_generation(tmp_path):
     run = run_app("dspy_rag.py", tmp_path, enabled=["ragtrail_dspy"], extra_env=OFFLINE)
     assert_host_untouched(run)
     assert "response='Cosine similarity measures the angle between two embedding vectors.'" in run.stdout
@@ -53,9 +53,9 @@ def test_rag_tutorial_records_the_search_with_corpus_ids_and_leaves_the_context_
     # the RAG module is the pipeline root: its forward names the module-level retriever `search`
     assert m["pipeline"]["component"] == "__main__.RAG" and m["pipeline"]["status"] == "ok"
     [root] = [s for s in run.spans if s.parent_span_id is None]
-    assert len(run.spans) == 2 and [s.parent_span_id for s in run.spans if s is not root] == [root.span_id]
-    assert stages_of(m) == [("retrieve", "Embeddings", 0, 2, 0)]
-    [stage] = m["stages"]
+    assert len(run.spans) == 3 and [s.parent_span_id for s in run.spans if s is not root] == [root.span_id] * 2
+    assert stages_of(m) == [("retrieve", "Embeddings", 0, 2, 0), ("generate", "DummyLM", 2, 2, 0)]
+    stage, generate = m["stages"]
     assert stage["component"] == "dspy.Embeddings" and stage["knobs"] == {"top_k": 2} and stage["findings"] == []
     scores = sorted(((cosine(words(QUESTION), words(t)), i) for i, t in enumerate(CORPUS)), reverse=True)[:2]
     assert [(c["id"], c["rank"], c["score_kind"], c["hop"], c["sha256"]) for c in stage["candidates"]] == [
@@ -65,16 +65,16 @@ def test_rag_tutorial_records_the_search_with_corpus_ids_and_leaves_the_context_
     assert [c["id"] for c in stage["candidates"]] == ["1", "3"]
     hops = [(h["hop"], h["parent_hop"], h["transform"], h["text"], h["hit_index"]) for h in m["query_hops"]]
     assert hops == [(0, None, "none", QUESTION, True)]
-    assert m["in_context"] is None and m["answer"] is None and m["findings"] == []
+    # both passages are in the messages DummyLM received; the model's id is DSPy's
+    assert [(c["id"], c["sha256"]) for c in generate["candidates"]] == [(c["id"], c["sha256"]) for c in stage["candidates"]]
+    assert generate["model"] == "dummy" and generate["excluded"] == []
+    assert sorted(m["in_context"]) == ["1", "3"] and m["answer"] is None and m["findings"] == []
     coverage = m["coverage"]
-    assert (coverage["corpus_size"], coverage["retrieved"], coverage["in_context"]) == (5, 2, None)
-    assert coverage["statement"] == (
-        "what reached the model is unknown: no budget, context or generate stage recorded it (2 retrieved of 5): an absence claim is not supported"
-    )
-    # each document's fate, through the real CLI: retrieved, and nothing claims it reached the context
+    assert (coverage["corpus_size"], coverage["retrieved"], coverage["in_context"]) == (5, 2, 2)
+    assert coverage["statement"] == "2 of 5 read: an absence claim is not supported"
+    # each document's fate, through the real CLI
     for rank, doc_id in enumerate(("1", "3")):
         text = run.ragtrail("show", "last", "--doc", doc_id).stdout
         assert f"0 retrieve dspy.Embeddings  kept, output rank {rank} of 2" in text
-        assert (
-            "fate: last handed on by retrieve dspy.Embeddings; what reached the model is unknown: no budget, context or generate stage recorded it"
-        ) in text
+        assert f"1 generate dspy.utils.dummies.DummyLM  kept, output rank {rank} of 2" in text
+        assert "fate: reached the context, not cited" in text

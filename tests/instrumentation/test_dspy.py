@@ -20,9 +20,10 @@ np = pytest.importorskip("numpy")
 from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 
+import mirrorutil  # noqa: E402
 import spanutil  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
-from ragtrail.contract.receipts import content_id  # noqa: E402
+from ragtrail.contract.receipts import content_id, receipt  # noqa: E402
 from ragtrail.instrumentation.dspy import DSPyInstrumentor  # noqa: E402
 from storeutil import Expected, check_span  # noqa: E402
 
@@ -289,3 +290,71 @@ def test_a_module_without_a_retriever_records_nothing(instrumentor, span_exporte
 
     assert Echo()(question="q").answer == "q"
     assert [s for s in span_exporter.get_finished_spans() if sc.STAGE_KIND in (s.attributes or {})] == []
+
+
+class RAG(dspy.Module):
+    """DSPy's RAG tutorial module, holding its retriever."""
+
+    def __init__(self, search: Any, joined: bool = False) -> None:
+        super().__init__()
+        self.search = search
+        self.joined = joined
+        self.respond = dspy.ChainOfThought("context, question -> response")
+
+    def forward(self, question: str) -> Any:
+        context = self.search(question).passages
+        return self.respond(context="\\n".join(context) if self.joined else context, question=question)
+
+
+def answer_lm() -> Any:
+    from dspy.utils import DummyLM
+
+    return DummyLM([{"reasoning": "it says so", "response": "g follows a"}])
+
+
+def test_the_predictor_given_the_searched_passages_is_a_generate_stage(instrumentor, span_exporter, user_tracer) -> None:
+    search = dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=2)
+    with dspy.context(lm=answer_lm()):
+        found = RAG(search)(question="a a b")
+    assert found.response == "g follows a"
+    [pipeline] = spanutil.stage_spans(span_exporter, sc.KIND_PIPELINE)
+    [retrieve] = retrieve_spans(span_exporter)
+    [generate] = spanutil.stage_spans(span_exporter, sc.KIND_GENERATE)
+    assert generate.parent.span_id == pipeline.context.span_id and retrieve.parent.span_id == pipeline.context.span_id
+    a = spanutil.own(generate)
+    mirrorutil.pop_mirrors(a, generate, span_exporter.get_finished_spans())
+    a.pop(sc.EVENTS_COUNT), a.pop(sc.EVENTS_DIGEST)
+    assert a == {
+        sc.SCHEMA: 5,
+        sc.STAGE_KIND: sc.KIND_GENERATE,
+        sc.STAGE_COMPONENT: "dspy.utils.dummies.DummyLM",
+        sc.STAGE_STATUS: sc.STATUS_OK,
+        sc.STAGE_MODEL: "dummy",
+        sc.CANDIDATES_IN: 2,
+        sc.CANDIDATES_OUT: 2,
+        sc.CANDIDATES_EXCLUDED: 0,
+    }
+    # the searched passages (by their corpus positions), both in the prompt the model received
+    events = spanutil.stitched(generate, span_exporter.get_finished_spans())
+    assert [name for name, _ in events] == [sc.EVENT_CANDIDATE] * 2
+    for rank, (ident, (_, ev)) in enumerate(zip(["2", "0"], events, strict=True)):
+        spanutil.pop_pointer(ev, {})
+        rec = receipt(CORPUS[int(ident)])
+        assert ev == {
+            sc.CANDIDATE_ID: ident,
+            sc.CANDIDATE_RANK: rank,
+            sc.CANDIDATE_SCORE_KIND: sc.SCORE_NONE,
+            sc.CANDIDATE_HOP: 0,
+            sc.CANDIDATE_CONTENT_CHARS: rec.chars,
+            sc.CANDIDATE_CONTENT_BYTES: rec.bytes,
+            sc.CANDIDATE_CONTENT_SHA256: rec.sha256,
+        }
+
+
+def test_passages_handed_on_as_another_object_are_no_generation(instrumentor, span_exporter, user_tracer) -> None:
+    # joined into one string: the model got text, not the search's list; what reached it stays unknown
+    search = dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=2)
+    with dspy.context(lm=answer_lm()):
+        assert RAG(search, joined=True)(question="a a b").response == "g follows a"
+    assert spanutil.stage_spans(span_exporter, sc.KIND_GENERATE) == []
+    assert len(retrieve_spans(span_exporter)) == 1 and len(spanutil.stage_spans(span_exporter, sc.KIND_PIPELINE)) == 1

@@ -45,9 +45,16 @@ callback call id: the examples' stages are children of the span current where th
 ``k``; it returns passage texts only, so each candidate is identified by the sha256 of its text (the
 recorder's rule for an item without an id), said in a finding.
 
-Not recorded: the generation. ``dspy.ChainOfThought`` / ``dspy.Predict`` receive the passages as
-one input field among others and nothing says which field is the retrieved context, so what
-reached the model's context stays unknown. The retriever's results are only read, never changed;
+**The generation.** Inside the pipeline, a language-model call (``dspy.LM`` / any ``BaseLM``, as
+``dspy.Predict`` and ``dspy.ChainOfThought`` make it) is a ``generate`` stage when its predictor was
+handed, as one of its inputs, the very list of passages a recorded search returned (the same
+object: ``context = search(question).passages`` then ``self.respond(context=context, ...)``). Those
+passages are the stage's inputs; its outputs are the ones whose whole text occurs in the messages
+the model received (arithmetic on the prompt, :mod:`ragtrail.instrumentation._generate`), the
+others are excluded ``custom:not_in_prompt``. A predictor given no such list (passages copied,
+joined into one string, or a search made outside the pipeline) is no generation: what reached the
+model stays unknown, never guessed from field names. The model's raw completion is not recorded as
+the answer (DSPy parses its fields from it). The retriever's results are only read, never changed;
 an exception raised by the search passes through unchanged.
 
 Usage: ``DSPyInstrumentor().instrument()`` or ``opentelemetry-instrument`` (entry point
@@ -56,11 +63,12 @@ Usage: ``DSPyInstrumentor().instrument()`` or ``opentelemetry-instrument`` (entr
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import threading
 import weakref
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -69,6 +77,7 @@ from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import content_id
 from ragtrail.hooks import Args, Call, Kwargs, argument, guard, run
 from ragtrail.instrumentation._base import RagtrailInstrumentor
+from ragtrail.instrumentation._generate import record_generation, set_model
 from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, call_through, plain
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.stage import Stage, current_stage
@@ -78,6 +87,8 @@ _EMBEDDINGS = "dspy.retrievers.embeddings"
 _RETRIEVE = "dspy.retrievers.retrieve"
 _PARALLEL = "dspy.utils.parallelizer"
 _MODULE = "dspy.primitives.module"
+_PREDICT = "dspy.predict.predict"
+_LM = "dspy.clients.base_lm"
 _QUERY_KEYS = ("question", "query")
 
 
@@ -93,6 +104,29 @@ class _Search:
     claimed: bool = False
 
 
+@dataclass
+class _ProgramRun:
+    """One program run recorded as a pipeline: the passage lists its searches returned (by identity,
+    the list kept alive with its candidates)."""
+
+    passages: dict[int, tuple[Any, list[Candidate]]] = field(default_factory=dict)
+
+    def offer(self, passages: Any, candidates: Sequence[Candidate]) -> None:
+        self.passages[id(passages)] = (passages, [Candidate(id=c.id, content=c.content) for c in candidates])
+
+    def offered(self, inputs: Kwargs) -> list[Candidate]:
+        """The passages of the lists among ``inputs`` that are the very lists a search returned."""
+        found: list[Candidate] = []
+        for value in inputs.values():
+            entry = self.passages.get(id(value))
+            if entry is not None and entry[0] is value:
+                found.extend(c for c in entry[1] if c.id not in {f.id for f in found})
+        return found
+
+
+_program_run: contextvars.ContextVar[_ProgramRun | None] = contextvars.ContextVar("ragtrail_dspy_program", default=None)
+# the passages offered to the predictor running now (what its model call is a generation of)
+_offered: contextvars.ContextVar[list[Candidate] | None] = contextvars.ContextVar("ragtrail_dspy_offered", default=None)
 _lock = threading.Lock()
 # retriever -> the searches its worker thread has not taken yet
 _waiting: weakref.WeakKeyDictionary[Any, list[_Search]] = weakref.WeakKeyDictionary()
@@ -108,6 +142,14 @@ class DSPyInstrumentor(RagtrailInstrumentor):
         self.when_imported(_RETRIEVE, lambda: self.wrap(_RETRIEVE, "Retrieve.forward", self._retrieve))
         self.when_imported(_PARALLEL, lambda: self.wrap(_PARALLEL, "ParallelExecutor.execute", _execute))
         self.when_imported(_MODULE, lambda: self.wrap(_MODULE, "Module.__call__", self._program))
+        self.when_imported(_PREDICT, lambda: self.wrap(_PREDICT, "Predict.forward", _predict))
+        self.when_imported(_LM, lambda: self.wrap(_LM, "BaseLM.__call__", self._lm))
+
+    def _lm(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        offered = _offered.get()
+        if not offered:
+            return wrapped(*args, **kwargs)
+        return run(_GenerateCall(self.tracer, wrapped, instance, args, kwargs, offered))
 
     def _program(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         return run(_ProgramCall(self.tracer, wrapped, instance, args, kwargs))
@@ -164,9 +206,45 @@ class _ProgramCall(Call):
         query = next((self.kwargs[k] for k in _QUERY_KEYS if isinstance(self.kwargs.get(k), str)), None)
         if query is None and self.args and isinstance(self.args[0], str):
             query = self.args[0]
-        if s.recording and query is not None:
-            s.query(query)
+        if s.recording:
+            self.set_var(_program_run, _ProgramRun())
+            if query is not None:
+                s.query(query)
         return s
+
+
+class _GenerateCall(Call):
+    """A model call by a predictor that was handed a search's passages: a ``generate`` stage."""
+
+    site = "dspy.generate"
+
+    def __init__(self, tracer: Any, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs, offered: list[Candidate]) -> None:
+        super().__init__(tracer, wrapped, instance, args, kwargs)
+        self.offered = offered
+
+    def open(self) -> Stage:
+        s = self.new_stage(sc.KIND_GENERATE)
+        if s.recording:
+            set_model(s, self.instance)
+        return s
+
+    def after(self, s: Stage, result: Any) -> None:
+        messages = argument(self.args, self.kwargs, None, "messages")
+        prompt = messages if messages is not None else argument(self.args, self.kwargs, 0, "prompt")
+        record_generation(s, [Candidate(id=c.id, content=c.content) for c in self.offered], prompt, None)
+
+
+def _predict(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """``Predict.forward(**inputs)``: its model call is a generation of the passages among its inputs."""
+    program = _program_run.get()
+    offered = guard("dspy.offered", program.offered, kwargs) if program is not None else None
+    if not offered:
+        return wrapped(*args, **kwargs)
+    token = _offered.set(offered)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        _offered.reset(token)
 
 
 def _is_retriever(value: Any) -> bool:
@@ -304,6 +382,9 @@ def _embeddings_outcome(stages: _EmbeddingsStages, retriever: Any, prediction: A
             Candidate(id=str(plain(index)), content=text, score=plain(scores[i]) if scores is not None and i < len(scores) else None, score_kind=kind)
             for i, (text, index) in enumerate(zip(passages, indices, strict=True))
         ]
+        program = _program_run.get()
+        if program is not None:
+            program.offer(passages, found.candidates)
         return found
 
     size = (lambda: len(corpus)) if isinstance(corpus, list) else None
@@ -320,6 +401,9 @@ def _retrieve_outcome(prediction: Any, k: Any) -> Outcome:
             return found
         found.findings.append(f"dspy.Retrieve returns passage texts only: the {len(passages)} passages are identified by the sha256 of their text")
         found.candidates = [Candidate(id=content_id(text), content=text, score_kind=sc.SCORE_NONE) for text in passages]
+        program = _program_run.get()
+        if program is not None:
+            program.offer(passages, found.candidates)
         return found
 
     return Outcome(rows=1, row=row)
