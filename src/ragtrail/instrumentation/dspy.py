@@ -35,11 +35,9 @@ sub-modules, or named by the module's ``forward`` as a global (the tutorial's ``
 without one records nothing (no empty pipeline trace); a module called inside another ragtrail stage
 is part of it. ``acall`` is not wrapped: an async program's searches are traces of their own.
 
-**DSPy's thread pools.** ``dspy.Parallel``, ``Module.batch`` and ``dspy.Evaluate`` run each example
-in a worker thread of ``ParallelExecutor`` (DSPy carries its own settings and callback ancestry
-there, not the trace context), so every example's retrievals started a trace of its own. Its
-``execute`` is wrapped to carry the caller's trace context into each task, as DSPy carries its
-callback call id: the examples' stages are children of the span current where the app called it.
+**DSPy's thread pools** (``dspy.Parallel``, ``Module.batch``, ``dspy.Evaluate``) are left alone:
+each example runs in a worker thread without the caller's trace context, so each example is a trace
+of its own, as it is one question of its own (several questions in one trace would share hop 0).
 
 ``dspy.Retrieve(k)(query)`` (the configured ``dspy.settings.rm``) is one stage with the query and
 ``k``; it returns passage texts only, so each candidate is identified by the sha256 of its text (the
@@ -64,7 +62,6 @@ Usage: ``DSPyInstrumentor().instrument()`` or ``opentelemetry-instrument`` (entr
 from __future__ import annotations
 
 import contextvars
-import functools
 import threading
 import weakref
 from collections.abc import Callable, Collection, Sequence
@@ -85,7 +82,6 @@ from ragtrail.recorder.stage import Stage, current_stage
 _KEY = "ragtrail.dspy"
 _EMBEDDINGS = "dspy.retrievers.embeddings"
 _RETRIEVE = "dspy.retrievers.retrieve"
-_PARALLEL = "dspy.utils.parallelizer"
 _MODULE = "dspy.primitives.module"
 _PREDICT = "dspy.predict.predict"
 _LM = "dspy.clients.base_lm"
@@ -140,7 +136,6 @@ class DSPyInstrumentor(RagtrailInstrumentor):
     def _patch(self, **kwargs: Any) -> None:
         self.when_imported(_EMBEDDINGS, self._patch_embeddings)
         self.when_imported(_RETRIEVE, lambda: self.wrap(_RETRIEVE, "Retrieve.forward", self._retrieve))
-        self.when_imported(_PARALLEL, lambda: self.wrap(_PARALLEL, "ParallelExecutor.execute", _execute))
         self.when_imported(_MODULE, lambda: self.wrap(_MODULE, "Module.__call__", self._program))
         self.when_imported(_PREDICT, lambda: self.wrap(_PREDICT, "Predict.forward", _predict))
         self.when_imported(_LM, lambda: self.wrap(_LM, "BaseLM.__call__", self._lm))
@@ -329,32 +324,6 @@ def _batch_forward(wrapped: Callable[..., Any], instance: Any, args: Args, kwarg
     if searches:
         guard("dspy.results", _hand_results, searches, result)
     return result
-
-
-def _carry(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` run under the trace context current now (in whichever thread calls it)."""
-    context = otel_context.get_current()
-
-    @functools.wraps(function)
-    def carried(*args: Any, **kwargs: Any) -> Any:
-        token = otel_context.attach(context)
-        try:
-            return function(*args, **kwargs)
-        finally:
-            otel_context.detach(token)
-
-    return carried
-
-
-def _execute(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
-    """``ParallelExecutor.execute(function, data)``: each task under the caller's trace context."""
-    function = argument(args, kwargs, 0, "function")
-    carried = guard("dspy.parallel", _carry, function) if callable(function) else None
-    if carried is None:
-        return wrapped(*args, **kwargs)
-    if "function" in kwargs:
-        return wrapped(*args, **{**kwargs, "function": carried})
-    return wrapped(carried, *args[1:], **kwargs)
 
 
 def _embeddings_outcome(stages: _EmbeddingsStages, retriever: Any, prediction: Any) -> Outcome:
