@@ -124,7 +124,17 @@ def dspy_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
     search.search_fn.close()
     search.search_fn = Unbatchify(lambda queries: search._batch_forward(queries))
     stack.callback(search.search_fn.close)
-    return DSPyInstrumentor(), [("dspy Embeddings 2k x 64, k=10", lambda: search("query"))]
+    # a module call that holds no retriever: what the Module/Predict/LM hooks cost when they record nothing
+    from dspy.utils import DummyLM
+
+    predict = dspy.Predict("question -> answer")
+    lm = DummyLM([{"answer": "x"}] * 1_000_000)
+
+    def ask() -> Any:
+        with dspy.context(lm=lm):
+            return predict(question="q")
+
+    return DSPyInstrumentor(), [("dspy Embeddings 2k x 64, k=10", lambda: search("query")), ("dspy Predict (DummyLM), no retriever", ask)]
 
 
 ENGINES = {"lancedb": lancedb_cases, "milvus": milvus_cases, "psycopg2": psycopg2_cases, "langchain": langchain_cases, "dspy": dspy_cases}

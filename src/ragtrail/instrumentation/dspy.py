@@ -30,8 +30,9 @@ before ``instrument()`` holds the unwrapped method: its stage is recorded, witho
 **The program as the pipeline.** The outermost ``dspy.Module`` call (``rag(question=...)``) that
 holds a retriever is the ``pipeline`` root, so a program that searches several times (a multi-hop
 module) is one trace with one hop numbering, its ``question`` / ``query`` argument as hop 0. "Holds a
-retriever": an ``Embeddings`` or ``Retrieve`` among the attributes of the module or of its
-sub-modules, or named by the module's ``forward`` as a global (the tutorial's ``search``). A module
+retriever": an ``Embeddings`` or ``Retrieve`` among the attributes of the module or of a module it
+holds as an attribute (one level, never a walk of the program), or named by the module's
+``forward`` as a global (the tutorial's ``search``). A module
 without one records nothing (no empty pipeline trace); a module called inside another ragtrail stage
 is part of it. ``acall`` is not wrapped: an async program's searches are traces of their own.
 
@@ -250,10 +251,13 @@ def _is_retriever(value: Any) -> bool:
 
 
 def _holds_retriever(module: Any) -> bool:
-    """A retriever among the attributes of ``module`` and its sub-modules, or a global its
+    """A retriever among the attributes of ``module`` or of a module it holds (one level: no walk
+    through lists or deep trees, this runs on every outermost module call), or a global its
     ``forward`` names (DSPy's RAG tutorial searches through a module-level ``search``)."""
-    for _name, sub in [("self", module), *module.named_sub_modules()]:
-        if any(_is_retriever(value) for value in vars(sub).values()):
+    from dspy.primitives.base_module import BaseModule
+
+    for value in vars(module).values():
+        if _is_retriever(value) or (isinstance(value, BaseModule) and any(_is_retriever(v) for v in vars(value).values())):
             return True
     forward = getattr(type(module), "forward", None)
     code, names = getattr(forward, "__code__", None), getattr(forward, "__globals__", None)
