@@ -1,13 +1,14 @@
 """Per-search cost of the issue-27 integrations: LanceDB (embedded), Milvus Lite, pgvector through
-psycopg2, a LangChain vector store searched directly, and the framework pgvector stores (LlamaIndex's
-``PGVectorStore`` on psycopg2, pgvector-haystack's ``PgvectorDocumentStore`` on psycopg 3: the
-framework stage and the SQL stage nested in it). Beside bench_vectorstores.py / bench_pgvector.py.
+psycopg2, a LangChain vector store searched directly, DSPy's Embeddings retriever, and the framework
+pgvector stores (LlamaIndex's ``PGVectorStore`` on psycopg2, pgvector-haystack's ``PgvectorDocumentStore``
+on psycopg 3: the framework stage and the SQL stage nested in it). Beside bench_vectorstores.py /
+bench_pgvector.py.
 
 Each case times the same search with the library not instrumented, instrumented and recorded (real
 SDK, a span processor that discards), and instrumented under a sampled-out parent. Medians in
 microseconds. Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reach.py --repeat 200 [--only lancedb,milvus,psycopg2,langchain,llama_pg,haystack_pg]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reach.py --repeat 200 [--only lancedb,milvus,psycopg2,langchain,llama_pg,haystack_pg,dspy]
 """
 
 from __future__ import annotations
@@ -183,6 +184,33 @@ def haystack_pg_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
     ]
 
 
+def dspy_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
+    import dspy
+    from dspy.utils.unbatchify import Unbatchify
+
+    from ragtrail.instrumentation.dspy import DSPyInstrumentor
+
+    vectors = {f"doc {i}": DATA[i] for i in range(len(DATA))}
+    embedder = dspy.Embedder(lambda texts: np.stack([vectors.get(t, QUERY) for t in texts]), caching=False)
+    search = dspy.retrievers.Embeddings(corpus=list(vectors), embedder=embedder, k=10)
+    # the search thread calls _batch_forward late-bound, so it runs the wrapped method once instrumented
+    # (a retriever built before instrument() holds the plain one); the same extra call in every series
+    search.search_fn.close()
+    search.search_fn = Unbatchify(lambda queries: search._batch_forward(queries))
+    stack.callback(search.search_fn.close)
+    # a module call that holds no retriever: what the Module/Predict/LM hooks cost when they record nothing
+    from dspy.utils import DummyLM
+
+    predict = dspy.Predict("question -> answer")
+    lm = DummyLM([{"answer": "x"}] * 1_000_000)
+
+    def ask() -> Any:
+        with dspy.context(lm=lm):
+            return predict(question="q")
+
+    return DSPyInstrumentor(), [("dspy Embeddings 2k x 64, k=10", lambda: search("query")), ("dspy Predict (DummyLM), no retriever", ask)]
+
+
 ENGINES = {
     "lancedb": lancedb_cases,
     "milvus": milvus_cases,
@@ -190,6 +218,7 @@ ENGINES = {
     "langchain": langchain_cases,
     "llama_pg": llama_pg_cases,
     "haystack_pg": haystack_pg_cases,
+    "dspy": dspy_cases,
 }
 
 

@@ -21,7 +21,7 @@ class Expected:
     """What one retrieve stage must say, and nothing else."""
 
     component: str
-    collection: str
+    collection: str | None  # None: a store without a name (the GenAI data source is then the component)
     ids: list[str]
     kind: str
     scores: list[Any] | None = None
@@ -42,14 +42,15 @@ def check_span(span: Any, spans: Any, want: Expected) -> None:
         sc.STAGE_KIND: sc.KIND_RETRIEVE,
         sc.STAGE_COMPONENT: want.component,
         sc.STAGE_STATUS: sc.STATUS_OK if want.ids else sc.STATUS_EMPTY,
-        sc.STAGE_COLLECTION: want.collection,
         sc.CANDIDATES_IN: 0,
         sc.CANDIDATES_OUT: len(want.ids),
         sc.CANDIDATES_EXCLUDED: 0,
         sc.GEN_AI_OPERATION_NAME: "retrieval",
-        sc.GEN_AI_DATA_SOURCE_ID: want.collection,
+        sc.GEN_AI_DATA_SOURCE_ID: want.collection if want.collection is not None else want.component,
         sc.OPENINFERENCE_SPAN_KIND: "RETRIEVER",
     }
+    if want.collection is not None:
+        expected[sc.STAGE_COLLECTION] = want.collection
     if want.top_k is not None:
         expected[sc.STAGE_TOP_K] = expected[sc.GEN_AI_RETRIEVAL_TOP_K] = want.top_k
     if want.text is not None:

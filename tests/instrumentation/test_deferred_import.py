@@ -200,6 +200,17 @@ CASES = {
     """,
         ["retrieve query"],
     ),
+    "dspy": (
+        "ragtrail.instrumentation.dspy",
+        "DSPyInstrumentor",
+        ["dspy"],
+        """
+        import dspy
+        embedder = dspy.Embedder(lambda texts: [[float(len(t)), 1.0] for t in texts], caching=False)
+        dspy.retrievers.Embeddings(corpus=["a", "bb"], embedder=embedder, k=1)("a")
+    """,
+        ["retrieve Embeddings"],
+    ),
     "psycopg2": (
         "ragtrail.instrumentation.psycopg2",
         "Psycopg2Instrumentor",
