@@ -66,7 +66,7 @@ class WeaviateInstrumentor(RagtrailInstrumentor):
             module = f"weaviate.collections.queries.{package}.query.executor"
             self.when_imported(module, self._patcher(module, f"{stem}Executor.{method}", method))
 
-    def _patcher(self, module: str, name: str, method: str) -> Callable[[], None]:
+    def _patcher(self, module: str, name: str, method: str) -> Callable[[], bool]:
         return lambda: self.wrap(module, name, self._wrapper(method))
 
     def _wrapper(self, method: str) -> Callable[..., Any]:
@@ -150,7 +150,7 @@ def _outcome(stages: _WeaviateStages, result: Any) -> Outcome | None:
     scores = [_score(getattr(o, "metadata", None), base.score_kind or "") for o in objects]
     kind = base.score_kind if any(s is not None for s in scores) else sc.SCORE_NONE
     candidates = []
-    for obj, score in zip(objects, scores):
+    for obj, score in zip(objects, scores, strict=True):
         explain = getattr(getattr(obj, "metadata", None), "explain_score", None)
         properties = getattr(obj, "properties", None)
         candidates.append(
