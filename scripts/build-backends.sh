@@ -2,16 +2,17 @@
 # Build the real tracing backends ragtrail's e2e tests run against, from Go modules only:
 #   - Jaeger v2 all-in-one (module version v1.76.0 == Jaeger v2.13.0, same commit)
 #   - a custom OpenTelemetry Collector (otelcol-ragtrail) made with the Collector Builder
+#   - a Weaviate server (weaviate-server) for the Weaviate integration's tests
 #
 # Binaries go to a cache OUTSIDE the repo (never commit them):
-#   ${RAGTRAIL_BACKENDS_DIR:-$HOME/.cache/ragtrail-backends}/bin/{jaeger,otelcol-ragtrail}
+#   ${RAGTRAIL_BACKENDS_DIR:-$HOME/.cache/ragtrail-backends}/bin/{jaeger,otelcol-ragtrail,weaviate-server}
 # The script is idempotent: a binary is rebuilt only when its pinned versions (a stamp file)
 # changed or the binary is missing. GOCACHE / GOMODCACHE keep their defaults so a warm run
 # (cache hit, or a rebuild with a warm Go build cache) is fast.
 #
-# Usage: scripts/build-backends.sh [--force] [jaeger|collector ...]
-# Prints "jaeger=<path>" and "otelcol=<path>" on stdout; logs go to stderr. Exits non-zero on
-# any build failure.
+# Usage: scripts/build-backends.sh [--force] [jaeger|collector|weaviate ...]   (no target: all three)
+# Prints "jaeger=<path>", "otelcol=<path>" and "weaviate=<path>" on stdout; logs go to stderr. Exits
+# non-zero on any build failure.
 set -euo pipefail
 
 # ---- pinned versions (one release for every collector component) ----------------------------
@@ -20,6 +21,7 @@ OTELCOL_BUILDER_VERSION="v0.161.0"       # go.opentelemetry.io/collector/cmd/bui
 OTELCOL_CORE_VERSION="v0.161.0"          # core components (otlp receiver/exporters, batch, ...)
 OTELCOL_CONTRIB_VERSION="v0.161.0"       # contrib components (tail_sampling, transform, lb, ...)
 AWS_SERVICEDISCOVERY_VERSION="v1.40.2"  # see the replace in write_manifest
+WEAVIATE_MODULE_VERSION="v1.35.2"        # github.com/weaviate/weaviate == Weaviate 1.35.2
 # v0.161.0 is the newest release at which every contrib component we need (notably
 # exporter/loadbalancingexporter) is served by the Go module proxy here.
 
@@ -35,12 +37,12 @@ TARGETS=()
 for arg in "$@"; do
   case "$arg" in
     --force) FORCE=1 ;;
-    jaeger|collector) TARGETS+=("$arg") ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    jaeger|collector|weaviate) TARGETS+=("$arg") ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "build-backends: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(jaeger collector)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(jaeger collector weaviate)
 
 command -v go >/dev/null 2>&1 || { echo "build-backends: 'go' not found on PATH (need Go >= 1.26, or an older Go with GOTOOLCHAIN=auto to fetch it)" >&2; exit 1; }
 mkdir -p "$BIN_DIR" "$WORK_DIR"
@@ -70,6 +72,27 @@ build_jaeger() {
   echo "$stamp" > "$out.stamp"
   # Record what resolved, for the README / debugging.
   (cd "$mod" && go list -m all) > "$BACKENDS_DIR/jaeger.modules.txt" 2>/dev/null || true
+}
+
+build_weaviate() {
+  local out="$BIN_DIR/weaviate-server" stamp="weaviate $WEAVIATE_MODULE_VERSION $(go env GOVERSION)"
+  if up_to_date "$out" "$stamp"; then log "weaviate up to date ($WEAVIATE_MODULE_VERSION)"; return 0; fi
+  local mod="$WORK_DIR/weaviate"
+  rm -rf "$mod"; mkdir -p "$mod"
+  log "building weaviate $WEAVIATE_MODULE_VERSION in $mod"
+  (
+    cd "$mod"
+    go mod init ragtrail-backends/weaviate >/dev/null 2>&1
+    # weaviate's go.mod has no replace directive (checked at v1.35.2), so `go install ...@version`
+    # would work too; the scratch module keeps one shape for every backend and pins the same
+    # dependency versions (nothing else in this module raises them). The server reports its version
+    # (1.35.2, from its embedded OpenAPI spec) without -ldflags; only the git commit stays empty.
+    go get -tool "github.com/weaviate/weaviate/cmd/weaviate-server@$WEAVIATE_MODULE_VERSION"
+    go build -trimpath -o "$out.tmp" github.com/weaviate/weaviate/cmd/weaviate-server
+  )
+  mv -f "$out.tmp" "$out"
+  echo "$stamp" > "$out.stamp"
+  (cd "$mod" && go list -m all) > "$BACKENDS_DIR/weaviate.modules.txt" 2>/dev/null || true
 }
 
 write_manifest() {
@@ -129,6 +152,7 @@ for t in "${TARGETS[@]}"; do
   case "$t" in
     jaeger) build_jaeger ;;
     collector) build_collector ;;
+    weaviate) build_weaviate ;;
   esac
 done
 
@@ -136,5 +160,6 @@ for t in "${TARGETS[@]}"; do
   case "$t" in
     jaeger) echo "jaeger=$BIN_DIR/jaeger" ;;
     collector) echo "otelcol=$BIN_DIR/otelcol-ragtrail" ;;
+    weaviate) echo "weaviate=$BIN_DIR/weaviate-server" ;;
   esac
 done

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import spanutil  # installs the exported-span memory its records() follows schema 4 pointers through
+from weaviateutil import weaviate_server  # noqa: F401 - the session's one real Weaviate server (started on first use)
 
 # no library may phone home from the tests (chromadb's posthog, haystack's telemetry): the machine
 # has no network but the package registries, and test traffic goes to loopback only
