@@ -87,6 +87,9 @@ build_weaviate() {
     # would work too; the scratch module keeps one shape for every backend and pins the same
     # dependency versions (nothing else in this module raises them). The server reports its version
     # (1.35.2, from its embedded OpenAPI spec) without -ldflags; only the git commit stays empty.
+    # Cold (empty GOMODCACHE and GOCACHE), measured 2026-12-06 on 2 cores: 20m00s wall under load
+    # average ~15 (303 s user + 74 s sys CPU, 1.8 GB of modules, 1.4 GB build cache, 1.8 GB peak RSS);
+    # 11m19s on a quieter machine. The binary is 168 MB.
     go get -tool "github.com/weaviate/weaviate/cmd/weaviate-server@$WEAVIATE_MODULE_VERSION"
     go build -trimpath -o "$out.tmp" github.com/weaviate/weaviate/cmd/weaviate-server
   )

@@ -40,8 +40,9 @@ if ! command -v prometheus >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1
 fi
 
 # real Jaeger, Collector and Weaviate server for the e2e and Weaviate tests, built from Go modules into a
-# cache outside the repo (cold: ~10 min on 2 cores for Jaeger + Collector, plus WEAVIATE_COLD for
-# weaviate-server; cached: under a second). Required in CI; elsewhere those tests skip loudly.
+# cache outside the repo (cold: ~10 min on 2 cores for Jaeger + Collector, plus 11-20 min for
+# weaviate-server: 1.8 GB of modules, 5-6 CPU-min; cached: under a second). Required in CI; elsewhere
+# those tests skip loudly.
 if [ -n "${CI:-}" ]; then
   bash scripts/build-backends.sh
 elif command -v go >/dev/null 2>&1; then

@@ -52,7 +52,7 @@ def require_binary() -> Path:
         return path
     message = (
         "\n" + "!" * 78 + f"\nragtrail weaviate tests: the real server was not found at {path}\n"
-        "  Build it (needs Go >= 1.26 and the Go module proxy; ~11 min cold):  scripts/build-backends.sh weaviate\n"
+        "  Build it (needs Go >= 1.26 and the Go module proxy; 11-20 min cold on 2 cores):  scripts/build-backends.sh weaviate\n"
         "  or point RAGTRAIL_BACKENDS_DIR at a directory holding bin/weaviate-server.\n" + "!" * 78
     )
     if os.environ.get("CI"):
