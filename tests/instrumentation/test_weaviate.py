@@ -263,3 +263,29 @@ def test_async_client(weaviate_server, items_collection, instrumentor, span_expo
     distances = [o.metadata.distance for o in vector.objects]
     check_span(first, spans, _expected("near_vector", vector, sc.SCORE_DISTANCE, distances, top_k=2, vector=QUERY))
     check_span(second, spans, _expected("bm25", bm25, sc.SCORE_BM25, [o.metadata.score for o in bm25.objects], top_k=2, text="cats"))
+
+
+def test_hybrid_explain_score_only_when_allow_listed(client, instrumentor, span_exporter, monkeypatch) -> None:
+    """``explain_score`` (Weaviate's free text naming each leg's original and normalized score) is the
+    only place the hybrid's legs show: it is kept as the candidate's ``explain_score`` metadata, so it
+    is exported only when ``RAGTRAIL_CAPTURE_METADATA`` allow-lists it (the default exports none)."""
+    from weaviate.classes.query import MetadataQuery
+
+    from ragtrail import settings as config
+
+    items = client.collections.get(COLLECTION)
+
+    def hybrid() -> Any:
+        return items.query.hybrid("cats", vector=QUERY, limit=2, return_metadata=MetadataQuery(score=True, explain_score=True))
+
+    default = hybrid()
+    assert "original score" in default.objects[0].metadata.explain_score  # the legs' raw scores, as text
+    monkeypatch.setenv("RAGTRAIL_CAPTURE_METADATA", "explain_score")
+    config.reset()
+    allowed = hybrid()
+    first, second = spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE)
+    spans = span_exporter.get_finished_spans()
+    scores = [o.metadata.score for o in default.objects]
+    check_span(first, spans, _expected("hybrid", default, sc.SCORE_RELATIVE, scores, top_k=2, text="cats", vector=QUERY))
+    recorded = [e for name, e in spanutil.stitched(second, spans) if name == sc.EVENT_CANDIDATE]
+    assert [e[sc.CANDIDATE_META_PREFIX + "explain_score"] for e in recorded] == [o.metadata.explain_score for o in allowed.objects]
