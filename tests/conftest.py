@@ -71,3 +71,14 @@ def _fresh_ragtrail_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     config.reset()
     spanutil.forget()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Where the real Weaviate server comes from, or that its tests will fail (CI) / skip."""
+    import weaviateutil
+
+    path = weaviateutil.binary_path()
+    if path.is_file() and os.access(path, os.X_OK):
+        return [f"ragtrail weaviate server: {path}"]
+    verdict = "FAIL (CI is set)" if os.environ.get("CI") else "SKIP"
+    return [f"ragtrail weaviate server MISSING ({path}) -> Weaviate tests will {verdict}: scripts/build-backends.sh weaviate"]
