@@ -4,9 +4,11 @@
 
 ``running_weaviate()`` starts it on free ports with a fresh data directory, waits for
 ``/v1/.well-known/ready``, and however the tests end kills its process group and deletes the data
-directory. REST, Raft and gossip bind 127.0.0.1; Weaviate's own code listens on every interface for
-gRPC, the cluster data port and the Prometheus metrics (``net.Listen(":port")``, not configurable in
-1.35.2): the ports are ephemeral and live for the session only. Telemetry and the profiler are off.
+directory. Every socket it listens on is on 127.0.0.1: REST, Raft and gossip by their settings, and
+gRPC, the cluster data port and the Prometheus metrics because the build patches upstream's
+``net.Listen(":port")`` into ``"127.0.0.1:port"`` (scripts/weaviate-loopback.patch). Once ready, the
+server's own listening sockets (``/proc/<pid>/net``) are checked: one on any other address stops the
+server and fails its tests (an unpatched binary does). Telemetry and the profiler are off.
 
 ``Weaviate.requests()`` reads the server's own Prometheus counters (REST requests by route, gRPC
 requests by method, as the server counted them), so a test counts what reached the server, not what
@@ -19,6 +21,7 @@ the tests skip with a loud message (the e2e tests' rule, tests/e2e/ragtrail_back
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import shutil
@@ -71,13 +74,50 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
+def listening_sockets(pid: int) -> set[tuple[str, str, int]]:
+    """``(protocol, address, port)`` of every socket process ``pid`` listens on: TCP in state LISTEN
+    and UDP not connected to a peer, IPv4 and IPv6, from ``/proc/<pid>/net`` matched to the process's
+    own file descriptors by inode."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for proto in ("tcp", "tcp6", "udp", "udp6"):
+        for line in Path(f"/proc/{pid}/net/{proto}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+            listening = state == "0A" if proto.startswith("tcp") else set(remote.split(":")[0]) == {"0"}
+            if inode in inodes and listening:
+                address, port = local.split(":")
+                found.add((proto, _ip(address), int(port, 16)))
+    return found
+
+
+def _ip(hex_address: str) -> str:
+    """An address from /proc/net/{tcp,udp}[6]: 32-bit words, each in host (little-endian) order."""
+    raw = b"".join(bytes.fromhex(hex_address[i : i + 8])[::-1] for i in range(0, len(hex_address), 8))
+    return str(ipaddress.ip_address(raw))
+
+
+def _is_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
 @dataclass
 class Weaviate:
-    """A running server: its ports, its log, and its own request counters."""
+    """A running server: its process, ports, log, and its own request counters."""
 
+    pid: int
     http_port: int
     grpc_port: int
     metrics_port: int
+    ports: dict[str, int]
     log: Path
 
     def requests(self) -> Counter[str]:
@@ -109,10 +149,30 @@ def _ready(port: int) -> bool:
         return False
 
 
+def _check_loopback_only(pid: int, ports: dict[str, int], deadline: float) -> None:
+    """Wait until every configured TCP port listens (some listeners start after the ready probe
+    answers), then fail if any listening socket of the server is on a non-loopback address."""
+    while True:
+        sockets = listening_sockets(pid)
+        missing = {name for name, port in ports.items() if not any(p.startswith("tcp") and n == port for p, _, n in sockets)}
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    exposed = sorted(s for s in sockets if not _is_loopback(s[1]))
+    if exposed:
+        raise RuntimeError(
+            f"weaviate-server listens beyond 127.0.0.1 on {exposed} (all: {sorted(sockets)}): the binary lacks "
+            "scripts/weaviate-loopback.patch; rebuild it with scripts/build-backends.sh weaviate"
+        )
+    if missing:
+        raise RuntimeError(f"weaviate-server never listened on {sorted(missing)} (listening: {sorted(sockets)})")
+
+
 @contextlib.contextmanager
 def running_weaviate(binary: Path, timeout: float = 90.0) -> Iterator[Weaviate]:
     directory = Path(tempfile.mkdtemp(prefix="ragtrail-weaviate-"))
     http, grpc, raft, raft_rpc, gossip, data, metrics = _free_ports(7)
+    ports = {"http": http, "grpc": grpc, "raft": raft, "raft_rpc": raft_rpc, "gossip": gossip, "data": data, "metrics": metrics}
     env = {
         **os.environ,
         "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "true",
@@ -143,7 +203,8 @@ def running_weaviate(binary: Path, timeout: float = 90.0) -> Iterator[Weaviate]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"weaviate-server did not become ready (exit {proc.poll()}):\n{log.read_text(errors='replace')[-3000:]}")
             time.sleep(0.2)
-        yield Weaviate(http_port=http, grpc_port=grpc, metrics_port=metrics, log=log)
+        _check_loopback_only(proc.pid, ports, time.monotonic() + 30)
+        yield Weaviate(pid=proc.pid, http_port=http, grpc_port=grpc, metrics_port=metrics, ports=ports, log=log)
     finally:
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):

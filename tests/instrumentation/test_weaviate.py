@@ -26,6 +26,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa
 
 import mirrorutil  # noqa: E402
 import spanutil  # noqa: E402
+import weaviateutil  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.contract.receipts import receipt  # noqa: E402
 from ragtrail.instrumentation.weaviate import WeaviateInstrumentor  # noqa: E402
@@ -96,6 +97,16 @@ def _seen(result: Any) -> list[tuple[str, Any, Any, dict[str, Any]]]:
 def _expected(method: str, result: Any, kind: str, scores: list[float] | None, **kw: Any) -> Expected:
     ids = [str(o.uuid) for o in result.objects]
     return Expected(component=f"weaviate.{method}", collection=COLLECTION, ids=ids, kind=kind, scores=scores, contents=[TEXT[i] for i in ids], **kw)
+
+
+def test_server_listens_on_loopback_only(weaviate_server: Weaviate) -> None:
+    """The house rule (servers in tests bind 127.0.0.1 only) holds for the real server: every socket
+    it listens on, read from /proc, is one of its configured ports on 127.0.0.1. Upstream 1.35.2
+    listens on all interfaces (``[::]``) for gRPC, the cluster data port and the metrics; the build's
+    scripts/weaviate-loopback.patch is what makes this pass."""
+    expected = {("tcp", "127.0.0.1", port) for port in weaviate_server.ports.values()}
+    expected.add(("udp", "127.0.0.1", weaviate_server.ports["gossip"]))  # memberlist gossip: TCP and UDP
+    assert weaviateutil.listening_sockets(weaviate_server.pid) == expected
 
 
 def test_near_vector_with_filter_limit_and_distance(client, instrumentor, span_exporter) -> None:
