@@ -102,9 +102,11 @@ def _clean_env() -> dict[str, str]:
 
 def instrumented_env(store: Path, enabled: list[str] | None, service: str) -> dict[str, str]:
     """The environment of a run under ``opentelemetry-instrument``: ragtrail's configurator, the local
-    store at ``store``, and only the ``enabled`` ragtrail instrumentors (all when None)."""
+    store at ``store``, and only the ``enabled`` instrumentors (when None, all of ragtrail's and no
+    other: another package's instrumentor installed beside them, OpenTelemetry's own LangChain one in
+    the test extra, is enabled only by name)."""
     names = sorted(ep.name for ep in entry_points(group="opentelemetry_instrumentor"))
-    others = [n for n in names if enabled is not None and n not in enabled]
+    others = [n for n in names if (n not in enabled if enabled is not None else not n.startswith("ragtrail_"))]
     env = _clean_env()
     env.update(
         {

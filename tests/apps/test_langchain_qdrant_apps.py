@@ -41,7 +41,9 @@ def test_qdrant_integration_page_searches(tmp_path):
     # the retriever's stage: search_type="mmr" with the store's own defaults (lambda_mult=0.5, fetch_k=20)
     retriever = ms[3]["stages"][0]
     assert retriever["knobs"] == {"top_k": 1, "mmr_lambda": 0.5}
-    assert retriever["findings"] == ["maximal marginal relevance picked from 20 fetched candidates (fetch_k): the ones it did not pick are not recorded"]
+    assert retriever["findings"] == [
+        "maximal marginal relevance picked from 20 fetched candidates (fetch_k): the ones it did not pick are not recorded"
+    ]
     mmr = ms[3]["stages"][1]
     assert mmr["knobs"] == {"top_k": 1, "mmr_lambda": 0.5}
     assert mmr["findings"] == ["maximal marginal relevance ran inside Qdrant over 20 candidates: the ones it did not pick are not returned"]

@@ -6,6 +6,7 @@ without ragtrail; a failing search passes through untouched."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,10 +20,10 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 import spanutil  # noqa: E402
 from loopback_http import Loopback, serve  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
-from ragtrail.instrumentation.elasticsearch import FUSED, ElasticsearchInstrumentor  # noqa: E402
+from ragtrail.instrumentation.elasticsearch import FUSED, LINEAR_HIDDEN, RRF_HIDDEN, ElasticsearchInstrumentor  # noqa: E402
+from service_responses import es_index_not_found, es_search  # noqa: E402
 from storeutil import Expected, check_span  # noqa: E402
 
-HEADERS = {"X-Elastic-Product": "Elasticsearch"}
 VECTOR = [0.3, 0.1, 1.2]
 HITS = [
     {"_index": "image-index", "_id": "3", "_score": 0.9183, "_source": {"title": "Sunset", "text": "a red sunset"}},
@@ -32,21 +33,9 @@ HITS = [
 
 def respond(method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
     if path == "/missing/_search":
-        error = {"type": "index_not_found_exception", "reason": "no such index [missing]", "index": "missing"}
-        return 404, {"error": {"root_cause": [error], **error}, "status": 404}, HEADERS
+        return es_index_not_found("missing")
     size = body.get("size") or (body.get("knn") or {}).get("k") or 10
-    hits = HITS[:size]
-    total = {"value": 40, "relation": "eq"}
-    return (
-        200,
-        {
-            "took": 5,
-            "timed_out": False,
-            "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
-            "hits": {"total": total, "max_score": hits[0]["_score"], "hits": hits},
-        },
-        HEADERS,
-    )
+    return es_search(HITS[:size], total=40)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +130,16 @@ def test_rrf_retriever_is_rrf(client, exporter) -> None:
     [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
     from ragtrail.contract.receipts import canonical_json
 
-    want = expect(resp, kind=sc.SCORE_RRF, top_k=2, filter_json=canonical_json({"retriever": retriever}))
+    # the legs' query: the standard retriever's match text, the kNN retriever's vector (left out of the filter)
+    stripped = {
+        "rrf": {
+            **retriever["rrf"],
+            "retrievers": [retriever["rrf"]["retrievers"][0], {"knn": {"field": "image-vector", "k": 2, "num_candidates": 10}}],
+        }
+    }
+    want = expect(
+        resp, kind=sc.SCORE_RRF, top_k=2, text="sunset", vector=VECTOR, filter_json=canonical_json({"retriever": stripped}), findings=(RRF_HIDDEN,)
+    )
     check_span(span, exporter.get_finished_spans(), want)
 
 
@@ -153,3 +151,66 @@ def test_failing_search_passes_through_untouched(client, exporter) -> None:
     assert str(traced.value) == str(bare.value)
     [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
     assert span.status.status_code is StatusCode.ERROR
+
+
+def test_async_knn_search_is_the_same_stage(server, exporter) -> None:
+    knn = {"field": "image-vector", "query_vector": VECTOR, "k": 2, "num_candidates": 100}
+
+    async def main() -> Any:
+        async with elasticsearch.AsyncElasticsearch(server.url) as es:
+            return await es.search(index="image-index", knn=knn)
+
+    resp = asyncio.run(main())
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"knn":[{"field":"image-vector","k":2,"num_candidates":100}]}'
+    want = expect(
+        resp, component="elasticsearch.AsyncElasticsearch.search", kind=sc.SCORE_SIMILARITY, top_k=2, vector=VECTOR, filter_json=want_filter
+    )
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_async_failing_search_passes_through_untouched(server, exporter) -> None:
+    async def main() -> None:
+        async with elasticsearch.AsyncElasticsearch(server.url) as es:
+            await es.search(index="missing", query={"match_all": {}})
+
+    with suppress_instrumentation(), pytest.raises(elasticsearch.NotFoundError) as bare:
+        asyncio.run(main())
+    with pytest.raises(elasticsearch.NotFoundError) as traced:
+        asyncio.run(main())
+    assert str(traced.value) == str(bare.value)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    assert span.status.status_code is StatusCode.ERROR
+
+
+def test_rank_rrf_of_a_query_and_a_knn_is_rrf_with_both_legs_as_the_query(client, exporter) -> None:
+    # the 8.8-8.13 form: the query and the kNN side by side, fused by ``rank: {rrf: ...}``
+    knn = {"field": "image-vector", "query_vector": VECTOR, "k": 2, "num_candidates": 10}
+    rank = {"rrf": {"rank_window_size": 50, "rank_constant": 20}}
+    resp = client.search(index="image-index", query={"match": {"text": "sunset"}}, knn=knn, rank=rank, size=2)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = (
+        '{"knn":[{"field":"image-vector","k":2,"num_candidates":10}],"query":{"match":{"text":"sunset"}},'
+        '"rank":{"rrf":{"rank_constant":20,"rank_window_size":50}}}'
+    )
+    want = expect(resp, kind=sc.SCORE_RRF, top_k=2, text="sunset", vector=VECTOR, filter_json=want_filter, findings=(RRF_HIDDEN,))
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_linear_retriever_is_a_fused_score_of_no_kind(client, exporter) -> None:
+    retriever = {
+        "linear": {
+            "retrievers": [
+                {"retriever": {"standard": {"query": {"match": {"text": "sunset"}}}}, "weight": 2, "normalizer": "minmax"},
+                {"retriever": {"knn": {"field": "image-vector", "query_vector": VECTOR, "k": 2, "num_candidates": 10}}, "weight": 1.5},
+            ]
+        }
+    }
+    resp = client.search(index="image-index", retriever=retriever, size=2)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = (
+        '{"retriever":{"linear":{"retrievers":[{"normalizer":"minmax","retriever":{"standard":{"query":{"match":{"text":"sunset"}}}},"weight":2},'
+        '{"retriever":{"knn":{"field":"image-vector","k":2,"num_candidates":10}},"weight":1.5}]}}}'
+    )
+    want = expect(resp, kind=sc.SCORE_NONE, top_k=2, text="sunset", vector=VECTOR, filter_json=want_filter, findings=(LINEAR_HIDDEN,))
+    check_span(span, exporter.get_finished_spans(), want)

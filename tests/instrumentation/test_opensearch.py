@@ -5,6 +5,7 @@ ragtrail; a failing search passes through untouched."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ import spanutil  # noqa: E402
 from loopback_http import Loopback, serve  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.opensearch import FUSED, OpenSearchInstrumentor  # noqa: E402
+from service_responses import es_index_not_found, es_search  # noqa: E402
 from storeutil import Expected, check_span  # noqa: E402
 
 VECTOR = [5.0, 4.0]
@@ -30,20 +32,8 @@ HITS = [
 
 def respond(method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
     if path == "/missing/_search":
-        error = {"type": "index_not_found_exception", "reason": "no such index [missing]", "index": "missing"}
-        return 404, {"error": {"root_cause": [error], **error}, "status": 404}, {}
-    hits = HITS[: body.get("size", 10)]
-    shards = {"total": 1, "successful": 1, "skipped": 0, "failed": 0}
-    return (
-        200,
-        {
-            "took": 3,
-            "timed_out": False,
-            "_shards": shards,
-            "hits": {"total": {"value": 2, "relation": "eq"}, "max_score": hits[0]["_score"], "hits": hits},
-        },
-        {},
-    )
+        return es_index_not_found("missing", headers={})
+    return es_search(HITS[: body.get("size", 10)], total=2, took=3, headers={})
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +117,54 @@ def test_failing_search_passes_through_untouched(client, exporter) -> None:
     assert str(traced.value) == str(bare.value)
     [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
     assert span.status.status_code is StatusCode.ERROR
+
+
+def test_async_knn_query_is_the_same_stage(server, exporter) -> None:
+    body = {"size": 2, "query": {"knn": {"location": {"vector": VECTOR, "k": 2}}}}
+
+    async def main() -> Any:
+        client = opensearchpy.AsyncOpenSearch(hosts=[server.url])
+        try:
+            return await client.search(index="hotels-index", body=body)
+        finally:
+            await client.close()
+
+    resp = asyncio.run(main())
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"query":{"knn":{"location":{"k":2}}}}'
+    want = expect(resp, component="opensearchpy.AsyncOpenSearch.search", kind=sc.SCORE_SIMILARITY, top_k=2, vector=VECTOR, filter_json=want_filter)
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_async_failing_search_passes_through_untouched(server, exporter) -> None:
+    async def main() -> None:
+        client = opensearchpy.AsyncOpenSearch(hosts=[server.url])
+        try:
+            await client.search(index="missing", body={"query": {"match_all": {}}})
+        finally:
+            await client.close()
+
+    with suppress_instrumentation(), pytest.raises(opensearchpy.NotFoundError) as bare:
+        asyncio.run(main())
+    with pytest.raises(opensearchpy.NotFoundError) as traced:
+        asyncio.run(main())
+    assert str(traced.value) == str(bare.value)
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    assert span.status.status_code is StatusCode.ERROR
+
+
+def test_boolean_post_filter_scores_by_the_knn(client, exporter) -> None:
+    # the k-NN guide's boolean filter: a bool whose one must is the knn, the filter outside it
+    query = {"bool": {"filter": {"bool": {"must": [{"term": {"city": "x"}}]}}, "must": {"knn": {"location": {"vector": VECTOR, "k": 5}}}}}
+    resp = client.search(index="hotels-index", body={"query": query})
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"query":{"bool":{"filter":{"bool":{"must":[{"term":{"city":"x"}}]}},"must":{"knn":{"location":{"k":5}}}}}}'
+    check_span(span, exporter.get_finished_spans(), expect(resp, kind=sc.SCORE_SIMILARITY, top_k=5, vector=VECTOR, filter_json=want_filter))
+
+
+def test_bool_with_a_scoring_should_is_no_single_kind(client, exporter) -> None:
+    knn = {"knn": {"location": {"vector": VECTOR, "k": 5}}}
+    resp = client.search(index="hotels-index", body={"size": 2, "query": {"bool": {"must": knn, "should": [{"match": {"text": "harbour"}}]}}})
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want_filter = '{"query":{"bool":{"must":{"knn":{"location":{"k":5}}},"should":[{"match":{"text":"harbour"}}]}}}'
+    check_span(span, exporter.get_finished_spans(), expect(resp, kind=sc.SCORE_NONE, top_k=2, filter_json=want_filter))

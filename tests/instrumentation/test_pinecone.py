@@ -21,6 +21,7 @@ import spanutil  # noqa: E402
 from loopback_http import Loopback, serve  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.pinecone import BY_ID, UNKNOWN_METRIC, PineconeInstrumentor  # noqa: E402
+from service_responses import pinecone_error, pinecone_query  # noqa: E402
 from storeutil import Expected, check_span  # noqa: E402
 
 QUERY = [0.3, 0.5, 0.2]
@@ -32,13 +33,10 @@ MATCHES = [
 
 def respond(method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
     if path != "/query":
-        return 404, {"code": 5, "message": "Not Found", "details": []}, {}
+        return pinecone_error(404, 5, "Not Found")
     if body.get("namespace") == "missing":
-        return 400, {"code": 3, "message": "Namespace not found", "details": []}, {}
-    matches = MATCHES[: body["topK"]]
-    if not body.get("includeMetadata"):
-        matches = [{"id": m["id"], "score": m["score"], "values": []} for m in matches]
-    return 200, {"results": [], "matches": matches, "namespace": body.get("namespace", ""), "usage": {"readUnits": 6}}, {}
+        return pinecone_error(400, 3, "Namespace not found")
+    return pinecone_query(MATCHES, body)
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +57,7 @@ def instrumentor() -> Iterator[PineconeInstrumentor]:
     inst = PineconeInstrumentor()
     inst.instrument(tracer_provider=provider, metric="cosine")
     inst.exporter = exporter
+    inst.provider = provider
     yield inst
     inst.uninstrument()
 
@@ -153,3 +152,17 @@ def test_async_query_is_a_stage(server, exporter) -> None:
     result = asyncio.run(main())
     [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
     check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="example-namespace", top_k=2, vector=QUERY))
+
+
+def test_an_index_opened_while_instrumented_stops_recording_at_uninstrument(server, exporter, instrumentor) -> None:
+    # pinecone 10 binds ``query`` on the Index when it is opened: the instance keeps the wrapper
+    with pinecone.Pinecone(api_key="k").Index(host=server.url) as idx:
+        idx.query(vector=QUERY, top_k=1, namespace="ns1")
+        assert len(spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)) == 1
+        instrumentor.uninstrument()
+        try:
+            result = idx.query(vector=QUERY, top_k=1, namespace="ns1")
+        finally:
+            instrumentor.instrument(tracer_provider=instrumentor.provider, metric="cosine")
+    assert [m.id for m in result.matches] == ["vec3"]
+    assert len(spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)) == 1  # nothing recorded after uninstrument()

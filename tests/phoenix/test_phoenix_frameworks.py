@@ -216,3 +216,64 @@ def test_langchain_compression_with_the_genai_mirror_alone_in_phoenix(phoenix):
         assert ps.documents(inner, "retrieval.documents") == cards
     sent_outer = [s for s in sent if s.name == "retrieve ContextualCompressionRetriever"][0]
     assert sent_outer.attributes[sc.COLUMN_SCORE_KIND] == sc.SCORE_SIMILARITY
+
+
+@pytest.mark.parametrize("content_mode", ["off", "full"])
+def test_framework_roots_show_the_frameworks_answer_in_phoenix(phoenix, content_mode):
+    """A LlamaIndex query engine's root and a LangChain chain's root, read back from Phoenix: the
+    answer the framework returned is the root's output (the trace list's output column) under content
+    capture, and there is none under ``off``."""
+    from langchain_core.documents import Document
+    from langchain_core.embeddings import Embeddings
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.runnables import RunnableLambda
+    from langchain_core.vectorstores import InMemoryVectorStore
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+    from llama_index.core.llms import MockLLM
+    from llama_index.core.schema import TextNode
+
+    from ragtrail.instrumentation.langchain import LangChainInstrumentor
+    from ragtrail.instrumentation.llama_index import LlamaIndexInstrumentor
+
+    class HashEmbeddings(Embeddings):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [hash_vector(t) for t in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            return hash_vector(text)
+
+    ragtrail.set_capture(content=content_mode)
+    answers = {}
+    for project, framework in ((f"llama-root-{content_mode}", "llama"), (f"langchain-root-{content_mode}", "langchain")):
+        with ps.sending(phoenix, project) as (provider, memory):
+            instrumentor = LlamaIndexInstrumentor() if framework == "llama" else LangChainInstrumentor()
+            instrumentor.instrument(tracer_provider=provider)
+            try:
+                if framework == "llama":
+                    index = VectorStoreIndex([TextNode(text=t, id_=f"n{i}") for i, t in enumerate(TEXTS)], embed_model=MockEmbedding(embed_dim=8))
+                    answers[framework] = index.as_query_engine(llm=MockLLM(max_tokens=4), similarity_top_k=2).query("cats in the park").response
+                else:
+                    store = InMemoryVectorStore(HashEmbeddings())
+                    store.add_documents([Document(page_content=t, id=f"doc{i}") for i, t in enumerate(TEXTS)])
+                    chain = (
+                        store.as_retriever(search_kwargs={"k": 2})
+                        | RunnableLambda(lambda docs: " / ".join(d.page_content for d in docs))
+                        | StrOutputParser()
+                    )
+                    answers[framework] = chain.invoke("cats in the park")
+            finally:
+                instrumentor.uninstrument()
+            sent = list(memory.get_finished_spans())
+        shown = phoenix.wait_for_spans(project, ps.trace_id_of(memory), len(sent))
+        roots = [s for s in shown if s["parent_id"] is None]
+        assert len(roots) == 1, [s["name"] for s in shown]
+        root = roots[0]
+        assert root["name"] == {"llama": "pipeline RetrieverQueryEngine", "langchain": "pipeline RunnableSequence"}[framework]
+        assert (root["span_kind"], root["status_code"]) == ("CHAIN", "OK")
+        got = {k: v for k, v in root["attributes"].items() if k.startswith(("input.", "output."))}
+        want = {"input.value": "cats in the park", "input.mime_type": "text/plain"}
+        if content_mode == "full":
+            want.update({"output.value": answers[framework], "output.mime_type": "text/plain"})
+        assert got == want, framework
+    assert answers["llama"] == "text text text text" and answers["langchain"].count(" / ") == 1  # MockLLM: max_tokens words; k=2

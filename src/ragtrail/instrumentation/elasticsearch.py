@@ -8,9 +8,11 @@ What is recorded:
 * scores: each hit's ``_score``, with the kind of the search that produced it: a kNN-only search's
   score is the vector similarity (``similarity``, higher is closer); a ``match``/``multi_match``/
   ``query_string`` query alone is BM25 relevance (``bm25``, the index's default similarity); an RRF
-  search (``rank: {rrf: ...}`` or ``retriever: {rrf: ...}``) returns the fused RRF score (``rrf``).
-  A hybrid ``query`` + ``knn`` without RRF sums the two on the server: the score is a fused number
-  of no single kind (``none``, said in a finding), and so is any other query.
+  search (``rank: {rrf: ...}`` or ``retriever: {rrf: ...}``) returns the fused RRF score (``rrf``,
+  with a finding that each retriever's own ranks and scores are hidden).
+  A hybrid ``query`` + ``knn`` without RRF sums the two on the server, and a ``linear`` retriever
+  weighs its retrievers' normalised scores: the score is a fused number of no single kind (``none``,
+  said in a finding), and so is any other query.
 * ``top_k`` from ``size``, else the (first) kNN's ``k``; the search's ``query``, ``retriever``,
   ``rank`` and kNN clauses (``k``, ``num_candidates``, ``filter``, ``field``; the vector itself
   left out) as ``ragtrail.stage.filter`` (canonical JSON), exported as the query capture mode
@@ -28,7 +30,7 @@ Usage: ``ElasticsearchInstrumentor().instrument()`` or ``opentelemetry-instrumen
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from ragtrail.contract import semconv as sc
@@ -41,6 +43,10 @@ from ragtrail.recorder.candidates import Candidate, normalize_id
 _KEY = "ragtrail.elasticsearch"
 _TEXT_QUERIES = ("match", "multi_match", "query_string", "match_phrase")
 FUSED = "fused score: Elasticsearch combined the query's and the kNN's scores on the server; each leg's own score is not in the response"
+RRF_HIDDEN = "fused by reciprocal rank fusion on the server: each retriever's own ranks and scores are not in the response"
+LINEAR_HIDDEN = (
+    "fused score: a linear retriever combined its retrievers' weighted, normalised scores on the server; their own are not in the response"
+)
 
 
 class ElasticsearchInstrumentor(RagtrailInstrumentor):
@@ -88,9 +94,40 @@ def query_text(query: Any) -> str | None:
     return None
 
 
+def _retriever_legs(node: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """The ``standard`` and ``knn`` retrievers inside a retriever tree (``rrf``, ``linear``, a reranker's
+    inner ``retriever``), in request order."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key in ("standard", "knn") and isinstance(value, Mapping):
+                yield key, value
+            else:
+                yield from _retriever_legs(value)
+    elif isinstance(node, (list, tuple)):
+        for item in node:
+            yield from _retriever_legs(item)
+
+
+def _leg_query(retriever: Any) -> tuple[str | None, Any]:
+    """A retriever tree's query: the first ``standard`` leg's match text, the first ``knn`` leg's vector."""
+    legs = list(_retriever_legs(retriever))
+    texts = [query_text(leg.get("query")) for kind, leg in legs if kind == "standard"]
+    vectors = [leg.get("query_vector") for kind, leg in legs if kind == "knn"]
+    return next((t for t in texts if t is not None), None), next((v for v in vectors if v is not None), None)
+
+
+def _without_vectors(value: Any) -> Any:
+    """``value`` with every ``query_vector`` list left out (the vector is a receipt, never filter text)."""
+    if isinstance(value, Mapping):
+        return {k: _without_vectors(v) for k, v in value.items() if k != "query_vector" or not isinstance(v, (list, tuple))}
+    if isinstance(value, (list, tuple)):
+        return [_without_vectors(v) for v in value]
+    return value
+
+
 def _kind(query: Any, knns: list[Mapping[str, Any]], rrf: bool) -> tuple[str, str | None]:
     if rrf:
-        return sc.SCORE_RRF, None
+        return sc.SCORE_RRF, RRF_HIDDEN
     if knns and query is None:
         return sc.SCORE_SIMILARITY, None
     if not knns and isinstance(query, Mapping) and len(query) == 1 and next(iter(query)) in _TEXT_QUERIES:
@@ -110,17 +147,18 @@ def start(tracer: Any, component: str, kwargs: Kwargs) -> SearchStages:
     query, knns, retriever, rank = get("query"), _knns(get("knn")), get("retriever"), get("rank")
     rrf = (isinstance(rank, Mapping) and "rrf" in rank) or (isinstance(retriever, Mapping) and "rrf" in retriever)
     kind, finding = _kind(query, knns, rrf)
+    if isinstance(retriever, Mapping) and "linear" in retriever:
+        kind, finding = sc.SCORE_NONE, LINEAR_HIDDEN
     size = get("size")
     k = knns[0].get("k") if knns else None
     top_k = size if isinstance(size, int) else k if isinstance(k, int) else None
     found: dict[str, Any] = {}
     for key, value in (("query", query), ("retriever", retriever), ("rank", rank)):
         if value is not None:
-            found[key] = value
+            found[key] = _without_vectors(value) if key == "retriever" else value
     if knns:
         found["knn"] = [{key: v for key, v in knn.items() if key != "query_vector"} for knn in knns]
-    vector = knns[0].get("query_vector") if knns else None
-    text = query_text(query)
+    text, vector = _leg_query(retriever) if query is None and not knns else (query_text(query), knns[0].get("query_vector") if knns else None)
     stages = SearchStages(tracer, component, collection=name)
     stages.base = Row(
         query=Query(text=text, vector=vector) if text is not None or vector is not None else None,
@@ -158,4 +196,4 @@ def _outcome(stages: SearchStages, result: Any) -> Outcome | None:
     return Outcome(rows=1, row=row, corpus_size=lambda: None, store=stages.collection)
 
 
-__all__ = ["FUSED", "ElasticsearchInstrumentor", "SearchStages", "done", "query_text", "start"]
+__all__ = ["FUSED", "LINEAR_HIDDEN", "RRF_HIDDEN", "ElasticsearchInstrumentor", "SearchStages", "done", "query_text", "start"]

@@ -5,7 +5,9 @@ What is recorded (see :mod:`ragtrail.instrumentation.elasticsearch` for the shar
 request and the hits): ids are the hits' ``_id``, scores their ``_score``; a ``knn`` query alone
 scores by vector similarity (``similarity``, higher is closer); a ``match``-like query alone BM25
 (``bm25``); a ``hybrid`` query is normalised and combined by the search pipeline on the server: a
-fused score of no single kind (``none``, said in a finding), as is any other query. ``top_k`` is
+fused score of no single kind (``none``, said in a finding), as is any other query. A ``bool`` whose
+only ``must`` is a ``knn`` and whose other clauses are ``filter``/``must_not`` (the k-NN guide's
+boolean post-filter) scores by the k-NN alone: ``similarity``, its vector receipted. ``top_k`` is
 ``size``, else the k-NN's ``k``; the query (the vector left out) is the filter JSON; the k-NN's
 vector is receipted, a ``match`` text is the stage's query; the index name(s) are the collection.
 
@@ -63,6 +65,19 @@ def _knn(query: Any) -> tuple[Mapping[str, Any] | None, Any]:
     return None, None
 
 
+def _scoring_knn(query: Any) -> tuple[Mapping[str, Any] | None, Any]:
+    """The k-NN clause deciding the score: the query's own, or the one ``must`` of a ``bool`` whose
+    other clauses only filter (``filter``, ``must_not`` add nothing to the score: the k-NN guide's
+    boolean post-filter)."""
+    clause, vector = _knn(query)
+    inner = query.get("bool") if clause is None and isinstance(query, Mapping) else None
+    if not isinstance(inner, Mapping) or set(inner) - {"must", "filter", "must_not"}:
+        return clause, vector
+    must = inner.get("must")
+    musts = [must] if isinstance(must, Mapping) else list(must) if isinstance(must, list) else []
+    return _knn(musts[0]) if len(musts) == 1 else (None, None)
+
+
 def _without_vector(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _without_vector(v) for k, v in value.items() if k != "vector" or not isinstance(v, (list, tuple))}
@@ -77,7 +92,7 @@ def _start(tracer: Any, component: str, arguments: Mapping[str, Any]) -> SearchS
     body = arguments.get("body")
     body = body if isinstance(body, Mapping) else {}
     query = body.get("query")
-    clause, vector = _knn(query)
+    clause, vector = _scoring_knn(query)
     if clause is not None:
         kind, finding = sc.SCORE_SIMILARITY, None
     elif isinstance(query, Mapping) and "hybrid" in query:

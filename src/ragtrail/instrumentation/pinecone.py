@@ -17,7 +17,10 @@ What is recorded:
 
 The corpus size is unknown (``describe_index_stats`` is a request of ours) unless the user gives it
 (``ragtrail.corpus_size("<namespace>", n)``). A failing query's exception passes through unchanged.
-``query_namespaces`` and ``search`` (integrated indexes) are not recorded.
+``query_namespaces`` and ``search`` (integrated indexes) are not recorded. pinecone 10 binds
+``query`` on each ``Index`` when it is opened: an ``Index`` opened before ``instrument()`` is not
+recorded (``opentelemetry-instrument`` instruments first), and one opened while instrumented stops
+recording at ``uninstrument()`` (the wrapper it holds passes through).
 
 Usage: ``PineconeInstrumentor().instrument()`` or ``opentelemetry-instrument`` (entry point
 ``ragtrail_pinecone``).
@@ -61,9 +64,13 @@ class PineconeInstrumentor(RagtrailInstrumentor):
         )
 
     def _query(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        if not self.is_instrumented_by_opentelemetry:  # an Index opened while instrumented holds this wrapper
+            return wrapped(*args, **kwargs)
         return call_through(_KEY, lambda: _start(self.tracer, self.kind, kwargs), wrapped, args, kwargs, _done)
 
     async def _aquery(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        if not self.is_instrumented_by_opentelemetry:
+            return await wrapped(*args, **kwargs)
         return await acall_through(_KEY, lambda: _start(self.tracer, self.kind, kwargs), wrapped, args, kwargs, _done)
 
 

@@ -72,6 +72,7 @@ class MirrorInput:
     outputs: Sequence[Candidate] = ()
     exclusions: Sequence[Exclusion] = ()
     answer: Mapping[str, Any] | None = None  # the pipeline's answer attributes (capture-filtered)
+    framework_output: str | None = None  # what the framework returned from a pipeline root (capture-filtered)
     model: Any = None
 
 
@@ -293,7 +294,8 @@ def _output_value(m: MirrorInput) -> tuple[str, str] | None:
     one-line summary of what was kept and why each document left."""
     answer = answer_text(m.answer)
     if m.kind == sc.KIND_PIPELINE:
-        return (answer, sc.OI_MIME_TEXT) if answer is not None else None
+        said = answer if answer is not None else m.framework_output  # the run's answer has the last word
+        return (said, sc.OI_MIME_TEXT) if said is not None else None
     if m.kind in (sc.KIND_CITE, sc.KIND_GENERATE):
         value: dict[str, Any] = {}
         if answer is not None:

@@ -72,6 +72,9 @@ class StageRecord:
     status: str | None = None
     failure_class: str | None = None
     fallback: str | None = None
+    # what the framework returned from a pipeline root (a query engine's answer), for the mirrors'
+    # output.value only: not a ragtrail attribute (stage.framework_output)
+    framework_output: Any = None
     findings: list[str] = field(default_factory=list)
     receipts: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # id(content) -> (content, receipt)
     # what retrieval stages nested inside this one handed up (a retriever over a store, a wrapper

@@ -37,7 +37,7 @@ from ragtrail.recorder.pipeline import PipelineState, QueryRecord, RunAnswer, cu
 from ragtrail.recorder.record import StageRecord
 from ragtrail.recorder.writer import TRACER_NAME, span_name, write
 
-__all__ = ["Stage", "counted", "current_stage", "handed_up", "stage"]
+__all__ = ["Stage", "counted", "current_stage", "framework_output", "handed_up", "stage"]
 
 _T = TypeVar("_T")
 
@@ -81,6 +81,17 @@ def handed_up(s: Stage) -> list[Candidate]:
     ``[]`` when not recording."""
     record = s._recorded()
     return list(record.inner) if record is not None else []
+
+
+def framework_output(s: Stage, text: Any) -> None:
+    """What the framework itself returned from the pipeline root ``s`` (LlamaIndex's
+    ``Response.response``, a LangChain chain's output string), for the OpenInference mirror's
+    ``output.value`` only (docs/semconv.md §6): written as content capture allows, and only when the
+    run's answer (``ragtrail.answer()``, a generate stage) is not there to say it. Not a
+    ``ragtrail.*`` attribute: the stage receipt and ragtrail's own attributes are unchanged."""
+    record = s._recorded()
+    if record is not None and isinstance(text, str):
+        record.framework_output = text
 
 
 def current_stage() -> Stage | None:

@@ -143,6 +143,7 @@ def _mirrors(record: StageRecord, concluded: Conclusion, limits: Any, outputs: l
         outputs=outputs,
         exclusions=concluded.exclusions,
         answer=concluded.answer,
+        framework_output=_framework_output(record) if config.mirror_openinference else None,
         model=record.extra.get(sc.STAGE_MODEL),
     )
     attributes: dict[str, Any] = {}
@@ -152,6 +153,14 @@ def _mirrors(record: StageRecord, concluded: Conclusion, limits: Any, outputs: l
         attributes.update(mirrors.genai(m, written))
     attributes.update(oi)  # the OpenInference count wins: it is never more than GenAI's
     return attributes
+
+
+def _framework_output(record: StageRecord) -> str | None:
+    """A pipeline root's framework output as content capture allows it (``off``: ``None``)."""
+    text = record.framework_output
+    if text is None or record.kind != sc.KIND_PIPELINE:
+        return None
+    return record.config.content_for(wire_text(text))
 
 
 def _own_attributes(record: StageRecord, concluded: Conclusion, outputs: list[Candidate]) -> dict[str, Any]:

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ragtrail.contract import semconv as sc
 from ragtrail.hooks import Args, Kwargs, argument, enabled, guard, run, run_async
-from ragtrail.instrumentation._generate import mapping_text, record_generation, set_model
+from ragtrail.instrumentation._generate import answer_text, mapping_text, record_generation, set_model
 from ragtrail.instrumentation.langchain._common import ChainRun, LangChainCall, Shared, chain_run
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.recorder.stage import Stage, current_stage
+from ragtrail.recorder.stage import Stage, current_stage, framework_output
 
 _QUERY_KEYS = ("input", "question", "query")
 # where a runnable keeps the runnables it runs (sequence, parallel map, assign, binding, branch, fallbacks)
@@ -46,6 +46,9 @@ class ChainCall(LangChainCall):
         if s.recording:
             self.set_var(chain_run, ChainRun(s))
         return s
+
+    def after(self, s: Stage, result: Any) -> None:
+        framework_output(s, output_text(result))
 
 
 class GenerateCall(LangChainCall):
@@ -110,6 +113,18 @@ class ChainWrappers:
         return await run_async(GenerateCall(self.shared, wrapped, instance, args, kwargs))
 
 
+def output_text(result: Any) -> str | None:
+    """The chain's answer as it returned it: its output string (``| StrOutputParser()``), a message's
+    text (a chain ending in the model), or ``create_retrieval_chain``'s ``answer``; else ``None``
+    (a list of documents, a mapping without an answer string)."""
+    if isinstance(result, Mapping):
+        value = result.get("answer")
+        return value if isinstance(value, str) else None
+    if isinstance(result, (list, tuple)):
+        return None
+    return answer_text(result)
+
+
 def _generating() -> bool:
     """A model call straight under a chain's pipeline (not inside one of its stages)."""
     chain = chain_run.get()
@@ -136,4 +151,4 @@ def _contains(obj: Any, cls: type, depth: int, seen: set[int]) -> bool:
     return False
 
 
-__all__ = ["ChainCall", "ChainWrappers", "GenerateCall"]
+__all__ = ["ChainCall", "ChainWrappers", "GenerateCall", "output_text"]

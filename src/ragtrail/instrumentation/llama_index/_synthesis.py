@@ -25,7 +25,7 @@ from ragtrail.contract.receipts import BUDGET_TRIM_RULE, content_id, metadata_he
 from ragtrail.hooks import Args, Kwargs, active_call, argument
 from ragtrail.recorder.candidates import Candidate, is_candidate_list
 from ragtrail.recorder.pipeline import current_pipeline
-from ragtrail.recorder.stage import Stage
+from ragtrail.recorder.stage import Stage, framework_output
 
 from ._calls import LlamaCall
 from ._nodes import node_content, node_id, query_text
@@ -48,6 +48,9 @@ class QueryEngineCall(LlamaCall):
     def before(self, s: Stage) -> None:
         s.query(query_text(argument(self.args, self.kwargs, 0, "str_or_query_bundle", "query_bundle")))
 
+    def after(self, s: Stage, result: Any) -> None:
+        framework_output(s, response_text(result))
+
 
 class ChatCall(QueryEngineCall):
     """``BaseChatEngine.chat/achat/stream_chat/astream_chat``: the turn is the ``pipeline`` root; its
@@ -58,6 +61,19 @@ class ChatCall(QueryEngineCall):
     def before(self, s: Stage) -> None:
         message = argument(self.args, self.kwargs, 0, "message")
         s.query(message if isinstance(message, str) else query_text(message))
+
+
+def response_text(result: Any) -> str | None:
+    """The engine's answer: ``Response.response`` (a query) or ``AgentChatResponse.response`` (a chat
+    turn). A streaming response's text does not exist yet when the call returns (reading it would
+    consume the user's stream), and a ``PydanticResponse`` holds an object: ``None`` for both."""
+    from llama_index.core.base.response.schema import Response
+    from llama_index.core.chat_engine.types import AgentChatResponse
+
+    if isinstance(result, (Response, AgentChatResponse)):  # their streaming kin are other classes
+        text = result.response
+        return text if isinstance(text, str) else None
+    return None
 
 
 class SynthesizeCall(LlamaCall):
