@@ -1,14 +1,16 @@
 """Per-search cost of the issue-27 integrations: LanceDB (embedded), Milvus Lite, pgvector through
-psycopg2, a LangChain vector store searched directly, DSPy's Embeddings retriever, and the framework
-pgvector stores (LlamaIndex's ``PGVectorStore`` on psycopg2, pgvector-haystack's ``PgvectorDocumentStore``
-on psycopg 3: the framework stage and the SQL stage nested in it). Beside bench_vectorstores.py /
-bench_pgvector.py.
+psycopg2, a LangChain vector store searched directly, DSPy's Embeddings retriever, Weaviate v4 on a
+real server (the tests' weaviate-server, built by ``scripts/build-backends.sh weaviate``), and the
+framework pgvector stores (LlamaIndex's ``PGVectorStore`` on psycopg2, pgvector-haystack's
+``PgvectorDocumentStore`` on psycopg 3: the framework stage and the SQL stage nested in it). Beside
+bench_vectorstores.py / bench_pgvector.py.
 
 Each case times the same search with the library not instrumented, instrumented and recorded (real
 SDK, a span processor that discards), and instrumented under a sampled-out parent. Medians in
 microseconds. Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reach.py --repeat 200 [--only lancedb,milvus,psycopg2,langchain,llama_pg,haystack_pg,dspy]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reach.py --repeat 200 \
+        [--only lancedb,milvus,psycopg2,langchain,llama_pg,haystack_pg,dspy,weaviate]
 """
 
 from __future__ import annotations
@@ -211,6 +213,39 @@ def dspy_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
     return DSPyInstrumentor(), [("dspy Embeddings 2k x 64, k=10", lambda: search("query")), ("dspy Predict (DummyLM), no retriever", ask)]
 
 
+def weaviate_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import weaviate
+    from weaviate.classes.config import Configure, DataType, Property
+    from weaviate.classes.data import DataObject
+    from weaviate.classes.query import Filter, MetadataQuery
+
+    from ragtrail.instrumentation.weaviate import WeaviateInstrumentor
+    from weaviateutil import binary_path, running_weaviate
+
+    if not binary_path().is_file():
+        raise SystemExit(f"no weaviate-server at {binary_path()}: scripts/build-backends.sh weaviate")
+    server = stack.enter_context(running_weaviate(binary_path()))
+    client = weaviate.connect_to_local(host="127.0.0.1", port=server.http_port, grpc_port=server.grpc_port)
+    stack.callback(client.close)
+    props = [Property(name="text", data_type=DataType.TEXT), Property(name="category", data_type=DataType.TEXT)]
+    items = client.collections.create("Items", properties=props, vector_config=Configure.Vectors.self_provided())
+    rows = [DataObject(properties={"text": f"doc {i}", "category": ("red", "blue")[i % 2]}, vector=DATA[i].tolist()) for i in range(len(DATA))]
+    assert not items.data.insert_many(rows).errors
+    q, dist, score = QUERY.tolist(), MetadataQuery(distance=True), MetadataQuery(score=True)
+    only_a = Filter.by_property("category").equal("red")
+    return WeaviateInstrumentor(), [
+        ("weaviate 2k x 64 near_vector, k=10", lambda: items.query.near_vector(q, limit=10, return_metadata=dist)),
+        ("weaviate 2k x 64 near_vector, k=100", lambda: items.query.near_vector(q, limit=100, return_metadata=dist)),
+        ("weaviate near_vector, filter, k=10", lambda: items.query.near_vector(q, limit=10, filters=only_a, return_metadata=dist)),
+        ("weaviate bm25, k=10", lambda: items.query.bm25("doc 7", limit=10, return_metadata=score)),
+        ("weaviate hybrid, k=10", lambda: items.query.hybrid("doc 7", vector=q, limit=10, return_metadata=score)),
+    ]
+
+
 ENGINES = {
     "lancedb": lancedb_cases,
     "milvus": milvus_cases,
@@ -219,6 +254,7 @@ ENGINES = {
     "llama_pg": llama_pg_cases,
     "haystack_pg": haystack_pg_cases,
     "dspy": dspy_cases,
+    "weaviate": weaviate_cases,
 }
 
 

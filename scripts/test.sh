@@ -39,14 +39,16 @@ if ! command -v prometheus >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1
     || echo "scripts/test.sh: could not install prometheus; the metrics e2e test will SKIP (FAIL under CI)" >&2
 fi
 
-# real Jaeger and Collector for the e2e tests, built from Go modules into a cache outside the repo
-# (cold: ~10 min on 2 cores; cached: under a second). Required in CI; elsewhere the e2e tests skip loudly.
+# real Jaeger, Collector and Weaviate server for the e2e and Weaviate tests, built from Go modules into a
+# cache outside the repo (cold: ~10 min on 2 cores for Jaeger + Collector, plus 11-20 min for
+# weaviate-server: 1.8 GB of modules, 5-6 CPU-min; cached: under a second). Required in CI; elsewhere
+# those tests skip loudly.
 if [ -n "${CI:-}" ]; then
   bash scripts/build-backends.sh
 elif command -v go >/dev/null 2>&1; then
-  bash scripts/build-backends.sh || echo "scripts/test.sh: WARNING: backend build failed; e2e tests will SKIP" >&2
+  bash scripts/build-backends.sh || echo "scripts/test.sh: WARNING: backend build failed; e2e and Weaviate tests will SKIP" >&2
 else
-  echo "scripts/test.sh: WARNING: no Go toolchain; e2e tests (real Jaeger/Collector) will SKIP" >&2
+  echo "scripts/test.sh: WARNING: no Go toolchain; e2e tests (real Jaeger/Collector) and Weaviate tests will SKIP" >&2
 fi
 
 # the real Arize Phoenix for the `phoenix` tier, in its own venv cached outside the repo (cold: ~5 min

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import spanutil  # installs the exported-span memory its records() follows schema 4 pointers through
+from weaviateutil import weaviate_server  # noqa: F401 - the session's one real Weaviate server (started on first use)
 
 # no library may phone home from the tests (chromadb's posthog, haystack's telemetry): the machine
 # has no network but the package registries, and test traffic goes to loopback only
@@ -70,3 +71,14 @@ def _fresh_ragtrail_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     config.reset()
     spanutil.forget()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Where the real Weaviate server comes from, or that its tests will fail (CI) / skip."""
+    import weaviateutil
+
+    path = weaviateutil.binary_path()
+    if path.is_file() and os.access(path, os.X_OK):
+        return [f"ragtrail weaviate server: {path}"]
+    verdict = "FAIL (CI is set)" if os.environ.get("CI") else "SKIP"
+    return [f"ragtrail weaviate server MISSING ({path}) -> Weaviate tests will {verdict}: scripts/build-backends.sh weaviate"]

@@ -211,6 +211,20 @@ CASES = {
     """,
         ["retrieve Embeddings"],
     ),
+    "weaviate": (
+        "ragtrail.instrumentation.weaviate",
+        "WeaviateInstrumentor",
+        ["weaviate"],
+        """
+        import weaviate
+        from weaviate.collections.queries.near_vector.query.sync import _NearVectorQuery
+        from weaviate.collections.queries.bm25.query.async_ import _BM25QueryAsync
+        # a server is needed for a query: the patch itself is what this checks (the query path: tests/instrumentation/test_weaviate.py)
+        assert getattr(_NearVectorQuery.near_vector, "__wrapped__", None) is not None
+        assert getattr(_BM25QueryAsync.bm25, "__wrapped__", None) is not None
+    """,
+        [],
+    ),
     "psycopg2": (
         "ragtrail.instrumentation.psycopg2",
         "Psycopg2Instrumentor",
