@@ -9,6 +9,7 @@ stands for. Only wire names (``ragtrail.contract.semconv``) and receipt arithmet
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ragtrail.contract import receipts
@@ -38,7 +39,7 @@ from .manifest_model import (
     Stage,
 )
 from .model import Span, Trace
-from .stages import StageView, Stitched, stitch
+from .stages import StageView, Stitched, stage_tree, stitch
 from .verify import Fidelity, check
 from .weight import trace_weight
 
@@ -195,14 +196,14 @@ def stage_entry(view: StageView) -> Stage:
 _HOP_FIELDS = ("hop", "parent_hop", "transform", "text", "sha256", "chars")
 
 
-def _add_hop(hops: dict[int, QueryHop], entry: Hop | None, used_by: str | None, produced_by: str | None) -> None:
+def _add_hop(hops: dict[tuple[str, int], QueryHop], run: str, entry: Hop | None, used_by: str | None, produced_by: str | None) -> None:
     """Fold one statement of a hop into ``hops``: the first statement sets its fields, later ones fill
     gaps (a field a bare hop gains joins its keys then, as the dict it was had it)."""
     if entry is None or entry.hop is None:
         return
-    hop = hops.get(entry.hop)
+    hop = hops.get((run, entry.hop))
     if hop is None:
-        hop = hops[entry.hop] = QueryHop(
+        hop = hops[run, entry.hop] = QueryHop(
             entry.hop, entry.parent_hop, entry.transform, entry.text, entry.sha256, entry.chars, keys=(*_HOP_FIELDS, "used_by", "produced_by")
         )
     for key in ("text", "sha256", "parent_hop", "chars"):
@@ -222,37 +223,47 @@ def _fill(hop: QueryHop, key: str, value: Any) -> None:
         hop.keys = (*hop.keys, key)
 
 
-def _add_embedding_hop(hops: dict[int, QueryHop], number: int, used_by: str) -> None:
+def _add_embedding_hop(hops: dict[tuple[str, int], QueryHop], run: str, number: int, used_by: str) -> None:
     """A hop embedded together with others (HyDE with the original): known by its number only."""
-    if number not in hops:
-        hops[number] = QueryHop(number, keys=("hop", "used_by", "produced_by"))
-    if used_by not in hops[number].used_by:
-        hops[number].used_by.append(used_by)
+    hop = hops.get((run, number))
+    if hop is None:
+        hop = hops[run, number] = QueryHop(number, keys=("hop", "used_by", "produced_by"))
+    if used_by not in hop.used_by:
+        hop.used_by.append(used_by)
 
 
-def query_hops(stages: list[Stage], pipeline: Stage | None) -> list[QueryHop]:
-    """Every hop once, in hop order, with the stages that ran on it (``used_by``) and produced it."""
-    hops: dict[int, QueryHop] = {}
-    searched: set[Any] = set()
+def query_hops(stages: list[Stage], pipeline: Stage | None, run_of: Callable[[str], str] | None = None) -> list[QueryHop]:
+    """Every hop once, in hop order, with the stages that ran on it (``used_by``) and produced it.
+    ``run_of`` names the run that numbers a stage's hops (:meth:`StageTree.question`): hops of two
+    runs in one trace (two questions under one span of the app's) are kept apart, each numbered in
+    the order its run first appears as ``question``; a trace of one run reads as before."""
+    hops: dict[tuple[str, int], QueryHop] = {}
+    searched: set[tuple[str, Any]] = set()
+    run = run_of or (lambda _span_id: "")
     if pipeline:
-        _add_hop(hops, pipeline.query, None, None)
+        _add_hop(hops, run(pipeline.span_id), pipeline.query, None, None)
     for stage in stages:
-        label = stage.label
-        _add_hop(hops, stage.query, label, None)
+        label, at = stage.label, run(stage.span_id)
+        _add_hop(hops, at, stage.query, label, None)
         for variant in stage.query_variants:
-            _add_hop(hops, variant, None, label)
+            _add_hop(hops, at, variant, None, label)
         # hops embedded together (HyDE with the original): every one of them reached the index
         for number in stage.embedding_hops or ():
-            _add_embedding_hop(hops, number, label)
+            _add_embedding_hop(hops, at, number, label)
         # only a retrieve stage reads an index: a fuse stage merges what its inner retrievals (on their
         # own hops) read, and a retrieve stage that made a query of its own (a self-query's constructed
         # query) searched with that one, not with the question it was given
         if stage.kind == sc.KIND_RETRIEVE and not stage.query_variants:
-            searched.update(n for n in (stage.query.hop if stage.query else None, *(stage.embedding_hops or ())) if n is not None)
-    for hop in hops.values():
-        hop.hit_index = hop.hop in searched
+            searched.update((at, n) for n in (stage.query.hop if stage.query else None, *(stage.embedding_hops or ())) if n is not None)
+    for (at, number), hop in hops.items():
+        hop.hit_index = (at, number) in searched
         hop.keys = (*hop.keys, "hit_index")
-    return [hops[k] for k in sorted(hops)]
+    order = {at: i for i, at in enumerate(dict.fromkeys(at for at, _ in hops))}
+    if len(order) > 1:
+        for (at, _), hop in hops.items():
+            hop.question = order[at] + 1
+            hop.keys = ("question", *hop.keys)
+    return [hops[k] for k in sorted(hops, key=lambda k: (order[k[0]], k[1]))]
 
 
 def answer_entry(attributes: dict[str, Any]) -> Answer | None:
@@ -479,7 +490,7 @@ def build(trace: Trace, key: bytes | None = None) -> Manifest:
         source=trace.source,
         schema=pa.get(sc.SCHEMA, stitched.stages[0].attributes.get(sc.SCHEMA) if stitched.stages else None),
         pipeline=PipelineSummary(pipeline.component, pipeline.status, pipeline.duration_ms) if pipeline else None,
-        query_hops=query_hops(stages, pipeline),
+        query_hops=query_hops(stages, pipeline, stage_tree(trace.spans, [*stitched.pipelines, *stitched.stages]).question),
         stages=stages,
         retrieved=list(retrieved.values()),
         excluded=excluded,

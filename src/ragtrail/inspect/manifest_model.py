@@ -98,6 +98,7 @@ class QueryHop:
     used_by: list[str] = field(default_factory=list)
     produced_by: str | None = None
     hit_index: bool = False
+    question: int | None = None  # which run's hop, when the trace holds more than one (manifest.query_hops)
     keys: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:

@@ -147,7 +147,8 @@ def _hops(console: Console, hops: list[QueryHop], max_stages: int) -> None:
     for hop in hops[:max_stages]:
         origin = plain(hop.transform) if hop.parent_hop is None else f"{plain(hop.transform)} of hop {_num(hop.parent_hop)}"
         mark = (" → index" if hop.hit_index else "") + _cut_on_the_way(hop)
-        console.print(Text.assemble(f"  hop {_num(hop.hop)}  ", (origin, "cyan"), f"  {_hop_text(hop)}{mark}"))
+        which = f"q{hop.question} " if hop.question is not None else ""
+        console.print(Text.assemble(f"  {which}hop {_num(hop.hop)}  ", (origin, "cyan"), f"  {_hop_text(hop)}{mark}"))
         if hop.used_by:
             console.print(Text(f"         used by {', '.join(plain(u) for u in hop.used_by)}", style="dim"))
     if len(hops) > max_stages:

@@ -150,6 +150,14 @@ class StageTree:
     def path(self, span_id: str) -> tuple[str, ...]:
         return self.ancestors.get(span_id, ())
 
+    def question(self, span_id: str) -> str:
+        """The span whose run numbers this stage's query hops, by the recorder's rule: the nearest
+        pipeline at or above it, else its outermost stage (a stage outside any pipeline opens a run
+        of its own). Two retrievals under one span of the app's (a web request asking two questions)
+        are two runs, each with its own hop 0."""
+        path = (*self.path(span_id), span_id)
+        return next((s for s in reversed(path) if self.kinds.get(s) == sc.KIND_PIPELINE), path[0])
+
 
 def stage_tree(spans: Iterable[Span], heads: Iterable[StageView]) -> StageTree:
     """The stage tree of a trace: each head's nearest stage ancestor through any spans between them

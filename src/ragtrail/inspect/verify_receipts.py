@@ -105,7 +105,8 @@ class Chain:
     # outputs of an enclosing stage that differ from what a stage inside it saw, checked when the
     # enclosing stage has ended (see ReceiptChecks.candidate)
     deferred: dict[Deferred, Handed] = field(default_factory=dict)
-    hop_sha: dict[int, HopSeen] = field(default_factory=dict)  # hop -> its query receipt first seen
+    # (the run numbering it, hop) -> its query receipt first seen: hops of two runs are apart
+    hop_sha: dict[tuple[str, int], HopSeen] = field(default_factory=dict)
     _branches: dict[tuple[str, bool], frozenset[str]] = field(default_factory=dict)
     _handers: dict[str, set[str]] = field(default_factory=dict)  # the stages that handed each id on
     here: frozenset[str] = frozenset()  # the enclosing stages of the stage being checked
@@ -303,12 +304,13 @@ class ReceiptChecks:
     def stage(self, view: StageView, chain: Chain) -> None:
         label = view.label
         chain.here = chain.branch(view.span.span_id)
+        run = chain.tree.question(view.span.span_id)
         if sc.QUERY_HOP in view.attributes:
-            self.query(Where(view.span, label), view.attributes, chain.hop_sha)
+            self.query(Where(view.span, label), view.attributes, chain.hop_sha, run)
         outputs: dict[str, Output] = {}
         for span, event in view.events():
             if event.name == sc.EVENT_QUERY:
-                self.query(Where(span, label), event.attributes, chain.hop_sha)
+                self.query(Where(span, label), event.attributes, chain.hop_sha, run)
                 continue
             out = self.candidate(view, label, span, event, chain)
             if out is not None:
@@ -383,16 +385,17 @@ class ReceiptChecks:
                 self.f.not_captured -= 1
             self.payload(Where(p.span, p.label, cid), Payload(p.attributes, sc.CANDIDATE_CONTENT_PREFIX), chain.upstream(cid, inner, p.attributes))
 
-    def query(self, where: Where, attrs: dict[str, Any], hop_sha: dict[int, HopSeen]) -> None:
-        """A query receipt, and the same hop's query everywhere it is stated. A keyed one (``hash`` mode
-        under a receipt key: no text on the wire to check it against) is checked for its form only."""
+    def query(self, where: Where, attrs: dict[str, Any], hop_sha: dict[tuple[str, int], HopSeen], run: str) -> None:
+        """A query receipt, and the same hop's query everywhere its run states it (``run``: the span
+        numbering the hops, :meth:`StageTree.question`). A keyed one (``hash`` mode under a receipt
+        key: no text on the wire to check it against) is checked for its form only."""
         if keyed_query_receipt(attrs):
             self.f.not_captured += 1
         else:
             self.payload(where, Payload(attrs, sc.QUERY_RECEIPT_PREFIX, sc.QUERY_TEXT), Upstream())
         sha, hop = attrs.get(sc.QUERY_SHA256), attrs.get(sc.QUERY_HOP)
         if isinstance(sha, str) and isinstance(hop, int):
-            seen = hop_sha.setdefault(hop, HopSeen(sha, where.stage))
+            seen = hop_sha.setdefault((run, hop), HopSeen(sha, where.stage))
             if seen.sha256 != sha and _whole(sha) and _whole(seen.sha256):
                 self.ledger.alarm(where, sc.QUERY_SHA256, CHANGED_UNCITED, f"hop {hop} has another query than at {seen.stage}")
 
