@@ -225,17 +225,17 @@ def make_stores(base: Path, traces: int) -> tuple[Path, Path]:
     return chb.make_store(base / "a", traces), chb.make_store(base / "b", traces, "--fallback-every", "5")
 
 
-def setup(work: Path, args: argparse.Namespace) -> tuple[chb.ClickHouse, Path, Path, dict[str, str]]:
+def setup(work: Path, clickhouse: chb.ClickHouse, args: argparse.Namespace) -> tuple[Path, Path, dict[str, str]]:
+    """The seed stores, and both engines filled (once: a --work directory that is ready is reused)."""
     env = {**os.environ, "RAGTRAIL_COLUMNAR_DIR": str(work / "columnar")}
     ready = work / "ready"
+    print(f"setup: ClickHouse: {clickhouse.kind}, {clickhouse.url}", flush=True)
     if ready.exists():  # --work of an earlier run: its ClickHouse data and engine directory as they were
         print(f"setup: reusing {work} ({ready.read_text().strip()})", flush=True)
-        return chb.start_clickhouse(work), work / "seed" / "a", work / "seed" / "b", env
+        return work / "seed" / "a", work / "seed" / "b", env
     t0 = time.perf_counter()
     seed_a, seed_b = make_stores(work / "seed", args.seed)
     print(f"setup: two seed stores of {args.seed} traces: {time.perf_counter() - t0:.1f} s", flush=True)
-    clickhouse = chb.start_clickhouse(work)
-    print(f"setup: ClickHouse: {clickhouse.kind}, {clickhouse.url}", flush=True)
     for database, store in (("side_a", seed_a), ("side_b", seed_b)):
         seconds, spans, traces = ingest(clickhouse, store, database, work)
         print(f"setup: Collector -> ClickHouse {database}: {traces} traces, {spans} spans in {seconds:.1f} s", flush=True)
@@ -251,7 +251,7 @@ def setup(work: Path, args: argparse.Namespace) -> tuple[chb.ClickHouse, Path, P
         got = grow_embedded(work / "columnar", store, n)
         print(f"setup: embedded {store.name} grown in SQL to {got} traces: {time.perf_counter() - t0:.1f} s", flush=True)
     ready.write_text(f"{args.traces} traces a side from {args.seed} seed traces\n")
-    return clickhouse, seed_a, seed_b, env
+    return seed_a, seed_b, env
 
 
 def main() -> None:
@@ -271,8 +271,9 @@ def main() -> None:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         print(f"start {time.strftime('%H:%M:%S', time.gmtime())} UTC, load average {loadavg()}", flush=True)
-        clickhouse, seed_a, seed_b, env = setup(work, args)
+        clickhouse = chb.start_clickhouse(work)
         try:
+            seed_a, seed_b, env = setup(work, clickhouse, args)
             server = clickhouse.proc.pid
             src_a, src_b = clickhouse.source("side_a"), clickhouse.source("side_b")
             lb = ["--lookback", args.lookback, "--timeout", "600"]  # the pushdown answers after its whole aggregate: wait for it
