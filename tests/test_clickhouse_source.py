@@ -14,9 +14,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from ragtrail.inspect.errors import EXIT_MALFORMED, EXIT_UNREACHABLE, EXIT_USAGE
+from ragtrail.inspect.errors import EXIT_MALFORMED, EXIT_UNREACHABLE, EXIT_USAGE, HttpStatusError
 from ragtrail.inspect.sources import ClickHouseSource, open_source
 from ragtrail.inspect.sources.clickhouse_rows import attribute_value
 
@@ -200,3 +201,31 @@ def test_a_database_name_that_is_not_a_name_is_a_usage_error() -> None:
 def test_the_cli_help_names_the_source() -> None:
     out = _cli("--help").stdout
     assert "clickhouse+http://HOST:8123   ClickHouse (the Collector exporter's otel_traces; /DATABASE, default otel)" in out
+
+
+class _Recording(httpx.HTTPTransport):
+    """The real HTTP transport, keeping each request's query parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.params: list[dict[str, str]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.params.append(dict(request.url.params))
+        return super().handle_request(request)
+
+
+def test_a_temporary_table_holds_the_select_in_one_session_and_is_dropped(clickhouse: str) -> None:
+    recording = _Recording()
+    source = ClickHouseSource(f"{clickhouse}/good", transport=recording)
+    with source.temporary_table("SELECT TraceId, SpanId FROM otel_traces") as name:
+        assert name.startswith("ragtrail_slim_")
+        assert source.run_sql(f"SELECT TraceId, SpanId FROM {name}") == [(TRACE_ID, "b7ad6b7169203331")]
+    sessions = {p.get("session_id") for p in recording.params}
+    assert len(sessions) == 1 and None not in sessions  # create, read and drop: one session
+    assert [p.get("database") for p in recording.params] == ["good", "good", "good"]
+    try:
+        with pytest.raises(HttpStatusError, match=name):  # dropped on the way out
+            source.run_sql(f"SELECT count() FROM {name}")
+    finally:
+        source.close()

@@ -369,7 +369,7 @@ def _pushdown_stats(source: str | None, engine: str, narrowed: bool, timeout: fl
     ``clickhouse+http://`` source and no filter but the lookback), else ``None``: the statements of
     ``inspect.columnar.sql`` over the server's ``otel_traces``, the same SQL the embedded engine runs."""
     from ragtrail.inspect import columnar
-    from ragtrail.inspect.columnar.spans import subquery
+    from ragtrail.inspect.columnar.spans import select_sql
     from ragtrail.inspect.sources import open_source
     from ragtrail.inspect.sources.clickhouse import ClickHouseSource
 
@@ -381,7 +381,8 @@ def _pushdown_stats(source: str | None, engine: str, narrowed: bool, timeout: fl
         )
     server = open_source(source, timeout=timeout)
     assert isinstance(server, ClickHouseSource)
-    return columnar.stats(server, subquery(server.window_table(lookback)))
+    with server.temporary_table(select_sql(server.window_table(lookback))) as slim:  # the maps parsed once, not per statement
+        return columnar.stats(server, slim)
 
 
 def _columnar_dict(stats: Any, where: str = "chdb") -> dict[str, Any]:

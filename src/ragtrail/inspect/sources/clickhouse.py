@@ -17,9 +17,11 @@ of another type, is one line naming it (exit 4), never a read of something else.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -77,6 +79,7 @@ class ClickHouseSource(HttpSource):
         super().__init__(f"{parts.scheme}://{parts.netloc}", timeout=timeout, transport=transport)
         self.description = f"ClickHouse at {self.base_url} ({database}.{TABLE})"
         self._checked = False
+        self._session: str | None = None
 
     # --- the executor -------------------------------------------------------------------------------
     def run_sql(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -102,10 +105,25 @@ class ClickHouseSource(HttpSource):
                 raise MalformedInput(f"{self.description} answered a row that is not an object", "check the server version")
             yield row
 
+    @contextlib.contextmanager
+    def temporary_table(self, select: str) -> Iterator[str]:
+        """The rows of ``select`` computed once into a temporary table of this source's HTTP session
+        (``session_id``: the server keeps it for this client alone and drops it with the session);
+        yields its name, drops it on the way out. Pushdown statements that read the same slim spans
+        several times read them from here instead of parsing ``otel_traces``' maps again each time."""
+        self._session = self._session or uuid.uuid4().hex
+        name = f"ragtrail_slim_{uuid.uuid4().hex[:12]}"
+        self.run_sql(f"CREATE TEMPORARY TABLE {name} AS {select}")
+        try:
+            yield name
+        finally:
+            self.run_sql(f"DROP TEMPORARY TABLE IF EXISTS {name}")
+
     def _stream(self, sql: str, params: Mapping[str, Any] | None, fmt: str) -> Iterator[Any]:
         import httpx
 
         query = {
+            **({"session_id": self._session} if self._session else {}),
             "database": self.database,
             "output_format_json_quote_64bit_integers": "0",  # counts as numbers, as the embedded engine answers them
             **{f"param_{k}": _param_text(v) for k, v in (params or {}).items()},
