@@ -451,6 +451,15 @@ def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, int | N
     )
 
 
+def _runs_finding(runs: int, pipeline: Stage | None) -> list[str]:
+    """A trace holding several runs (questions asked under one span of the app's) says so: its hops
+    are apart, but the summary lines count the runs together."""
+    if runs < 2:
+        return []
+    first = f"the pipeline line is the first run's ({pipeline.label}); " if pipeline else ""
+    return [f"this trace holds {runs} runs (q1 … q{runs}, each with its own hops): {first}coverage and what reached the context count them together"]
+
+
 def _findings(stages: list[Stage]) -> list[str]:
     """Degraded or failed stages, unexplained exclusions, and what each stage said of itself."""
     findings: list[str] = []
@@ -485,12 +494,14 @@ def build(trace: Trace, key: bytes | None = None) -> Manifest:
         # no pipeline span: a retrieval root that wrote the run's coverage speaks for it
         pa = next((v.attributes for v in stitched.stages if v.span.parent_span_id is None and sc.COVERAGE_RETRIEVED in v.attributes), {})
     cover = _coverage(stitched, pa, (len(retrieved), _corpus_units(in_context_ids, stages), len(cited), len(excluded)))
+    run_of = stage_tree(trace.spans, [*stitched.pipelines, *stitched.stages]).question
+    runs = len({run_of(v.span.span_id) for v in [*stitched.pipelines, *stitched.stages]})
     return Manifest(
         trace_id=trace.trace_id,
         source=trace.source,
         schema=pa.get(sc.SCHEMA, stitched.stages[0].attributes.get(sc.SCHEMA) if stitched.stages else None),
         pipeline=PipelineSummary(pipeline.component, pipeline.status, pipeline.duration_ms) if pipeline else None,
-        query_hops=query_hops(stages, pipeline, stage_tree(trace.spans, [*stitched.pipelines, *stitched.stages]).question),
+        query_hops=query_hops(stages, pipeline, run_of),
         stages=stages,
         retrieved=list(retrieved.values()),
         excluded=excluded,
@@ -499,7 +510,7 @@ def build(trace: Trace, key: bytes | None = None) -> Manifest:
         survival=survival(stages),
         coverage=cover,
         fidelity=fidelity,
-        findings=_findings(([pipeline] if pipeline else []) + stages),
+        findings=_runs_finding(runs, pipeline) + _findings(([pipeline] if pipeline else []) + stages),
         run_status=pa.get(sc.RUN_STATUS),
         answer=answer_entry(pa),
         sampling=_sampling(trace, stitched),
