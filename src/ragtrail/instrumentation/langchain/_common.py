@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -26,7 +27,7 @@ from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
 from ragtrail.hooks import Args, Call, Kwargs
-from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
+from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter, stamped_candidate
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.pipeline import PipelineState, current_pipeline
 from ragtrail.recorder.stage import Stage, counted, current_stage, handed_up
@@ -229,9 +230,50 @@ def _score_value(value: Any) -> float | None:
     return _float_or_none(value)
 
 
+# Classes whose ``state`` attribute, when there is one, is in the instance's ``__dict__`` (or a
+# pydantic model's extras): a plain ``Document`` has none, and ``getattr(doc, "state", None)`` on
+# it went through pydantic's ``__getattr__`` raising AttributeError, once per candidate per stage
+# (a tenth of the hooks' time on the users' pipeline). Decided once per class.
+_STATE_IN_DICT: dict[type, bool] = {}
+
+
+def _state_in_dict(cls: type) -> bool:
+    """True when ``getattr(doc, "state", None)`` is ``doc.__dict__.get("state")`` (then a pydantic
+    model's extra ``state``) for every instance of ``cls``: no class-level ``state`` (field default,
+    property, slot) and no ``__getattr__`` but pydantic's own, with no private ``state``."""
+    try:
+        if hasattr(cls, "state"):
+            return False
+        hook = getattr(cls, "__getattr__", None)
+        if hook is None:
+            return True
+        pydantic = sys.modules.get("pydantic")
+        base = getattr(getattr(pydantic, "BaseModel", None), "__getattr__", None)
+        return base is not None and hook is base and "state" not in (getattr(cls, "__private_attributes__", None) or {})
+    except Exception:  # pragma: no cover - an exotic metaclass: take the general path
+        return False
+
+
+def _doc_state(doc: Any) -> Any:
+    """``getattr(doc, "state", None)``, without raising inside pydantic for the classes that have none."""
+    cls = type(doc)
+    plain = _STATE_IN_DICT.get(cls)
+    if plain is None:
+        plain = _STATE_IN_DICT[cls] = _state_in_dict(cls)
+    if not plain:
+        return getattr(doc, "state", None)
+    own = getattr(doc, "__dict__", None)
+    state = own.get("state") if own is not None else None
+    if state is None and "state" not in (own or ()):
+        extra = getattr(doc, "__pydantic_extra__", None)
+        if extra:
+            state = extra.get("state")
+    return state
+
+
 def _state_similarity(doc: Any) -> float | None:
     """``EmbeddingsFilter``'s similarity, left in the returned Document's ``state``."""
-    state = getattr(doc, "state", None)
+    state = _doc_state(doc)
     return _score_value(state.get("query_similarity_score")) if isinstance(state, dict) else None
 
 
@@ -332,6 +374,10 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
         if memory is not None and isinstance(content, str):
             memory.receipts[id(content)] = (content, rec)  # holds the str, so its id is not reused
     ident = doc.id
+    if type(ident) is str and ident:  # the common case: the Document's own id
+        if memory is not None:
+            memory.ids.setdefault(rec.sha256, ident)
+        return _candidate(doc, ident, content, rec, keep_metadata)
     if ident is None or ident == "":
         ident = _store_id(doc.metadata)
     if ident is None or ident == "":
@@ -345,10 +391,13 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
         ident = memory.ids.get(rec.sha256) if memory is not None else None
         if ident is None:
             ident = "sha256:" + rec.sha256
-    metadata = None
-    if keep_metadata and isinstance(doc.metadata, dict):
-        metadata = dict(doc.metadata)  # snapshot: some compressors edit metadata in place
-    return Candidate(id=ident, content=content, metadata=metadata, raw=doc).with_receipt(rec)
+    return _candidate(doc, ident, content, rec, keep_metadata)
+
+
+def _candidate(doc: Any, ident: str, content: Any, rec: Any, keep_metadata: Any) -> Candidate:
+    metadata = doc.metadata if keep_metadata else None
+    # snapshot: some compressors edit metadata in place
+    return stamped_candidate(ident, content, dict(metadata) if isinstance(metadata, dict) else None, doc, rec)
 
 
 def _store_id(metadata: Any) -> str | None:
