@@ -255,7 +255,8 @@ def _state_in_dict(cls: type) -> bool:
 
 
 def _doc_state(doc: Any) -> Any:
-    """``getattr(doc, "state", None)``, without raising inside pydantic for the classes that have none."""
+    """``getattr(doc, "state", None)`` (where ``EmbeddingsFilter`` leaves its similarity), without
+    raising inside pydantic for the classes that have none."""
     cls = type(doc)
     plain = _STATE_IN_DICT.get(cls)
     if plain is None:
@@ -271,12 +272,6 @@ def _doc_state(doc: Any) -> Any:
     return state
 
 
-def _state_similarity(doc: Any) -> float | None:
-    """``EmbeddingsFilter``'s similarity, left in the returned Document's ``state``."""
-    state = _doc_state(doc)
-    return _score_value(state.get("query_similarity_score")) if isinstance(state, dict) else None
-
-
 def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> None:
     """The scores LangChain libraries leave in a Document's metadata, for candidates that have none:
     ``relevance_score`` is a reranker's (``rerank``: CohereRerank, FlashrankRerank, Jina ...);
@@ -285,21 +280,27 @@ def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> Non
     ``EmbeddingsFilter``'s similarity (what a ``ContextualCompressionRetriever`` returns)."""
     state: PipelineState | None = None
     looked = False
-    for candidate, doc in zip(candidates, docs, strict=False):
+    for candidate, doc in zip(candidates, docs, strict=False):  # once per Document per stage: inlined
         if candidate.score is not None:
             continue
-        similarity = _state_similarity(doc)
-        if similarity is not None:
-            candidate.score, candidate.score_kind = similarity, sc.SCORE_SIMILARITY
-            continue
+        held = _doc_state(doc)
+        if isinstance(held, dict):
+            similarity = _score_value(held.get("query_similarity_score"))
+            if similarity is not None:
+                candidate.score, candidate.score_kind = similarity, sc.SCORE_SIMILARITY
+                continue
         metadata = getattr(doc, "metadata", None)
         if not isinstance(metadata, dict):
             continue
-        relevance = _score_value(metadata.get("relevance_score"))
+        relevance = metadata.get("relevance_score")
+        if relevance is not None and type(relevance) is not float:
+            relevance = _score_value(relevance)
         if relevance is not None:
             candidate.score, candidate.score_kind = relevance, sc.SCORE_RERANK
             continue
-        own = _score_value(metadata.get("score"))
+        own = metadata.get("score")
+        if own is not None and type(own) is not float:
+            own = _score_value(own)
         if own is not None:
             if not looked:
                 state, looked = current_pipeline(), True
@@ -437,12 +438,16 @@ def adapt_all(items: Iterable[Any]) -> list[Candidate]:
     configuration looked up once per list instead of once per Document (a stage adapts ~100)."""
     memory = _run_memory()
     keep_metadata = settings.get().metadata
-    out = []
+    out: list[Candidate] = []
+    append = out.append
+    documents: type | None = None  # the last class whose adapter is adapt_document
     for item in items:
-        if lookup_adapter(type(item)) is adapt_document:  # the adapter adapt() would pick (registry-cached)
-            out.append(_adapt_document(item, memory, keep_metadata))
+        cls = type(item)
+        if cls is documents or lookup_adapter(cls) is adapt_document:  # what adapt() would pick
+            documents = cls
+            append(_adapt_document(item, memory, keep_metadata))
         else:
-            out.append(adapt(item))
+            append(adapt(item))
     return out
 
 
