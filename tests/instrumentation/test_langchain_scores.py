@@ -118,3 +118,76 @@ def test_compressor_fallback_keeps_the_retrievers_scores_and_is_a_finding(spans)
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.EXCLUSION_REASON]) for e in events(rerank, sc.EVENT_EXCLUSION)] == [
         ("k4", 0.1429, "below_rank_cutoff")
     ]
+
+
+# --- the Document state read without raising inside pydantic (issue 25's host path) -------------
+def _state_cases() -> list[Any]:
+    """Objects whose ``state`` each way Python can find it: none (a plain Document), a pydantic field
+    (``_DocumentWithState``), a pydantic extra, a property, a class attribute, a slot, ``__getattr__``,
+    a plain object's instance dict."""
+    import pydantic
+    from langchain_community.document_transformers.embeddings_redundant_filter import _DocumentWithState
+
+    class Extra(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="allow")
+
+    class WithProperty:
+        @property
+        def state(self) -> dict[str, Any]:
+            return {"query_similarity_score": 0.5}
+
+    class ClassLevel:
+        state = {"query_similarity_score": 0.25}
+
+    class Slotted:
+        __slots__ = ("state",)
+
+        def __init__(self) -> None:
+            self.state = {"query_similarity_score": 0.75}
+
+    class Dynamic:
+        def __getattr__(self, name: str) -> Any:
+            if name == "state":
+                return {"query_similarity_score": 0.125}
+            raise AttributeError(name)
+
+    class Plain:
+        pass
+
+    plain_with = Plain()
+    plain_with.state = {"query_similarity_score": 0.0625}  # type: ignore[attr-defined]
+    return [
+        Document(page_content="a"),
+        _DocumentWithState(page_content="b", state={"query_similarity_score": 0.9}),
+        _DocumentWithState(page_content="c"),
+        Extra(state={"query_similarity_score": 0.8}),
+        Extra(),
+        WithProperty(),
+        ClassLevel(),
+        Slotted(),
+        Dynamic(),
+        Plain(),
+        plain_with,
+    ]
+
+
+@pytest.mark.filterwarnings("ignore:`langchain-community` is being sunset:DeprecationWarning")  # importing its filter module
+def test_doc_state_is_what_getattr_finds() -> None:
+    from ragtrail.instrumentation.langchain._common import _doc_state
+
+    cases = _state_cases()
+    for _ in range(2):  # the first read decides the class's path, the second takes it
+        assert [_doc_state(doc) for doc in cases] == [getattr(doc, "state", None) for doc in cases]
+    assert [_doc_state(doc) for doc in cases] == [
+        None,
+        {"query_similarity_score": 0.9},
+        {},
+        {"query_similarity_score": 0.8},
+        None,
+        {"query_similarity_score": 0.5},
+        {"query_similarity_score": 0.25},
+        {"query_similarity_score": 0.75},
+        {"query_similarity_score": 0.125},
+        None,
+        {"query_similarity_score": 0.0625},
+    ]

@@ -28,6 +28,7 @@ __all__ = [
     "lookup_adapter",
     "normalize_id",
     "register_adapter",
+    "stamped_candidate",
     "unregister_adapter",
 ]
 
@@ -86,6 +87,13 @@ class Candidate:
             duplicate._receipt = None
         duplicate._handed = False
         return duplicate
+
+
+def stamped_candidate(ident: str, content: Any, metadata: Mapping[str, Any] | None, raw: Any, stamped: Receipt | None) -> Candidate:
+    """``Candidate(id=ident, content=content, metadata=metadata, raw=raw).with_receipt(stamped)``,
+    built with positional arguments (an adapter makes one per Document per stage: keywords were a
+    third of the cost). ``stamped`` must be the receipt of exactly ``content``."""
+    return Candidate(ident, content, None, None, metadata, None, None, None, raw, stamped)
 
 
 def hand_over(candidates: list[Candidate]) -> list[Candidate]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -26,7 +27,7 @@ from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import receipt
 from ragtrail.hooks import Args, Call, Kwargs
-from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter
+from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter, stamped_candidate
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.pipeline import PipelineState, current_pipeline
 from ragtrail.recorder.stage import Stage, counted, current_stage, handed_up
@@ -229,10 +230,46 @@ def _score_value(value: Any) -> float | None:
     return _float_or_none(value)
 
 
-def _state_similarity(doc: Any) -> float | None:
-    """``EmbeddingsFilter``'s similarity, left in the returned Document's ``state``."""
-    state = getattr(doc, "state", None)
-    return _score_value(state.get("query_similarity_score")) if isinstance(state, dict) else None
+# Classes whose ``state`` attribute, when there is one, is in the instance's ``__dict__`` (or a
+# pydantic model's extras): a plain ``Document`` has none, and ``getattr(doc, "state", None)`` on
+# it went through pydantic's ``__getattr__`` raising AttributeError, once per candidate per stage
+# (a tenth of the hooks' time on the users' pipeline). Decided once per class.
+_STATE_IN_DICT: dict[type, bool] = {}
+
+
+def _state_in_dict(cls: type) -> bool:
+    """True when ``getattr(doc, "state", None)`` is ``doc.__dict__.get("state")`` (then a pydantic
+    model's extra ``state``) for every instance of ``cls``: no class-level ``state`` (field default,
+    property, slot) and no ``__getattr__`` but pydantic's own, with no private ``state``."""
+    try:
+        if hasattr(cls, "state"):
+            return False
+        hook = getattr(cls, "__getattr__", None)
+        if hook is None:
+            return True
+        pydantic = sys.modules.get("pydantic")
+        base = getattr(getattr(pydantic, "BaseModel", None), "__getattr__", None)
+        return base is not None and hook is base and "state" not in (getattr(cls, "__private_attributes__", None) or {})
+    except Exception:  # pragma: no cover - an exotic metaclass: take the general path
+        return False
+
+
+def _doc_state(doc: Any) -> Any:
+    """``getattr(doc, "state", None)`` (where ``EmbeddingsFilter`` leaves its similarity), without
+    raising inside pydantic for the classes that have none."""
+    cls = type(doc)
+    plain = _STATE_IN_DICT.get(cls)
+    if plain is None:
+        plain = _STATE_IN_DICT[cls] = _state_in_dict(cls)
+    if not plain:
+        return getattr(doc, "state", None)
+    own = getattr(doc, "__dict__", None)
+    state = own.get("state") if own is not None else None
+    if state is None and "state" not in (own or ()):
+        extra = getattr(doc, "__pydantic_extra__", None)
+        if extra:
+            state = extra.get("state")
+    return state
 
 
 def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> None:
@@ -243,21 +280,27 @@ def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> Non
     ``EmbeddingsFilter``'s similarity (what a ``ContextualCompressionRetriever`` returns)."""
     state: PipelineState | None = None
     looked = False
-    for candidate, doc in zip(candidates, docs, strict=False):
+    for candidate, doc in zip(candidates, docs, strict=False):  # once per Document per stage: inlined
         if candidate.score is not None:
             continue
-        similarity = _state_similarity(doc)
-        if similarity is not None:
-            candidate.score, candidate.score_kind = similarity, sc.SCORE_SIMILARITY
-            continue
+        held = _doc_state(doc)
+        if isinstance(held, dict):
+            similarity = _score_value(held.get("query_similarity_score"))
+            if similarity is not None:
+                candidate.score, candidate.score_kind = similarity, sc.SCORE_SIMILARITY
+                continue
         metadata = getattr(doc, "metadata", None)
         if not isinstance(metadata, dict):
             continue
-        relevance = _score_value(metadata.get("relevance_score"))
+        relevance = metadata.get("relevance_score")
+        if relevance is not None and type(relevance) is not float:
+            relevance = _score_value(relevance)
         if relevance is not None:
             candidate.score, candidate.score_kind = relevance, sc.SCORE_RERANK
             continue
-        own = _score_value(metadata.get("score"))
+        own = metadata.get("score")
+        if own is not None and type(own) is not float:
+            own = _score_value(own)
         if own is not None:
             if not looked:
                 state, looked = current_pipeline(), True
@@ -332,6 +375,10 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
         if memory is not None and isinstance(content, str):
             memory.receipts[id(content)] = (content, rec)  # holds the str, so its id is not reused
     ident = doc.id
+    if type(ident) is str and ident:  # the common case: the Document's own id
+        if memory is not None:
+            memory.ids.setdefault(rec.sha256, ident)
+        return _candidate(doc, ident, content, rec, keep_metadata)
     if ident is None or ident == "":
         ident = _store_id(doc.metadata)
     if ident is None or ident == "":
@@ -345,10 +392,13 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
         ident = memory.ids.get(rec.sha256) if memory is not None else None
         if ident is None:
             ident = "sha256:" + rec.sha256
-    metadata = None
-    if keep_metadata and isinstance(doc.metadata, dict):
-        metadata = dict(doc.metadata)  # snapshot: some compressors edit metadata in place
-    return Candidate(id=ident, content=content, metadata=metadata, raw=doc).with_receipt(rec)
+    return _candidate(doc, ident, content, rec, keep_metadata)
+
+
+def _candidate(doc: Any, ident: str, content: Any, rec: Any, keep_metadata: Any) -> Candidate:
+    metadata = doc.metadata if keep_metadata else None
+    # snapshot: some compressors edit metadata in place
+    return stamped_candidate(ident, content, dict(metadata) if isinstance(metadata, dict) else None, doc, rec)
 
 
 def _store_id(metadata: Any) -> str | None:
@@ -388,12 +438,16 @@ def adapt_all(items: Iterable[Any]) -> list[Candidate]:
     configuration looked up once per list instead of once per Document (a stage adapts ~100)."""
     memory = _run_memory()
     keep_metadata = settings.get().metadata
-    out = []
+    out: list[Candidate] = []
+    append = out.append
+    documents: type | None = None  # the last class whose adapter is adapt_document
     for item in items:
-        if lookup_adapter(type(item)) is adapt_document:  # the adapter adapt() would pick (registry-cached)
-            out.append(_adapt_document(item, memory, keep_metadata))
+        cls = type(item)
+        if cls is documents or lookup_adapter(cls) is adapt_document:  # what adapt() would pick
+            documents = cls
+            append(_adapt_document(item, memory, keep_metadata))
         else:
-            out.append(adapt(item))
+            append(adapt(item))
     return out
 
 
