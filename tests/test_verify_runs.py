@@ -37,6 +37,7 @@ def test_two_questions_under_one_app_span_verify_clean_and_show_apart(tmp_path):
         {"question": 1, "hop": 0, "text": "refund window?", "used_by": ["retrieve tests.retriever"], "hit_index": True},
         {"question": 2, "hop": 0, "text": "support hours?", "used_by": ["retrieve tests.retriever"], "hit_index": True},
     ]
+    assert m["findings"] == ["this trace holds 2 runs (q1 … q2, each with its own hops): coverage and what reached the context count them together"]
 
 
 def test_one_run_reads_as_before_no_question_key(tmp_path):
@@ -50,6 +51,7 @@ def test_one_run_reads_as_before_no_question_key(tmp_path):
     record(tmp_path, one)
     m = manifest(tmp_path)
     assert [h["hop"] for h in m["query_hops"]] == [0] and "question" not in m["query_hops"][0]
+    assert m["findings"] == []
     assert m["fidelity"]["alarms"] == []
 
 
