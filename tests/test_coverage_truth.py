@@ -135,7 +135,9 @@ def test_corpus_is_the_sum_over_stores_each_counted_once(span_exporter):
     c = manifest_of(span_exporter)["coverage"]
     assert (c["corpus_size"], c["stores"]) == (3434, 2)
     assert c["retrieved"] == 14
-    assert c["statement"] == f"{UNKNOWN} (14 retrieved of 3434): an absence claim is not supported"  # issue 24: not "14 of 3434 read"
+    # issue 24: not "14 of 3434 read"; and the sum over two stores is said as such (they may overlap)
+    of = "3434 (the sum over 2 stores, which may hold the same documents)"
+    assert c["statement"] == f"{UNKNOWN} (14 retrieved of {of}): an absence claim is not supported"
 
 
 def test_a_retriever_that_trims_its_inner_hits_excludes_them(span_exporter):
@@ -283,3 +285,17 @@ def test_a_size_the_user_set_wins_and_approximate_never_supports_absence(span_ex
     assert pipeline.attributes[sc.COVERAGE_CORPUS_APPROXIMATE] is True
     c = manifest_of(span_exporter)["coverage"]
     assert c["statement"] == f"the answer claims absence: not supported (4 retrieved of ~4 (approximate); {UNKNOWN})"  # issue 24
+
+
+def test_an_absence_claim_over_summed_stores_counts_no_unread_units():
+    """Two stores may hold the same documents (BM25 and a vector index over one collection): their
+    sum is no count of distinct documents, so "N never read" would be made up from it."""
+    from ragtrail.inspect.coverage import coverage
+
+    of = "12 (the sum over 2 stores, which may hold the same documents)"
+    c = coverage(12, 6, 6, 0, claim="absence", stores=2)
+    assert c.statement == f"the answer claims absence: not supported (6 of {of} read)"
+    why = "asserts something about units never read (how many is unknown: 2 stores may hold the same documents)"
+    assert [v.why for v in c.claims if v.claim == "absence"] == [why]
+    one = coverage(12, 6, 6, 0, claim="absence")
+    assert one.statement == "the answer claims absence: not supported (6 of 12 read, 6 never read)"

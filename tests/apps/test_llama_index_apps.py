@@ -128,7 +128,8 @@ def test_simple_fusion_retriever_over_two_indexes(tmp_path):
     truth = handbook_nodes(["refunds.txt", "shipping.txt"]) + handbook_nodes(["security.md", "support.txt"])
     assert truth == 4
     # two stores summed; only what the fusion handed on counts as retrieved; no stage says what reached a model (issue 24)
-    assert coverage(manifest) == (4, 2, None, f"{CONTEXT_UNKNOWN} (2 retrieved of 4): an absence claim is not supported")
+    said = f"{CONTEXT_UNKNOWN} (2 retrieved of 4 (the sum over 2 stores, which may hold the same documents)): an absence claim is not supported"
+    assert coverage(manifest) == (4, 2, None, said)
     assert manifest["coverage"]["stores"] == 2
 
 

@@ -22,8 +22,14 @@ CLAIMS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
-def _of(corpus_size: int | None, approximate: bool) -> str:
-    return f"~{corpus_size} (approximate)" if approximate else f"{corpus_size}"
+def _of(corpus_size: int | None, approximate: bool, stores: int | None = None) -> str:
+    """The corpus size in words. A size summed over several stores says so: two stores may hold the
+    same documents (BM25 and a vector index over one collection), so the sum is the stores' entries,
+    not a count of distinct documents."""
+    size = f"~{corpus_size} (approximate)" if approximate else f"{corpus_size}"
+    if stores is not None and stores > 1:
+        size += f" (the sum over {stores} stores, which may hold the same documents)"
+    return size
 
 
 def _nothing_read(retrieved: int, run_status: str | None, excluded: int) -> str:
@@ -58,7 +64,9 @@ def _unknown_claim(claim: str | None, claims: list[ClaimVerdict], retrieved: int
     return AnswerClaim(claim, row.supported, f"the answer claims presence: {verdict}", why=row.why)
 
 
-def _unknown_context(corpus_size: int | None, retrieved: int, cited: int, approximate: bool) -> tuple[list[ClaimVerdict], str, str]:
+def _unknown_context(
+    corpus_size: int | None, retrieved: int, cited: int, approximate: bool, stores: int | None
+) -> tuple[list[ClaimVerdict], str, str]:
     """The claims, statement and size words when what reached the model is unknown: only a quote of a
     cited unit stands."""
     claims = [
@@ -70,14 +78,14 @@ def _unknown_context(corpus_size: int | None, retrieved: int, cited: int, approx
         )
         for name, example, needs_all in CLAIMS
     ]
-    of = "a corpus of unknown size" if corpus_size is None else _of(corpus_size, approximate)
+    of = "a corpus of unknown size" if corpus_size is None else _of(corpus_size, approximate, stores)
     return claims, f"{CONTEXT_UNKNOWN} ({retrieved} retrieved of {of}): an absence claim is not supported", of
 
 
 def _unknown_coverage(corpus_size: int | None, retrieved: int, cited: int, *, claim: str | None, approximate: bool, stores: int | None) -> Coverage:
     """The coverage block when what reached the model is unknown (something was retrieved, no stage
     said what of it reached the model)."""
-    unknown, said, of = _unknown_context(corpus_size, retrieved, cited, approximate)
+    unknown, said, of = _unknown_context(corpus_size, retrieved, cited, approximate, stores)
     answered = _unknown_claim(claim, unknown, retrieved, cited, of)
     return Coverage(
         corpus_size=corpus_size,
@@ -93,7 +101,7 @@ def _unknown_coverage(corpus_size: int | None, retrieved: int, cited: int, *, cl
     )
 
 
-def _claims(read: int, cited: int, corpus_size: int | None, *, exhaustive: bool, approximate: bool) -> list[ClaimVerdict]:
+def _claims(read: int, cited: int, corpus_size: int | None, *, exhaustive: bool, approximate: bool, stores: int | None = None) -> list[ClaimVerdict]:
     """Whether ``read`` units (of ``corpus_size``) support each type of claim, and why."""
     claims: list[ClaimVerdict] = []
     for name, example, needs_all in CLAIMS:
@@ -107,6 +115,8 @@ def _claims(read: int, cited: int, corpus_size: int | None, *, exhaustive: bool,
             ok, why = False, "the corpus size is unknown, so the unread remainder is unknown"
         elif approximate and read >= corpus_size:
             ok, why = False, f"the corpus size is approximate (~{corpus_size}): all of it may not have been read"
+        elif stores is not None and stores > 1:
+            ok, why = False, f"asserts something about units never read (how many is unknown: {stores} stores may hold the same documents)"
         else:
             ok, why = False, f"asserts something about the {corpus_size - read} units never read"
         claims.append(ClaimVerdict(name, example, ok, why))
@@ -139,7 +149,7 @@ def coverage(
         return _unknown_coverage(corpus_size, retrieved, cited, claim=claim, approximate=approximate, stores=stores)
     read = in_context
     exhaustive = corpus_size is not None and corpus_size > 0 and read >= corpus_size and not approximate
-    claims = _claims(read, cited, corpus_size, exhaustive=exhaustive, approximate=approximate)
+    claims = _claims(read, cited, corpus_size, exhaustive=exhaustive, approximate=approximate, stores=stores)
     if read == 0:
         statement = _nothing_read(retrieved, run_status, excluded)
     elif exhaustive:
@@ -147,10 +157,10 @@ def coverage(
     elif corpus_size is None:
         statement = f"{read} read of a corpus of unknown size: an absence claim is not supported"
     else:
-        statement = f"{read} of {_of(corpus_size, approximate)} read: an absence claim is not supported"
+        statement = f"{read} of {_of(corpus_size, approximate, stores)} read: an absence claim is not supported"
     if read and run_status in ("failed", "degraded"):
         statement = f"run {run_status}: {statement}"
-    verdict = _claim_verdict(claim, claims, read, corpus_size, approximate)
+    verdict = _claim_verdict(claim, claims, read, corpus_size, approximate, stores)
     if verdict is not None:
         statement = verdict.statement
     return Coverage(
@@ -167,15 +177,18 @@ def coverage(
     )
 
 
-def _claim_verdict(claim: str | None, claims: list[ClaimVerdict], read: int, corpus_size: int | None, approximate: bool) -> AnswerClaim | None:
+def _claim_verdict(
+    claim: str | None, claims: list[ClaimVerdict], read: int, corpus_size: int | None, approximate: bool, stores: int | None = None
+) -> AnswerClaim | None:
     """The verdict for the one claim the answer said it made (absence, presence, none)."""
     if claim not in ("absence", "presence", "none"):
         return None
+    of = "" if corpus_size is None else f" of {_of(corpus_size, approximate, stores)}"
     if claim == "none":
         return AnswerClaim(
             claim,
             None,
-            f"the answer makes no claim about the corpus ({read} read{'' if corpus_size is None else f' of {_of(corpus_size, approximate)}'})",
+            f"the answer makes no claim about the corpus ({read} read{of})",
         )
     row = next(c for c in claims if c.claim == ("absence" if claim == "absence" else "quote"))
     if claim == "absence":
@@ -186,12 +199,11 @@ def _claim_verdict(claim: str | None, claims: list[ClaimVerdict], read: int, cor
         elif corpus_size is None:
             text = f"the answer claims absence: not supported ({read} read of a corpus of unknown size)"
         else:
-            unread = max(corpus_size - read, 0)
-            text = f"the answer claims absence: not supported ({read} of {_of(corpus_size, approximate)} read" + (
+            unread = max(corpus_size - read, 0) if not (stores and stores > 1) else 0  # summed stores: unknown
+            text = f"the answer claims absence: not supported ({read} of {_of(corpus_size, approximate, stores)} read" + (
                 f", {unread} never read)" if unread else ")"
             )
     else:
-        of = "" if corpus_size is None else f" of {_of(corpus_size, approximate)}"
         text = (
             f"the answer claims presence: supported by what was read ({read}{of} read; an absence claim would not be)"
             if row.supported and read != corpus_size
