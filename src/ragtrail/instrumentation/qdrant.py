@@ -25,10 +25,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,8 +98,7 @@ class QdrantInstrumentor(RagtrailInstrumentor):
 
     def _sync(self, method: str) -> Callable[..., Any]:
         def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
-            token = _mmr_seen.set([]) if method == "query_points" else None
-            try:
+            with _mmr_watch(method):
                 return call_through(
                     _KEY,
                     lambda: _start(self.tracer, method, wrapped, instance, args, kwargs),
@@ -107,16 +107,12 @@ class QdrantInstrumentor(RagtrailInstrumentor):
                     kwargs,
                     lambda stages, result: _complete(stages, result, instance, _facts),
                 )
-            finally:
-                if token is not None:
-                    _mmr_seen.reset(token)
 
         return wrapper
 
     def _async(self, method: str) -> Callable[..., Any]:
         async def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
-            token = _mmr_seen.set([]) if method == "query_points" else None
-            try:
+            with _mmr_watch(method):
                 # nothing is awaited after the result has arrived: it is the host's
                 return await acall_through(
                     _KEY,
@@ -126,9 +122,6 @@ class QdrantInstrumentor(RagtrailInstrumentor):
                     kwargs,
                     lambda stages, result: _complete(stages, result, instance, _afacts),
                 )
-            finally:
-                if token is not None:
-                    _mmr_seen.reset(token)
 
         return wrapper
 
@@ -237,6 +230,18 @@ def _mmr(query: Any, attributes: dict[str, Any]) -> list[str]:
 
 # a local client's ``LocalCollection._mmr`` calls under the open ``query_points``: (pool, pick)
 _mmr_seen: contextvars.ContextVar[list[tuple[Any, Any]] | None] = contextvars.ContextVar("ragtrail_qdrant_mmr", default=None)
+
+
+@contextlib.contextmanager
+def _mmr_watch(method: str) -> Iterator[None]:
+    """Collect the local ``_mmr`` calls made under one ``query_points`` (sync or async); other
+    methods collect nothing."""
+    token = _mmr_seen.set([]) if method == "query_points" else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _mmr_seen.reset(token)
 
 
 def _local_mmr(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
