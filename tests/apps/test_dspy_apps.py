@@ -14,6 +14,7 @@ import hashlib
 import pytest
 from tests.apps.runner import assert_host_untouched, run_app
 from tests.apps.test_langchain_haystack_apps import manifests, stages_of
+from tests.apps.test_langgraph_apps import cosine, words  # the same bag-of-words embedder as the DSPy app
 
 pytest.importorskip("dspy")
 
@@ -30,19 +31,6 @@ OFFLINE = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def words(text: str) -> list[float]:
-    """The app's bag-of-words embedder, to compute the expected scores independently of DSPy."""
-    v = [0.0] * 64
-    for w in text.lower().replace(".", " ").replace("?", " ").replace(",", " ").split():
-        v[sum(map(ord, w)) % 64] += 1.0
-    return v
-
-
-def cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    return dot / ((sum(x * x for x in a) ** 0.5) * (sum(y * y for y in b) ** 0.5))
 
 
 def test_rag_tutorial_is_one_trace_with_its_search_and_generation(tmp_path):
