@@ -83,16 +83,15 @@ def check_every_stage(
     return kinds, with_reason
 
 
-@pytest.mark.parametrize("content_mode", ["off", "full"])
-def test_langchain_ensemble_and_compression_in_phoenix(phoenix, content_mode):
+def compression_retriever(docs: list[Any]) -> Any:
+    """What both LangChain Phoenix tests run: BM25 and an in-memory vector store (hash embeddings)
+    in an ``EnsembleRetriever``, under a ``ContextualCompressionRetriever`` whose
+    ``EmbeddingsFilter`` keeps similarity >= 0.5. Built after ``instrument()``."""
     from langchain_classic.retrievers import ContextualCompressionRetriever, EnsembleRetriever
     from langchain_classic.retrievers.document_compressors import DocumentCompressorPipeline, EmbeddingsFilter
     from langchain_community.retrievers import BM25Retriever
-    from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
     from langchain_core.vectorstores import InMemoryVectorStore
-
-    from ragtrail.instrumentation.langchain import LangChainInstrumentor
 
     class HashEmbeddings(Embeddings):
         def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -101,6 +100,21 @@ def test_langchain_ensemble_and_compression_in_phoenix(phoenix, content_mode):
         def embed_query(self, text: str) -> list[float]:
             return hash_vector(text)
 
+    embeddings = HashEmbeddings()
+    bm25 = BM25Retriever.from_documents(docs, k=3)
+    store = InMemoryVectorStore(embeddings)
+    store.add_documents(docs)
+    ensemble = EnsembleRetriever(retrievers=[bm25, store.as_retriever(search_kwargs={"k": 3})])
+    compressor = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=embeddings, similarity_threshold=0.5)])
+    return ContextualCompressionRetriever(base_compressor=compressor, base_retriever=ensemble)
+
+
+@pytest.mark.parametrize("content_mode", ["off", "full"])
+def test_langchain_ensemble_and_compression_in_phoenix(phoenix, content_mode):
+    from langchain_core.documents import Document
+
+    from ragtrail.instrumentation.langchain import LangChainInstrumentor
+
     ragtrail.set_capture(content=content_mode, metadata=["source"])
     docs = [Document(page_content=t, metadata={"source": f"s{i}", "secret": "x"}, id=f"doc{i}") for i, t in enumerate(TEXTS)]
     project = f"langchain-{content_mode}"
@@ -108,13 +122,7 @@ def test_langchain_ensemble_and_compression_in_phoenix(phoenix, content_mode):
         instrumentor = LangChainInstrumentor()
         instrumentor.instrument(tracer_provider=provider)
         try:
-            embeddings = HashEmbeddings()
-            bm25 = BM25Retriever.from_documents(docs, k=3)
-            store = InMemoryVectorStore(embeddings)
-            store.add_documents(docs)
-            ensemble = EnsembleRetriever(retrievers=[bm25, store.as_retriever(search_kwargs={"k": 3})])
-            compressor = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=embeddings, similarity_threshold=0.5)])
-            retriever = ContextualCompressionRetriever(base_compressor=compressor, base_retriever=ensemble)
+            retriever = compression_retriever(docs)
             with ragtrail.stage("pipeline", "app", tracer=provider.get_tracer("app")):
                 retriever.invoke("cats in the park")
         finally:
@@ -166,21 +174,9 @@ def test_llama_index_retriever_and_postprocessor_in_phoenix(phoenix, content_mod
 def test_langchain_compression_with_the_genai_mirror_alone_in_phoenix(phoenix):
     """GenAI mirror only: the ContextualCompressionRetriever stage's ``gen_ai.retrieval.documents``
     (the compressed documents) and the inner retrievers', as Phoenix reads them back."""
-    from langchain_classic.retrievers import ContextualCompressionRetriever, EnsembleRetriever
-    from langchain_classic.retrievers.document_compressors import DocumentCompressorPipeline, EmbeddingsFilter
-    from langchain_community.retrievers import BM25Retriever
     from langchain_core.documents import Document
-    from langchain_core.embeddings import Embeddings
-    from langchain_core.vectorstores import InMemoryVectorStore
 
     from ragtrail.instrumentation.langchain import LangChainInstrumentor
-
-    class HashEmbeddings(Embeddings):
-        def embed_documents(self, texts: list[str]) -> list[list[float]]:
-            return [hash_vector(t) for t in texts]
-
-        def embed_query(self, text: str) -> list[float]:
-            return hash_vector(text)
 
     ragtrail.set_capture(content="off", mirror_openinference=False)
     docs = [Document(page_content=t, id=f"doc{i}") for i, t in enumerate(TEXTS)]
@@ -188,13 +184,7 @@ def test_langchain_compression_with_the_genai_mirror_alone_in_phoenix(phoenix):
         instrumentor = LangChainInstrumentor()
         instrumentor.instrument(tracer_provider=provider)
         try:
-            embeddings = HashEmbeddings()
-            bm25 = BM25Retriever.from_documents(docs, k=3)
-            store = InMemoryVectorStore(embeddings)
-            store.add_documents(docs)
-            ensemble = EnsembleRetriever(retrievers=[bm25, store.as_retriever(search_kwargs={"k": 3})])
-            compressor = DocumentCompressorPipeline(transformers=[EmbeddingsFilter(embeddings=embeddings, similarity_threshold=0.5)])
-            retriever = ContextualCompressionRetriever(base_compressor=compressor, base_retriever=ensemble)
+            retriever = compression_retriever(docs)
             with ragtrail.stage("pipeline", "app", tracer=provider.get_tracer("app")):
                 kept = retriever.invoke("cats in the park")
         finally:
