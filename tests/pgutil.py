@@ -26,6 +26,14 @@ class Postgres:
     log: Path
     server: Any
 
+    def libpq_env(self) -> dict[str, str]:
+        """libpq's ``PGHOST``/``PGUSER`` for this server (a socket directory): what an app run by the
+        tests reads, as ``psycopg.connect(dbname=...)`` or ``asyncpg.connect(database=...)`` do anywhere."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        info = conninfo_to_dict(self.uri)
+        return {"PGHOST": str(info["host"]), "PGUSER": str(info.get("user") or "postgres")}
+
     def statements(self) -> int:
         """Statements the server has received so far (simple and extended protocol)."""
         text = self.log.read_text(errors="replace")

@@ -141,6 +141,18 @@ def run_process(argv: list[str], env: dict[str, str], cwd: Path, timeout: float)
     return proc
 
 
+def entry_point_env(name: str, target: str, tmp_path: Path) -> dict[str, str]:
+    """The entry point on the app's path when the installed ragtrail predates it (an editable
+    install's metadata is written at install time): ``PYTHONPATH`` to a dist-info naming it, or nothing."""
+    if any(ep.name == name for ep in entry_points(group="opentelemetry_instrumentor")):
+        return {}
+    meta = tmp_path / "entry-point" / f"{name}_entry_point-0.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}-entry-point\nVersion: 0\n")
+    (meta / "entry_points.txt").write_text(f"[opentelemetry_instrumentor]\n{name} = {target}\n")
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(meta.parent), os.environ.get("PYTHONPATH", "")) if p)}
+
+
 def run_app(
     app: str | Path,
     tmp_path: Path,
@@ -188,6 +200,18 @@ def run_app(
         stderr=inst.stderr,
         spans=read_store(store),
     )
+
+
+def manifests(run: AppRun) -> list[dict[str, Any]]:
+    """Every trace's manifest, each verified first: no alarm, nothing changed without a rule."""
+    out = []
+    for trace in run.traces():
+        report = run.verify(trace["trace_id"])
+        fidelity = report["fidelity"]
+        assert fidelity["alarms"] == [] and fidelity["changed_uncited"] == 0, report
+        assert fidelity["missing_events"] == 0 and fidelity["missing_spans"] == 0, report
+        out.append(run.show(trace["trace_id"]))
+    return out
 
 
 def assert_host_untouched(run: AppRun, *, stderr_empty: bool = True) -> None:

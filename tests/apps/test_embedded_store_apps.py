@@ -4,41 +4,19 @@ table's own ids, the distances and BM25 scores with their kinds, k, the filter a
 
 from __future__ import annotations
 
-import os
-from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("lancedb")
 
-from tests.apps.runner import AppRun, assert_host_untouched, run_app  # noqa: E402
+from tests.apps.runner import assert_host_untouched, manifests, run_app  # noqa: E402
+from tests.apps.runner import entry_point_env as runner_entry_point_env  # noqa: E402
 
 
 def entry_point_env(name: str, target: str, tmp_path: Path) -> dict[str, str]:
-    """The entry point on the app's path when the installed ragtrail predates it (an editable
-    install's metadata is written at install time)."""
-    env = {"LANCEDB_LOG": "error"}  # LanceDB's Rust log stamps the time on stderr: not the app's output
-    if any(ep.name == name for ep in entry_points(group="opentelemetry_instrumentor")):
-        return env
-    meta = tmp_path / "entry-point" / f"{name}_entry_point-0.dist-info"
-    meta.mkdir(parents=True)
-    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}-entry-point\nVersion: 0\n")
-    (meta / "entry_points.txt").write_text(f"[opentelemetry_instrumentor]\n{name} = {target}\n")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(meta.parent), os.environ.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def manifests(run: AppRun) -> list[dict[str, Any]]:
-    out = []
-    for trace in run.traces():
-        report = run.verify(trace["trace_id"])
-        fidelity = report["fidelity"]
-        assert fidelity["alarms"] == [] and fidelity["changed_uncited"] == 0, report
-        assert fidelity["missing_events"] == 0 and fidelity["missing_spans"] == 0, report
-        out.append(run.show(trace["trace_id"]))
-    return out
+    """:func:`tests.apps.runner.entry_point_env`, LanceDB's log kept off stderr."""
+    return {"LANCEDB_LOG": "error", **runner_entry_point_env(name, target, tmp_path)}
 
 
 def test_lancedb_quickstart_app(tmp_path: Path) -> None:
@@ -93,16 +71,13 @@ def test_pgvector_psycopg2_readme_app(tmp_path: Path) -> None:
     pytest.importorskip("psycopg2")
     pytest.importorskip("pgserver")
     pytest.importorskip("pgvector")
-    from psycopg.conninfo import conninfo_to_dict
-
     from pgutil import running_postgres
 
     env = entry_point_env("ragtrail_psycopg2", "ragtrail.instrumentation.psycopg2:Psycopg2Instrumentor", tmp_path)
     with running_postgres() as pg:
         with psycopg.connect(pg.uri, autocommit=True) as conn:
             conn.execute("CREATE DATABASE pgvector_example")
-        info = conninfo_to_dict(pg.uri)
-        env.update({"PGHOST": str(info["host"]), "PGUSER": str(info.get("user") or "postgres")})
+        env.update(pg.libpq_env())
         run = run_app("pgvector_psycopg2.py", tmp_path, enabled=["ragtrail_psycopg2"], extra_env=env)
     assert_host_untouched(run)
     printed = [line.split(" ", 1) for line in run.stdout.splitlines()]

@@ -9,7 +9,7 @@ import hashlib
 from typing import Any
 
 import pytest
-from tests.apps.runner import AppRun, assert_host_untouched, run_app
+from tests.apps.runner import AppRun, assert_host_untouched, manifests, run_app
 
 COMMUNITY_WARNING = "DeprecationWarning: `langchain-community` is being sunset"
 NO_BARS = {"TQDM_DISABLE": "1"}
@@ -23,18 +23,6 @@ def assert_untouched_but_bars(run: AppRun) -> None:
 
     assert run.stdout == run.plain_stdout
     assert strip(run.stderr) == strip(run.plain_stderr)
-
-
-def manifests(run: AppRun) -> list[dict[str, Any]]:
-    """Every trace's manifest, each verified first: no alarm, nothing changed without a rule."""
-    out = []
-    for trace in run.traces():
-        report = run.verify(trace["trace_id"])
-        fidelity = report["fidelity"]
-        assert fidelity["alarms"] == [] and fidelity["changed_uncited"] == 0, report
-        assert fidelity["missing_events"] == 0 and fidelity["missing_spans"] == 0, report
-        out.append(run.show(trace["trace_id"]))
-    return out
 
 
 def stages_of(manifest: dict[str, Any]) -> list[tuple[str, str, int, int, int]]:

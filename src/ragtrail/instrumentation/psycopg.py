@@ -69,8 +69,7 @@ class PsycopgInstrumentor(RagtrailInstrumentor):
     _instruments: Collection[str] = ("psycopg >= 3.1",)
 
     def _patch(self, **kwargs: Any) -> None:
-        column = kwargs.get("id_column") or os.environ.get(ENV_ID_COLUMN, "").strip() or DEFAULT_ID_COLUMN
-        self.id_column = str(column)
+        self.id_column = id_column_setting(kwargs)
         self.when_imported("psycopg", self._patch_cursors)
 
     def _patch_cursors(self) -> None:
@@ -102,6 +101,12 @@ class PsycopgInstrumentor(RagtrailInstrumentor):
             kwargs,
             lambda stages, result: stages.complete(lambda: _outcome(stages, instance, self.id_column)),
         )
+
+
+def id_column_setting(kwargs: Mapping[str, Any]) -> str:
+    """The result column holding a search's ids: ``instrument(id_column=...)``, else
+    ``RAGTRAIL_PGVECTOR_ID_COLUMN``, else ``id`` (every pgvector driver's instrumentor reads it so)."""
+    return str(kwargs.get("id_column") or os.environ.get(ENV_ID_COLUMN, "").strip() or DEFAULT_ID_COLUMN)
 
 
 def _query_arg(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -289,6 +294,8 @@ def rows_outcome(stages: PgStages, names: Sequence[str], ntuples: int, cells: Ca
     contents = cells(columns.content)
 
     def row(_index: int) -> Row:
+        if ntuples == 0:
+            return base  # no row: nothing to identify (and a driver may not know the columns then)
         if ids is None and contents is not None:
             # the recorder's rule for an item without an id: the sha256 of its content (docs/semconv.md)
             base.findings.append(
@@ -313,6 +320,7 @@ __all__ = [
     "OPERATORS",
     "PgStages",
     "PsycopgInstrumentor",
+    "id_column_setting",
     "rows_outcome",
     "search_of",
     "start_search",

@@ -25,7 +25,6 @@ Usage: ``Psycopg2Instrumentor().instrument()`` (``id_column=`` as for psycopg 3,
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 from ragtrail.hooks import Args, Kwargs, guard
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._vectorstore import Outcome, call_through
-from ragtrail.instrumentation.psycopg import DEFAULT_ID_COLUMN, ENV_ID_COLUMN, PgStages, rows_outcome, search_of, start_search, unread_outcome
+from ragtrail.instrumentation.psycopg import DEFAULT_ID_COLUMN, PgStages, id_column_setting, rows_outcome, search_of, start_search, unread_outcome
 
 _KEY = "ragtrail.psycopg2"
 _traced: dict[type, type] = {}  # a cursor factory -> ragtrail's subclass of it
@@ -63,8 +62,7 @@ class Psycopg2Instrumentor(RagtrailInstrumentor):
         return get_dependency_conflicts((), self._instruments_any)
 
     def _patch(self, **kwargs: Any) -> None:
-        column = kwargs.get("id_column") or os.environ.get(ENV_ID_COLUMN, "").strip() or DEFAULT_ID_COLUMN
-        _state.id_column = str(column)
+        _state.id_column = id_column_setting(kwargs)
         _state.tracer = self.tracer
         self.when_imported("psycopg2", lambda: self.wrap("psycopg2", "connect", _connect))
 
