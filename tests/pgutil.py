@@ -41,7 +41,8 @@ class Postgres:
 
 
 @contextlib.contextmanager
-def running_postgres() -> Iterator[Postgres]:
+def running_postgres(databases: tuple[str, ...] = ()) -> Iterator[Postgres]:
+    """The server, with the vector extension and the ``databases`` (empty) created."""
     import pgserver
     import psycopg
 
@@ -54,6 +55,8 @@ def running_postgres() -> Iterator[Postgres]:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             conn.execute("ALTER SYSTEM SET log_statement = 'all'")
             conn.execute("SELECT pg_reload_conf()")
+            for name in databases:
+                conn.execute(f"CREATE DATABASE {name}")
         yield Postgres(uri=uri, log=directory / "log", server=server)
     finally:
         if server is not None:

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -200,6 +201,21 @@ def run_app(
         stderr=inst.stderr,
         spans=read_store(store),
     )
+
+
+def run_counted(app: str, tmp_path: Path, statements: Callable[[], int], *, enabled: list[str], extra_env: dict[str, str]) -> AppRun:
+    """:func:`run_app` for an app whose server counts what it receives (``statements()``), the app's
+    output checked untouched: the app runs once plain on its own first, then plain and instrumented,
+    and those two must send exactly twice what the one did (each run recreates what it searches, so
+    every run sends the same statements): ragtrail asked the server nothing."""
+    before = statements()
+    subprocess.run([sys.executable, str(APPS / app)], env={**_clean_env(), **extra_env}, cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    per_run = statements() - before
+    before = statements()
+    run = run_app(app, tmp_path, enabled=enabled, extra_env=extra_env)
+    assert statements() - before == 2 * per_run
+    assert_host_untouched(run)
+    return run
 
 
 def manifests(run: AppRun) -> list[dict[str, Any]]:

@@ -67,16 +67,14 @@ def test_milvus_quickstart_app(tmp_path: Path) -> None:
 
 
 def test_pgvector_psycopg2_readme_app(tmp_path: Path) -> None:
-    psycopg = pytest.importorskip("psycopg")
+    pytest.importorskip("psycopg")
     pytest.importorskip("psycopg2")
     pytest.importorskip("pgserver")
     pytest.importorskip("pgvector")
     from pgutil import running_postgres
 
     env = entry_point_env("ragtrail_psycopg2", "ragtrail.instrumentation.psycopg2:Psycopg2Instrumentor", tmp_path)
-    with running_postgres() as pg:
-        with psycopg.connect(pg.uri, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE pgvector_example")
+    with running_postgres(databases=("pgvector_example",)) as pg:
         env.update(pg.libpq_env())
         run = run_app("pgvector_psycopg2.py", tmp_path, enabled=["ragtrail_psycopg2"], extra_env=env)
     assert_host_untouched(run)

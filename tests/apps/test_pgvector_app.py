@@ -26,11 +26,7 @@ pytestmark = pytest.mark.torch
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[Postgres]:
-    import psycopg
-
-    with running_postgres() as server:
-        with psycopg.connect(server.uri, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE pgvector_example")
+    with running_postgres(databases=("pgvector_example",)) as server:
         yield server
 
 

