@@ -6,6 +6,7 @@ same with and without ragtrail."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -58,12 +59,20 @@ def conn(pg: Postgres) -> Iterator[Any]:
         yield connection
 
 
+@contextlib.contextmanager
+def instrumented(inst: Any, tracer_provider: Any, **options: Any) -> Iterator[Any]:
+    """``inst.instrument(...)`` for the block, undone after it however it ends."""
+    inst.instrument(tracer_provider=tracer_provider, **options)
+    try:
+        yield inst
+    finally:
+        inst.uninstrument()
+
+
 @pytest.fixture
 def instrumentor(tracer_provider) -> Iterator[PsycopgInstrumentor]:
-    inst = PsycopgInstrumentor()
-    inst.instrument(tracer_provider=tracer_provider)
-    yield inst
-    inst.uninstrument()
+    with instrumented(PsycopgInstrumentor(), tracer_provider) as inst:
+        yield inst
 
 
 def retrieve_spans(exporter: Any) -> list[Any]:
@@ -234,12 +243,8 @@ def test_statements_received_by_the_server_are_the_same(pg, conn, tracer_provide
         return pg.statements() - before
 
     without = workload()
-    inst = PsycopgInstrumentor()
-    inst.instrument(tracer_provider=tracer_provider)
-    try:
+    with instrumented(PsycopgInstrumentor(), tracer_provider):
         with_ragtrail = workload()
-    finally:
-        inst.uninstrument()
     assert without == with_ragtrail == 3
     assert len(retrieve_spans(span_exporter)) == 2
 
@@ -305,6 +310,20 @@ def test_without_an_id_or_content_column_the_ids_are_unknown(conn, instrumentor,
     assert a[sc.STAGE_FINDINGS] == (
         "2 rows returned, ids unknown: the result has no column named 'id' (RAGTRAIL_PGVECTOR_ID_COLUMN names the id column); no candidate recorded",
     )
+
+
+def test_no_row_is_nothing_to_identify(conn, instrumentor, span_exporter) -> None:
+    """A search matching no row records an empty stage: no "ids unknown" or "identified by content"
+    finding, though the result has no ``id`` column (there is no row to identify)."""
+    for sql in (
+        "SELECT doc_id, embedding <-> %s AS d FROM docs WHERE doc_id = 'none' ORDER BY d LIMIT 2",
+        DOCS.replace("FROM docs", "FROM docs WHERE body = 'none'"),
+    ):
+        assert conn.execute(sql, (QUERY,)).fetchall() == []
+    for span in retrieve_spans(span_exporter):
+        a = dict(span.attributes)
+        assert (a[sc.CANDIDATES_OUT], a[sc.STAGE_STATUS], sc.STAGE_FINDINGS in a) == (0, sc.STATUS_EMPTY, False)
+    assert len(retrieve_spans(span_exporter)) == 2
 
 
 def test_the_id_column_is_configurable(conn, tracer_provider, span_exporter, monkeypatch) -> None:
@@ -443,12 +462,12 @@ def prints_ok(script: str) -> None:
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stderr[-3000:]
 
 
-def test_sqlalchemy_orm_through_the_psycopg_driver(pg, instrumentor, span_exporter) -> None:
-    """SQLAlchemy's ORM on ``postgresql+psycopg://`` runs its statements on psycopg 3 cursors: the
-    pgvector comparators (``l2_distance``, ``cosine_distance``) are recorded like hand-written SQL."""
+def orm_searches() -> tuple[Any, Any]:
+    """Two SQLAlchemy ORM searches of the ``items`` table with pgvector's comparators: the two nearest
+    items by L2 (no score selected), and ids with their cosine distance in the "news" category."""
     sqlalchemy = pytest.importorskip("sqlalchemy")
     pgvector_sqlalchemy = pytest.importorskip("pgvector.sqlalchemy")
-    from sqlalchemy.orm import DeclarativeBase, Session, mapped_column
+    from sqlalchemy.orm import DeclarativeBase, mapped_column
 
     class Base(DeclarativeBase):
         pass
@@ -460,16 +479,28 @@ def test_sqlalchemy_orm_through_the_psycopg_driver(pg, instrumentor, span_export
         category = mapped_column(sqlalchemy.Text)
         embedding = mapped_column(pgvector_sqlalchemy.Vector(3))
 
+    l2 = sqlalchemy.select(Item).order_by(Item.embedding.l2_distance(QUERY)).limit(2)
+    cosine = (
+        sqlalchemy.select(Item.id, Item.embedding.cosine_distance(QUERY).label("distance"))
+        .where(Item.category == "news")
+        .order_by("distance")
+        .limit(2)
+    )
+    return l2, cosine
+
+
+def test_sqlalchemy_orm_through_the_psycopg_driver(pg, instrumentor, span_exporter) -> None:
+    """SQLAlchemy's ORM on ``postgresql+psycopg://`` runs its statements on psycopg 3 cursors: the
+    pgvector comparators (``l2_distance``, ``cosine_distance``) are recorded like hand-written SQL."""
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    from sqlalchemy.orm import Session
+
+    l2, cosine = orm_searches()
     engine = sqlalchemy.create_engine(pg.uri.replace("postgresql://", "postgresql+psycopg://"))
     try:
         with Session(engine) as session:
-            nearest = session.scalars(sqlalchemy.select(Item).order_by(Item.embedding.l2_distance(QUERY)).limit(2)).all()
-            scored = session.execute(
-                sqlalchemy.select(Item.id, Item.embedding.cosine_distance(QUERY).label("distance"))
-                .where(Item.category == "news")
-                .order_by("distance")
-                .limit(2)
-            ).all()
+            nearest = session.scalars(l2).all()
+            scored = session.execute(cosine).all()
     finally:
         engine.dispose()
     assert [item.id for item in nearest] == [101, 202]

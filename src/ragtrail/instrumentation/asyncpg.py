@@ -10,7 +10,7 @@ comparators. The statement's placeholders are asyncpg's ``$1``, ``$2``... (the p
 the n-th bound argument), so the query vector is the argument its ``$n`` names: a numpy array or a
 pgvector ``Vector`` (``pgvector.asyncpg.register_vector``), or the text ``'[1,2,3]'`` SQLAlchemy's
 ``VECTOR`` type binds. ``fetchrow`` hands back one row (asyncpg asks the server for one): the stage
-records that row and says so in a finding when the LIMIT allowed more. Not recorded:
+records that row and, when there was one, says in a finding that the LIMIT allowed more. Not recorded:
 ``execute`` (returns a status, no rows), ``fetchval``, ``fetchmany`` (several argument sets),
 ``cursor()`` (server-side: the rows are not in hand when the call returns), ``copy_*``.
 
@@ -101,7 +101,7 @@ def _outcome(stages: PgStages, result: Any, prepared: Any, one_row: bool, id_col
 
         def row(index: int) -> Any:
             found = build(index)
-            if found.top_k is None or found.top_k > 1:
+            if rows and (found.top_k is None or found.top_k > 1):
                 found.findings.append("fetchrow: the first row only (asyncpg asks the server for one); the LIMIT allowed more")
             return found
 
