@@ -188,6 +188,7 @@ def test_retrieve_on_psycopg2_nests_the_sql_stage(tracer_provider, span_exporter
         vector=QUERY,
         contents=[text for ident, _ in found for node, text, _ in NODES if node == ident],
         table="public.data_nodes",
+        nested=True,  # inside the framework's retrieval: no GenAI name of its own
     )
 
 

@@ -136,6 +136,7 @@ class Stage:
         self._errors = 0
         self._record: StageRecord | None = None
         self._tally: StageTally | None = None  # what the metrics count, sampled in or out
+        self._retrieving = False  # a retrieve stage, or one opened inside one: its inner stages are part of that retrieval
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> Stage:
@@ -145,12 +146,15 @@ class Stage:
             self.span = tracer.start_span(span_name(self.kind, self.component), kind=self._span_kind)
             self._token = otel_context.attach(trace.set_span_in_context(self.span))
             parent = _current_stage.get()
+            within = parent is not None and parent._retrieving
+            self._retrieving = within or self.kind == sc.KIND_RETRIEVE
             self._stage_token = _current_stage.set(self)
             self.recording = self.span.is_recording()
             self._tally = open_tally(self.kind, self.component)
             if self.recording:
                 outer = parent._recorded() if parent is not None else None
                 self._record, self._pipeline_token = _open_record(self.kind, self.component, self._attributes, self._tracer, outer)
+                self._record.within_retrieval = within
         except Exception as exc:  # pragma: no cover - defensive
             self.record_error("start", exc)
         return self
