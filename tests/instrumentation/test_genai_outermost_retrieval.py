@@ -198,3 +198,90 @@ def test_llama_index_retriever_is_one_genai_retrieval(tracer_provider, span_expo
     }
 
 
+
+
+# --- gen_ai.client.operation.duration: once per retrieval the GenAI mirror claims ----------------------
+def duration_metrics(reader: Any) -> list[Any]:
+    """Every metric named ``gen_ai.client.operation.duration`` the reader collected."""
+    data = reader.get_metrics_data()
+    found = []
+    for resource in data.resource_metrics if data is not None else ():
+        for scope in resource.scope_metrics:
+            found += [m for m in scope.metrics if m.name == sc.GEN_AI_CLIENT_OPERATION_DURATION]
+    return found
+
+
+BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)  # as the conventions give them
+
+
+@pytest.fixture
+def reader(install_meter_provider) -> Any:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    made = InMemoryMetricReader()
+    install_meter_provider(MeterProvider(metric_readers=[made]))
+    return made
+
+
+def test_a_retriever_over_chroma_records_one_duration(chroma_store, span_exporter, reader) -> None:
+    """The real SDK's reader: one histogram point for the one retrieval (not two for the nested
+    pair), its value the framework-level span's duration, in seconds, with the specified buckets."""
+    span_exporter.clear()
+    chroma_store.as_retriever(search_kwargs={"k": 2}).invoke(QUERY)
+    outer = one(span_exporter.get_finished_spans(), "VectorStoreRetriever")
+    [metric] = duration_metrics(reader)
+    assert (metric.unit, metric.description) == ("s", "GenAI operation duration.")
+    [point] = metric.data.data_points
+    assert dict(point.attributes) == {sc.GEN_AI_OPERATION_NAME: "retrieval"}
+    assert tuple(point.explicit_bounds) == BUCKETS
+    assert point.count == 1 and point.sum == (outer.end_time - outer.start_time) / 1e9
+
+
+def test_sampled_out_retrievals_are_counted_and_failures_say_their_error_type(reader) -> None:
+    """Sampled in or out, each outermost retrieval is one measurement; the nested one none. A failure
+    carries ``error.type``: the exception's class, the failure class given, else ``_OTHER``; a
+    cancelled or degraded retrieval none."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    tracer = TracerProvider(sampler=ALWAYS_OFF).get_tracer("off")
+    for _ in range(3):
+        with ragtrail.stage("retrieve", "app.outer", tracer=tracer), ragtrail.stage("retrieve", "app.inner", tracer=tracer) as inner:
+            inner.outputs([{"id": "a"}])
+    with pytest.raises(ValueError), ragtrail.stage("retrieve", "app.search", tracer=tracer):
+        raise ValueError("boom")
+    with ragtrail.stage("retrieve", "app.search", tracer=tracer) as s:
+        s.set_status("failed", failure_class="timeout")
+    with ragtrail.stage("retrieve", "app.search", tracer=tracer) as s:
+        s.set_status("failed")
+    with ragtrail.stage("retrieve", "app.search", tracer=tracer) as s:
+        s.set_status("degraded", failure_class="timeout", fallback="input_order")
+    import asyncio
+
+    with pytest.raises(asyncio.CancelledError), ragtrail.stage("retrieve", "app.search", tracer=tracer):
+        raise asyncio.CancelledError
+    [metric] = duration_metrics(reader)
+    counts = {frozenset(p.attributes.items()): p.count for p in metric.data.data_points}
+    retrieval = (sc.GEN_AI_OPERATION_NAME, "retrieval")
+    assert counts == {
+        frozenset({retrieval}): 3 + 2,  # the three outer ones, the degraded and the cancelled one
+        frozenset({retrieval, (sc.ERROR_TYPE, "ValueError")}): 1,
+        frozenset({retrieval, (sc.ERROR_TYPE, "timeout")}): 1,
+        frozenset({retrieval, (sc.ERROR_TYPE, "_OTHER")}): 1,
+    }
+
+
+def test_no_duration_without_the_genai_mirror(tracer_provider, reader) -> None:
+    """The duration belongs to the GenAI mirror: switched off, it is not recorded (no MeterProvider:
+    no tally at all, tests/test_metrics.py)."""
+    ragtrail.set_capture(mirror_genai=False)
+    try:
+        with ragtrail.stage("retrieve", "app.search", tracer=tracer_provider.get_tracer("t")) as s:
+            s.outputs([{"id": "a"}])
+    finally:
+        ragtrail.set_capture(mirror_genai=True)
+    assert duration_metrics(reader) == []
+    with ragtrail.stage("retrieve", "app.search", tracer=tracer_provider.get_tracer("t")) as s:
+        s.outputs([{"id": "a"}])
+    assert [p.count for m in duration_metrics(reader) for p in m.data.data_points] == [1]

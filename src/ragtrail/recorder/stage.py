@@ -150,7 +150,7 @@ class Stage:
             self._retrieving = within or self.kind == sc.KIND_RETRIEVE
             self._stage_token = _current_stage.set(self)
             self.recording = self.span.is_recording()
-            self._tally = open_tally(self.kind, self.component)
+            self._tally = open_tally(self.kind, self.component, self.kind == sc.KIND_RETRIEVE and not within)
             if self.recording:
                 outer = parent._recorded() if parent is not None else None
                 self._record, self._pipeline_token = _open_record(self.kind, self.component, self._attributes, self._tracer, outer)
@@ -196,7 +196,7 @@ class Stage:
                 self.span.end()
             except Exception as error:  # pragma: no cover
                 self.record_error("end", error)
-            close_tally(self._tally, record, exc)
+            close_tally(self._tally, record, exc, self.span)
             self._detach()
 
     def _detach(self) -> None:
