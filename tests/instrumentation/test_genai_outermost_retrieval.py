@@ -198,8 +198,6 @@ def test_llama_index_retriever_is_one_genai_retrieval(tracer_provider, span_expo
     }
 
 
-
-
 # --- gen_ai.client.operation.duration: once per retrieval the GenAI mirror claims ----------------------
 def duration_metrics(reader: Any) -> list[Any]:
     """Every metric named ``gen_ai.client.operation.duration`` the reader collected."""
