@@ -14,6 +14,9 @@ its exclusions the same way (one per ``exclude`` call), so the counts mean the s
 
 Low cardinality only: attributes are the stage's kind, component (a class-level name), status,
 failure class and an exclusion's reason code; no id, no query text.
+
+The GenAI mirror's retrieval duration (``gen_ai.client.operation.duration``, docs/semconv.md §6) is
+one more histogram here, recorded once per outermost retrieve stage, sampled in or out.
 """
 
 from __future__ import annotations
