@@ -7,10 +7,12 @@ test gets a cleared InMemorySpanExporter. Tests that need other providers build 
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -47,6 +49,24 @@ def span_exporter() -> Iterator[InMemorySpanExporter]:
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()
+
+
+Install = Callable[[otel_metrics.MeterProvider], None]
+
+
+@pytest.fixture
+def install_meter_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
+    """Set the API's global MeterProvider for one test (the API sets it once per process; tests
+    put it back as it was)."""
+    from ragtrail.recorder import metrics as rm
+
+    internal = importlib.import_module("opentelemetry.metrics._internal")
+
+    def install(provider: otel_metrics.MeterProvider) -> None:
+        monkeypatch.setattr(internal, "_METER_PROVIDER", provider)
+        rm.refresh()
+
+    yield install
 
 
 @pytest.fixture(autouse=True)

@@ -158,7 +158,9 @@ def pop_mirrors(a: dict[str, Any], span: Any, spans: Iterable[Any] | None = None
             (sc.MIRROR_OUTPUT_DOCUMENTS_MIRRORED, sc.MIRROR_OUTPUT_DOCUMENTS_TOTAL),
         )
         _check_inputs(a, own, outputs, exclusions)
-    # GenAI
+    # GenAI: only the outermost retrieve stage names the retrieval (docs/semconv.md §6)
+    if spans is not None and kind == sc.KIND_RETRIEVE and _inside_a_retrieve_stage(span, spans):
+        assert [k for k in own if k.startswith("gen_ai.")] == [], span.name
     if sc.GEN_AI_OPERATION_NAME in a:
         assert kind == sc.KIND_RETRIEVE and a.pop(sc.GEN_AI_OPERATION_NAME) == "retrieval"
     if sc.GEN_AI_DATA_SOURCE_ID in a:
@@ -187,6 +189,17 @@ def pop_mirrors(a: dict[str, Any], span: Any, spans: Iterable[Any] | None = None
         assert tuple(a.pop(sc.GEN_AI_RERANK_SCORES)) == tuple(e[sc.CANDIDATE_SCORE] for e in outputs)
     left = [k for k in a if k.startswith(_MIRROR_PREFIXES)]
     assert left == [], left
+
+
+def _inside_a_retrieve_stage(span: Any, spans: Iterable[Any]) -> bool:
+    """Whether an ancestor of ``span`` among ``spans`` is a retrieve stage."""
+    by_id = {s.context.span_id: s for s in spans}
+    parent = by_id.get(span.parent.span_id) if span.parent is not None else None
+    while parent is not None:
+        if (parent.attributes or {}).get(sc.STAGE_KIND) == sc.KIND_RETRIEVE:
+            return True
+        parent = by_id.get(parent.parent.span_id) if parent.parent is not None else None
+    return False
 
 
 def _check_inputs(a: dict[str, Any], own: dict[str, Any], outputs: list[dict[str, Any]], exclusions: list[dict[str, Any]]) -> None:

@@ -31,8 +31,11 @@ def genai_of(span: Any) -> dict[str, Any]:
     return {k: v for k, v in span.attributes.items() if k.startswith("gen_ai.")}
 
 
+@pytest.mark.parametrize("nested", [False, True], ids=["one-stage", "store-stage-inside"])
 @pytest.mark.parametrize("content", [True, False], ids=["content", "no-content"])
-def test_a_retrieve_stage_writes_what_util_genai_writes(monkeypatch, content):
+def test_a_retrieve_stage_writes_what_util_genai_writes(monkeypatch, content, nested):
+    """``nested``: a store's retrieve stage runs inside ragtrail's stage; util-genai writes one
+    retrieval span for the one retrieval, and so do ragtrail's GenAI names (docs/semconv.md §6)."""
     # util-genai: its content switch (both variables, as its instrumentations document them)
     if content:
         monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
@@ -52,12 +55,19 @@ def test_a_retrieve_stage_writes_what_util_genai_writes(monkeypatch, content):
     ragtrail.set_capture(query="text" if content else "hash", content="off", mirror_openinference=False)
     try:
         mine_provider, mine_memory = provider()
-        with ragtrail.stage("retrieve", "my_app.search", top_k=2, tracer=mine_provider.get_tracer("t")) as s:
+        tracer = mine_provider.get_tracer("t")
+        with ragtrail.stage("retrieve", "my_app.search", top_k=2, tracer=tracer) as s:
             s.query("cats in the park")
+            if nested:
+                with ragtrail.stage("retrieve", "my_store.query", top_k=2, tracer=tracer) as inner:
+                    inner.query("cats in the park")
+                    inner.outputs([{"id": "d1", "score": 0.75}, {"id": "d2", "score": 0.5}], score_kind="similarity")
             s.outputs([{"id": "d1", "score": 0.75}, {"id": "d2", "score": 0.5}], score_kind="similarity")
     finally:
         ragtrail.set_capture(query="text", mirror_openinference=True)
-    [mine] = mine_memory.get_finished_spans()
+    spans = mine_memory.get_finished_spans()
+    [mine] = [span for span in spans if genai_of(span)]
+    assert len(spans) == (2 if nested else 1) and mine.attributes["ragtrail.stage.component"] == "my_app.search"
 
     want = {
         "gen_ai.operation.name": "retrieval",

@@ -8,10 +8,9 @@ the recorder makes no instrument at all.
 
 from __future__ import annotations
 
-import importlib
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,19 +34,6 @@ REFUSED_EVERY = 50
 DOCS = 10
 
 Install = Callable[[otel_metrics.MeterProvider], None]
-
-
-@pytest.fixture
-def install_meter_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
-    """Set the API's global MeterProvider for one test (the API sets it once per process; tests
-    put it back as it was)."""
-    internal = importlib.import_module("opentelemetry.metrics._internal")
-
-    def install(provider: otel_metrics.MeterProvider) -> None:
-        monkeypatch.setattr(internal, "_METER_PROVIDER", provider)
-        rm.refresh()
-
-    yield install
 
 
 class _SeededIds(IdGenerator):
@@ -269,6 +255,7 @@ def test_no_meter_provider_no_instruments() -> None:
     assert type(otel_metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider"
     assert rm.instruments() is None
     assert rm.open_tally(sc.KIND_RETRIEVE, "app.Retriever") is None
+    assert rm.open_tally(sc.KIND_RETRIEVE, "app.Retriever", outermost_retrieval=True) is None  # nothing timed either
 
 
 def test_instruments_follow_the_global_provider(install_meter_provider: Install) -> None:

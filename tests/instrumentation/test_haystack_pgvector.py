@@ -183,6 +183,7 @@ def test_embedding_retriever_score_kinds_and_the_sql_stage_inside(
         filter_json='{"params":["pets"],"where":"meta->>\'topic\' = %s"}',
         contents=[d.content for d in docs],
         table=f"public.docs_{store_function}",
+        nested=True,  # inside the framework's retrieval: no GenAI name of its own
     )
 
 

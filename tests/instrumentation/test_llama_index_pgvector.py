@@ -193,4 +193,5 @@ def test_retrieve_nests_the_sql_stage(tracer_provider, span_exporter, pg, asynch
         vector=QUERY,  # asyncpg: bound as the text '[0.9,0.2,0.1]', the same float32 receipt
         contents=[text for ident, _ in found for node, text, _ in NODES if node == ident],
         table="public.data_nodes",
+        nested=True,  # inside the framework's retrieval: no GenAI name of its own
     )

@@ -361,6 +361,12 @@ GEN_AI_OPERATION_RETRIEVAL = "retrieval"
 # JSON array of {id, score} plus content/metadata when the capture modes allow (extra fields are allowed)
 GEN_AI_RETRIEVAL_QUERY_TEXT = "gen_ai.retrieval.query.text"
 GEN_AI_RETRIEVAL_DOCUMENTS = "gen_ai.retrieval.documents"
+# the GenAI client metric a retrieval's duration is recorded in (docs/semconv.md §6), once per retrieval
+# the GenAI mirror claims; its bucket boundaries as the conventions specify them, in seconds
+GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
+GEN_AI_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+ERROR_TYPE = "error.type"  # OTel's (stable): the class of error an operation ended with
+ERROR_TYPE_OTHER = "_OTHER"  # its fallback value when the instrumentation knows no more
 # EXPERIMENTAL: proposed in semantic-conventions-genai issue #253, in no released package yet
 GEN_AI_RERANK_CANDIDATE_COUNT = "gen_ai.rerank.candidate.count"
 GEN_AI_RERANK_TOP_N = "gen_ai.rerank.top_n"

@@ -266,10 +266,7 @@ class StoreStages:
         if row.score_kind is not None:
             s.score_kind = row.score_kind
         if self.collection is not None:
-            s.set_attribute(sc.STAGE_COLLECTION, self.collection)
-            if settings.get().mirror_genai:
-                # GenAI's data source is the searched collection, more useful than the class name
-                s.set_attribute(sc.GEN_AI_DATA_SOURCE_ID, self.collection)
+            s.set_attribute(sc.STAGE_COLLECTION, self.collection)  # also GenAI's data source (the mirror)
         if row.filter is not None:
             s.set_attribute(sc.STAGE_FILTER, row.filter)
         for key, value in row.attributes.items():

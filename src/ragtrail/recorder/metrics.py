@@ -14,6 +14,9 @@ its exclusions the same way (one per ``exclude`` call), so the counts mean the s
 
 Low cardinality only: attributes are the stage's kind, component (a class-level name), status,
 failure class and an exclusion's reason code; no id, no query text.
+
+The GenAI mirror's retrieval duration (``gen_ai.client.operation.duration``, docs/semconv.md §6) is
+one more histogram here, recorded once per outermost retrieve stage, sampled in or out.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, NamedTuple
 
 from opentelemetry import metrics as otel_metrics
 
+from ragtrail import settings
 from ragtrail.contract import semconv as sc
 from ragtrail.recorder.conclude import RETRIEVAL_KINDS, is_cancellation, settle_status
 from ragtrail.recorder.errors import record_internal_error
@@ -96,6 +100,7 @@ class Instruments(NamedTuple):
     count_in: otel_metrics.Histogram
     count_out: otel_metrics.Histogram
     pipeline_runs: Totals
+    retrieval_duration: otel_metrics.Histogram  # gen_ai.client.operation.duration (the GenAI mirror's retrievals)
 
 
 _provider: object | None = None  # the provider the instruments below came from
@@ -133,6 +138,12 @@ def _create(provider: otel_metrics.MeterProvider) -> Instruments | None:
             STAGE_CANDIDATES_OUT, unit=candidates, description="Candidates a stage handed on", explicit_bucket_boundaries_advisory=BUCKETS
         ),
         pipeline_runs,
+        meter.create_histogram(
+            sc.GEN_AI_CLIENT_OPERATION_DURATION,
+            unit="s",
+            description="GenAI operation duration.",
+            explicit_bucket_boundaries_advisory=sc.GEN_AI_DURATION_BUCKETS,
+        ),
     )
 
 
@@ -224,7 +235,7 @@ _current_run: contextvars.ContextVar[RunTally | None] = contextvars.ContextVar("
 class StageTally:
     """What one stage tells the metrics, filled as cheaply when it is sampled out as when it records."""
 
-    __slots__ = ("component", "count_out", "failure_class", "kind", "reasons", "run", "status", "token", "tools")
+    __slots__ = ("component", "count_out", "failure_class", "kind", "reasons", "run", "started", "status", "token", "tools")
 
     def __init__(self, tools: Instruments, kind: str, component: str, run: RunTally | None) -> None:
         self.tools = tools
@@ -236,6 +247,7 @@ class StageTally:
         self.failure_class: str | None = None
         self.count_out: int | None = None
         self.reasons: list[Any] = []  # one per Stage.exclude call, as given (checked once per code at the end)
+        self.started: float | None = None  # perf_counter at the start of a retrieval the GenAI mirror claims
 
     def said_status(self, status: str, failure_class: str | None) -> None:
         """``Stage.set_status`` on a sampled-out stage (an invalid status is ignored, as recorded)."""
@@ -263,9 +275,10 @@ def sized_count(candidates: Any) -> int | None:
         return None
 
 
-def open_tally(kind: str, component: str) -> StageTally | None:
+def open_tally(kind: str, component: str, outermost_retrieval: bool = False) -> StageTally | None:
     """The tally of a stage that starts; ``None`` when no MeterProvider is set up. A pipeline stage
-    opens a run tally for the stages inside it. Never raises (an error is counted)."""
+    opens a run tally for the stages inside it; the outermost retrieve stage (no retrieve stage open
+    around it) starts its GenAI duration when the GenAI mirror is on. Never raises (an error is counted)."""
     if _instruments is None and _provider is not None and time.monotonic_ns() < _next_check:
         return None  # no MeterProvider, looked up less than a second ago: the common case, inlined
     try:
@@ -277,6 +290,8 @@ def open_tally(kind: str, component: str) -> StageTally | None:
         if kind == sc.KIND_PIPELINE:
             tally.run = RunTally(run)
             tally.token = _current_run.set(tally.run)
+        elif outermost_retrieval and settings.get().mirror_genai:
+            tally.started = time.perf_counter()
         return tally
     except Exception as exc:
         record_internal_error("metrics", exc)
@@ -290,14 +305,15 @@ def note_refused(refused: bool) -> None:
         run.refused = bool(refused)
 
 
-def close_tally(tally: StageTally | None, record: StageRecord | None, exc: BaseException | None) -> None:
+def close_tally(tally: StageTally | None, record: StageRecord | None, exc: BaseException | None, span: Any = None) -> None:
     """Count a stage that ended (``None``: no MeterProvider, nothing to count): from its conclusion
-    when it recorded (``record``), else from the tally. Never raises (an error, a failing instrument
-    included, is counted as an internal error)."""
+    when it recorded (``record``), else from the tally; ``span``: the stage's ended span (its duration
+    is the GenAI duration's, when it has one). Never raises (an error, a failing instrument included,
+    is counted as an internal error)."""
     if tally is None:
         return
     try:
-        _count(tally, record, exc)
+        _count(tally, record, exc, span)
     except Exception as error:
         record_internal_error("metrics", error)
     finally:
@@ -308,7 +324,7 @@ def close_tally(tally: StageTally | None, record: StageRecord | None, exc: BaseE
                 pass  # ended in another context
 
 
-def _count(tally: StageTally, record: StageRecord | None, exc: BaseException | None) -> None:
+def _count(tally: StageTally, record: StageRecord | None, exc: BaseException | None, span: Any) -> None:
     conclusion = record.conclusion if record is not None else None
     kind = tally.kind
     count_in: int | None = None
@@ -329,6 +345,8 @@ def _count(tally: StageTally, record: StageRecord | None, exc: BaseException | N
         refused = tally.run.refused if tally.run is not None else None
     key = (kind, tally.component, status, failure_class or None)
     tools = tally.tools
+    if tally.started is not None:
+        _record_duration(tally, span, status, failure_class, exc)
     tools.runs.add(key)
     reasons = tally.reasons
     if reasons:
@@ -346,3 +364,20 @@ def _count(tally: StageTally, record: StageRecord | None, exc: BaseException | N
             tools.count_in.record(count_in, attributes)
         if count_out is not None:
             tools.count_out.record(count_out, attributes)
+
+
+def _record_duration(tally: StageTally, span: Any, status: str, failure_class: str | None, exc: BaseException | None) -> None:
+    """One ``gen_ai.client.operation.duration`` measurement for a retrieval the GenAI mirror claims,
+    sampled in or out: the span's duration when it recorded one (a batch's sibling stages are
+    backdated to the call's start), else the time since the stage started. ``error.type`` only when
+    it failed: the exception's class name, else the failure class the stage was given (``_OTHER``
+    when none); a cancelled or degraded retrieval ended in no error."""
+    start, end = getattr(span, "start_time", None), getattr(span, "end_time", None)
+    seconds = (end - start) / 1e9 if isinstance(start, int) and isinstance(end, int) else time.perf_counter() - (tally.started or 0.0)
+    attributes = {sc.GEN_AI_OPERATION_NAME: sc.GEN_AI_OPERATION_RETRIEVAL}
+    if status == sc.STATUS_FAILED:
+        if exc is not None:
+            attributes[sc.ERROR_TYPE] = type(exc).__qualname__
+        else:
+            attributes[sc.ERROR_TYPE] = failure_class if failure_class and failure_class != "unspecified" else sc.ERROR_TYPE_OTHER
+    tally.tools.retrieval_duration.record(max(seconds, 0.0), attributes)

@@ -74,6 +74,8 @@ class MirrorInput:
     answer: Mapping[str, Any] | None = None  # the pipeline's answer attributes (capture-filtered)
     framework_output: str | None = None  # what the framework returned from a pipeline root (capture-filtered)
     model: Any = None
+    collection: str | None = None  # the searched collection, when the stage knows it (GenAI's data source)
+    within_retrieval: bool = False  # opened inside another retrieve stage: part of that one's retrieval
 
 
 def answer_text(answer: Mapping[str, Any] | None) -> str | None:
@@ -110,15 +112,17 @@ def _as_json(value: Any) -> str:
 
 # --- OTel GenAI --------------------------------------------------------------------------------------
 def genai(m: MirrorInput, max_documents: int | None = None) -> dict[str, Any]:
-    """OTel GenAI's retrieval attributes on retrieve stages; the proposed (experimental) rerank
-    attributes on rerank stages. Nothing on other stages: GenAI has no name for them.
+    """OTel GenAI's retrieval attributes on the outermost retrieve stage; the proposed (experimental)
+    rerank attributes on rerank stages. Nothing on other stages: GenAI has no name for them. A retrieve
+    stage opened inside another (a store's search under a framework's retriever) is part of that
+    retrieval as its caller observes it, so it writes none: a GenAI reader counts one retrieval.
 
     ``max_documents``: with the OpenInference mirror on, the documents it could write, so both
     mirrors carry the same list and the cap count is true of both (Phoenix merges the two)."""
     attributes: dict[str, Any] = {}
-    if m.kind == sc.KIND_RETRIEVE:
+    if m.kind == sc.KIND_RETRIEVE and not m.within_retrieval:
         attributes[sc.GEN_AI_OPERATION_NAME] = sc.GEN_AI_OPERATION_RETRIEVAL
-        attributes[sc.GEN_AI_DATA_SOURCE_ID] = m.component
+        attributes[sc.GEN_AI_DATA_SOURCE_ID] = m.collection if m.collection is not None else m.component
         if m.top_k is not None:
             attributes[sc.GEN_AI_RETRIEVAL_TOP_K] = int(m.top_k)
         if m.query_text is not None:

@@ -60,6 +60,9 @@ class StageRecord:
     # the record of the stage this one runs inside, when that one records
     parent: StageRecord | None = None
     tracer: trace.Tracer | None = None  # the stage's own tracer (continuation spans); None: ragtrail's
+    # opened inside another retrieve stage (at any depth, known at its start from the open stages): part
+    # of that retrieval, not one of its own in the GenAI mirror (docs/semconv.md §6)
+    within_retrieval: bool = False
     knobs: Knobs = _NO_KNOBS  # the knobs as the stage ran, handed over when it ends
     errors: int = 0  # internal errors counted while recording the stage, handed over when it ends
     closed: bool = False  # the stage has ended: no longer an outer stage for late inner ones

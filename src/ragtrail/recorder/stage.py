@@ -136,6 +136,7 @@ class Stage:
         self._errors = 0
         self._record: StageRecord | None = None
         self._tally: StageTally | None = None  # what the metrics count, sampled in or out
+        self._retrieving = False  # a retrieve stage, or one opened inside one: its inner stages are part of that retrieval
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> Stage:
@@ -145,12 +146,14 @@ class Stage:
             self.span = tracer.start_span(span_name(self.kind, self.component), kind=self._span_kind)
             self._token = otel_context.attach(trace.set_span_in_context(self.span))
             parent = _current_stage.get()
+            within = parent is not None and parent._retrieving
+            self._retrieving = within or self.kind == sc.KIND_RETRIEVE
             self._stage_token = _current_stage.set(self)
             self.recording = self.span.is_recording()
-            self._tally = open_tally(self.kind, self.component)
+            self._tally = open_tally(self.kind, self.component, self.kind == sc.KIND_RETRIEVE and not within)
             if self.recording:
                 outer = parent._recorded() if parent is not None else None
-                self._record, self._pipeline_token = _open_record(self.kind, self.component, self._attributes, self._tracer, outer)
+                self._record, self._pipeline_token = _open_record(self.kind, self.component, self._attributes, self._tracer, outer, within)
         except Exception as exc:  # pragma: no cover - defensive
             self.record_error("start", exc)
         return self
@@ -192,7 +195,7 @@ class Stage:
                 self.span.end()
             except Exception as error:  # pragma: no cover
                 self.record_error("end", error)
-            close_tally(self._tally, record, exc)
+            close_tally(self._tally, record, exc, self.span)
             self._detach()
 
     def _detach(self) -> None:
@@ -411,16 +414,16 @@ def _conclude(s: Stage, record: StageRecord, exc: BaseException | None) -> None:
 
 
 def _open_record(
-    kind: str, component: str, attributes: Mapping[str, Any] | None, tracer: trace.Tracer | None, parent: StageRecord | None
+    kind: str, component: str, attributes: Mapping[str, Any] | None, tracer: trace.Tracer | None, parent: StageRecord | None, within: bool
 ) -> tuple[StageRecord, contextvars.Token[PipelineState | None] | None]:
     """The record of a stage that records, in the pipeline it belongs to: a pipeline stage (or a
     stage outside any) opens one (returned: the token to leave it with), and a pipeline stage takes
-    the run's answer."""
+    the run's answer. ``within``: a retrieve stage is open around it (``StageRecord.within_retrieval``)."""
     state = current_pipeline()
     owns = state is None or kind == sc.KIND_PIPELINE
     if state is None or owns:
         state = PipelineState(outer=state)
-    record = StageRecord(kind, component, settings.get(), dict(attributes or {}), state, owns, parent, tracer)
+    record = StageRecord(kind, component, settings.get(), dict(attributes or {}), state, owns, parent, tracer, within_retrieval=within)
     if not owns:
         return record, None
     token = state.enter()

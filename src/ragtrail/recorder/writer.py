@@ -145,6 +145,8 @@ def _mirrors(record: StageRecord, concluded: Conclusion, limits: Any, outputs: l
         answer=concluded.answer,
         framework_output=_framework_output(record) if config.mirror_openinference else None,
         model=record.extra.get(sc.STAGE_MODEL),
+        collection=record.extra.get(sc.STAGE_COLLECTION),
+        within_retrieval=record.within_retrieval,
     )
     attributes: dict[str, Any] = {}
     oi = mirrors.openinference(m) if config.mirror_openinference else {}
