@@ -222,8 +222,9 @@ def test_compare_in_context_share_is_unknown_when_no_stage_defined_the_context(s
 
 
 def test_generated_nodes_in_the_context_are_not_corpus_units(span_exporter):
-    """Principle 1: a node the run generated (a sub-answer) that no retrieval handed on is no unit of
-    the corpus: 2 chunks and 1 sub-answer in the context of a 3-chunk corpus are not "all 3 of 3 read"."""
+    """Principle 1: a node no recorded stage read (here a sub-answer the run generated; as easily a
+    unit an unrecorded component fetched) is of unknown origin: 2 chunks and 1 such node in the
+    context of a 3-chunk corpus are neither "all 3 of 3 read" nor "1 never read"."""
 
     @ragtrail.retriever(component="kb.search", top_k=2)
     def retrieve(query: str) -> list[dict[str, Any]]:
@@ -245,7 +246,17 @@ def test_generated_nodes_in_the_context_are_not_corpus_units(span_exporter):
     assert m.in_context == ["kb-1", "kb-2", "sub-answer-0"]
     c = m.coverage
     assert (c.corpus_size, c.in_context, c.exhaustive) == (3, 2, False)
-    assert c.statement == "the answer claims absence: not supported (2 of 3 read, 1 never read)"
+    assert c.unknown_origin == 1
+    assert c.statement == "the answer claims absence: not supported (2 of 3 read, up to 1 never read; 1 in the context of unknown origin)"
+    assert [(v.claim, v.supported, v.why) for v in c.claims][1] == (
+        "absence",
+        False,
+        "asserts something about up to 1 units never read (1 in the context of unknown origin)",
+    )
+    assert m.findings[0] == (
+        "1 in the context of unknown origin (sub-answer-0): no recorded stage read them (text made in the run, "
+        "or a component ragtrail does not record read them); coverage counts them apart"
+    )
 
 
 def test_a_query_of_one_space_is_not_shown_as_empty(span_exporter):
@@ -313,7 +324,8 @@ def test_a_hop_cut_on_the_way_is_marked_where_it_is_printed():
 
 def test_sub_answers_are_no_corpus_units_and_the_chunk_the_sub_questions_read_is(span_exporter):
     """Principle 1: sub-questions each answered from one chunk, then the final answer from their
-    generated sub-answers: 1 of 3 read (on the old code the sub-answers made it "all 3 of 3")."""
+    generated sub-answers: 1 of 3 read and 3 of unknown origin (on the old code the sub-answers made
+    it "all 3 of 3"; then "2 never read", a guess: the trace does not say the sub-answers are no units)."""
 
     @ragtrail.retriever(component="kb.search", top_k=1)
     def retrieve(query: str) -> list[dict[str, Any]]:
@@ -339,4 +351,7 @@ def test_sub_answers_are_no_corpus_units_and_the_chunk_the_sub_questions_read_is
     assert m.in_context == ["sub-answer-0", "sub-answer-1", "sub-answer-2", "kb-1"]
     c = m.coverage
     assert (c.corpus_size, c.in_context, c.exhaustive) == (3, 1, False)
-    assert c.statement == "the answer claims absence: not supported (1 of 3 read, 2 never read)"
+    assert (c.unknown_origin, c.statement) == (
+        3,
+        "the answer claims absence: not supported (1 of 3 read, up to 2 never read; 3 in the context of unknown origin)",
+    )

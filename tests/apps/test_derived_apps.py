@@ -193,8 +193,16 @@ def test_sub_questions_are_decompose_hops_of_the_question(tmp_path):
         (3, 0, "decompose", "What changed in the refund policy?", True),
     ]
     assert [h["produced_by"] for h in manifest["query_hops"]] == [None] + [f"query_transform {question_gen['component']}"] * 3
-    # each sub-question's retrieval runs on its own hop; no hop is untracked, so no finding
+    # each sub-question's retrieval runs on its own hop; no hop is untracked, so no hop finding. The one
+    # finding names the three sub-answers of the final synthesis: no recorded stage read them (the
+    # trace cannot tell text the run made from a unit an unrecorded component fetched)
     assert [s["query"]["hop"] for s in manifest["stages"] if s["kind"] == "retrieve"] == [1, 2, 3]
-    assert manifest["findings"] == []
+    read = {c["id"] for s in manifest["stages"] if s["kind"] == "retrieve" for c in s["candidates"]}
+    made = [i for i in manifest["in_context"] if i not in read]
+    assert len(made) == 3 and manifest["coverage"]["unknown_origin"] == 3
+    assert manifest["findings"] == [
+        f"3 in the context of unknown origin ({', '.join(made)}): no recorded stage read them "
+        "(text made in the run, or a component ragtrail does not record read them); coverage counts them apart"
+    ]
     assert "untracked" not in run.show_text(trace["trace_id"])
     assert_verifies_clean(run, trace["trace_id"])

@@ -351,9 +351,19 @@ def test_faiss_mmr_pool_is_the_engine_stage_s_hits(instrumentor, tracer_provider
         ],
     )
     [filtered_outer] = [s for s in span_exporter.get_finished_spans() if s.name == "retrieve FAISS"]
+    # a filter: FAISS fetched 2 x fetch_k and dropped some itself, so its hits are not taken for the pool;
+    # the hits it did not return are unexplained (not picked, or filtered out), never a top-k cut (they
+    # read "below_rank_cutoff" before, ranked above what a filtered MMR search may return)
     assert filtered == [] and list(filtered_outer.attributes[sc.STAGE_FINDINGS]) == [
-        "maximal marginal relevance picked from 3 fetched candidates (fetch_k): the ones it did not pick are not recorded at this stage"
-    ]  # a filter: FAISS fetched 2 x fetch_k and may drop some itself, so its hits are not taken for the pool
+        "maximal marginal relevance picked from 3 fetched candidates (fetch_k), a pool this stage did not see: "
+        "the 4 fetched hits it did not return are unexplained (not picked, or removed before the pick)"
+    ]
+    unseen = "not returned by maximal marginal relevance: passed over by the pick or removed before it (not recorded at this stage)"
+    assert [
+        (e.attributes[sc.CANDIDATE_ID], e.attributes[sc.EXCLUSION_REASON], e.attributes[sc.EXCLUSION_DETAIL])
+        for e in rec_events(filtered_outer)
+        if e.name == sc.EVENT_EXCLUSION
+    ] == [(ident, "unexplained", unseen) for ident in ["near", "twin", "other", "far"]]
 
 
 def test_chroma_mmr_pool_is_the_chromadb_stage_s_hits(instrumentor, tracer_provider, span_exporter) -> None:

@@ -31,6 +31,7 @@ from .test_llama_index_support import (
     attrs,
     build_index,
     content_attrs,
+    corpus,
     events,
     instrumented,  # noqa: F401 - fixture
     instrumentor,  # noqa: F401 - fixture
@@ -700,3 +701,20 @@ def test_allow_listed_metadata_is_captured(instrumented, monkeypatch):
     recorded = events(span)
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_META_PREFIX + "date"]) for e in recorded] == [("n0", DATES[0]), ("n1", DATES[1])]
     assert not any(sc.CANDIDATE_META_PREFIX + "owner" in e for e in recorded)
+
+
+def test_summary_index_retriever_states_its_corpus(instrumented):
+    """A SummaryIndex (LlamaIndex's "list index") retriever hands on the index's whole node list,
+    held in memory: its length is the corpus, known without a request, so a summary over all of it
+    reads "all N of N" (it read "N read of a corpus of unknown size", an app nobody here had seen)."""
+    from llama_index.core import SummaryIndex
+    from tests.test_inspect_known_or_unknown import manifest_of
+
+    nodes = corpus()
+    engine = SummaryIndex(nodes).as_query_engine(llm=ScriptedLLM(), response_mode="tree_summarize")
+    engine.query("summarize the notes")
+    span = one(instrumented.get_finished_spans(), "retrieve SummaryIndexRetriever")
+    assert span.attributes[sc.COVERAGE_CORPUS_SIZE] == len(nodes)
+    m = manifest_of(instrumented)
+    assert (m.coverage.corpus_size, m.coverage.retrieved, m.coverage.in_context, m.coverage.exhaustive) == (len(nodes), len(nodes), len(nodes), True)
+    assert m.coverage.statement == f"all {len(nodes)} of {len(nodes)} read: absence, universal, latest and count claims are supported"

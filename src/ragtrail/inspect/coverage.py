@@ -101,11 +101,16 @@ def _unknown_coverage(corpus_size: int | None, retrieved: int, cited: int, *, cl
     )
 
 
-def _claims(read: int, cited: int, corpus_size: int | None, *, exhaustive: bool, approximate: bool, stores: int | None = None) -> list[ClaimVerdict]:
-    """Whether ``read`` units (of ``corpus_size``) support each type of claim, and why."""
+def _claims(
+    read: int, cited: int, corpus_size: int | None, *, exhaustive: bool, approximate: bool, stores: int | None = None, unknown_origin: int = 0
+) -> list[ClaimVerdict]:
+    """Whether ``read`` units (of ``corpus_size``) support each type of claim, and why. Ids in the
+    context of unknown origin may be units or not: the unread remainder is then an upper bound."""
     claims: list[ClaimVerdict] = []
     for name, example, needs_all in CLAIMS:
-        if read == 0:
+        if read == 0 and unknown_origin:
+            ok, why = False, f"no unit the trace records as read reached the model ({_unknown_words(unknown_origin)})"
+        elif read == 0:
             ok, why = False, "nothing reached the model: a retrieval or context failure, not a reasoning one"
         elif not needs_all:
             ok, why = True, f"needs only the units quoted ({cited} cited)" if cited else "needs only the units quoted"
@@ -117,10 +122,17 @@ def _claims(read: int, cited: int, corpus_size: int | None, *, exhaustive: bool,
             ok, why = False, f"the corpus size is approximate (~{corpus_size}): all of it may not have been read"
         elif stores is not None and stores > 1:
             ok, why = False, f"asserts something about units never read (how many is unknown: {stores} stores may hold the same documents)"
+        elif unknown_origin:
+            ok, why = False, f"asserts something about up to {corpus_size - read} units never read ({_unknown_words(unknown_origin)})"
         else:
             ok, why = False, f"asserts something about the {corpus_size - read} units never read"
         claims.append(ClaimVerdict(name, example, ok, why))
     return claims
+
+
+def _unknown_words(unknown_origin: int) -> str:
+    """The ids in the context no recorded stage read, in words."""
+    return f"{unknown_origin} in the context of unknown origin"
 
 
 def coverage(
@@ -134,6 +146,7 @@ def coverage(
     approximate: bool = False,
     stores: int | None = None,
     excluded: int = 0,
+    unknown_origin: int = 0,
 ) -> Coverage:
     """The manifest's ``coverage`` block: counts, ``exhaustive``, one statement, per-claim verdicts,
     and the verdict for the claim the answer made when the app said which (``ragtrail.answer.claim``).
@@ -142,25 +155,30 @@ def coverage(
     and the run failed) and a context failure (retrieved, then none reached the model) get
     different words. An approximate corpus size never supports a claim about the whole corpus.
     ``in_context`` is ``None`` when no stage defined what reached the model: then nothing is read
-    for certain, and no claim that needs the context is supported."""
+    for certain, and no claim that needs the context is supported. ``unknown_origin`` counts the ids in
+    the context no recorded stage read (a sub-answer made in the run, or a unit an unrecorded
+    component fetched): never counted as read, and the unread remainder becomes an upper bound."""
     if in_context is None and not retrieved:
         in_context = 0  # nothing was retrieved: nothing from the corpus can have reached the model
     if in_context is None:
         return _unknown_coverage(corpus_size, retrieved, cited, claim=claim, approximate=approximate, stores=stores)
     read = in_context
     exhaustive = corpus_size is not None and corpus_size > 0 and read >= corpus_size and not approximate
-    claims = _claims(read, cited, corpus_size, exhaustive=exhaustive, approximate=approximate, stores=stores)
-    if read == 0:
+    claims = _claims(read, cited, corpus_size, exhaustive=exhaustive, approximate=approximate, stores=stores, unknown_origin=unknown_origin)
+    also = f", and {_unknown_words(unknown_origin)}" if unknown_origin else ""
+    if read == 0 and unknown_origin:
+        statement = f"no unit the trace records as read reached the model ({_unknown_words(unknown_origin)}): no claim about the corpus is supported"
+    elif read == 0:
         statement = _nothing_read(retrieved, run_status, excluded)
     elif exhaustive:
         statement = f"all {corpus_size} of {corpus_size} read: absence, universal, latest and count claims are supported"
     elif corpus_size is None:
-        statement = f"{read} read of a corpus of unknown size: an absence claim is not supported"
+        statement = f"{read} read of a corpus of unknown size{also}: an absence claim is not supported"
     else:
-        statement = f"{read} of {_of(corpus_size, approximate, stores)} read: an absence claim is not supported"
+        statement = f"{read} of {_of(corpus_size, approximate, stores)} read{also}: an absence claim is not supported"
     if read and run_status in ("failed", "degraded"):
         statement = f"run {run_status}: {statement}"
-    verdict = _claim_verdict(claim, claims, read, corpus_size, approximate, stores)
+    verdict = _claim_verdict(claim, claims, read, corpus_size, approximate, stores, unknown_origin)
     if verdict is not None:
         statement = verdict.statement
     return Coverage(
@@ -174,11 +192,18 @@ def coverage(
         statement=statement,
         claims=claims,
         answer_claim=verdict,
+        unknown_origin=unknown_origin,
     )
 
 
 def _claim_verdict(
-    claim: str | None, claims: list[ClaimVerdict], read: int, corpus_size: int | None, approximate: bool, stores: int | None = None
+    claim: str | None,
+    claims: list[ClaimVerdict],
+    read: int,
+    corpus_size: int | None,
+    approximate: bool,
+    stores: int | None = None,
+    unknown_origin: int = 0,
 ) -> AnswerClaim | None:
     """The verdict for the one claim the answer said it made (absence, presence, none)."""
     if claim not in ("absence", "presence", "none"):
@@ -195,20 +220,27 @@ def _claim_verdict(
         if row.supported:
             text = f"the answer claims absence: supported (all {corpus_size} of {corpus_size} read)"
         elif read == 0:
-            text = "the answer claims absence: not supported (nothing reached the model)"
+            text = (
+                f"the answer claims absence: not supported (no unit the trace records as read reached the model; {_unknown_words(unknown_origin)})"
+                if unknown_origin
+                else "the answer claims absence: not supported (nothing reached the model)"
+            )
         elif corpus_size is None:
             text = f"the answer claims absence: not supported ({read} read of a corpus of unknown size)"
         else:
             unread = max(corpus_size - read, 0) if not (stores and stores > 1) else 0  # summed stores: unknown
-            text = f"the answer claims absence: not supported ({read} of {_of(corpus_size, approximate, stores)} read" + (
-                f", {unread} never read)" if unread else ")"
+            never = (
+                (f", up to {unread} never read; {_unknown_words(unknown_origin)}" if unknown_origin else f", {unread} never read") if unread else ""
             )
+            text = f"the answer claims absence: not supported ({read} of {_of(corpus_size, approximate, stores)} read{never})"
     else:
         text = (
             f"the answer claims presence: supported by what was read ({read}{of} read; an absence claim would not be)"
             if row.supported and read != corpus_size
             else f"the answer claims presence: supported by what was read ({read}{of} read)"
             if row.supported
+            else f"the answer claims presence: not supported (no unit the trace records as read reached the model; {_unknown_words(unknown_origin)})"
+            if unknown_origin
             else "the answer claims presence: not supported (nothing reached the model)"
         )
     return AnswerClaim(claim, row.supported, text, why=row.why)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ragtrail.contract import receipts
@@ -398,34 +399,48 @@ def _context(stages: list[Stage], pipeline: Stage | None) -> list[str] | None:
     return None
 
 
-def _corpus_units(in_context: list[str] | None, stages: list[Stage]) -> int | None:
-    """How many of the in-context ids are units read from the corpus: when the trace records its
-    reads (a retrieve, fuse or split stage), an id none of them handed on (nor one it was derived
-    from) was generated in the run (a sub-answer) or came from elsewhere, and is no corpus unit."""
+@dataclass(frozen=True)
+class ContextUnits:
+    """What reached the model, counted against the corpus: units read, and ids of unknown origin."""
+
+    read: int
+    unknown_origin: tuple[str, ...] = ()
+
+
+def _corpus_units(in_context: list[str] | None, stages: list[Stage]) -> ContextUnits | None:
+    """(corpus units read, ids of unknown origin) among the in-context ids. When the trace records its
+    reads (a retrieve, fuse or split stage), an id in the context that none of them handed on (nor one
+    it was derived from) is of unknown origin: text made in the run (a sub-answer) or a unit an
+    unrecorded component read from the store (a sentence window). The trace cannot tell which, so it
+    is counted apart, never as read and never as "no corpus unit"."""
     if in_context is None:
         return None
     read = {c.id for s in stages if s.kind in _READ_KINDS for c in s.candidates}
     if not read:
-        return len(in_context)
+        return ContextUnits(len(in_context))
     derived = {c.id for s in stages for c in s.candidates if c.derived_from is not None and {str(d) for d in _as_list(c.derived_from)} & read}
     # a replacement (a parent for its chunks, a merged node for its leaves) holds the units it replaced,
     # each one a candidate the replacing stage read
     merged = {c.id: replaced_ids(c.derived_from) for s in stages for c in s.candidates if c.transform_rule == sc.RULE_MERGE}
     units: set[str] = set()
+    unknown: list[str] = []
     for ident in dict.fromkeys(in_context):
         if ident in merged and merged[ident]:
             units.update(merged[ident])
         elif ident in read or ident in derived:
             units.add(ident)
-    return len(units)
+        else:
+            unknown.append(ident)
+    return ContextUnits(len(units), tuple(unknown))
 
 
-def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, int | None, int, int]) -> Coverage:
+def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, ContextUnits | None, int, int]) -> Coverage:
     """The coverage block from the pipeline's stamps (``pa``) and the manifest's own ``counts`` (retrieved,
-    corpus units in context or ``None`` when unknown, cited, excluded): the other counts stand in for a
+    corpus units in context and ids of unknown origin there, or ``None`` when what reached the model is
+    unknown; cited, excluded): the other counts stand in for a
     stamp the trace does not carry; what reached the model is the manifest's own (the recorder stamps
     every retrieved id when no stage defined the context)."""
-    retrieved, in_context, cited, excluded = counts
+    retrieved, units, cited, excluded = counts
     corpus = _int(pa.get(sc.COVERAGE_CORPUS_SIZE))
     if corpus is None:
         stated = [_int(v.attributes.get(sc.COVERAGE_CORPUS_SIZE)) for v in stitched.stages]
@@ -441,14 +456,26 @@ def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, int | N
     return coverage(
         corpus,
         n_retrieved if n_retrieved is not None else retrieved,
-        in_context,
+        units.read if units is not None else None,
         n_cited if n_cited is not None else cited,
         claim=claim if isinstance(claim, str) else None,
         run_status=run_status if isinstance(run_status, str) else None,
         approximate=approximate,
         stores=_int(pa.get(sc.COVERAGE_STORES)),
         excluded=excluded,
+        unknown_origin=len(units.unknown_origin) if units is not None else 0,
     )
+
+
+def _unknown_origin_finding(units: ContextUnits | None) -> list[str]:
+    """Ids in the context that no recorded stage read are named: coverage counts them apart."""
+    if units is None or not units.unknown_origin:
+        return []
+    named = ", ".join(units.unknown_origin[:3]) + (", …" if len(units.unknown_origin) > 3 else "")
+    return [
+        f"{len(units.unknown_origin)} in the context of unknown origin ({named}): no recorded stage read them "
+        "(text made in the run, or a component ragtrail does not record read them); coverage counts them apart"
+    ]
 
 
 def _runs_finding(runs: int, pipeline: Stage | None) -> list[str]:
@@ -493,7 +520,8 @@ def build(trace: Trace, key: bytes | None = None) -> Manifest:
     if not pa:
         # no pipeline span: a retrieval root that wrote the run's coverage speaks for it
         pa = next((v.attributes for v in stitched.stages if v.span.parent_span_id is None and sc.COVERAGE_RETRIEVED in v.attributes), {})
-    cover = _coverage(stitched, pa, (len(retrieved), _corpus_units(in_context_ids, stages), len(cited), len(excluded)))
+    units = _corpus_units(in_context_ids, stages)
+    cover = _coverage(stitched, pa, (len(retrieved), units, len(cited), len(excluded)))
     run_of = stage_tree(trace.spans, [*stitched.pipelines, *stitched.stages]).question
     runs = len({run_of(v.span.span_id) for v in [*stitched.pipelines, *stitched.stages]})
     return Manifest(
@@ -510,7 +538,7 @@ def build(trace: Trace, key: bytes | None = None) -> Manifest:
         survival=survival(stages),
         coverage=cover,
         fidelity=fidelity,
-        findings=_runs_finding(runs, pipeline) + _findings(([pipeline] if pipeline else []) + stages),
+        findings=_runs_finding(runs, pipeline) + _unknown_origin_finding(units) + _findings(([pipeline] if pipeline else []) + stages),
         run_status=pa.get(sc.RUN_STATUS),
         answer=answer_entry(pa),
         sampling=_sampling(trace, stitched),

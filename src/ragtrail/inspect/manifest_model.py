@@ -265,6 +265,7 @@ class Coverage:
     statement: str = ""
     claims: list[ClaimVerdict] = field(default_factory=list)
     answer_claim: AnswerClaim | None = None
+    unknown_origin: int = 0  # ids in the context no recorded stage read: never counted as read
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -273,6 +274,7 @@ class Coverage:
             "stores": self.stores,
             "retrieved": self.retrieved,
             "in_context": self.in_context,
+            "unknown_origin": self.unknown_origin,
             "cited": self.cited,
             "exhaustive": self.exhaustive,
             "statement": self.statement,

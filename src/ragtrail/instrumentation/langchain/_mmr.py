@@ -11,7 +11,7 @@ objects. A store that fetches through an instrumented engine nested in the MMR s
 faiss, Chroma over chromadb) hands its hits up under the store's ids: those are the pool when
 nothing could drop one between the fetch and the pick (:func:`_from_nested`). Else (another store,
 MMR inside a database) the stage says in a finding that the candidates it did not pick are not
-recorded at this stage.
+recorded at this stage, and the nested engine's hits it did not return are ``unexplained``.
 """
 
 from __future__ import annotations
@@ -50,10 +50,30 @@ def record_mmr(s: Stage, arguments: Mapping[str, Any]) -> None:
         s.set_attribute(sc.STAGE_MMR_LAMBDA, lam)
 
 
-def _unseen(s: Stage, arguments: Mapping[str, Any]) -> None:
+def _unseen(s: Stage, result: Any, arguments: Mapping[str, Any]) -> None:
+    """The pool is not known. The hits an engine nested in this stage handed up and the search did
+    not return are then exclusions ``unexplained``: the pick passed them over, or something before
+    the pick removed them (a filter), and the stage cannot say which. Never a top-k cut: MMR keeps k
+    by relevance and novelty together, not the best k by rank (a FAISS MMR search with a filter read
+    "below_rank_cutoff" for hits ranked above the ones it returned)."""
     fetch_k = arguments.get("fetch_k")
     pool = fetch_k if isinstance(fetch_k, int) and not isinstance(fetch_k, bool) else "its default"
-    s.finding(f"maximal marginal relevance picked from {pool} fetched candidates (fetch_k): the ones it did not pick are not recorded at this stage")
+    inner = handed_up(s) if isinstance(result, list) else []
+    kept = {c.id for c in adapt_all(result)} if inner else set()
+    dropped = list(dict.fromkeys(c.id for c in inner if c.id not in kept))
+    if not dropped:
+        s.finding(
+            f"maximal marginal relevance picked from {pool} fetched candidates (fetch_k): the ones it did not pick are not recorded at this stage"
+        )
+        return
+    detail = "not returned by maximal marginal relevance: passed over by the pick or removed before it (not recorded at this stage)"
+    s.inputs(inner)  # as the stage would take them at its end; named now, so the exclusions name them
+    for ident in dropped:
+        s.exclude(ident, sc.REASON_UNEXPLAINED, detail)
+    s.finding(
+        f"maximal marginal relevance picked from {pool} fetched candidates (fetch_k), a pool this stage did not see: "
+        f"the {len(dropped)} fetched hits it did not return are unexplained (not picked, or removed before the pick)"
+    )
 
 
 def record_mmr_pick(s: Stage, result: Any, pool: Any, arguments: Mapping[str, Any], score_kind: str) -> bool:
@@ -66,7 +86,7 @@ def record_mmr_pick(s: Stage, result: Any, pool: Any, arguments: Mapping[str, An
             return True
     elif _from_nested(s, result, arguments):
         return True
-    _unseen(s, arguments)
+    _unseen(s, result, arguments)
     return False
 
 

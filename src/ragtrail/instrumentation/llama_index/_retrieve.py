@@ -120,6 +120,16 @@ class RetrieveCall(LlamaCall):
             self._store_facts(s)
         else:
             s.query(text)
+            self._list_index_size(s)
+
+    def _list_index_size(self, s: Stage) -> None:
+        """A ``SummaryIndex`` (``IndexList``) retriever searches the index's own node list, held in
+        memory: its length is the corpus, known for free (the plain retriever hands on all of it)."""
+        index = getattr(self.instance, "_index", None)
+        struct = getattr(index, "index_struct", None)
+        nodes = getattr(struct, "nodes", None)
+        if type(struct).__name__ == "IndexList" and isinstance(nodes, list):
+            s.corpus_size(len(nodes), store=index)
 
     def _store_facts(self, s: Stage) -> None:
         """Corpus size (for the coverage statement) and the metadata filter the store applied."""
