@@ -1,7 +1,7 @@
 """DSPy documentation apps (tests/apps/dspy_*.py), run plain and under ``opentelemetry-instrument``
 and read back with the real ``ragtrail`` CLI.
 
-The RAG tutorial's ``RAG`` module is the pipeline root; its ``dspy.retrievers.Embeddings`` search runs
+The RAG tutorial's ``RAG`` module (sync, and in the async guide's form) is the pipeline root; its ``dspy.retrievers.Embeddings`` search runs
 in DSPy's own worker thread, the stage is recorded in the caller's thread, with the corpus positions
 DSPy returns as ids and the scores its search computed. ``ChainOfThought`` is handed the very list
 of passages the search returned: its model call is the generate stage, and the passages whose text
@@ -33,8 +33,10 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def test_rag_tutorial_is_one_trace_with_its_search_and_generation(tmp_path):
-    run = run_app("dspy_rag.py", tmp_path, enabled=["ragtrail_dspy"], extra_env=OFFLINE)
+@pytest.mark.parametrize("app", ["dspy_rag.py", "dspy_async_rag.py"])
+def test_rag_tutorial_is_one_trace_with_its_search_and_generation(tmp_path, app):
+    # the async guide's form of the tutorial (``await rag.acall``, ``aforward`` awaiting ``acall``) records the same
+    run = run_app(app, tmp_path, enabled=["ragtrail_dspy"], extra_env=OFFLINE)
     assert_host_untouched(run)
     assert "response='Cosine similarity measures the angle between two embedding vectors.'" in run.stdout
     [m] = manifests(run)  # one trace, verified with no alarm
