@@ -4,47 +4,34 @@
 #   `search = dspy.retrievers.Embeddings(embedder=..., corpus=..., k=...)`, `context =
 #   search(question).passages`, `dspy.ChainOfThought("context, question -> response")`).
 # Offline swaps: the RAG-QA-Arena corpus (a download) -> five inline passages;
-#   dspy.Embedder("openai/text-embedding-3-small", dimensions=512) -> dspy.Embedder around a
-#   deterministic bag-of-words function (the tutorial's "local function" form of Embedder);
+#   dspy.Embedder("openai/text-embedding-3-small", dimensions=512) -> dspy.Embedder around DSPy's own
+#   offline n-gram vectorizer (dspy.utils.DummyVectorizer; the tutorial's "local function" form);
 #   dspy.LM("openai/gpt-4o-mini") -> dspy.utils.DummyLM with the answer scripted (reasoning and
 #   response, the fields ChainOfThought asks for).
 import asyncio
 
 import dspy
-from dspy.utils import DummyLM
+from dspy.utils import DummyLM, DummyVectorizer
 
-lm = DummyLM(
-    [
-        {
-            "reasoning": "The context says cosine similarity compares the angle between two vectors.",
-            "response": "Cosine similarity measures the angle between two embedding vectors.",
-        }
-    ]
+dspy.configure(
+    lm=DummyLM(
+        [
+            {
+                "reasoning": "The context says acall runs a module asynchronously.",
+                "response": "Call await program.acall(...) to run a DSPy program asynchronously.",
+            }
+        ]
+    )
 )
-dspy.configure(lm=lm)
 
 corpus = [
-    "BM25 ranks documents by term frequency and inverse document frequency.",
-    "Cosine similarity measures the angle between two embedding vectors.",
-    "A vector database stores embeddings and searches them by similarity.",
-    "Reranking reorders retrieved passages with a stronger model.",
-    "Chunking splits long documents into passages before embedding them.",
+    "Call await program.acall(...) to run a DSPy program asynchronously.",
+    "dspy.asyncify wraps a synchronous program so it runs in a worker thread.",
+    "Optimizers such as MIPROv2 tune the prompts of a program.",
+    "dspy.Evaluate scores a program on a development set.",
+    "Signatures declare the input and output fields of a module.",
 ]
-
-
-def embed(texts):
-    vectors = []
-    for text in texts:
-        v = [0.0] * 64
-        for w in text.lower().replace(".", " ").replace("?", " ").replace(",", " ").split():
-            v[sum(map(ord, w)) % 64] += 1.0
-        vectors.append(v)
-    return vectors
-
-
-embedder = dspy.Embedder(embed)
-topk_docs_to_retrieve = 2
-search = dspy.retrievers.Embeddings(embedder=embedder, corpus=corpus, k=topk_docs_to_retrieve)
+search = dspy.retrievers.Embeddings(embedder=dspy.Embedder(DummyVectorizer()), corpus=corpus, k=2)
 
 
 class RAG(dspy.Module):
@@ -58,7 +45,7 @@ class RAG(dspy.Module):
 
 async def main():
     rag = RAG()
-    output = await rag.acall(question="What does cosine similarity measure between embedding vectors?")
+    output = await rag.acall(question="How do I run a DSPy program asynchronously?")
     print(output)
 
 

@@ -209,54 +209,46 @@ def query_after(server: Loopback, steps: Callable[[], Any]) -> tuple[Any, list[A
     return steps(), bare, server.requests[before:]
 
 
-def test_the_metric_describe_index_answered_gives_the_kind(server, exporter, unconfigured) -> None:
-    def steps() -> Any:
-        with control(server) as pc, pc.Index(host=pc.describe_index("films").host) as idx:
-            return idx.query(vector=QUERY, top_k=2, namespace="ns1")
+def described(server: Loopback) -> Any:
+    with control(server) as pc, pc.Index(host=pc.describe_index("films").host) as idx:
+        return idx.query(vector=QUERY, top_k=1, namespace="ns1")
 
-    result, bare, traced = query_after(server, steps)
-    assert traced == bare and [r[1] for r in traced] == ["/indexes/films", "/query"]
+
+def opened_by_name(server: Loopback) -> Any:
+    with control(server) as pc, pc.Index("songs") as idx:  # the client describes "songs" for its host
+        return idx.query(vector=QUERY, top_k=1, namespace="ns1")
+
+
+def created(server: Loopback) -> Any:
+    with control(server) as pc:
+        # timeout=-1: no wait for readiness (the wait polls describe_index, which would tell the metric itself)
+        spec = pinecone.ServerlessSpec(cloud="aws", region="us-east-1")
+        index = pc.create_index(name="fresh", dimension=3, metric="euclidean", spec=spec, timeout=-1)
+        with pc.Index(host=index.host) as idx:
+            return idx.query(vector=QUERY, top_k=1, namespace="ns1")
+
+
+def stats_read(server: Loopback) -> Any:
+    with pinecone.Pinecone(api_key="k").Index(host=server.url) as idx:
+        idx.describe_index_stats()  # its answer says "metric": "cosine"
+        return idx.query(vector=QUERY, top_k=1, namespace="ns1")
+
+
+@pytest.mark.parametrize(
+    ("steps", "paths", "kind"),
+    [
+        (described, ["/indexes/films", "/query"], sc.SCORE_DISTANCE),
+        (opened_by_name, ["/indexes/songs", "/query"], sc.SCORE_SIMILARITY),
+        (created, ["/indexes", "/query"], sc.SCORE_DISTANCE),
+        (stats_read, ["/describe_index_stats", "/query"], sc.SCORE_SIMILARITY),
+    ],
+    ids=["describe_index", "Index(name)", "create_index", "describe_index_stats"],
+)
+def test_the_metric_the_apps_own_calls_received_gives_the_kind(server, exporter, unconfigured, steps, paths, kind) -> None:
+    result, bare, traced = query_after(server, lambda: steps(server))
+    assert traced == bare and [r[1] for r in traced] == paths  # the app's own requests only
     [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)  # the instrumented run's (the plain run recorded nothing)
-    check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="ns1", kind=sc.SCORE_DISTANCE, top_k=2, vector=QUERY))
-
-
-def test_an_index_opened_by_name_is_described_by_the_client_itself(server, exporter, unconfigured) -> None:
-    def steps() -> Any:
-        with control(server) as pc, pc.Index("songs") as idx:  # the client describes "songs" for its host
-            return idx.query(vector=QUERY, top_k=1, namespace="ns1")
-
-    result, bare, traced = query_after(server, steps)
-    assert traced == bare and [r[1] for r in traced] == ["/indexes/songs", "/query"]
-    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
-    check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="ns1", top_k=1, vector=QUERY))
-
-
-def test_create_index_answers_with_the_metric_it_set(server, exporter, unconfigured) -> None:
-    def steps() -> Any:
-        with control(server) as pc:
-            # timeout=-1: no wait for readiness (the wait polls describe_index, which would tell the metric itself)
-            created = pc.create_index(
-                name="fresh", dimension=3, metric="euclidean", spec=pinecone.ServerlessSpec(cloud="aws", region="us-east-1"), timeout=-1
-            )
-            with pc.Index(host=created.host) as idx:
-                return idx.query(vector=QUERY, top_k=1, namespace="ns1")
-
-    result, bare, traced = query_after(server, steps)
-    assert traced == bare and [r[1] for r in traced] == ["/indexes", "/query"]
-    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
-    check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="ns1", kind=sc.SCORE_DISTANCE, top_k=1, vector=QUERY))
-
-
-def test_describe_index_stats_answers_with_the_metric(server, exporter, unconfigured) -> None:
-    def steps() -> Any:
-        with pinecone.Pinecone(api_key="k").Index(host=server.url) as idx:
-            idx.describe_index_stats()
-            return idx.query(vector=QUERY, top_k=1, namespace="ns1")
-
-    result, bare, traced = query_after(server, steps)
-    assert traced == bare and [r[1] for r in traced] == ["/describe_index_stats", "/query"]
-    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
-    check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="ns1", top_k=1, vector=QUERY))
+    check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="ns1", kind=kind, top_k=1, vector=QUERY))
 
 
 def test_a_learned_metric_replaces_the_configured_one_for_its_index(server, exporter, unconfigured) -> None:
