@@ -232,7 +232,9 @@ def weaviate_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
     client = weaviate.connect_to_local(host="127.0.0.1", port=server.http_port, grpc_port=server.grpc_port)
     stack.callback(client.close)
     props = [Property(name="text", data_type=DataType.TEXT), Property(name="category", data_type=DataType.TEXT)]
-    items = client.collections.create("Items", properties=props, vector_config=Configure.Vectors.self_provided())
+    # generate.* runs on Weaviate's offline generative-dummy module (enabled by tests/weaviateutil.py)
+    generative = Configure.Generative.custom("generative-dummy")
+    items = client.collections.create("Items", properties=props, vector_config=Configure.Vectors.self_provided(), generative_config=generative)
     rows = [DataObject(properties={"text": f"doc {i}", "category": ("red", "blue")[i % 2]}, vector=DATA[i].tolist()) for i in range(len(DATA))]
     assert not items.data.insert_many(rows).errors
     q, dist, score = QUERY.tolist(), MetadataQuery(distance=True), MetadataQuery(score=True)
@@ -243,6 +245,8 @@ def weaviate_cases(stack: ExitStack) -> tuple[Any, list[Case]]:
         ("weaviate near_vector, filter, k=10", lambda: items.query.near_vector(q, limit=10, filters=only_a, return_metadata=dist)),
         ("weaviate bm25, k=10", lambda: items.query.bm25("doc 7", limit=10, return_metadata=score)),
         ("weaviate hybrid, k=10", lambda: items.query.hybrid("doc 7", vector=q, limit=10, return_metadata=score)),
+        ("weaviate generate.near_vector grouped_task, k=10", lambda: items.generate.near_vector(q, limit=10, grouped_task="t", return_metadata=dist)),
+        ("weaviate fetch_objects, filter, k=10", lambda: items.query.fetch_objects(limit=10, filters=only_a)),
     ]
 
 

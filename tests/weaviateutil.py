@@ -178,6 +178,9 @@ def running_weaviate(binary: Path, timeout: float = 90.0) -> Iterator[Weaviate]:
         "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "true",
         "PERSISTENCE_DATA_PATH": str(directory / "data"),
         "DEFAULT_VECTORIZER_MODULE": "none",
+        # Weaviate's own offline generative module (compiled in): answers generate.* with a fixed text
+        # that quotes the prompt the server built, so collection.generate.* runs end to end here
+        "ENABLE_MODULES": "generative-dummy",
         "CLUSTER_HOSTNAME": "node1",
         "CLUSTER_ADVERTISE_ADDR": "127.0.0.1",
         "CLUSTER_BIND_ADDR": "127.0.0.1",

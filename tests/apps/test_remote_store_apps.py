@@ -233,8 +233,8 @@ def test_pinecone_quickstart_app(tmp_path: Path) -> None:
 
     def env(server: Loopback) -> dict[str, str]:
         PINECONE_HOST[0] = server.url
-        # the metric is told to ragtrail (a query response does not say it; ragtrail asks Pinecone nothing)
-        return {"PINECONE_CONTROLLER_HOST": server.url, "PINECONE_API_KEY": "test-key", "RAGTRAIL_PINECONE_METRIC": "cosine"}
+        # no metric told: the app's own create_index / describe_index answers say "cosine" (ragtrail asks Pinecone nothing)
+        return {"PINECONE_CONTROLLER_HOST": server.url, "PINECONE_API_KEY": "test-key"}
 
     run, server = run_against("pinecone_quickstart.py", tmp_path, pinecone_respond, "ragtrail_pinecone", env)
     assert_host_untouched(run)

@@ -15,6 +15,7 @@ pytest.importorskip("weaviate")
 from tests.apps.runner import assert_host_untouched, run_app  # noqa: E402
 from tests.apps.test_embedded_store_apps import entry_point_env, manifests  # noqa: E402
 
+from ragtrail.instrumentation.weaviate import GENERATED_ON_SERVER, UNRANKED  # noqa: E402
 from weaviateutil import Weaviate  # noqa: E402
 
 
@@ -26,16 +27,21 @@ def test_weaviate_quickstart_app(weaviate_server: Weaviate, tmp_path: Path) -> N
     assert_host_untouched(run)
     sections = run.stdout.split("\n\n")  # the app prints a blank line after each query's results
     assert sections[-1] == ""
-    nearest, animals, keyword, hybrid = ([line.split(" ", 2) for line in part.splitlines()] for part in sections[:-1])
+    nearest, animals, keyword, hybrid = ([line.split(" ", 2) for line in part.splitlines()] for part in sections[:4])
+    generated, fetched = sections[4], [line.split(" ", 1) for line in sections[5].splitlines()]
     # what the app itself got from Weaviate (the same in both runs)
     assert [p[2] for p in nearest] == ["Liver", "species"]
     assert [p[2] for p in animals] == ["the diamondback rattler", "the nose or snout"]
     assert [p[2] for p in keyword] == ["species", "Antelope"]  # the two with "species"; limit 3
     assert [p[2] for p in hybrid][:2] == ["species", "Liver"] and len(hybrid) == 3
-    vector, where, bm25, fused = manifests(run)  # one trace per query: the app runs no pipeline around them
-    for m, method in ((vector, "near_vector"), (where, "near_vector"), (bm25, "bm25"), (fused, "hybrid")):
+    # the RAG step: the server built the prompt from the two nearest objects' properties (the dummy module quotes it)
+    assert generated.startswith("You want me to generate something based on the following prompt: Write a tweet with emojis about these facts.: [")
+    assert [p[1] for p in fetched] == ["Antelope", "Elephant"]  # ANIMALS by answer (without a sort Weaviate's order varied between runs)
+    vector, where, bm25, fused, rag, listing = manifests(run)  # one trace per query: the app runs no pipeline around them
+    methods = ("near_vector", "near_vector", "bm25", "hybrid", "generate.near_vector", "fetch_objects")
+    for m, method in zip((vector, where, bm25, fused, rag, listing), methods, strict=True):
         [stage] = m["stages"]
-        assert (stage["kind"], stage["component"], stage["status"], stage["findings"]) == ("retrieve", f"weaviate.{method}", "ok", [])
+        assert (stage["kind"], stage["component"], stage["status"]) == ("retrieve", f"weaviate.{method}", "ok")
         assert stage["collection"] == "Question" and stage["excluded_count"] == 0
         assert m["coverage"]["corpus_size"] is None  # ragtrail asks Weaviate nothing (no aggregate)
     [v], [w], [k], [h] = vector["stages"], where["stages"], bm25["stages"], fused["stages"]
@@ -51,6 +57,18 @@ def test_weaviate_quickstart_app(weaviate_server: Weaviate, tmp_path: Path) -> N
     # hybrid: the server's fused score under relativeScoreFusion (its default); the legs' own scores are not in the reply
     assert h["knobs"] == {"top_k": 3} and h["query"]["text"] == "species"
     assert [(c["id"], c["score_kind"], round(c["score"], 4)) for c in h["candidates"]] == [(p[0], "relative", float(p[1])) for p in hybrid]
-    # the two runs asked the server the same: 4 searches each, ragtrail added none
+    for m in (vector, where, bm25, fused):
+        assert m["stages"][0]["findings"] == []
+    # generate.near_vector: the same search as near_vector (ids, distances, k), the generation said to be the server's
+    [g], [f] = rag["stages"], listing["stages"]
+    assert [(c["id"], c["score_kind"]) for c in g["candidates"]] == [(c["id"], "none") for c in v["candidates"]]  # no return_metadata
+    assert g["knobs"] == {"top_k": 2} and g["findings"] == [GENERATED_ON_SERVER.format("grouped_task")]
+    assert "generate" not in [s["kind"] for s in rag["stages"]]
+    # fetch_objects: the filtered objects in the order of the sort, no score, no query
+    assert [(c["id"], c["score_kind"], c["rank"]) for c in f["candidates"]] == [(p[0], "none", i) for i, p in enumerate(fetched)]
+    sort = ' (sort: {"op":"Sorting","sorts":[{"ascending":true,"op":"Sort","prop":"answer"}]})'
+    assert f["knobs"] == {"top_k": 2} and f["query"] is None and f["findings"] == [UNRANKED.format(sort)]
+    assert f["filter"] == '{"op":"FilterValue","operator":"Equal","target":"category","value":"ANIMALS"}'
+    # the two runs asked the server the same: 6 searches each (generate and fetch are searches too), ragtrail added none
     searches = (weaviate_server.requests() - before)["grpc Search"]
-    assert searches == 8
+    assert searches == 12

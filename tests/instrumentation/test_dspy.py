@@ -8,6 +8,7 @@ unrelated traces before)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -223,13 +224,25 @@ def test_uninstrument_restores_the_library(tracer_provider, span_exporter, user_
     from dspy.primitives.module import Module
     from dspy.retrievers.embeddings import Embeddings
 
-    originals = (Embeddings.forward, Embeddings._batch_forward, dspy.Retrieve.forward, Module.__call__, dspy.Predict.forward, BaseLM.__call__)
+    def methods() -> tuple[Any, ...]:
+        return (
+            Embeddings.forward,
+            Embeddings._batch_forward,
+            dspy.Retrieve.forward,
+            Module.__call__,
+            Module.acall,
+            dspy.Predict.forward,
+            dspy.Predict.aforward,
+            BaseLM.__call__,
+            BaseLM.acall,
+        )
+
+    originals = methods()
     inst = DSPyInstrumentor()
     inst.instrument(tracer_provider=tracer_provider)
-    patched = (Embeddings.forward, Embeddings._batch_forward, dspy.Retrieve.forward, Module.__call__, dspy.Predict.forward, BaseLM.__call__)
-    assert all(p is not o for p, o in zip(patched, originals, strict=True))
+    assert all(p is not o for p, o in zip(methods(), originals, strict=True))
     inst.uninstrument()
-    assert (Embeddings.forward, Embeddings._batch_forward, dspy.Retrieve.forward, Module.__call__, dspy.Predict.forward, BaseLM.__call__) == originals
+    assert methods() == originals
     dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=1)("a")
     assert retrieve_spans(span_exporter) == []
 
@@ -352,3 +365,134 @@ def test_batched_examples_are_each_a_trace_of_their_own(instrumentor, span_expor
     assert sorted(spanutil.own(p)[sc.QUERY_TEXT] for p in pipelines) == ["a a", "h i"]
     assert [p.parent for p in pipelines] == [None, None]
     assert len({p.context.trace_id for p in pipelines} | {user.get_span_context().trace_id}) == 3
+
+
+# --- async programs (DSPy's async guide: ``await program.acall(...)``, ``aforward`` awaiting ``acall``) ----
+class BothRAG(RAG):
+    """The RAG module with the async guide's ``aforward`` beside its ``forward``: the same steps, awaited."""
+
+    async def aforward(self, question: str) -> Any:
+        context = self.search(question).passages
+        return await self.respond.acall(context=context, question=question)
+
+
+def recorded(exporter: Any) -> list[tuple[str, Any, dict[str, Any], list[tuple[str, dict[str, Any]]]]]:
+    """Each stage span of the trace: its kind, its parent's kind, its own attributes (the stage
+    receipt checked and left out) and its records, in finishing order."""
+    spans = [s for s in exporter.get_finished_spans() if sc.STAGE_KIND in (s.attributes or {})]
+    kinds = {s.context.span_id: s.attributes[sc.STAGE_KIND] for s in spans}
+    out = []
+    for s in spans:
+        records = spanutil.stitched(s, exporter.get_finished_spans())
+        for _name, ev in records:
+            spanutil.pop_pointer(ev, {})
+        out.append((s.attributes[sc.STAGE_KIND], kinds.get(s.parent.span_id) if s.parent else None, spanutil.own(s), records))
+    return out
+
+
+def test_an_async_program_records_what_the_sync_one_does(instrumentor, span_exporter, user_tracer) -> None:
+    search = dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=2)
+    with dspy.context(lm=answer_lm()):
+        sync_answer = BothRAG(search)(question="a a b")
+    sync = recorded(span_exporter)
+    span_exporter.clear()
+    with dspy.context(lm=answer_lm()), user_tracer.start_as_current_span("user.request") as user:
+        async_answer = asyncio.run(BothRAG(search).acall(question="a a b"))
+    assert async_answer.response == sync_answer.response == "g follows a"
+    # the same stages, attributes and records: pipeline root, retrieve (ids, scores, k), generate
+    assert [(kind, parent) for kind, parent, _a, _r in sync] == [
+        (sc.KIND_RETRIEVE, sc.KIND_PIPELINE),
+        (sc.KIND_GENERATE, sc.KIND_PIPELINE),
+        (sc.KIND_PIPELINE, None),
+    ]
+    assert recorded(span_exporter) == sync
+    [pipeline] = spanutil.stage_spans(span_exporter, sc.KIND_PIPELINE)
+    [retrieve] = retrieve_spans(span_exporter)
+    assert pipeline.parent.span_id == user.get_span_context().span_id
+    check_span(retrieve, span_exporter.get_finished_spans(), expect("a a b", 2))
+    # the embedder's work in DSPy's search thread nests under the stage, in the caller's trace
+    [embedded] = [s for s in span_exporter.get_finished_spans() if s.name == "user.embed"]
+    assert embedded.parent.span_id == retrieve.context.span_id
+
+
+def test_concurrent_async_runs_are_each_their_own_trace(instrumentor, span_exporter, user_tracer) -> None:
+    # asyncio.gather interleaves the two runs at their awaits: each keeps its own pipeline, search and generation
+    search = dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=1)
+    lm = dspy.utils.DummyLM([{"reasoning": "r", "response": "one"}, {"reasoning": "r", "response": "two"}])
+
+    async def main() -> list[Any]:
+        rag = BothRAG(search)
+        return await asyncio.gather(rag.acall(question="a a"), rag.acall(question="h i"))
+
+    with dspy.context(lm=lm):
+        answers = asyncio.run(main())
+    assert sorted(a.response for a in answers) == ["one", "two"]
+    pipelines = spanutil.stage_spans(span_exporter, sc.KIND_PIPELINE)
+    assert sorted(spanutil.own(p)[sc.QUERY_TEXT] for p in pipelines) == ["a a", "h i"]
+    assert len({p.context.trace_id for p in pipelines}) == 2 and [p.parent for p in pipelines] == [None, None]
+    for pipeline in pipelines:
+        children = [s for s in span_exporter.get_finished_spans() if s.parent is not None and s.parent.span_id == pipeline.context.span_id]
+        assert sorted(s.attributes[sc.STAGE_KIND] for s in children) == [sc.KIND_GENERATE, sc.KIND_RETRIEVE]
+        [searched] = [s for s in children if s.attributes[sc.STAGE_KIND] == sc.KIND_RETRIEVE]
+        [generated] = [s for s in children if s.attributes[sc.STAGE_KIND] == sc.KIND_GENERATE]
+        question = spanutil.own(pipeline)[sc.QUERY_TEXT]
+        check_span(searched, span_exporter.get_finished_spans(), expect(question, 1))
+        # the generation is of this run's passage, not the other run's
+        ids = [ev[sc.CANDIDATE_ID] for _n, ev in spanutil.stitched(generated, span_exporter.get_finished_spans())]
+        assert ids == [str(cosine_ranking(question, 1)[0][0])]
+
+
+class ThreadedRAG(BothRAG):
+    """An async program that searches off the event loop (``asyncio.to_thread``, which copies the context)."""
+
+    async def aforward(self, question: str) -> Any:
+        context = (await asyncio.to_thread(self.search, question)).passages
+        return await self.respond.acall(context=context, question=question)
+
+
+def test_a_search_run_in_a_thread_from_async_code_is_the_programs_stage(instrumentor, span_exporter, user_tracer) -> None:
+    search = dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=2)
+    with dspy.context(lm=answer_lm()):
+        assert asyncio.run(ThreadedRAG(search).acall(question="a a b")).response == "g follows a"
+    [pipeline] = spanutil.stage_spans(span_exporter, sc.KIND_PIPELINE)
+    [retrieve] = retrieve_spans(span_exporter)
+    [generate] = spanutil.stage_spans(span_exporter, sc.KIND_GENERATE)
+    assert retrieve.parent.span_id == generate.parent.span_id == pipeline.context.span_id
+    check_span(retrieve, span_exporter.get_finished_spans(), expect("a a b", 2))
+    assert spanutil.own(generate)[sc.CANDIDATES_OUT] == 2
+
+
+def test_asyncify_runs_the_sync_program_under_the_callers_span(instrumentor, span_exporter, user_tracer) -> None:
+    # dspy.asyncify runs the program's __call__ in a worker thread (anyio copies the context)
+    search = dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=2)
+
+    async def main() -> Any:
+        with user_tracer.start_as_current_span("user.request") as user:
+            return user, await dspy.asyncify(RAG(search))(question="a a b")
+
+    with dspy.context(lm=answer_lm()):
+        user, answer = asyncio.run(main())
+    assert answer.response == "g follows a"
+    [pipeline] = spanutil.stage_spans(span_exporter, sc.KIND_PIPELINE)
+    assert pipeline.parent.span_id == user.get_span_context().span_id
+    assert [s.parent.span_id for s in [*retrieve_spans(span_exporter), *spanutil.stage_spans(span_exporter, sc.KIND_GENERATE)]] == [
+        pipeline.context.span_id
+    ] * 2
+
+
+def test_a_failing_search_in_an_async_program_passes_through_and_fails_its_stages(instrumentor, span_exporter, user_tracer) -> None:
+    boom = ValueError("embedding service down")
+
+    def failing(texts: list[str]) -> Any:
+        raise boom
+
+    search = dspy.retrievers.Embeddings(corpus=CORPUS, embedder=dspy.Embedder(Embed(user_tracer), caching=False), k=2)
+    search.embedder = dspy.Embedder(failing, caching=False)
+    with dspy.context(lm=answer_lm()), pytest.raises(ValueError) as raised:
+        asyncio.run(BothRAG(search).acall(question="a a b"))
+    assert raised.value is boom
+    [pipeline] = spanutil.stage_spans(span_exporter, sc.KIND_PIPELINE)
+    [retrieve] = retrieve_spans(span_exporter)
+    assert retrieve.parent.span_id == pipeline.context.span_id and spanutil.stage_spans(span_exporter, sc.KIND_GENERATE) == []
+    for span in (retrieve, pipeline):
+        assert spanutil.own(span)[sc.STAGE_STATUS] == sc.STATUS_FAILED and span.status.status_code == StatusCode.ERROR

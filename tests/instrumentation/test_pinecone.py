@@ -7,7 +7,7 @@ without ragtrail; a failing query passes through untouched."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ import spanutil  # noqa: E402
 from loopback_http import Loopback, serve  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.instrumentation.pinecone import BY_ID, UNKNOWN_METRIC, PineconeInstrumentor  # noqa: E402
-from service_responses import pinecone_error, pinecone_query  # noqa: E402
+from service_responses import pinecone_error, pinecone_index_model, pinecone_query, pinecone_stats  # noqa: E402
 from storeutil import Expected, check_span  # noqa: E402
 
 QUERY = [0.3, 0.5, 0.2]
@@ -31,7 +31,20 @@ MATCHES = [
 ]
 
 
+# the control plane's indexes (name -> metric) this server describes, each served at this same host
+METRICS = {"films": "euclidean", "songs": "dotproduct", "books": "cosine"}
+HOST = [""]
+
+
 def respond(method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
+    if method == "POST" and path == "/indexes":
+        [dense] = body["schema"]["fields"].values()  # the field create_index's dimension and metric became
+        return 201, pinecone_index_model(body["name"], HOST[0], dimension=3, metric=dense["metric"]), {}
+    if path.startswith("/indexes/") and path.removeprefix("/indexes/") in METRICS:
+        name = path.removeprefix("/indexes/")
+        return 200, pinecone_index_model(name, HOST[0], dimension=3, metric=METRICS[name]), {}
+    if path == "/describe_index_stats":
+        return pinecone_stats({"ns1": 2}, dimension=3)
     if path != "/query":
         return pinecone_error(404, 5, "Not Found")
     if body.get("namespace") == "missing":
@@ -42,6 +55,7 @@ def respond(method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]
 @pytest.fixture(scope="module")
 def server() -> Iterator[Loopback]:
     with serve(respond) as s:
+        HOST[0] = s.url
         yield s
 
 
@@ -166,3 +180,128 @@ def test_an_index_opened_while_instrumented_stops_recording_at_uninstrument(serv
             instrumentor.instrument(tracer_provider=instrumentor.provider, metric="cosine")
     assert [m.id for m in result.matches] == ["vec3"]
     assert len(spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)) == 1  # nothing recorded after uninstrument()
+
+
+# --- the metric, learned from the answers of the application's own calls -------------------------
+@pytest.fixture
+def unconfigured(instrumentor: PineconeInstrumentor) -> Iterator[PineconeInstrumentor]:
+    """No metric configured, nothing learned yet (``uninstrument()`` forgets): the kind is known only
+    from what the app's own calls received."""
+    instrumentor.uninstrument()
+    instrumentor.instrument(tracer_provider=instrumentor.provider)
+    yield instrumentor
+    instrumentor.uninstrument()
+    instrumentor.instrument(tracer_provider=instrumentor.provider, metric="cosine")
+
+
+def control(server: Loopback) -> Any:
+    return pinecone.Pinecone(api_key="k", host=server.url)
+
+
+def query_after(server: Loopback, steps: Callable[[], Any]) -> tuple[Any, list[Any], list[Any]]:
+    """Run the app's ``steps`` (returning the query's result) plain and instrumented: the result, and the
+    requests each run sent (the same: no request of ragtrail's)."""
+    before = len(server.requests)
+    with suppress_instrumentation():
+        steps()
+    bare = server.requests[before:]
+    before = len(server.requests)
+    return steps(), bare, server.requests[before:]
+
+
+def described(server: Loopback) -> Any:
+    with control(server) as pc, pc.Index(host=pc.describe_index("films").host) as idx:
+        return idx.query(vector=QUERY, top_k=1, namespace="ns1")
+
+
+def opened_by_name(server: Loopback) -> Any:
+    with control(server) as pc, pc.Index("songs") as idx:  # the client describes "songs" for its host
+        return idx.query(vector=QUERY, top_k=1, namespace="ns1")
+
+
+def created(server: Loopback) -> Any:
+    with control(server) as pc:
+        # timeout=-1: no wait for readiness (the wait polls describe_index, which would tell the metric itself)
+        spec = pinecone.ServerlessSpec(cloud="aws", region="us-east-1")
+        index = pc.create_index(name="fresh", dimension=3, metric="euclidean", spec=spec, timeout=-1)
+        with pc.Index(host=index.host) as idx:
+            return idx.query(vector=QUERY, top_k=1, namespace="ns1")
+
+
+def stats_read(server: Loopback) -> Any:
+    with pinecone.Pinecone(api_key="k").Index(host=server.url) as idx:
+        idx.describe_index_stats()  # its answer says "metric": "cosine"
+        return idx.query(vector=QUERY, top_k=1, namespace="ns1")
+
+
+@pytest.mark.parametrize(
+    ("steps", "paths", "kind"),
+    [
+        (described, ["/indexes/films", "/query"], sc.SCORE_DISTANCE),
+        (opened_by_name, ["/indexes/songs", "/query"], sc.SCORE_SIMILARITY),
+        (created, ["/indexes", "/query"], sc.SCORE_DISTANCE),
+        (stats_read, ["/describe_index_stats", "/query"], sc.SCORE_SIMILARITY),
+    ],
+    ids=["describe_index", "Index(name)", "create_index", "describe_index_stats"],
+)
+def test_the_metric_the_apps_own_calls_received_gives_the_kind(server, exporter, unconfigured, steps, paths, kind) -> None:
+    result, bare, traced = query_after(server, lambda: steps(server))
+    assert traced == bare and [r[1] for r in traced] == paths  # the app's own requests only
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)  # the instrumented run's (the plain run recorded nothing)
+    check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="ns1", kind=kind, top_k=1, vector=QUERY))
+
+
+def test_a_learned_metric_replaces_the_configured_one_for_its_index(server, exporter, unconfigured) -> None:
+    unconfigured.kind = sc.SCORE_SIMILARITY  # RAGTRAIL_PINECONE_METRIC=cosine, but the service says euclidean for this index
+    with control(server) as pc, pc.Index(host=pc.describe_index("films").host) as idx:
+        result = idx.query(vector=QUERY, top_k=1, namespace="ns1")
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="ns1", kind=sc.SCORE_DISTANCE, top_k=1, vector=QUERY))
+
+
+def test_another_index_described_tells_nothing_of_this_one(server, exporter, unconfigured) -> None:
+    with control(server) as pc:
+        pc.describe_index("films")  # an index served at `server`...
+    with serve(respond) as other, pinecone.Pinecone(api_key="k").Index(host=other.url) as idx:  # ...not at `other`
+        result = idx.query(vector=QUERY, top_k=1, namespace="ns1")
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want = expect(result.matches, collection="ns1", kind=sc.SCORE_NONE, top_k=1, vector=QUERY, findings=(UNKNOWN_METRIC,))
+    check_span(span, exporter.get_finished_spans(), want)
+
+
+def test_the_async_clients_answers_give_the_kind(server, exporter, unconfigured) -> None:
+    async def main() -> Any:
+        async with pinecone.PineconeAsyncio(api_key="k", host=server.url) as pc:
+            description = await pc.describe_index("films")
+            async with pc.IndexAsyncio(host=description.host) as idx:
+                return await idx.query(vector=QUERY, top_k=2, namespace="ns1")
+
+    result = asyncio.run(main())
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="ns1", kind=sc.SCORE_DISTANCE, top_k=2, vector=QUERY))
+    unconfigured.uninstrument()  # forget "films"
+    unconfigured.instrument(tracer_provider=unconfigured.provider)
+
+    async def stats() -> Any:
+        async with pinecone.PineconeAsyncio(api_key="k") as pc, pc.IndexAsyncio(host=server.url) as idx:
+            await idx.describe_index_stats()
+            return await idx.query(vector=QUERY, top_k=1, namespace="ns1")
+
+    exporter.clear()
+    result = asyncio.run(stats())
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    check_span(span, exporter.get_finished_spans(), expect(result.matches, collection="ns1", top_k=1, vector=QUERY))
+
+
+def test_a_failing_describe_passes_through_and_teaches_nothing(server, exporter, unconfigured) -> None:
+    with control(server) as pc:
+        with suppress_instrumentation(), pytest.raises(Exception) as bare:
+            pc.describe_index("missing")
+        with pytest.raises(Exception) as traced:
+            pc.describe_index("missing")
+        assert type(traced.value) is type(bare.value) and str(traced.value) == str(bare.value)
+        with pc.Index(host=server.url) as idx:
+            result = idx.query(vector=QUERY, top_k=1, namespace="ns1")
+    [span] = spanutil.stage_spans(exporter, sc.KIND_RETRIEVE)
+    want = expect(result.matches, collection="ns1", kind=sc.SCORE_NONE, top_k=1, vector=QUERY, findings=(UNKNOWN_METRIC,))
+    check_span(span, exporter.get_finished_spans(), want)

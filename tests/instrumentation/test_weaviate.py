@@ -29,7 +29,7 @@ import spanutil  # noqa: E402
 import weaviateutil  # noqa: E402
 from ragtrail.contract import semconv as sc  # noqa: E402
 from ragtrail.contract.receipts import receipt  # noqa: E402
-from ragtrail.instrumentation.weaviate import WeaviateInstrumentor  # noqa: E402
+from ragtrail.instrumentation.weaviate import GENERATED_ON_SERVER, UNRANKED, WeaviateInstrumentor  # noqa: E402
 from storeutil import Expected, check_span  # noqa: E402
 from weaviateutil import Weaviate  # noqa: E402
 
@@ -63,6 +63,7 @@ def items_collection(weaviate_server: Weaviate) -> Iterator[str]:
             COLLECTION,
             properties=[Property(name="text", data_type=DataType.TEXT), Property(name="category", data_type=DataType.TEXT)],
             vector_config=Configure.Vectors.self_provided(),
+            generative_config=Configure.Generative.custom("generative-dummy"),  # for collection.generate.*
         )
         objects = [DataObject(properties={"text": t, "category": c}, uuid=i, vector=v) for i, t, c, v in DOCS]
         assert not items.data.insert_many(objects).errors
@@ -257,23 +258,38 @@ def test_same_results_and_server_requests_with_and_without_ragtrail(weaviate_ser
     assert traced_requests == bare_requests
 
 
+def _aconnect(server: Weaviate) -> Any:
+    return weaviate.use_async_with_local(host="127.0.0.1", port=server.http_port, grpc_port=server.grpc_port)
+
+
 def test_async_client(weaviate_server, items_collection, instrumentor, span_exporter) -> None:
     from weaviate.classes.query import MetadataQuery
 
-    async def main() -> tuple[Any, Any]:
-        async with weaviate.use_async_with_local(host="127.0.0.1", port=weaviate_server.http_port, grpc_port=weaviate_server.grpc_port) as c:
+    async def main() -> list[Any]:
+        async with _aconnect(weaviate_server) as c:
             items = c.collections.get(COLLECTION)
-            vector = await items.query.near_vector(QUERY, limit=2, return_metadata=MetadataQuery(distance=True))
-            bm25 = await items.query.bm25("cats", limit=2, return_metadata=MetadataQuery(score=True))
-            return vector, bm25
+            return [
+                await items.query.near_vector(QUERY, limit=2, return_metadata=MetadataQuery(distance=True)),
+                await items.query.bm25("cats", limit=2, return_metadata=MetadataQuery(score=True)),
+                await items.generate.near_vector(QUERY, single_prompt="Say {text}", limit=2, return_metadata=MetadataQuery(distance=True)),
+                await items.query.fetch_objects(limit=2),
+            ]
 
-    vector, bm25 = asyncio.run(main())
-    assert [str(o.uuid) for o in vector.objects] == [DOCS[0][0], DOCS[3][0]]
-    first, second = spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE)
+    vector, bm25, generated, fetched = asyncio.run(main())
+    assert [str(o.uuid) for o in vector.objects] == [str(o.uuid) for o in generated.objects] == [DOCS[0][0], DOCS[3][0]]
+    stages = spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE)
     spans = span_exporter.get_finished_spans()
     distances = [o.metadata.distance for o in vector.objects]
-    check_span(first, spans, _expected("near_vector", vector, sc.SCORE_DISTANCE, distances, top_k=2, vector=QUERY))
-    check_span(second, spans, _expected("bm25", bm25, sc.SCORE_BM25, [o.metadata.score for o in bm25.objects], top_k=2, text="cats"))
+    single = (GENERATED_ON_SERVER.format("single_prompt"),)
+    wanted = [
+        _expected("near_vector", vector, sc.SCORE_DISTANCE, distances, top_k=2, vector=QUERY),
+        _expected("bm25", bm25, sc.SCORE_BM25, [o.metadata.score for o in bm25.objects], top_k=2, text="cats"),
+        _expected("generate.near_vector", generated, sc.SCORE_DISTANCE, distances, top_k=2, vector=QUERY, findings=single),
+        _expected("fetch_objects", fetched, sc.SCORE_NONE, None, top_k=2, findings=(UNRANKED.format(""),)),
+    ]
+    assert len(stages) == len(wanted)
+    for span, want in zip(stages, wanted, strict=True):
+        check_span(span, spans, want)
 
 
 def test_hybrid_explain_score_only_when_allow_listed(client, instrumentor, span_exporter, monkeypatch) -> None:
@@ -300,3 +316,140 @@ def test_hybrid_explain_score_only_when_allow_listed(client, instrumentor, span_
     check_span(first, spans, _expected("hybrid", default, sc.SCORE_RELATIVE, scores, top_k=2, text="cats", vector=QUERY))
     recorded = [e for name, e in spanutil.stitched(second, spans) if name == sc.EVENT_CANDIDATE]
     assert [e[sc.CANDIDATE_META_PREFIX + "explain_score"] for e in recorded] == [o.metadata.explain_score for o in allowed.objects]
+
+
+# --- collection.generate.* and fetch_objects ----------------------------------------------------------
+# The server runs Weaviate's own generative-dummy module (tests/weaviateutil.py): generate.* goes end to
+# end, the server building the prompt from each object's properties and answering with a fixed text.
+
+
+def test_generate_near_vector_records_its_search_and_says_the_generation_is_unseen(client, instrumentor, span_exporter) -> None:
+    from weaviate.classes.query import Filter, MetadataQuery
+
+    items = client.collections.get(COLLECTION)
+    pets = Filter.by_property("category").equal("pets")
+    with suppress_instrumentation():
+        searched = items.query.near_vector(QUERY, limit=2, filters=pets, return_metadata=MetadataQuery(distance=True))
+    result = items.generate.near_vector(QUERY, single_prompt="Describe: {text}", limit=2, filters=pets, return_metadata=MetadataQuery(distance=True))
+    # the same search as query.near_vector, each object with the text the server generated from it
+    assert _seen(result) == _seen(searched) and [str(o.uuid) for o in result.objects] == [DOCS[0][0], DOCS[1][0]]
+    assert [o.generative.text for o in result.objects] == [
+        f"You want me to generate something based on the following prompt: Describe: {TEXT[str(o.uuid)]}. With settings: . "
+        "I'm sorry, I'm just a dummy and can't generate anything."
+        for o in result.objects
+    ]
+    [span] = spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE)
+    assert spanutil.stage_spans(span_exporter, sc.KIND_GENERATE) == []  # the prompt and the model are the server's
+    distances = [o.metadata.distance for o in result.objects]
+    want = _expected(
+        "generate.near_vector",
+        result,
+        sc.SCORE_DISTANCE,
+        distances,
+        top_k=2,
+        vector=QUERY,
+        filter_json=PETS_FILTER,
+        findings=(GENERATED_ON_SERVER.format("single_prompt"),),
+    )
+    check_span(span, span_exporter.get_finished_spans(), want)
+
+
+def test_generate_bm25_and_hybrid_with_a_grouped_task(client, instrumentor, span_exporter) -> None:
+    from weaviate.classes.query import HybridFusion, MetadataQuery
+
+    items = client.collections.get(COLLECTION)
+    bm25 = items.generate.bm25("cats", grouped_task="Summarize", limit=2, return_metadata=MetadataQuery(score=True))
+    hybrid = items.generate.hybrid(
+        "cats",
+        vector=QUERY,
+        single_prompt="Say {text}",
+        grouped_task="Summarize",
+        limit=3,
+        fusion_type=HybridFusion.RANKED,
+        return_metadata=MetadataQuery(score=True),
+    )
+    assert bm25.generative.text.startswith("You want me to generate something based on the following prompt: Summarize")
+    assert hybrid.generative.text.startswith("You want me to generate something") and hybrid.objects[0].generative.text.startswith("You want")
+    first, second = spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE)
+    spans = span_exporter.get_finished_spans()
+    grouped = GENERATED_ON_SERVER.format("grouped_task")
+    both = GENERATED_ON_SERVER.format("single_prompt and grouped_task")
+    bm25_scores = [o.metadata.score for o in bm25.objects]
+    check_span(first, spans, _expected("generate.bm25", bm25, sc.SCORE_BM25, bm25_scores, top_k=2, text="cats", findings=(grouped,)))
+    rrf = [o.metadata.score for o in hybrid.objects]
+    check_span(second, spans, _expected("generate.hybrid", hybrid, sc.SCORE_RRF, rrf, top_k=3, text="cats", vector=QUERY, findings=(both,)))
+
+
+def test_generate_near_text_fails_on_the_server_and_passes_through(client, instrumentor, span_exporter) -> None:
+    items = client.collections.get(COLLECTION)
+    with suppress_instrumentation(), pytest.raises(weaviate.exceptions.WeaviateQueryError) as bare:
+        items.generate.near_text("pets", single_prompt="Say {text}", limit=2)
+    with pytest.raises(weaviate.exceptions.WeaviateQueryError) as traced:
+        items.generate.near_text("pets", single_prompt="Say {text}", limit=2)
+    assert (type(traced.value), str(traced.value)) == (type(bare.value), str(bare.value))
+    [span] = spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE)
+    a = spanutil.own(span)
+    assert (a[sc.STAGE_COMPONENT], a[sc.STAGE_STATUS], a[sc.QUERY_TEXT]) == ("weaviate.generate.near_text", sc.STATUS_FAILED, "pets")
+
+
+def test_fetch_objects_with_filters_and_limit_is_an_unranked_retrieve_stage(client, instrumentor, span_exporter) -> None:
+    from weaviate.classes.query import Filter, Sort
+
+    items = client.collections.get(COLLECTION)
+    pets = Filter.by_property("category").equal("pets")
+    listed = items.query.fetch_objects(filters=pets, limit=2)
+    by_text = items.query.fetch_objects(filters=pets, limit=2, sort=Sort.by_property("text", ascending=False))
+    # Weaviate lists two of the three pets (its own order); sorted by text descending: fish, dogs
+    assert len(listed.objects) == 2 and {str(o.uuid) for o in listed.objects} < {d[0] for d in DOCS[:3]}
+    assert [str(o.uuid) for o in by_text.objects] == [DOCS[2][0], DOCS[1][0]]
+    assert [o.metadata.score for o in listed.objects] == [None, None]
+    first, second = spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE)
+    spans = span_exporter.get_finished_spans()
+    sort = ' (sort: {"op":"Sorting","sorts":[{"ascending":false,"op":"Sort","prop":"text"}]})'
+    for span, result, order in ((first, listed, ""), (second, by_text, sort)):
+        want = _expected("fetch_objects", result, sc.SCORE_NONE, None, top_k=2, filter_json=PETS_FILTER, findings=(UNRANKED.format(order),))
+        check_span(span, spans, want)
+
+
+def test_generate_fetch_objects(client, instrumentor, span_exporter) -> None:
+    items = client.collections.get(COLLECTION)
+    result = items.generate.fetch_objects(limit=1, grouped_task="Summarize")
+    assert result.generative.text.startswith("You want me to generate something") and len(result.objects) == 1
+    [span] = spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE)
+    findings = (UNRANKED.format(""), GENERATED_ON_SERVER.format("grouped_task"))
+    check_span(span, span_exporter.get_finished_spans(), _expected("generate.fetch_objects", result, sc.SCORE_NONE, None, top_k=1, findings=findings))
+
+
+def test_iterating_a_collection_is_a_scan_not_a_retrieval(weaviate_server, client, instrumentor, span_exporter) -> None:
+    items = client.collections.get(COLLECTION)
+    assert sorted(str(o.uuid) for o in items.iterator()) == sorted(d[0] for d in DOCS)
+
+    async def main() -> list[str]:
+        async with _aconnect(weaviate_server) as c:
+            return [str(o.uuid) async for o in c.collections.get(COLLECTION).iterator()]
+
+    assert sorted(asyncio.run(main())) == sorted(d[0] for d in DOCS)
+    assert spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE) == []
+    items.query.fetch_objects(limit=1)  # the same call made by the app itself is recorded
+    assert len(spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE)) == 1
+
+
+def test_generate_and_fetch_send_the_same_requests_with_and_without_ragtrail(weaviate_server, client, instrumentor, span_exporter) -> None:
+    from weaviate.classes.query import MetadataQuery
+
+    items = client.collections.get(COLLECTION)
+
+    def run() -> list[Any]:
+        generated = items.generate.bm25("cats", single_prompt="Say {text}", limit=2, return_metadata=MetadataQuery(score=True))
+        fetched = items.query.fetch_objects(limit=3)
+        return [_seen(generated), [o.generative.text for o in generated.objects], _seen(fetched)]
+
+    before = weaviate_server.requests()
+    with suppress_instrumentation():
+        bare = run()
+    middle = weaviate_server.requests()
+    traced = run()
+    after = weaviate_server.requests()
+    assert traced == bare
+    assert len(spanutil.stage_spans(span_exporter, sc.KIND_RETRIEVE)) == 2
+    assert middle - before == {"grpc Search": 2} and after - middle == middle - before

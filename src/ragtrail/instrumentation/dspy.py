@@ -32,9 +32,18 @@ holds a retriever is the ``pipeline`` root, so a program that searches several t
 module) is one trace with one hop numbering, its ``question`` / ``query`` argument as hop 0. "Holds a
 retriever": an ``Embeddings`` or ``Retrieve`` among the attributes of the module or of a module it
 holds as an attribute (one level, never a walk of the program), or named by the module's
-``forward`` as a global (the tutorial's ``search``). A module
+``forward`` or ``aforward`` as a global (the tutorial's ``search``). A module
 without one records nothing (no empty pipeline trace); a module called inside another ragtrail stage
-is part of it. ``acall`` is not wrapped: an async program's searches are traces of their own.
+is part of it.
+
+**Async programs** (DSPy's async guide: ``await program.acall(...)`` running an ``aforward`` that
+awaits ``predictor.acall(...)``) record the same: ``Module.acall`` is the pipeline root as
+``__call__`` is, ``Predict.aforward`` hands its inputs' passages on as ``Predict.forward`` does, and
+``BaseLM.acall`` is the generate stage, each a real coroutine whose stage covers the awaited work
+in the task that awaits it (concurrent ``acall`` runs, ``asyncio.gather``, are each their own trace,
+as their context is their own). A retriever called from async code (``search(q)`` inside
+``aforward``, or in a thread through ``asyncio.to_thread`` / ``dspy.asyncify``, which copy the
+context) is the same retrieve stage, a child of the span current where it was called.
 
 **DSPy's thread pools** (``dspy.Parallel``, ``Module.batch``, ``dspy.Evaluate``) are left alone:
 each example runs in a worker thread without the caller's trace context, so each example is a trace
@@ -62,10 +71,11 @@ Usage: ``DSPyInstrumentor().instrument()`` or ``opentelemetry-instrument`` (entr
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
 import weakref
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,7 +83,7 @@ from opentelemetry import context as otel_context
 
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import content_id
-from ragtrail.hooks import Args, Call, Kwargs, argument, guard, run
+from ragtrail.hooks import Args, Call, Kwargs, argument, async_wrapper, guard, run, run_async, sync_wrapper
 from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ragtrail.instrumentation._generate import record_generation, set_model
 from ragtrail.instrumentation._vectorstore import Outcome, Query, Row, StoreStages, call_through, plain
@@ -137,9 +147,21 @@ class DSPyInstrumentor(RagtrailInstrumentor):
     def _patch(self, **kwargs: Any) -> None:
         self.when_imported(_EMBEDDINGS, self._patch_embeddings)
         self.when_imported(_RETRIEVE, lambda: self.wrap(_RETRIEVE, "Retrieve.forward", self._retrieve))
-        self.when_imported(_MODULE, lambda: self.wrap(_MODULE, "Module.__call__", self._program))
-        self.when_imported(_PREDICT, lambda: self.wrap(_PREDICT, "Predict.forward", _predict))
-        self.when_imported(_LM, lambda: self.wrap(_LM, "BaseLM.__call__", self._lm))
+        self.when_imported(_MODULE, self._patch_module)
+        self.when_imported(_PREDICT, self._patch_predict)
+        self.when_imported(_LM, self._patch_lm)
+
+    def _patch_module(self) -> None:
+        self.wrap(_MODULE, "Module.__call__", sync_wrapper(_ProgramCall, lambda: self.tracer))
+        self.wrap(_MODULE, "Module.acall", async_wrapper(_ProgramCall, lambda: self.tracer))
+
+    def _patch_predict(self) -> None:
+        self.wrap(_PREDICT, "Predict.forward", _predict)
+        self.wrap(_PREDICT, "Predict.aforward", _apredict)
+
+    def _patch_lm(self) -> None:
+        self.wrap(_LM, "BaseLM.__call__", self._lm)
+        self.wrap(_LM, "BaseLM.acall", self._alm)
 
     def _lm(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
         offered = _offered.get()
@@ -147,8 +169,12 @@ class DSPyInstrumentor(RagtrailInstrumentor):
             return wrapped(*args, **kwargs)
         return run(_GenerateCall(self.tracer, wrapped, instance, args, kwargs, offered))
 
-    def _program(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
-        return run(_ProgramCall(self.tracer, wrapped, instance, args, kwargs))
+    async def _alm(self, wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+        """``BaseLM.acall``: the same rule as :meth:`_lm`, the stage covering the awaited call."""
+        offered = _offered.get()
+        if not offered:
+            return await wrapped(*args, **kwargs)
+        return await run_async(_GenerateCall(self.tracer, wrapped, instance, args, kwargs, offered))
 
     def _patch_embeddings(self) -> None:
         for name in ("Embeddings", "EmbeddingsWithScores"):
@@ -230,17 +256,30 @@ class _GenerateCall(Call):
         record_generation(s, [Candidate(id=c.id, content=c.content) for c in self.offered], prompt, None)
 
 
+@contextlib.contextmanager
+def _offering(inputs: Kwargs) -> Iterator[None]:
+    """While a predictor runs: the passages among its ``inputs`` that a search of this program
+    returned are what its model call is a generation of (nothing set when there are none)."""
+    program = _program_run.get()
+    offered = guard("dspy.offered", program.offered, inputs) if program is not None else None
+    token = _offered.set(offered) if offered else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _offered.reset(token)
+
+
 def _predict(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
     """``Predict.forward(**inputs)``: its model call is a generation of the passages among its inputs."""
-    program = _program_run.get()
-    offered = guard("dspy.offered", program.offered, kwargs) if program is not None else None
-    if not offered:
+    with _offering(kwargs):
         return wrapped(*args, **kwargs)
-    token = _offered.set(offered)
-    try:
-        return wrapped(*args, **kwargs)
-    finally:
-        _offered.reset(token)
+
+
+async def _apredict(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """``Predict.aforward(**inputs)``: as :func:`_predict`, in the task that awaits it."""
+    with _offering(kwargs):
+        return await wrapped(*args, **kwargs)
 
 
 def _is_retriever(value: Any) -> bool:
@@ -259,9 +298,12 @@ def _holds_retriever(module: Any) -> bool:
     for value in vars(module).values():
         if _is_retriever(value) or (isinstance(value, BaseModule) and any(_is_retriever(v) for v in vars(value).values())):
             return True
-    forward = getattr(type(module), "forward", None)
-    code, names = getattr(forward, "__code__", None), getattr(forward, "__globals__", None)
-    return code is not None and isinstance(names, dict) and any(_is_retriever(names.get(name)) for name in code.co_names)
+    for method in ("forward", "aforward"):
+        fn = getattr(type(module), method, None)
+        code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+        if code is not None and isinstance(names, dict) and any(_is_retriever(names.get(name)) for name in code.co_names):
+            return True
+    return False
 
 
 class _EmbeddingsStages(StoreStages):

@@ -1,8 +1,10 @@
 """Weaviate (``weaviate-client`` v4): a collection's ``query.near_vector``, ``near_text``, ``hybrid``
-and ``bm25`` as a ``retrieve`` stage, sync and async.
+and ``bm25``, the same searches under ``generate.*``, and ``query.fetch_objects`` /
+``generate.fetch_objects``, as ``retrieve`` stages, sync and async.
 
-The client's query executors (``_NearVectorQueryExecutor``..., shared by the sync and the async
-client) are wrapped; the stage covers the gRPC search (on an async connection, the awaited one).
+The client's query executors (``_NearVectorQueryExecutor``, ``_NearVectorGenerateExecutor``...,
+shared by the sync and the async client) are wrapped; the stage covers the gRPC search (on an async
+connection, the awaited one).
 
 What is recorded:
 
@@ -22,6 +24,24 @@ What is recorded:
   ``ragtrail.stage.filter`` (canonical JSON), exported as the query capture mode allows; the
   collection's name as the collection.
 
+**generate.*** (retrieval-augmented generation on the server: ``single_prompt`` per object,
+``grouped_task`` over all of them) is the same search, so its retrieval is the same stage
+(component ``weaviate.generate.<method>``). The generation is no ``generate`` stage: the server
+builds the prompt from the objects' properties and calls its generative module, and neither the
+prompt, nor the model, nor which properties reached it come back (only the generated text), so what
+reached the model is not known (ragtrail's generate stage is arithmetic on a prompt it saw). The
+stage says so in a finding; the generated text is not recorded (the app records its answer with
+``ragtrail.answer()``).
+
+**fetch_objects** is a ``retrieve`` stage without a query and without scores (kind ``none``):
+it reads objects from the store (by ``filters``, ``limit``, ``sort``, ``offset``/``after``) and what
+it returns is evidence the app may hand to a model, so it counts as retrieved. It is not a
+``filter`` stage: a filter stage narrows inputs it was handed (``in = out + excluded``), and the
+objects Weaviate's filter passed over are never returned. It ranks nothing: the position of an
+object is the order Weaviate listed it in (by ``sort`` when given), not a relevance, and a finding
+says so. The pages ``collection.iterator()`` reads (a cursor scan over the whole collection) are
+not recorded.
+
 The corpus size is unknown (an aggregate would be a request of ours) unless the user gives it
 (``ragtrail.corpus_size("<collection>", n)``). A failing query's exception passes through unchanged.
 
@@ -31,6 +51,7 @@ Usage: ``WeaviateInstrumentor().instrument()`` or ``opentelemetry-instrument`` (
 
 from __future__ import annotations
 
+import contextvars
 import enum
 from collections.abc import Callable, Collection
 from typing import Any
@@ -45,11 +66,21 @@ from ragtrail.recorder.candidates import Candidate, normalize_id
 _KEY = "ragtrail.weaviate"
 # method -> (module under weaviate.collections.queries, class stem, the query argument's name)
 _METHODS = {
-    "near_vector": ("near_vector", "_NearVectorQuery", "near_vector"),
-    "near_text": ("near_text", "_NearTextQuery", "query"),
-    "hybrid": ("hybrid", "_HybridQuery", "query"),
-    "bm25": ("bm25", "_BM25Query", "query"),
+    "near_vector": ("near_vector", "_NearVector", "near_vector"),
+    "near_text": ("near_text", "_NearText", "query"),
+    "hybrid": ("hybrid", "_Hybrid", "query"),
+    "bm25": ("bm25", "_BM25", "query"),
+    "fetch_objects": ("fetch_objects", "_FetchObjects", None),
 }
+_NAMESPACES = ("query", "generate")  # collection.query.* and collection.generate.*
+_ITERATOR = "weaviate.collections.iterator"
+GENERATED_ON_SERVER = (
+    "Weaviate generated text from these objects on the server ({}): the prompt, the model and which properties "
+    "reached it are not returned, so what reached the model is unknown (no generate stage)"
+)
+UNRANKED = "fetch_objects ranks nothing: the objects are in the order Weaviate listed them{}, not by relevance to a query"
+# true while collection.iterator() reads a page: a cursor scan, not a retrieval
+_scanning: contextvars.ContextVar[bool] = contextvars.ContextVar("ragtrail_weaviate_scanning", default=False)
 
 
 class _WeaviateStages(StoreStages):
@@ -63,16 +94,26 @@ class WeaviateInstrumentor(RagtrailInstrumentor):
 
     def _patch(self, **kwargs: Any) -> None:
         for method, (package, stem, _arg) in _METHODS.items():
-            module = f"weaviate.collections.queries.{package}.query.executor"
-            self.when_imported(module, self._patcher(module, f"{stem}Executor.{method}", method))
+            for namespace in _NAMESPACES:
+                module = f"weaviate.collections.queries.{package}.{namespace}.executor"
+                name = f"{stem}{namespace.title()}Executor.{method}"
+                self.when_imported(module, self._patcher(module, name, method, namespace))
+        self.when_imported(_ITERATOR, self._patch_iterator)
 
-    def _patcher(self, module: str, name: str, method: str) -> Callable[[], bool]:
-        return lambda: self.wrap(module, name, self._wrapper(method))
+    def _patch_iterator(self) -> None:
+        self.wrap(_ITERATOR, "_ObjectIterator.__next__", _scan)
+        self.wrap(_ITERATOR, "_ObjectAIterator.__anext__", _ascan)
 
-    def _wrapper(self, method: str) -> Callable[..., Any]:
+    def _patcher(self, module: str, name: str, method: str, namespace: str) -> Callable[[], bool]:
+        return lambda: self.wrap(module, name, self._wrapper(method, namespace))
+
+    def _wrapper(self, method: str, namespace: str) -> Callable[..., Any]:
         def wrapper(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+            if _scanning.get():
+                return wrapped(*args, **kwargs)
+
             def start() -> _WeaviateStages:
-                return _start(self.tracer, method, instance, args, kwargs)
+                return _start(self.tracer, method, namespace, instance, args, kwargs)
 
             if _is_async(instance):
                 # the executor returns an awaitable on an async connection: so does this, the stage covers the await
@@ -80,6 +121,24 @@ class WeaviateInstrumentor(RagtrailInstrumentor):
             return call_through(_KEY, start, wrapped, args, kwargs, _complete)
 
         return wrapper
+
+
+def _scan(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """``collection.iterator()``'s next object: the page it may fetch is a scan, not recorded."""
+    token = _scanning.set(True)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        _scanning.reset(token)
+
+
+async def _ascan(wrapped: Callable[..., Any], instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """:func:`_scan` for the async iterator (a real coroutine: the page is fetched in this task)."""
+    token = _scanning.set(True)
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        _scanning.reset(token)
 
 
 def _is_async(instance: Any) -> bool:
@@ -101,6 +160,8 @@ def _plain_filter(value: Any) -> Any:
 
 
 def _kind(method: str, kwargs: Kwargs) -> str:
+    if method == "fetch_objects":
+        return sc.SCORE_NONE
     if method == "bm25":
         return sc.SCORE_BM25
     if method == "hybrid":
@@ -109,24 +170,44 @@ def _kind(method: str, kwargs: Kwargs) -> str:
     return sc.SCORE_DISTANCE
 
 
-def _start(tracer: Any, method: str, instance: Any, args: Args, kwargs: Kwargs) -> _WeaviateStages:
-    name = getattr(instance, "_name", None)
-    stages = _WeaviateStages(tracer, f"weaviate.{method}", collection=name if isinstance(name, str) else None)
-    query = args[0] if args else kwargs.get(_METHODS[method][2])
+def _hop(method: str, args: Args, kwargs: Kwargs) -> Query | None:
+    """The query the search answers (``fetch_objects`` has none)."""
+    name = _METHODS[method][2]
+    if name is None:
+        return None
+    query = args[0] if args else kwargs.get(name)
     if method == "near_vector":
-        hop = Query(vector=query)
-    elif method == "hybrid":
+        return Query(vector=query)
+    if method == "hybrid":
         vector = kwargs.get("vector")
-        hop = Query(text=query if isinstance(query, str) else None, vector=vector if isinstance(vector, (list, tuple)) else None)
-    else:
-        hop = Query(text=query if isinstance(query, str) else " ".join(map(str, query)) if isinstance(query, list) else None)
+        return Query(text=query if isinstance(query, str) else None, vector=vector if isinstance(vector, (list, tuple)) else None)
+    return Query(text=query if isinstance(query, str) else " ".join(map(str, query)) if isinstance(query, list) else None)
+
+
+def _findings(method: str, namespace: str, kwargs: Kwargs) -> list[str]:
+    found = []
+    if method == "fetch_objects":
+        sort = kwargs.get("sort")
+        found.append(UNRANKED.format(f" (sort: {canonical_json(_plain_filter(sort))})" if sort is not None else ""))
+    if namespace == "generate":
+        asked = [name for name in ("single_prompt", "grouped_task") if kwargs.get(name) is not None]
+        if asked:
+            found.append(GENERATED_ON_SERVER.format(" and ".join(asked)))
+    return found
+
+
+def _start(tracer: Any, method: str, namespace: str, instance: Any, args: Args, kwargs: Kwargs) -> _WeaviateStages:
+    name = getattr(instance, "_name", None)
+    component = f"weaviate.{method}" if namespace == "query" else f"weaviate.{namespace}.{method}"
+    stages = _WeaviateStages(tracer, component, collection=name if isinstance(name, str) else None)
     limit = kwargs.get("limit")
     filters = kwargs.get("filters")
     row = Row(
-        query=hop,
+        query=_hop(method, args, kwargs),
         top_k=limit if isinstance(limit, int) else None,
         filter=canonical_json(_plain_filter(filters)) if filters is not None else None,
         score_kind=_kind(method, kwargs),
+        findings=_findings(method, namespace, kwargs),
     )
     stages.base = row
     return stages.start(row)
@@ -162,8 +243,8 @@ def _outcome(stages: _WeaviateStages, result: Any) -> Outcome | None:
                 metadata={"explain_score": explain} if explain else None,
             )
         )
-    row = Row(candidates=candidates, query=base.query, top_k=base.top_k, filter=base.filter, score_kind=kind)
+    row = Row(candidates=candidates, query=base.query, top_k=base.top_k, filter=base.filter, score_kind=kind, findings=list(base.findings))
     return Outcome(rows=1, row=lambda _index: row, corpus_size=lambda: None, store=stages.collection)
 
 
-__all__ = ["WeaviateInstrumentor"]
+__all__ = ["GENERATED_ON_SERVER", "UNRANKED", "WeaviateInstrumentor"]
