@@ -99,10 +99,15 @@ def test_field_text_is_the_general_rule(value: object) -> None:
     assert digests.field_json(tuple(value) if isinstance(value, list) else value) == general(value)
 
 
-@settings(max_examples=200, deadline=None)
+# ids and digests as the recorder writes them (printable ASCII: the sorted-join fast path), and the
+# characters that must send a digest to the general path (NUL, quote, backslash, controls, non-ASCII)
+_DIGEST_PART = st.one_of(st.text(max_size=5), st.text(alphabet='ac0 ~[]#!:"\\\x00\x1f\x7fé\ud800', max_size=5))
+
+
+@settings(max_examples=400, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["ragtrail.candidate", "ragtrail.exclusion", "ragtrail.query"]), st.text(max_size=5), st.text(max_size=5)),
+        st.tuples(st.sampled_from(["ragtrail.candidate", "ragtrail.exclusion", "ragtrail.query"]), _DIGEST_PART, _DIGEST_PART),
         max_size=12,
     )
 )
@@ -113,6 +118,24 @@ def test_events_digest_is_the_documented_rule(items: list[tuple[str, str, str]])
     assert receipts.sorted_events_digest(items) == expected
     assert receipts.sorted_events_digest(iter(items)) == expected
     assert receipts.events_digest([list(i) for i in sorted(items)]) == expected
+
+
+def test_the_recorders_digest_items_take_the_sorted_join_and_sort_as_tuples() -> None:
+    # ids that are prefixes of each other and empty digests: NUL joints sort as the tuples do
+    items = [
+        ("ragtrail.exclusion", "c1", ""),
+        ("ragtrail.candidate", "c10", "a" * 64),
+        ("ragtrail.candidate", "c1", "b" * 64),
+        ("ragtrail.candidate", "c1", ""),
+        ("ragtrail.candidate", "c", "f" * 64),
+        ("ragtrail.query", "hop:0", "0" * 64),
+    ]
+    text = digests._plain_sorted_items(items)
+    assert text == json.dumps([list(i) for i in sorted(items)], separators=(",", ":"))
+    for odd in ("é", '"', "\\", "\x00", "\n"):  # the general path decides these
+        assert digests._plain_sorted_items([*items, ("ragtrail.candidate", odd, "")]) is None
+    assert digests._plain_sorted_items([("ragtrail.candidate", "c1")]) is None  # not three parts
+    assert digests._plain_sorted_items([("ragtrail.candidate", "c1", 1)]) is None  # not text
 
 
 @settings(max_examples=200, deadline=None)
