@@ -20,6 +20,8 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from ragtrail.contract import receipts
 from ragtrail.contract.receipts import digests
+from ragtrail import settings as capture
+from ragtrail.recorder import mirrors
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import _kept_positions
 from ragtrail.recorder.rescoring import unproduced_scores
@@ -153,6 +155,40 @@ def test_stage_receipt_is_the_documented_rule(fields: dict[str, str], key: bytes
     stamp = receipts.stage_receipt(fields, key)
     assert stamp.receipt == (whole if key is None else f"hmac-sha256:{whole}")
     assert stamp.fields == ";".join(f"{k}={mac(v)[: receipts.FIELD_DIGEST_HEX]}" for k, v in ordered)
+
+
+def test_a_field_digest_read_back_from_the_memo_is_its_own() -> None:
+    # the memo of short field texts: a hit, a text too long to keep, and the memo started over when full
+    texts = ['"ok"', "100", '"\ud800"', '"' + "x" * 80 + '"', *(f"{i}" for i in range(digests._MEMO_ENTRIES + 5))]
+    for _ in range(2):
+        for text in texts:
+            expected = hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[: receipts.FIELD_DIGEST_HEX]
+            assert digests._field_digest(text) == expected
+            assert receipts.stage_receipt({"f": text}).fields == f"f={expected}"
+    assert len(digests._FIELD_DIGESTS) <= digests._MEMO_ENTRIES
+    assert '"' + "x" * 80 + '"' not in digests._FIELD_DIGESTS
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.text(max_size=6), st.sampled_from(TRICKY_TEXT)),
+    st.one_of(st.none(), st.floats(), st.sampled_from(TRICKY_FLOATS), st.integers(-(10**20), 10**20), st.booleans()),
+)
+def test_a_genai_document_is_the_general_rule(ident: str, score: Any) -> None:
+    # gen_ai.retrieval.documents with content off and no metadata: the object's text written directly
+    # is the sorted-keys JSON of {"id", "score"} (the score only when finite), and a score read back
+    # from the columns' memory of score texts is its own
+    config = capture.get()
+    assert config.content_for("") is None and not config.metadata  # the defaults: the direct path
+    item: dict[str, Any] = {"id": ident}
+    finite = receipts.finite_or_none(score)
+    if finite is not None:
+        item["score"] = finite
+    expected = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for _ in range(2):
+        assert mirrors._genai_document(config, Candidate(ident, "text", score), False) == expected
+        if finite is not None:
+            digests._floats_json([finite])  # now in the memory the columns fill
 
 
 def _span(max_attributes: int | None = None) -> Any:

@@ -29,6 +29,7 @@ __all__ = [
     "events_digest",
     "field_json",
     "field_value",
+    "float_json",
     "json_leaf",
     "keyed_receipt",
     "parse_field_digests",
@@ -225,6 +226,13 @@ _FLOAT_TEXTS: dict[float, str] = {}
 _FLOAT_TEXTS_MAX = 1 << 16
 
 
+def float_json(number: float) -> str:
+    """``dumps(number)`` for one float, a recent score's text read from the same memory as the
+    columns' (a mirror writes the scores a column of the same stage wrote)."""
+    text = _FLOAT_TEXTS.get(number)
+    return text if text is not None else _floats_json((number,))[1:-1]
+
+
 def _floats_json(values: Sequence[float]) -> str:
     """``dumps(values)`` for an array of floats."""
     cache = _FLOAT_TEXTS
@@ -302,6 +310,27 @@ def _mac(text: str, key: bytes | None) -> str:
     return hmac.new(key, data, hashlib.sha256).hexdigest()
 
 
+# the unkeyed field digests of short field texts: most of a stage's fields (its kind, component,
+# status, counts, score kind, an exclusion reason's cells) say the same text query after query, and
+# a sha256 call is most of a field's cost. Texts up to _MEMO_CHARS only (a column or a 64-hex digest
+# is new each time); started over when full.
+_FIELD_DIGESTS: dict[str, str] = {}
+_MEMO_CHARS = 64
+_MEMO_ENTRIES = 4096
+
+
+def _field_digest(text: str) -> str:
+    """``_mac(text, None)[:FIELD_DIGEST_HEX]``, remembered for short texts."""
+    digest = _FIELD_DIGESTS.get(text)
+    if digest is None:
+        digest = hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:FIELD_DIGEST_HEX]
+        if len(text) <= _MEMO_CHARS:
+            if len(_FIELD_DIGESTS) >= _MEMO_ENTRIES:
+                _FIELD_DIGESTS.clear()
+            _FIELD_DIGESTS[text] = digest
+    return digest
+
+
 class StageReceipt(NamedTuple):
     """A stage receipt as written on the wire: ``receipt`` (64 hex, or ``hmac-sha256:<64 hex>``) and ``fields``
     (``<field>=<8 hex>;...`` sorted by field)."""
@@ -317,9 +346,8 @@ def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageR
     # as the array its list would be) unless the bound would cut it
     plain = 3 * len(ordered) <= MAX_ITEMS and sum(len(k) + len(v) for k, v in ordered) <= MAX_CHARS
     whole = _mac(dumps(ordered) if plain else canonical_json([[k, v] for k, v in ordered]), key)
-    if key is None:  # _mac(v, None) inline: a stage has thirty fields, the call was a third of their cost
-        sha256 = hashlib.sha256
-        short = ";".join([f"{k}={sha256(v.encode('utf-8', 'backslashreplace')).hexdigest()[:FIELD_DIGEST_HEX]}" for k, v in ordered])
+    if key is None:
+        short = ";".join([f"{k}={_field_digest(v)}" for k, v in ordered])
     else:
         short = ";".join([f"{k}={_mac(v, key)[:FIELD_DIGEST_HEX]}" for k, v in ordered])
     # unkeyed: the bare 64 hex digits (so it fits the 64-character value limit the other receipts
