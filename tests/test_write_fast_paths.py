@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-from ragtrail.contract import receipts
+from ragtrail.contract import columns, receipts
+from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import digests
 from ragtrail import settings as capture
 from ragtrail.recorder import mirrors
@@ -189,6 +190,34 @@ def test_a_genai_document_is_the_general_rule(ident: str, score: Any) -> None:
         assert mirrors._genai_document(config, Candidate(ident, "text", score), False) == expected
         if finite is not None:
             digests._floats_json([finite])  # now in the memory the columns fill
+
+
+def _scores_by_the_rule(values: list[Any]) -> dict[str, Any]:
+    """docs/semconv.md §3's score columns, row by row: ``scores`` when any row has a finite score
+    (0.0 in the rows without), ``score_raw`` when some row has none."""
+    numbers = [None if v is None else receipts.finite_or_none(v) for v in values]
+    out: dict[str, Any] = {}
+    if any(n is not None for n in numbers):
+        out[sc.COLUMN_SCORES] = [0.0 if n is None else n for n in numbers]
+    raw = ["" if n is not None else sc.NO_SCORE if v is None else columns.score_text(v) for v, n in zip(values, numbers, strict=True)]
+    if any(raw) and (any(r not in ("", sc.NO_SCORE) for r in raw) or sc.COLUMN_SCORES in out):
+        out[sc.COLUMN_SCORE_RAW] = raw
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(), st.sampled_from([*TRICKY_FLOATS, 1.7e308, -1.7e308, None, 3, True, "x"])), max_size=8))
+def test_score_columns_are_the_rule(values: list[Any]) -> None:
+    # every row a finite float takes the direct path (also when their sum overflows: the rows decide)
+    out: dict[str, Any] = {}
+    columns.encode_scores(out, values)
+    expected = _scores_by_the_rule(values)
+    assert list(out) == list(expected)
+    assert [repr(v) for v in out.get(sc.COLUMN_SCORES, [])] == [repr(v) for v in expected.get(sc.COLUMN_SCORES, [])]  # -0.0 kept
+    assert out.get(sc.COLUMN_SCORE_RAW) == expected.get(sc.COLUMN_SCORE_RAW)
+    out2: dict[str, Any] = {}
+    columns.encode_scores(out2, iter(values))
+    assert repr(out2) == repr(out)
 
 
 def _span(max_attributes: int | None = None) -> Any:
