@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
+from ragtrail import settings as capture
 from ragtrail.contract import columns, receipts
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import digests
-from ragtrail import settings as capture
 from ragtrail.recorder import mirrors
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import _kept_positions
