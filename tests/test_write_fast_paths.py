@@ -22,7 +22,7 @@ from ragtrail import settings as capture
 from ragtrail.contract import columns, receipts
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import digests
-from ragtrail.recorder import mirrors
+from ragtrail.recorder import events, mirrors
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import _kept_positions
 from ragtrail.recorder.rescoring import unproduced_scores
@@ -121,6 +121,26 @@ def test_events_digest_is_the_documented_rule(items: list[tuple[str, str, str]])
     assert receipts.sorted_events_digest(items) == expected
     assert receipts.sorted_events_digest(iter(items)) == expected
     assert receipts.events_digest([list(i) for i in sorted(items)]) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["ragtrail.candidate", "ragtrail.exclusion", "ragtrail.query"]),
+            st.lists(_DIGEST_PART, max_size=5),
+            st.lists(st.one_of(_DIGEST_PART, st.just(""), st.just("a" * 64)), max_size=6),
+        ),
+        max_size=4,
+    )
+)
+def test_a_stages_record_groups_digest_and_count_as_their_items(groups: list[tuple[str, list[Any], list[Any]]]) -> None:
+    # the writer's records by column (events.Records): the same digest and count as the items one
+    # by one (zip: a shorter sha column cuts the group), whatever characters the parts hold
+    records = [events.Records(name, ids, shas) for name, ids, shas in groups]
+    items = [item for name, ids, shas in groups for item in zip([name] * len(ids), ids, shas, strict=False)]
+    assert events.count(records) == len(items)
+    assert events.digest(records) == receipts.sorted_events_digest(items)
 
 
 def test_the_recorders_digest_items_take_the_sorted_join_and_sort_as_tuples() -> None:

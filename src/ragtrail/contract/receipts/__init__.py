@@ -49,6 +49,7 @@ from ragtrail.contract.receipts.digests import (
     parse_field_digests,
     receipt_algorithm,
     sorted_events_digest,
+    sorted_keys_digest,
     stage_fields,
     stage_receipt,
 )
@@ -131,6 +132,7 @@ __all__ = [
     "parse_field_digests",
     "receipt_algorithm",
     "sorted_events_digest",
+    "sorted_keys_digest",
     "stage_fields",
     "stage_receipt",
 ]

@@ -35,6 +35,7 @@ __all__ = [
     "parse_field_digests",
     "receipt_algorithm",
     "sorted_events_digest",
+    "sorted_keys_digest",
     "stage_fields",
     "stage_receipt",
 ]
@@ -120,10 +121,7 @@ def _plain_sorted_items(items: list[Any]) -> str | None:
     """The compact JSON of ``sorted(items)`` for items that are each three strings of printable ASCII
     with no quote or backslash (what the recorder writes: event names, ids, sha256 hex), whose JSON is
     their text between quotes; ``None`` otherwise (the general path then decides, with the same
-    result). Each item is joined on NUL, which sorts below every character the strings hold, so the
-    joined texts sort as the tuples do (a string sorts as a tuple of its characters); one sort of
-    strings and one join stand in for a tuple sort and the encoder's walk (this runs per stage on
-    the host's thread)."""
+    result). See :func:`sorted_keys_digest`."""
     if not items:
         return None
     if set(map(len, items)) != _THREE or not set(map(type, items)) <= _ARRAYS:
@@ -131,6 +129,24 @@ def _plain_sorted_items(items: list[Any]) -> str | None:
     try:
         keys = list(map(_NUL.join, items))
     except TypeError:  # not every part a str
+        return None
+    return _plain_sorted_keys(keys)
+
+
+def sorted_keys_digest(keys: list[str]) -> str | None:
+    """:func:`sorted_events_digest` of the items whose parts, joined on NUL, are ``keys`` (the list
+    is sorted in place), when every part is printable ASCII with no quote or backslash; ``None``
+    otherwise (then the items go to :func:`sorted_events_digest`, which decides)."""
+    text = _plain_sorted_keys(keys)
+    return sha256_hex(text.encode("utf-8")) if text is not None else None
+
+
+def _plain_sorted_keys(keys: list[str]) -> str | None:
+    """The compact JSON of the sorted items that ``keys`` join on NUL (three parts each). NUL sorts
+    below every character the parts hold, so the joined texts sort as the tuples do (a string sorts
+    as a tuple of its characters); one sort of strings and one join stand in for a tuple sort and
+    the encoder's walk (this runs per stage on the host's thread)."""
+    if not keys:
         return None
     whole = "".join(keys)
     if whole.count(_NUL) != 2 * len(keys) or whole.translate(_PLAIN_GONE):
