@@ -398,6 +398,40 @@ def test_native_encoder_writes_ragtrail_spans_itself() -> None:
         assert native(spans, 3) == expected, name
 
 
+class _Renamed(ReadableSpan):
+    """A ReadableSpan whose ``attributes`` says something else than the holder it keeps."""
+
+    @property
+    def attributes(self) -> Any:
+        return {"said": "by the property"}
+
+
+def test_native_encoder_reads_what_the_public_attributes_say() -> None:
+    """The native encoder reads an ended span's (immutable) BoundedAttributes through its plain dict;
+    a live (mutable) one, a plain dict, no attributes, and a class whose ``attributes`` is its own,
+    through what the public mapping says, as the stock encoder does."""
+    native = native_module().encode_spans
+
+    def span(attributes: Any, cls: type[ReadableSpan] = ReadableSpan) -> ReadableSpan:
+        return cls("s", context=SpanContext(1, 2, False), attributes=attributes, start_time=1, end_time=2)
+
+    values = {"a": "x", "b": (1, 2), "c": 1.5}
+    event = Event("e", BoundedAttributes(attributes={"k": "v", "n": 3}, immutable=True), timestamp=5)
+    cases = [
+        span(BoundedAttributes(attributes=values, immutable=True)),
+        span(BoundedAttributes(attributes=values, immutable=False)),
+        span(BoundedAttributes(attributes={}, immutable=True)),
+        span(dict(values)),
+        span(None),
+        span(BoundedAttributes(attributes=values, immutable=True), _Renamed),
+        ReadableSpan("s", context=SpanContext(1, 2, False), attributes=values, events=[event], start_time=1, end_time=2),
+    ]
+    for case in cases:
+        expected = stock_encode_spans([case]).SerializeToString()
+        assert native([case], 0) == expected, case.attributes
+    assert b"by the property" in native([cases[5]], 0)
+
+
 def test_native_encoder_declines_what_python_drops_or_raises_on() -> None:
     native = native_module().encode_spans
     odd: list[Any] = [2**70, "\ud800", {"k": 1}, {1, 2}, object(), bytearray(b"a"), range(2), [1, 2**64]]

@@ -18,8 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-from ragtrail.contract import receipts
+from ragtrail import settings as capture
+from ragtrail.contract import columns, receipts
+from ragtrail.contract import semconv as sc
 from ragtrail.contract.receipts import digests
+from ragtrail.recorder import events, mirrors
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import _kept_positions
 from ragtrail.recorder.rescoring import unproduced_scores
@@ -99,10 +102,15 @@ def test_field_text_is_the_general_rule(value: object) -> None:
     assert digests.field_json(tuple(value) if isinstance(value, list) else value) == general(value)
 
 
-@settings(max_examples=200, deadline=None)
+# ids and digests as the recorder writes them (printable ASCII: the sorted-join fast path), and the
+# characters that must send a digest to the general path (NUL, quote, backslash, controls, non-ASCII)
+_DIGEST_PART = st.one_of(st.text(max_size=5), st.text(alphabet='ac0 ~[]#!:"\\\x00\x1f\x7fé\ud800', max_size=5))
+
+
+@settings(max_examples=400, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["ragtrail.candidate", "ragtrail.exclusion", "ragtrail.query"]), st.text(max_size=5), st.text(max_size=5)),
+        st.tuples(st.sampled_from(["ragtrail.candidate", "ragtrail.exclusion", "ragtrail.query"]), _DIGEST_PART, _DIGEST_PART),
         max_size=12,
     )
 )
@@ -113,6 +121,44 @@ def test_events_digest_is_the_documented_rule(items: list[tuple[str, str, str]])
     assert receipts.sorted_events_digest(items) == expected
     assert receipts.sorted_events_digest(iter(items)) == expected
     assert receipts.events_digest([list(i) for i in sorted(items)]) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["ragtrail.candidate", "ragtrail.exclusion", "ragtrail.query"]),
+            st.lists(_DIGEST_PART, max_size=5),
+            st.lists(st.one_of(_DIGEST_PART, st.just(""), st.just("a" * 64)), max_size=6),
+        ),
+        max_size=4,
+    )
+)
+def test_a_stages_record_groups_digest_and_count_as_their_items(groups: list[tuple[str, list[Any], list[Any]]]) -> None:
+    # the writer's records by column (events.Records): the same digest and count as the items one
+    # by one (zip: a shorter sha column cuts the group), whatever characters the parts hold
+    records = [events.Records(name, ids, shas) for name, ids, shas in groups]
+    items = [item for name, ids, shas in groups for item in zip([name] * len(ids), ids, shas, strict=False)]
+    assert events.count(records) == len(items)
+    assert events.digest(records) == receipts.sorted_events_digest(items)
+
+
+def test_the_recorders_digest_items_take_the_sorted_join_and_sort_as_tuples() -> None:
+    # ids that are prefixes of each other and empty digests: NUL joints sort as the tuples do
+    items = [
+        ("ragtrail.exclusion", "c1", ""),
+        ("ragtrail.candidate", "c10", "a" * 64),
+        ("ragtrail.candidate", "c1", "b" * 64),
+        ("ragtrail.candidate", "c1", ""),
+        ("ragtrail.candidate", "c", "f" * 64),
+        ("ragtrail.query", "hop:0", "0" * 64),
+    ]
+    text = digests._plain_sorted_items(items)
+    assert text == json.dumps([list(i) for i in sorted(items)], separators=(",", ":"))
+    for odd in ("é", '"', "\\", "\x00", "\n"):  # the general path decides these
+        assert digests._plain_sorted_items([*items, ("ragtrail.candidate", odd, "")]) is None
+    assert digests._plain_sorted_items([("ragtrail.candidate", "c1")]) is None  # not three parts
+    assert digests._plain_sorted_items([("ragtrail.candidate", "c1", 1)]) is None  # not text
 
 
 @settings(max_examples=200, deadline=None)
@@ -130,6 +176,68 @@ def test_stage_receipt_is_the_documented_rule(fields: dict[str, str], key: bytes
     stamp = receipts.stage_receipt(fields, key)
     assert stamp.receipt == (whole if key is None else f"hmac-sha256:{whole}")
     assert stamp.fields == ";".join(f"{k}={mac(v)[: receipts.FIELD_DIGEST_HEX]}" for k, v in ordered)
+
+
+def test_a_field_digest_read_back_from_the_memo_is_its_own() -> None:
+    # the memo of short field texts: a hit, a text too long to keep, and the memo started over when full
+    texts = ['"ok"', "100", '"\ud800"', '"' + "x" * 80 + '"', *(f"{i}" for i in range(digests._MEMO_ENTRIES + 5))]
+    for _ in range(2):
+        for text in texts:
+            expected = hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[: receipts.FIELD_DIGEST_HEX]
+            assert digests._field_digest(text) == expected
+            assert receipts.stage_receipt({"f": text}).fields == f"f={expected}"
+    assert len(digests._FIELD_DIGESTS) <= digests._MEMO_ENTRIES
+    assert '"' + "x" * 80 + '"' not in digests._FIELD_DIGESTS
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.text(max_size=6), st.sampled_from(TRICKY_TEXT)),
+    st.one_of(st.none(), st.floats(), st.sampled_from(TRICKY_FLOATS), st.integers(-(10**20), 10**20), st.booleans()),
+)
+def test_a_genai_document_is_the_general_rule(ident: str, score: Any) -> None:
+    # gen_ai.retrieval.documents with content off and no metadata: the object's text written directly
+    # is the sorted-keys JSON of {"id", "score"} (the score only when finite), and a score read back
+    # from the columns' memory of score texts is its own
+    config = capture.get()
+    assert config.content_for("") is None and not config.metadata  # the defaults: the direct path
+    item: dict[str, Any] = {"id": ident}
+    finite = receipts.finite_or_none(score)
+    if finite is not None:
+        item["score"] = finite
+    expected = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for _ in range(2):
+        assert mirrors._genai_document(config, Candidate(ident, "text", score), False) == expected
+        if finite is not None:
+            digests._floats_json([finite])  # now in the memory the columns fill
+
+
+def _scores_by_the_rule(values: list[Any]) -> dict[str, Any]:
+    """docs/semconv.md §3's score columns, row by row: ``scores`` when any row has a finite score
+    (0.0 in the rows without), ``score_raw`` when some row has none."""
+    numbers = [None if v is None else receipts.finite_or_none(v) for v in values]
+    out: dict[str, Any] = {}
+    if any(n is not None for n in numbers):
+        out[sc.COLUMN_SCORES] = [0.0 if n is None else n for n in numbers]
+    raw = ["" if n is not None else sc.NO_SCORE if v is None else columns.score_text(v) for v, n in zip(values, numbers, strict=True)]
+    if any(raw) and (any(r not in ("", sc.NO_SCORE) for r in raw) or sc.COLUMN_SCORES in out):
+        out[sc.COLUMN_SCORE_RAW] = raw
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(), st.sampled_from([*TRICKY_FLOATS, 1.7e308, -1.7e308, None, 3, True, "x"])), max_size=8))
+def test_score_columns_are_the_rule(values: list[Any]) -> None:
+    # every row a finite float takes the direct path (also when their sum overflows: the rows decide)
+    out: dict[str, Any] = {}
+    columns.encode_scores(out, values)
+    expected = _scores_by_the_rule(values)
+    assert list(out) == list(expected)
+    assert [repr(v) for v in out.get(sc.COLUMN_SCORES, [])] == [repr(v) for v in expected.get(sc.COLUMN_SCORES, [])]  # -0.0 kept
+    assert out.get(sc.COLUMN_SCORE_RAW) == expected.get(sc.COLUMN_SCORE_RAW)
+    out2: dict[str, Any] = {}
+    columns.encode_scores(out2, iter(values))
+    assert repr(out2) == repr(out)
 
 
 def _span(max_attributes: int | None = None) -> Any:

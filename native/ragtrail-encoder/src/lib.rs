@@ -149,9 +149,89 @@ fn key_value(
     })
 }
 
+/// The SDK's attribute holder and ReadableSpan's `attributes` property. The public mappings are read
+/// key by key in Python (a span's `attributes` is a MappingProxyType over BoundedAttributes, whose
+/// `__getitem__` is a Python call: half of a span's encoding); once a BoundedAttributes is immutable
+/// (an ended span's, an event's) its plain dict holds exactly what they give, in the same order, and
+/// is read directly. `None` when the SDK does not have them as expected: the public mappings are read.
+struct Sdk<'py> {
+    bounded: Option<Bound<'py, PyAny>>,
+    span_attributes: Option<Bound<'py, PyAny>>,
+}
+
+impl<'py> Sdk<'py> {
+    fn new(py: Python<'py>) -> Self {
+        let bounded = py
+            .import("opentelemetry.attributes")
+            .and_then(|m| m.getattr("BoundedAttributes"))
+            .ok();
+        let span_attributes = py
+            .import("opentelemetry.sdk.trace")
+            .and_then(|m| m.getattr("ReadableSpan"))
+            .and_then(|c| c.getattr("attributes"))
+            .ok();
+        Sdk {
+            bounded,
+            span_attributes,
+        }
+    }
+
+    /// The plain dict inside `attrs` when it is exactly the SDK's BoundedAttributes and immutable.
+    fn held(&self, attrs: &Bound<'py, PyAny>) -> Option<Bound<'py, PyDict>> {
+        let bounded = self.bounded.as_ref()?;
+        if !attrs.get_type().is(bounded) {
+            return None;
+        }
+        let py = attrs.py();
+        if !attrs
+            .getattr(intern!(py, "_immutable"))
+            .ok()?
+            .is_truthy()
+            .ok()?
+        {
+            return None;
+        }
+        attrs
+            .getattr(intern!(py, "_dict"))
+            .ok()?
+            .downcast_into_exact::<PyDict>()
+            .ok()
+    }
+
+    /// What a span's `attributes` gives: for a class that keeps ReadableSpan's property, the holder
+    /// that property wraps (`None` for none: nothing to encode), else the property's value.
+    fn span_attributes(&self, span: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = span.py();
+        if let Some(property) = &self.span_attributes {
+            if span
+                .get_type()
+                .getattr(intern!(py, "attributes"))?
+                .is(property)
+            {
+                let holder = span.getattr(intern!(py, "_attributes"))?;
+                if self.held(&holder).is_some() || holder.is_none() {
+                    return Ok(holder);
+                }
+            }
+        }
+        span.getattr(intern!(py, "attributes"))
+    }
+}
+
 /// Repeated KeyValue fields under `tag`, from None, a dict or any mapping with `items()`.
-fn attributes(out: &mut Vec<u8>, tag: u8, attrs: &Bound<'_, PyAny>) -> Enc<()> {
+fn attributes<'py>(
+    out: &mut Vec<u8>,
+    tag: u8,
+    attrs: &Bound<'py, PyAny>,
+    sdk: &Sdk<'py>,
+) -> Enc<()> {
     if attrs.is_none() {
+        return Ok(());
+    }
+    if let Some(dict) = sdk.held(attrs) {
+        for (key, value) in dict.iter() {
+            key_value(out, tag, &key, &value)?;
+        }
         return Ok(());
     }
     if let Ok(dict) = attrs.downcast_exact::<PyDict>() {
@@ -235,14 +315,14 @@ fn trace_state(out: &mut Vec<u8>, state: &Bound<'_, PyAny>) -> Enc<()> {
     Ok(())
 }
 
-fn events(out: &mut Vec<u8>, events: &Bound<'_, PyAny>) -> Enc<()> {
+fn events<'py>(out: &mut Vec<u8>, events: &Bound<'py, PyAny>, sdk: &Sdk<'py>) -> Enc<()> {
     let py = events.py();
     for event in events.try_iter()? {
         let event = event?;
         nested(out, 0x5a, |out| {
             time_field(out, 0x09, &event.getattr(intern!(py, "timestamp"))?)?;
             opt_str_field(out, 0x12, &event.getattr(intern!(py, "name"))?)?;
-            attributes(out, 0x1a, &event.getattr(intern!(py, "attributes"))?)?;
+            attributes(out, 0x1a, &event.getattr(intern!(py, "attributes"))?, sdk)?;
             count_field(
                 out,
                 0x20,
@@ -253,14 +333,14 @@ fn events(out: &mut Vec<u8>, events: &Bound<'_, PyAny>) -> Enc<()> {
     Ok(())
 }
 
-fn links(out: &mut Vec<u8>, links: &Bound<'_, PyAny>) -> Enc<()> {
+fn links<'py>(out: &mut Vec<u8>, links: &Bound<'py, PyAny>, sdk: &Sdk<'py>) -> Enc<()> {
     let py = links.py();
     for link in links.try_iter()? {
         let link = link?;
         nested(out, 0x6a, |out| {
             let context = link.getattr(intern!(py, "context"))?;
             ids(out, &context)?;
-            attributes(out, 0x22, &link.getattr(intern!(py, "attributes"))?)?;
+            attributes(out, 0x22, &link.getattr(intern!(py, "attributes"))?, sdk)?;
             count_field(out, 0x28, &link.getattr(intern!(py, "dropped_attributes"))?)?;
             flags(
                 out,
@@ -293,7 +373,12 @@ fn status(out: &mut Vec<u8>, status: &Bound<'_, PyAny>) -> Enc<()> {
 }
 
 /// One Span message's body, fields in number order.
-fn span_body(out: &mut Vec<u8>, span: &Bound<'_, PyAny>, span_kind: &Bound<'_, PyAny>) -> Enc<()> {
+fn span_body<'py>(
+    out: &mut Vec<u8>,
+    span: &Bound<'py, PyAny>,
+    span_kind: &Bound<'py, PyAny>,
+    sdk: &Sdk<'py>,
+) -> Enc<()> {
     let py = span.py();
     let context = span.call_method0(intern!(py, "get_span_context"))?; // as the Python encoder reads it
     if context.is_none() {
@@ -320,11 +405,11 @@ fn span_body(out: &mut Vec<u8>, span: &Bound<'_, PyAny>, span_kind: &Bound<'_, P
     out.extend_from_slice(&[0x30, kind + 1]);
     time_field(out, 0x39, &span.getattr(intern!(py, "start_time"))?)?;
     time_field(out, 0x41, &span.getattr(intern!(py, "end_time"))?)?;
-    attributes(out, 0x4a, &span.getattr(intern!(py, "attributes"))?)?;
+    attributes(out, 0x4a, &sdk.span_attributes(span)?, sdk)?;
     count_field(out, 0x50, &span.getattr(intern!(py, "dropped_attributes"))?)?;
-    events(out, &span.getattr(intern!(py, "events"))?)?;
+    events(out, &span.getattr(intern!(py, "events"))?, sdk)?;
     count_field(out, 0x60, &span.getattr(intern!(py, "dropped_events"))?)?;
-    links(out, &span.getattr(intern!(py, "links"))?)?;
+    links(out, &span.getattr(intern!(py, "links"))?, sdk)?;
     count_field(out, 0x70, &span.getattr(intern!(py, "dropped_links"))?)?;
     status(out, &span.getattr(intern!(py, "status"))?)?;
     let remote = has_parent && parent.getattr(intern!(py, "is_remote"))?.is_truthy()?;
@@ -344,7 +429,7 @@ struct ResourceGroup<'py> {
     index: Bound<'py, PyDict>, // scope -> position in `scopes` (dict equality, as the stock groups)
 }
 
-fn scope_spans(out: &mut Vec<u8>, group: &ScopeGroup<'_>) -> Enc<()> {
+fn scope_spans<'py>(out: &mut Vec<u8>, group: &ScopeGroup<'py>, sdk: &Sdk<'py>) -> Enc<()> {
     let py = group.scope.py();
     let scope = &group.scope;
     nested(out, 0x12, |out| {
@@ -354,7 +439,7 @@ fn scope_spans(out: &mut Vec<u8>, group: &ScopeGroup<'_>) -> Enc<()> {
             }
             opt_str_field(out, 0x0a, &scope.getattr(intern!(py, "name"))?)?;
             opt_str_field(out, 0x12, &scope.getattr(intern!(py, "version"))?)?;
-            attributes(out, 0x1a, &scope.getattr(intern!(py, "attributes"))?)
+            attributes(out, 0x1a, &scope.getattr(intern!(py, "attributes"))?, sdk)
         })?;
         out.extend_from_slice(&group.spans);
         if !scope.is_none() {
@@ -364,15 +449,20 @@ fn scope_spans(out: &mut Vec<u8>, group: &ScopeGroup<'_>) -> Enc<()> {
     })
 }
 
-fn resource_spans(out: &mut Vec<u8>, group: &ResourceGroup<'_>) -> Enc<()> {
+fn resource_spans<'py>(out: &mut Vec<u8>, group: &ResourceGroup<'py>, sdk: &Sdk<'py>) -> Enc<()> {
     let py = group.resource.py();
     let resource = &group.resource;
     nested(out, 0x0a, |out| {
         nested(out, 0x0a, |out| {
-            attributes(out, 0x0a, &resource.getattr(intern!(py, "attributes"))?)
+            attributes(
+                out,
+                0x0a,
+                &resource.getattr(intern!(py, "attributes"))?,
+                sdk,
+            )
         })?;
         for scope in &group.scopes {
-            scope_spans(out, scope)?;
+            scope_spans(out, scope, sdk)?;
         }
         opt_str_field(out, 0x1a, &resource.getattr(intern!(py, "schema_url"))?)
     })
@@ -392,6 +482,7 @@ fn group_index(
 
 fn encode<'py>(py: Python<'py>, spans: &Bound<'py, PyAny>, chunk: usize) -> Enc<Vec<u8>> {
     let span_kind = py.import("opentelemetry.trace")?.getattr("SpanKind")?;
+    let sdk = Sdk::new(py);
     let resource_index = PyDict::new(py);
     let mut groups: Vec<ResourceGroup<'py>> = Vec::new();
     let mut last: Option<(
@@ -409,7 +500,7 @@ fn encode<'py>(py: Python<'py>, spans: &Bound<'py, PyAny>, chunk: usize) -> Enc<
             scope = py.None().into_bound(py);
         }
         body.clear();
-        span_body(&mut body, &span, &span_kind)?;
+        span_body(&mut body, &span, &span_kind, &sdk)?;
         let (r, s) = match last {
             Some((rp, sp, r, s)) if rp == resource.as_ptr() && sp == scope.as_ptr() => (r, s),
             _ => {
@@ -449,7 +540,7 @@ fn encode<'py>(py: Python<'py>, spans: &Bound<'py, PyAny>, chunk: usize) -> Enc<
         .sum();
     let mut out = Vec::with_capacity(total + 1024);
     for group in &groups {
-        resource_spans(&mut out, group)?;
+        resource_spans(&mut out, group, &sdk)?;
     }
     Ok(out)
 }

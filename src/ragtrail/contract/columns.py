@@ -20,6 +20,7 @@ schema 5 single forms only on schema 5. What is not there is never guessed: a co
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -209,6 +210,12 @@ def score_text(value: Any) -> str:
 def encode_scores(out: dict[str, Any], values: Iterable[Any]) -> None:
     """``scores`` when any row has a finite score; ``score_raw`` when some row has none (``""``: the
     score is in scores, ``NO_SCORE``: the candidate had none, else :func:`score_text`)."""
+    values = values if type(values) is list else list(values)
+    if values and set(map(type, values)) == _FLOATS and math.isfinite(sum(values)):
+        # every row a finite float (a sum of them is finite only then, or when it overflows: then the
+        # rows are looked at one by one below): the column is the scores as they are, no score_raw
+        out[sc.COLUMN_SCORES] = list(values)
+        return
     scores: list[float] = []
     raw: list[str] = []
     finite = odd = 0
@@ -227,6 +234,9 @@ def encode_scores(out: dict[str, Any], values: Iterable[Any]) -> None:
         out[sc.COLUMN_SCORES] = scores
     if odd or (finite and finite < len(scores)):
         out[sc.COLUMN_SCORE_RAW] = raw
+
+
+_FLOATS = {float}
 
 
 def decode_scores(attributes: Mapping[str, Any], count: int) -> tuple[list[Any], list[Any]]:

@@ -14,6 +14,7 @@ that every one arrived.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from opentelemetry import trace
@@ -21,7 +22,7 @@ from opentelemetry.trace import SpanKind
 
 from ragtrail.contract import columns as codec
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import StageReceipt, digest_item, keyed_receipt, sorted_events_digest, stage_fields, stage_receipt
+from ragtrail.contract.receipts import StageReceipt, digest_item, keyed_receipt, sorted_events_digest, sorted_keys_digest, stage_fields, stage_receipt
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import Exclusion
 from ragtrail.recorder.pipeline import PipelineState, QueryRecord
@@ -29,7 +30,7 @@ from ragtrail.recorder.sdk_events import Event, add_events
 from ragtrail.recorder.values import attribute_value, wire_str, wire_text
 from ragtrail.settings import CaptureSettings
 
-__all__ = ["Columns", "EventBuilder", "capacity", "digest", "emit", "query_attributes", "receipt"]
+__all__ = ["Columns", "EventBuilder", "Records", "capacity", "count", "digest", "emit", "query_attributes", "receipt"]
 
 _EVENT_ROOM = 2  # SDK event slots left free on a stage span: an exception event and one other
 
@@ -49,6 +50,17 @@ def query_attributes(query: QueryRecord, config: CaptureSettings) -> dict[str, A
     return attributes
 
 
+class Records(NamedTuple):
+    """The digest items of one group of records, by column: item ``i`` is ``(name, ids[i],
+    shas[i])`` (a produced query's: ``hop:<n>`` and its sha256; a row's: its id and its content
+    sha256, ``""`` when not stated). One per group, not a tuple per record: fewer objects for the
+    host's garbage collector to count while a stage is written."""
+
+    name: str
+    ids: Sequence[Any]
+    shas: Sequence[Any]
+
+
 class Columns(NamedTuple):
     """A stage's candidates as the wire carries them (schema 3): the output columns for the stage
     span, the events (one per produced query, one per exclusion reason), and the digest items of
@@ -56,7 +68,7 @@ class Columns(NamedTuple):
 
     span_attributes: dict[str, Any]
     events: list[Event]
-    items: list[tuple[str, str, str]]
+    items: list[Records]
 
 
 class EventBuilder:
@@ -87,7 +99,7 @@ class EventBuilder:
     def build(self, variants: Sequence[QueryRecord], outputs: Sequence[Candidate], exclusions: Sequence[Exclusion]) -> Columns:
         config = self.config
         events: list[Event] = [(sc.EVENT_QUERY, query_attributes(v, config)) for v in variants]
-        items = [digest_item(name, attributes) for name, attributes in events]
+        items = [Records(name, [ident], [sha]) for name, ident, sha in (digest_item(n, a) for n, a in events)]
         span_attributes = self.columns(outputs, self.default_score_kind, None)
         if self.state is not None and self.span_id is not None and sc.COLUMN_CONTENT_SHA256 in span_attributes:
             # these outputs' receipts are written here: later stages may point to this span
@@ -97,8 +109,7 @@ class EventBuilder:
                 if r is not None:
                     remember(c.id, r.sha256, self.span_id)
         ids = span_attributes.get(sc.COLUMN_IDS, ())
-        shas = span_attributes.get(sc.COLUMN_CONTENT_SHA256) or [""] * len(ids)
-        items.extend(zip([sc.EVENT_CANDIDATE] * len(ids), ids, shas, strict=False))
+        items.append(Records(sc.EVENT_CANDIDATE, ids, span_attributes.get(sc.COLUMN_CONTENT_SHA256) or [""] * len(ids)))
         groups: dict[str, list[Exclusion]] = {}
         for exclusion in exclusions:
             group = groups.get(exclusion.reason)
@@ -114,8 +125,7 @@ class EventBuilder:
             attributes[sc.EXCLUSION_REASON] = reason
             events.append((sc.EVENT_EXCLUSION, attributes))
             ids = attributes[sc.COLUMN_IDS]
-            shas = attributes.get(sc.COLUMN_CONTENT_SHA256) or [""] * len(ids)
-            items.extend(zip([sc.EVENT_EXCLUSION] * len(ids), ids, shas, strict=False))
+            items.append(Records(sc.EVENT_EXCLUSION, ids, attributes.get(sc.COLUMN_CONTENT_SHA256) or [""] * len(ids)))
         return Columns(span_attributes, events, items)
 
     def columns(self, candidates: Sequence[Candidate], default_kind: str | None, ranks: list[int] | None) -> dict[str, Any]:
@@ -174,10 +184,30 @@ class EventBuilder:
         return source if source != self.span_id else None
 
 
-def digest(items: Sequence[tuple[str, str, str]]) -> str:
+def count(items: Sequence[Records]) -> int:
+    """``ragtrail.events.count``: how many records the groups hold."""
+    return sum(min(len(group.ids), len(group.shas)) for group in items)
+
+
+def digest(items: Sequence[Records]) -> str:
     """``ragtrail.events.digest`` over every record's digest item (the contract's rule, schema 2 on:
-    in sorted order, so a backend that reorders events does not change it)."""
-    return sorted_events_digest(items)
+    in sorted order, so a backend that reorders events does not change it). The groups' items as the
+    NUL-joined texts the contract's fast path sorts, made as strings (no tuple per record) when every
+    part is a string; else, or when the fast path declines, the items themselves."""
+    keys: list[str] | None = []
+    for name, ids, shas in items:
+        if keys is not None and set(map(type, ids)) <= _STR and set(map(type, shas)) <= _STR and len(ids) <= len(shas):
+            keys.extend(map(_NUL.join, zip(repeat(name), ids, shas)))
+        else:
+            keys = None
+    text = sorted_keys_digest(keys) if keys else None
+    if text is not None:
+        return text
+    return sorted_events_digest([item for name, ids, shas in items for item in zip([name] * len(ids), ids, shas, strict=False)])
+
+
+_STR = frozenset({str})
+_NUL = "\x00"
 
 
 def receipt(span_attributes: Any, events: Sequence[Event], key: bytes | None) -> StageReceipt:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import canonical_json, finite_or_none
+from ragtrail.contract.receipts import canonical_json, finite_or_none, float_json
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import Exclusion
 from ragtrail.recorder.values import wire_str, wire_text
@@ -146,33 +146,49 @@ def _genai_documents(m: MirrorInput, max_documents: int | None) -> tuple[str, in
     """``gen_ai.retrieval.documents``: a JSON array, one object per output in output order, cut
     (whole documents) to ``max_documents``, to the user's cap and to the span's value-length limit so
     it stays valid JSON."""
-    items = []
     most = _fewest(m.config.mirror_documents, max_documents)
     outputs = m.outputs if most is None else m.outputs[:most]
     content_on = m.config.content_for("") is not None  # off: no document carries content
-    for candidate in outputs:
-        item: dict[str, Any] = {"id": candidate.id}
-        score = finite_or_none(candidate.score)
-        if score is not None:
-            item["score"] = score
-        content = _content(m.config, candidate) if content_on else None
-        if content is not None:
-            item["content"] = content
-        meta = _metadata(m.config, candidate, None) if m.config.metadata else None
-        if meta:
-            item["metadata"] = json.loads(_as_json(meta))  # numpy and odd values made JSON, keys sorted
-        items.append(item)
+    texts = [_genai_document(m.config, candidate, content_on) for candidate in outputs]
     limit = getattr(m.limits, "max_attribute_length", None)
-    text = _json_array(items)
-    while limit is not None and len(text) > limit and items:
-        items.pop()
-        text = _json_array(items)
-    return text, len(items)
+    text = _json_list(texts)
+    while limit is not None and len(text) > limit and texts:
+        texts.pop()
+        text = _json_list(texts)
+    return text, len(texts)
+
+
+def _genai_document(config: CaptureSettings, candidate: Candidate, content_on: bool) -> str:
+    """One document of ``gen_ai.retrieval.documents`` as its JSON object text (sorted keys)."""
+    score = finite_or_none(candidate.score)
+    ident = candidate.id
+    if not content_on and not config.metadata and type(ident) is str:
+        # id and score only (content capture off, no metadata kept): the object's text written
+        # directly, as the encoder writes it, the score's text as its column's (a stage mirrors a
+        # hundred documents on the host's thread; a float's shortest repr is the slowest part)
+        head = '{"id":' + _json_str(ident)
+        return head + "}" if score is None else f'{head},"score":{float_json(score)}}}'
+    item: dict[str, Any] = {"id": ident}
+    if score is not None:
+        item["score"] = score
+    content = _content(config, candidate) if content_on else None
+    if content is not None:
+        item["content"] = content
+    meta = _metadata(config, candidate, None) if config.metadata else None
+    if meta:
+        item["metadata"] = json.loads(_as_json(meta))  # numpy and odd values made JSON, keys sorted
+    return _json_array(item)
+
+
+def _json_list(texts: list[str]) -> str:
+    """The JSON array of items already written as JSON texts."""
+    return "[" + ",".join(texts) + "]"
 
 
 # json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True) with one encoder
 # (json.dumps with options builds a new one per call)
 _json_array = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+_json_str = json.encoder.encode_basestring  # what that encoder writes for a str
 
 
 # --- OpenInference -----------------------------------------------------------------------------------

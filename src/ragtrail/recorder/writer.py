@@ -81,7 +81,7 @@ def write(record: StageRecord, span: Any) -> None:
         final[sc.STAGE_INSTRUMENTATION_ERRORS] = record.errors
     if spans > 1:
         final[sc.EVENTS_SPANS] = spans
-    final[sc.EVENTS_COUNT] = len(written_columns.items)
+    final[sc.EVENTS_COUNT] = event_rules.count(written_columns.items)
     final[sc.EVENTS_DIGEST] = event_rules.digest(written_columns.items)
     add_attributes(span, final)
     written = held_attributes(span)  # 5. what the SDK holds, as the reader will see it

@@ -29,11 +29,13 @@ __all__ = [
     "events_digest",
     "field_json",
     "field_value",
+    "float_json",
     "json_leaf",
     "keyed_receipt",
     "parse_field_digests",
     "receipt_algorithm",
     "sorted_events_digest",
+    "sorted_keys_digest",
     "stage_fields",
     "stage_receipt",
 ]
@@ -108,7 +110,56 @@ _is_ragtrail = operator.methodcaller("startswith", _PREFIX)
 def sorted_events_digest(items: Iterable[tuple[str, str, str]]) -> str:
     """Schema 2 ``ragtrail.events.digest``: :func:`events_digest` over the items in sorted order, so
     it does not depend on the order a backend returns events in."""
-    return _items_digest(sorted(items))
+    listed = items if type(items) is list else list(items)
+    text = _plain_sorted_items(listed)
+    if text is not None:
+        return sha256_hex(text.encode("utf-8"))
+    return _items_digest(sorted(listed))
+
+
+def _plain_sorted_items(items: list[Any]) -> str | None:
+    """The compact JSON of ``sorted(items)`` for items that are each three strings of printable ASCII
+    with no quote or backslash (what the recorder writes: event names, ids, sha256 hex), whose JSON is
+    their text between quotes; ``None`` otherwise (the general path then decides, with the same
+    result). See :func:`sorted_keys_digest`."""
+    if not items:
+        return None
+    if set(map(len, items)) != _THREE or not set(map(type, items)) <= _ARRAYS:
+        return None
+    try:
+        keys = list(map(_NUL.join, items))
+    except TypeError:  # not every part a str
+        return None
+    return _plain_sorted_keys(keys)
+
+
+def sorted_keys_digest(keys: list[str]) -> str | None:
+    """:func:`sorted_events_digest` of the items whose parts, joined on NUL, are ``keys`` (the list
+    is sorted in place), when every part is printable ASCII with no quote or backslash; ``None``
+    otherwise (then the items go to :func:`sorted_events_digest`, which decides)."""
+    text = _plain_sorted_keys(keys)
+    return sha256_hex(text.encode("utf-8")) if text is not None else None
+
+
+def _plain_sorted_keys(keys: list[str]) -> str | None:
+    """The compact JSON of the sorted items that ``keys`` join on NUL (three parts each). NUL sorts
+    below every character the parts hold, so the joined texts sort as the tuples do (a string sorts
+    as a tuple of its characters); one sort of strings and one join stand in for a tuple sort and
+    the encoder's walk (this runs per stage on the host's thread)."""
+    if not keys:
+        return None
+    whole = "".join(keys)
+    if whole.count(_NUL) != 2 * len(keys) or whole.translate(_PLAIN_GONE):
+        return None
+    keys.sort()
+    return '[["' + '"],["'.join(keys).replace(_NUL, '","') + '"]]'
+
+
+_NUL = "\x00"
+_THREE = {3}
+# deletes NUL (the joints) and printable ASCII but '"' and '\\': what is left of a text is a character
+# the JSON encoder would escape (or, non-ASCII, one left to the general path)
+_PLAIN_GONE = dict.fromkeys([0, *(c for c in range(0x20, 0x7F) if chr(c) not in '"\\')])
 
 
 def field_value(value: Any) -> Any:
@@ -191,6 +242,13 @@ _FLOAT_TEXTS: dict[float, str] = {}
 _FLOAT_TEXTS_MAX = 1 << 16
 
 
+def float_json(number: float) -> str:
+    """``dumps(number)`` for one float, a recent score's text read from the same memory as the
+    columns' (a mirror writes the scores a column of the same stage wrote)."""
+    text = _FLOAT_TEXTS.get(number)
+    return text if text is not None else _floats_json((number,))[1:-1]
+
+
 def _floats_json(values: Sequence[float]) -> str:
     """``dumps(values)`` for an array of floats."""
     cache = _FLOAT_TEXTS
@@ -268,6 +326,27 @@ def _mac(text: str, key: bytes | None) -> str:
     return hmac.new(key, data, hashlib.sha256).hexdigest()
 
 
+# the unkeyed field digests of short field texts: most of a stage's fields (its kind, component,
+# status, counts, score kind, an exclusion reason's cells) say the same text query after query, and
+# a sha256 call is most of a field's cost. Texts up to _MEMO_CHARS only (a column or a 64-hex digest
+# is new each time); started over when full.
+_FIELD_DIGESTS: dict[str, str] = {}
+_MEMO_CHARS = 64
+_MEMO_ENTRIES = 4096
+
+
+def _field_digest(text: str) -> str:
+    """``_mac(text, None)[:FIELD_DIGEST_HEX]``, remembered for short texts."""
+    digest = _FIELD_DIGESTS.get(text)
+    if digest is None:
+        digest = hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:FIELD_DIGEST_HEX]
+        if len(text) <= _MEMO_CHARS:
+            if len(_FIELD_DIGESTS) >= _MEMO_ENTRIES:
+                _FIELD_DIGESTS.clear()
+            _FIELD_DIGESTS[text] = digest
+    return digest
+
+
 class StageReceipt(NamedTuple):
     """A stage receipt as written on the wire: ``receipt`` (64 hex, or ``hmac-sha256:<64 hex>``) and ``fields``
     (``<field>=<8 hex>;...`` sorted by field)."""
@@ -283,9 +362,8 @@ def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageR
     # as the array its list would be) unless the bound would cut it
     plain = 3 * len(ordered) <= MAX_ITEMS and sum(len(k) + len(v) for k, v in ordered) <= MAX_CHARS
     whole = _mac(dumps(ordered) if plain else canonical_json([[k, v] for k, v in ordered]), key)
-    if key is None:  # _mac(v, None) inline: a stage has thirty fields, the call was a third of their cost
-        sha256 = hashlib.sha256
-        short = ";".join([f"{k}={sha256(v.encode('utf-8', 'backslashreplace')).hexdigest()[:FIELD_DIGEST_HEX]}" for k, v in ordered])
+    if key is None:
+        short = ";".join([f"{k}={_field_digest(v)}" for k, v in ordered])
     else:
         short = ";".join([f"{k}={_mac(v, key)[:FIELD_DIGEST_HEX]}" for k, v in ordered])
     # unkeyed: the bare 64 hex digits (so it fits the 64-character value limit the other receipts

@@ -314,11 +314,14 @@ def metadata_scores(candidates: Sequence[Candidate], docs: Sequence[Any]) -> Non
 # an earlier stage saw with an id keeps that id, so a candidate is one identity across stages.
 # The same content passes through every stage of a run: its receipt is stamped once per run.
 class _RunMemory:
-    __slots__ = ("ids", "receipts")
+    __slots__ = ("ids", "receipts", "texts")
 
     def __init__(self) -> None:
         self.ids: dict[str, str] = {}  # content sha256 -> first id seen with it
-        self.receipts: dict[int, tuple[str, Any]] = {}  # id(content str) -> (the str, its receipt)
+        # id(content str) -> its receipt, and -> the str itself (held, so its id is not reused): two
+        # dicts, not a (str, receipt) tuple per content, fewer objects for the host's GC to count
+        self.receipts: dict[int, Any] = {}
+        self.texts: dict[int, str] = {}
 
 
 _memory_lock = threading.Lock()
@@ -367,13 +370,16 @@ def _adapt_document(doc: Any, memory: _RunMemory | None, keep_metadata: Any) -> 
     content = doc.page_content
     rec = None
     if memory is not None:
-        known = memory.receipts.get(id(content))
-        if known is not None and known[0] is content:  # the very same str object: same receipt
-            rec = known[1]
+        key = id(content)
+        held = memory.texts.get(key)
+        if held is not None and held is content:  # the very same str object: same receipt
+            rec = memory.receipts[key]
     if rec is None:
         rec = receipt(content)
         if memory is not None and isinstance(content, str):
-            memory.receipts[id(content)] = (content, rec)  # holds the str, so its id is not reused
+            key = id(content)
+            memory.texts[key] = content  # holds the str, so its id is not reused
+            memory.receipts[key] = rec
     ident = doc.id
     if type(ident) is str and ident:  # the common case: the Document's own id
         if memory is not None:
