@@ -9,7 +9,6 @@ import hashlib
 import math
 
 import pytest
-
 from tests.apps.runner import assert_host_untouched, run_app
 from tests.apps.test_langchain_haystack_apps import manifests, stages_of
 
@@ -42,7 +41,10 @@ def test_top_p_sampler_cut_is_a_filter_stage(tmp_path):
     total = sum(math.exp(s) for s in scores)
     cumulative = [sum(math.exp(s) for s in scores[: k + 1]) / total for k in range(4)]
     assert cumulative[1] < 0.9 < cumulative[2]
-    assert [(c["id"], c["score"], c["score_kind"]) for c in sampler["candidates"]] == [(ids[sha(BEES)], scores[0], "bm25"), (ids[sha(WASPS)], scores[1], "bm25")]
+    assert [(c["id"], c["score"], c["score_kind"]) for c in sampler["candidates"]] == [
+        (ids[sha(BEES)], scores[0], "bm25"),
+        (ids[sha(WASPS)], scores[1], "bm25"),
+    ]
     assert sampler["knobs"] == {"budget_limit": 0.9, "budget_used": pytest.approx(cumulative[1], rel=1e-5), "budget_unit": "probability"}
     got = [(e["id"], e["reason"], e["detail"]) for e in sampler["excluded"]]
     assert [(i, r) for i, r, _ in got] == [(ids[sha(VEILS)], "budget_exceeded"), (ids[sha(KEEPS)], "budget_exceeded")]

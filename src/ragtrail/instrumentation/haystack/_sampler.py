@@ -49,12 +49,12 @@ def replay(scores: list[float | None], top_p: float | int, min_top_k: int | None
     """``TopPSampler.run`` on the snapshotted scores: scoreless documents pass only when none has a
     score; the scored ones are sorted (stable, highest first), kept while the cumulative probability
     is <= top_p (or isclose to it), topped up to ``min_top_k``, and at least the highest one kept."""
-    scored = [i for i, score in enumerate(scores) if score is not None]
+    scored = {i: score for i, score in enumerate(scores) if score is not None}
     if not scored:
         return TopPCut(kept=set(range(len(scores))))
     torch = sys.modules[MODULE].torch
-    order = sorted(scored, key=lambda i: scores[i], reverse=True)
-    probs = torch.nn.functional.softmax(torch.tensor([scores[i] for i in order], dtype=torch.float32), dim=-1)
+    order = sorted(scored, key=scored.__getitem__, reverse=True)
+    probs = torch.nn.functional.softmax(torch.tensor([scored[i] for i in order], dtype=torch.float32), dim=-1)
     cumulative = torch.cumsum(probs, dim=-1)
     close = torch.isclose(cumulative, torch.tensor(top_p, device=cumulative.device), atol=1e-6)
     within = ((cumulative <= top_p) | close).tolist()
@@ -99,8 +99,7 @@ class TopPSampler(Ranker):
         if isinstance(top_p, (int, float)) and not isinstance(top_p, bool):
             s.set(budget_limit=float(top_p), budget_unit=sc.BUDGET_UNIT_PROBABILITY)
         self.inputs = self.snapshot(s, bound)
-        docs = bound.get("documents")
-        self.scores = [sampled_score(doc, score_field) for doc in docs] if self.inputs is not None else None
+        self.scores = None if self.inputs is None else [sampled_score(c.raw, score_field) for c in self.inputs]
 
     def after(self, s: Stage, result: Any) -> None:
         outputs = self.outputs(s, result, None)
