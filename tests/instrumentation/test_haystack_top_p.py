@@ -7,6 +7,7 @@ cumulative probabilities 0.4, 0.7, 0.9, 1.0: every expected figure below is know
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -47,6 +48,22 @@ def sample(tracer_provider, span_exporter, sampler, documents, **kwargs):
 
 def reasons(span) -> list[tuple[str, str, str | None]]:
     return [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e.get(sc.EXCLUSION_DETAIL)) for e in events(span, sc.EVENT_EXCLUSION)]
+
+
+def check_top_p_cut(ids: list[str], scores: list[float], top_p: float, got: list[tuple[str, str, str | None]]) -> list[float]:
+    """``ids`` and ``scores``: the sampler's inputs, highest score first. The drops ``got`` must be
+    those past ``top_p`` by a softmax worked out here in float64 (far from the edge, so float32 cannot
+    disagree), each detail naming its cumulative probability. Returns the cumulative probabilities
+    of the kept ones (a cut by ``top_p`` itself: at least two kept, at least one dropped)."""
+    weights = [math.exp(s - scores[0]) for s in scores]
+    cumulative = list(itertools.accumulate(w / sum(weights) for w in weights))
+    kept = sum(1 for c in cumulative if c <= top_p)
+    assert 1 < kept < len(scores) and all(abs(c - top_p) > 1e-3 for c in cumulative), cumulative
+    assert [(i, r) for i, r, _ in got] == [(i, "budget_exceeded") for i in ids[kept:]]
+    for (_, _, detail), c in zip(got, cumulative[kept:], strict=True):
+        figure, rest = detail.removeprefix("cumulative probability ").split(" > ")
+        assert float(figure) == pytest.approx(c, rel=1e-5) and rest == f"top_p={top_p:g}"
+    return cumulative[:kept]
 
 
 def test_cut_exact_span(tracer_provider, span_exporter):
@@ -159,23 +176,14 @@ def test_after_bm25_in_a_pipeline_the_cut_keeps_hops_and_bm25_scores(tracer_prov
     assert plain == traced
     (span,) = [s for s in spans if s.name == "filter TopPSampler"]
     (retrieved,) = [s for s in spans if s.name == "retrieve InMemoryBM25Retriever"]
-    ranked = [e for e in events(retrieved, sc.EVENT_CANDIDATE)]
-    scores = [e[sc.CANDIDATE_SCORE] for e in ranked]
-    total = sum(math.exp(s - scores[0]) for s in scores)
-    cumulative = [sum(math.exp(s - scores[0]) for s in scores[: k + 1]) / total for k in range(len(scores))]
-    kept = [e[sc.CANDIDATE_ID] for e, c in zip(ranked, cumulative, strict=True) if c <= 0.97]
-    assert 1 < len(kept) < len(ranked)  # a cut by top_p itself (no fallback), far from the edge
-    assert all(abs(c - 0.97) > 1e-3 for c in cumulative), cumulative
-    assert [d.id for d in traced["sampler"]["documents"]] == kept
+    ranked = events(retrieved, sc.EVENT_CANDIDATE)
+    within = check_top_p_cut([e[sc.CANDIDATE_ID] for e in ranked], [e[sc.CANDIDATE_SCORE] for e in ranked], 0.97, reasons(span))
+    assert [d.id for d in traced["sampler"]["documents"]] == [e[sc.CANDIDATE_ID] for e in ranked[: len(within)]]
     out = events(span, sc.EVENT_CANDIDATE)
     assert [(e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], e[sc.CANDIDATE_SCORE_KIND], e[sc.CANDIDATE_HOP]) for e in out] == [
-        (e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], "bm25", 0) for e in ranked[: len(kept)]
+        (e[sc.CANDIDATE_ID], e[sc.CANDIDATE_SCORE], "bm25", 0) for e in ranked[: len(within)]
     ]
-    got = reasons(span)
-    assert [(i, r) for i, r, _ in got] == [(e[sc.CANDIDATE_ID], "budget_exceeded") for e in ranked[len(kept) :]]
-    for (_, _, detail), c in zip(got, cumulative[len(kept) :], strict=True):
-        figure, rest = detail.removeprefix("cumulative probability ").split(" > ")
-        assert float(figure) == pytest.approx(c, rel=1e-5) and rest == "top_p=0.97"
+    assert attrs(span)[sc.STAGE_BUDGET_USED] == pytest.approx(within[-1], rel=1e-5)
 
 
 def test_uninstrument_restores_run(tracer_provider):
