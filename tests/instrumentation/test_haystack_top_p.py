@@ -193,3 +193,28 @@ def test_uninstrument_restores_run(tracer_provider):
     assert TopPSampler.__dict__["run"] is not original
     instrumentor.uninstrument()
     assert TopPSampler.__dict__["run"] is original
+
+
+def test_a_failing_replay_is_counted_and_the_output_untouched(tracer_provider, span_exporter, monkeypatch):
+    from ragtrail.instrumentation.haystack import _sampler
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("replay broke")
+
+    monkeypatch.setattr(_sampler, "replay", broken)
+    out, span = sample(tracer_provider, span_exporter, TopPSampler(top_p=0.75), docs())
+    assert [d.id for d in out] == ["p4", "p3"]
+    a = attrs(span)
+    pop_all(a, {sc.STAGE_INSTRUMENTATION_ERRORS: 1, sc.CANDIDATES_OUT: 2})
+    assert sc.STAGE_BUDGET_LIMIT not in a  # no budget, so the recorder derives no budget_exceeded either
+    assert reasons(span) == [("p2", "unexplained", None), ("p1", "unexplained", None)]
+
+
+def test_an_output_the_replay_does_not_select_is_unexplained_with_a_finding(tracer_provider, span_exporter, monkeypatch):
+    from ragtrail.instrumentation.haystack import _sampler
+
+    monkeypatch.setattr(_sampler, "replay", lambda *args: _sampler.TopPCut(kept={0}))  # p2 alone: not what ran
+    out, span = sample(tracer_provider, span_exporter, TopPSampler(top_p=0.75), docs())
+    assert [d.id for d in out] == ["p4", "p3"]
+    assert attrs(span)[sc.STAGE_FINDINGS] == ["TopPSampler returned other documents than its top-p rule selects: its exclusions are unexplained"]
+    assert reasons(span) == [("p2", "unexplained", None), ("p1", "unexplained", None)]

@@ -83,8 +83,9 @@ def replay(scores: list[float | None], top_p: float | int, min_top_k: int | None
 
 class TopPSampler(Ranker):
     """``TopPSampler.run``: the per-call ``top_p`` (else the instance's) is the stage's budget of
-    probability mass (``budget.limit``, unit ``probability``; ``budget.used`` the cumulative probability
-    of what it kept). Its outputs are its input objects, so they keep their upstream scores and kinds."""
+    probability mass (``budget.limit``, unit ``probability``; ``budget.used`` the cumulative
+    probability of what it kept), recorded once the replay ran. Its outputs are its input objects,
+    so they keep their upstream scores and kinds."""
 
     kind = sc.KIND_FILTER
     output_kind = None
@@ -96,18 +97,20 @@ class TopPSampler(Ranker):
         score_field = getattr(instance, "score_field", None)
         s.score_kind = None
         self.top_p, self.min_top_k, self.score_field = top_p, getattr(instance, "min_top_k", None), score_field
-        if isinstance(top_p, (int, float)) and not isinstance(top_p, bool):
-            s.set(budget_limit=float(top_p), budget_unit=sc.BUDGET_UNIT_PROBABILITY)
         self.inputs = self.snapshot(s, bound)
         self.scores = None if self.inputs is None else [sampled_score(c.raw, score_field) for c in self.inputs]
 
     def after(self, s: Stage, result: Any) -> None:
         outputs = self.outputs(s, result, None)
         inputs, scores = self.inputs, self.scores
-        if outputs is None or inputs is None or scores is None or not isinstance(self.top_p, (int, float)):
+        top_p = self.top_p
+        if outputs is None or inputs is None or scores is None or isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
             return
         where = f"meta[{self.score_field!r}]" if self.score_field else "Document.score"
-        cut = replay(scores, self.top_p, self.min_top_k, where)
+        cut = replay(scores, top_p, self.min_top_k, where)
+        # the budget only once the replay explains the cut: a recorded budget alone would make the
+        # recorder derive budget_exceeded for every drop, a scoreless one included
+        s.set(budget_limit=float(top_p), budget_unit=sc.BUDGET_UNIT_PROBABILITY)
         returned = {id(c.raw) for c in outputs}
         if returned != {id(inputs[i].raw) for i in cut.kept}:
             s.finding("TopPSampler returned other documents than its top-p rule selects: its exclusions are unexplained")
