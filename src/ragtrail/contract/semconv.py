@@ -451,6 +451,11 @@ REASON_MERGED = "custom:merged"
 # the pick did not take (issue 24, principle 5): its relevance, less its likeness to the candidates
 # already picked, ranked below theirs (or the pick was full). The pool is the stage's inputs
 REASON_NOT_PICKED_BY_MMR = "custom:not_picked_by_mmr"
+# a document a score-based sampler (Haystack's TopPSampler) dropped because it carries no score while
+# other documents of the call do: it could not be ranked at all, as opposed to ranking below the cut
+REASON_NO_SCORE = "custom:no_score"
+# ragtrail.stage.budget.unit of a top-p (nucleus) cut: the budget is softmax probability mass
+BUDGET_UNIT_PROBABILITY = "probability"
 
 # receipt attribute prefixes: <prefix>.chars / .bytes / .sha256
 QUERY_RECEIPT_PREFIX = "ragtrail.query"

@@ -15,6 +15,9 @@ has one) is patched on its own class:
   ``MetaFieldRanker``: ``rerank`` stages whose every exclusion is classified by re-deriving the component's own rule
   (duplicate id, ``top_k``, score threshold, word budget, missing meta field) from the snapshotted
   inputs, never by guessing;
+* ``TopPSampler``: a ``filter`` stage whose ``top_p`` is a budget of probability mass; each
+  exclusion re-derived by replaying its softmax cut (``budget_exceeded``) or its drop of a scoreless
+  document beside scored ones (``custom:no_score``) (``_sampler``);
 * ``QueryExpander``: a ``query_transform`` stage whose expansions become ``expand`` hops;
 * ``Pipeline.run`` / ``Pipeline.run_async``: the ``pipeline`` root (hop numbering and coverage are
   per pipeline run) unless an outer ragtrail stage already is the root;
@@ -22,7 +25,7 @@ has one) is patched on its own class:
   prompt builder's documents reached the prompt, and the answer; ``_generate``).
 
 One module per component family: ``_retrievers``, ``_rankers``, ``_fusion`` (joiner, multi-query),
-``_query`` (expander, pipeline root), on ``_common`` (the call on the hook skeleton, the Document
+``_query`` (expander, pipeline root), ``_sampler`` (top-p), on ``_common`` (the call on the hook skeleton, the Document
 adapter, snapshots and the re-derivation helpers).
 
 Why post-import hooks: importing Haystack costs seconds (and the sentence-transformers integration
@@ -53,6 +56,8 @@ from ._generate import ClassPatcher, Generate, install, prompt_builder_run
 from ._query import Expander, PipelineRun
 from ._rankers import DiversityRanker, LostInTheMiddle, MetaField, SimilarityRanker
 from ._retrievers import EmbeddingRetriever, PgvectorEmbeddingRetriever, PgvectorKeywordRetriever, TextRetriever
+from ._sampler import MODULE as _TOP_P
+from ._sampler import TopPSampler
 
 _instruments: Collection[str] = ("haystack-ai >= 2.10",)
 
@@ -88,6 +93,7 @@ _TARGETS: tuple[tuple[str, str, type[HaystackCall]], ...] = (
     (_DIVERSITY, "SentenceTransformersDiversityRanker", DiversityRanker),
     (_DIVERSITY_2X, "SentenceTransformersDiversityRanker", DiversityRanker),
     (_EXPANDER, "QueryExpander", Expander),
+    (_TOP_P, "TopPSampler", TopPSampler),
     (_MQ_TEXT, "MultiQueryTextRetriever", MultiQuery),
     (_MQ_EMBEDDING, "MultiQueryEmbeddingRetriever", MultiQuery),
     (_PIPELINE, "Pipeline", PipelineRun),
