@@ -7,11 +7,16 @@ own query parameters; over HTTP they travel as ``param_<name>=value``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
+
+
+_BUSY = "Another server instance in same directory is already running"
 
 
 class SqlRunner(Protocol):
@@ -49,7 +54,17 @@ class ChdbEngine:
             raise MissingEngine("chdb is not installed") from exc
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        self._session: Any = chdb_session.Session(str(path))
+        try:
+            self._session: Any = chdb_session.Session(str(path))
+        except Exception as exc:  # chdb says it as a plain RuntimeError
+            if _BUSY in str(exc):
+                from ragtrail.inspect.errors import EngineBusy
+
+                raise EngineBusy(
+                    f"the embedded engine's directory {path} is in use by another ragtrail process",
+                    "run again when it ends (chdb admits one process per directory), or use --engine python",
+                ) from None
+            raise
 
     def run_sql(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         result = self._session.query(sql, "JSONCompact", params=dict(params or {}))
@@ -64,6 +79,20 @@ class ChdbEngine:
             for line in block.bytes().splitlines():
                 if line:
                     yield tuple(json.loads(line))
+
+    def stream_tuples(self, sql: str, params: Mapping[str, Any] | None = None) -> Iterator[tuple[Any, ...]]:
+        """:meth:`stream_sql` under the name a ClickHouse server source gives it."""
+        return self.stream_sql(sql, params)
+
+    @contextlib.contextmanager
+    def temporary_table(self, select: str) -> Iterator[str]:
+        """The rows of ``select`` kept in a table for the statements that follow; dropped on the way out."""
+        name = f"ragtrail_scratch_{uuid.uuid4().hex[:12]}"
+        self.run_sql(f"CREATE TABLE {name} ENGINE = MergeTree ORDER BY tuple() AS {select}")
+        try:
+            yield name
+        finally:
+            self.run_sql(f"DROP TABLE IF EXISTS {name}")
 
     def close(self) -> None:
         self._session.close()
