@@ -16,9 +16,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 
-_BUSY = "Another server instance in same directory is already running"
-
-
 class SqlRunner(Protocol):
     """Runs one ClickHouse SQL statement; a SELECT returns its rows as tuples, anything else ``[]``."""
 
@@ -44,6 +41,33 @@ def available() -> bool:
     return True
 
 
+def _held(path: Path) -> bool:
+    """Whether another process has the engine directory open: ClickHouse holds an exclusive ``flock``
+    on its ``status`` file while it runs (one server per directory)."""
+    import fcntl
+
+    try:
+        status = (path / "status").open("rb")
+    except FileNotFoundError:
+        return False
+    with status:
+        try:
+            fcntl.flock(status, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(status, fcntl.LOCK_UN)
+    return False
+
+
+def _busy(path: Path) -> Exception:
+    from ragtrail.inspect.errors import EngineBusy
+
+    return EngineBusy(
+        f"the embedded engine's directory {path} is in use by another ragtrail process",
+        "run again when it ends (the engine admits one process per directory), or use --engine python",
+    )
+
+
 class ChdbEngine:
     """chdb over one directory: the ingested store lives there between runs."""
 
@@ -54,16 +78,13 @@ class ChdbEngine:
             raise MissingEngine("chdb is not installed") from exc
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
+        if _held(path):  # asked first: chdb itself would print its own lines and raise a generic error
+            raise _busy(path)
         try:
             self._session: Any = chdb_session.Session(str(path))
-        except Exception as exc:  # chdb says it as a plain RuntimeError
-            if _BUSY in str(exc):
-                from ragtrail.inspect.errors import EngineBusy
-
-                raise EngineBusy(
-                    f"the embedded engine's directory {path} is in use by another ragtrail process",
-                    "run again when it ends (chdb admits one process per directory), or use --engine python",
-                ) from None
+        except RuntimeError:
+            if _held(path):  # taken between the question and the opening
+                raise _busy(path) from None
             raise
 
     def run_sql(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
