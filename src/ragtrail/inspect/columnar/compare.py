@@ -17,29 +17,39 @@ from ragtrail.inspect.records import StageRecord, TraceRecord
 
 from . import sql
 
-def records_query(spans: str, scope: str | None = None) -> str:
-    """One row per ragtrail trace of ``spans`` (see :mod:`.spans`): what :class:`TraceRecord` holds for
-    ``compare``, weighed by :func:`.sql.trace_weights_sql` (``scope``: see :mod:`.sql`)."""
-    pipeline = f"Kind = '{sc.KIND_PIPELINE}'"
-    is_stage = f"IsStage AND NOT ({pipeline}) AND NOT Continuation"
-    hop0 = "QueryHop = '0' AND QuerySha256 != ''"
+_PIPELINE = f"Kind = '{sc.KIND_PIPELINE}'"
+_STAGE = f"IsStage AND NOT ({_PIPELINE}) AND NOT Continuation"
+_HOP0 = "QueryHop = '0' AND QuerySha256 != ''"
+_KEYS = f"""TraceId, toInt64(toUnixTimestamp64Nano(minIf(Timestamp, {_STAGE}))) AS start_ns,
+    argMinIf(QuerySha256, (NOT ({_PIPELINE}), Timestamp), {_HOP0}) AS query_sha256, countIf({_HOP0}) > 0 AS has_query"""
+"""What pairs a trace: when its first stage started, and hop 0's query receipt."""
+
+
+def keys_query(spans: str, scope: str | None = None) -> str:
+    """One row per ragtrail trace of ``spans`` (see :mod:`.spans`): its start and question (as
+    :func:`records_query` has them), weighed by :func:`.sql.trace_weights_sql` (``scope``: see :mod:`.sql`)."""
+    keys = f"SELECT {_KEYS} FROM {spans} GROUP BY TraceId HAVING countIf(IsStage) > 0"
+    weights = sql.trace_weights_sql(spans, scope)
+    return f"SELECT k.*, w.weight, w.basis, w.tail_stamped FROM ({keys}) AS k INNER JOIN ({weights}) AS w ON k.TraceId = w.TraceId"
+
+
+def records_query(spans: str, where: str = "") -> str:
+    """One row per ragtrail trace of ``spans`` (``where``: a condition on its spans' ``TraceId``): what
+    :class:`TraceRecord` holds for ``compare``, each stage a tuple (:func:`stage_record` reads it)."""
     stage = (
         "tuple(Timestamp, EndTimestamp, Kind, Component, Status, FailureClass, Fallback, NIn, NOut, NExcluded,"
         " Ids, ExcludedIds, ExcludedReasons, CitedIds)"
     )
     run = sql.run_attributes()
-    inner = f"""
-SELECT TraceId, toInt64(toUnixTimestamp64Nano(minIf(Timestamp, {is_stage}))) AS start_ns,
-    argMinIf(QuerySha256, (NOT ({pipeline}), Timestamp), {hop0}) AS query_sha256, countIf({hop0}) > 0 AS has_query,
+    return f"""
+SELECT {_KEYS},
     argMinIf(AnswerSha256, {run}) AS answer, argMinIf(Refused, {run}) AS refused, argMinIf(RunStatus, {run}) AS run_status,
     argMinIf(CitedIds, {run}) AS pipeline_cited,
-    argMinIf(Ids, Timestamp, {pipeline}) AS pipeline_ids,
-    arraySort(s -> (s.1, s.2), groupArrayIf({stage}, {is_stage})) AS stages
-FROM {spans} GROUP BY TraceId
+    argMinIf(Ids, Timestamp, {_PIPELINE}) AS pipeline_ids,
+    arraySort(s -> (s.1, s.2), groupArrayIf({stage}, {_STAGE})) AS stages
+FROM {spans} {f"WHERE {where}" if where else ""} GROUP BY TraceId
 HAVING countIf(IsStage) > 0
 """
-    weights = sql.trace_weights_sql(spans, scope)
-    return f"SELECT r.*, w.weight, w.basis, w.tail_stamped FROM ({inner}) AS r INNER JOIN ({weights}) AS w ON r.TraceId = w.TraceId"
 
 
 def _list(raw: str) -> list[str]:

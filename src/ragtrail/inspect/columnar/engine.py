@@ -106,10 +106,10 @@ class ChdbEngine:
         return self.stream_sql(sql, params)
 
     @contextlib.contextmanager
-    def temporary_table(self, select: str) -> Iterator[str]:
+    def temporary_table(self, select: str, params: Mapping[str, Any] | None = None) -> Iterator[str]:
         """The rows of ``select`` kept in a table for the statements that follow; dropped on the way out."""
         name = f"ragtrail_scratch_{uuid.uuid4().hex[:12]}"
-        self.run_sql(f"CREATE TABLE {name} ENGINE = MergeTree ORDER BY tuple() AS {select}")
+        self.run_sql(f"CREATE TABLE {name} ENGINE = MergeTree ORDER BY tuple() AS {select}", params)
         try:
             yield name
         finally:

@@ -31,7 +31,7 @@ class PairingRunner(SqlRunner, Protocol):
 
     def stream_tuples(self, sql: str, params: Any = None) -> Iterator[tuple[Any, ...]]: ...
 
-    def temporary_table(self, select: str) -> contextlib.AbstractContextManager[str]: ...
+    def temporary_table(self, select: str, params: Any = None) -> contextlib.AbstractContextManager[str]: ...
 
 
 @dataclass
@@ -45,12 +45,12 @@ class Listing:
         return self.count
 
     def __iter__(self) -> Iterator[Any]:
-        return self.rows(None)
+        return self.rows(None) if self.count else iter(())
 
     def __getitem__(self, cut: slice) -> list[Any]:
         if cut.start not in (None, 0) or cut.step is not None:
             raise IndexError("a listing is read from its first row")
-        return [] if cut.stop is not None and cut.stop <= 0 else list(self.rows(cut.stop))
+        return [] if not self.count or (cut.stop is not None and cut.stop <= 0) else list(self.rows(cut.stop))
 
 
 @dataclass
@@ -133,11 +133,12 @@ def compared(runner: PairingRunner, kept_a: str, kept_b: str, names: tuple[str, 
 def servers_compared(runner: PairingRunner, windows: tuple[str, str], orders: tuple[str, str], names: tuple[str, str]) -> Iterator[Paired]:
     """``compare`` of two ``otel_traces`` windows of one ClickHouse server (``windows``: ``FROM``
     targets; ``orders``: each side's reading order), computed by that server in its session's
-    temporary tables: each side's slim spans once (the maps parsed once), then its questions."""
+    temporary tables: each side's slim spans once (the maps parsed once), then its questions and the
+    traces kept for them."""
     with contextlib.ExitStack() as stack:
         kept = []
         for window, order in zip(windows, orders, strict=True):
-            with runner.temporary_table(select_sql(window)) as slim:
-                kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(slim, order))))
+            with runner.temporary_table(select_sql(window)) as slim, runner.temporary_table(pairing.winners_query(slim, order)) as winners:
+                kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(slim, winners))))
         with compared(runner, kept[0], kept[1], names) as paired:
             yield paired

@@ -3,10 +3,12 @@
 The reference is :mod:`ragtrail.inspect.compare` (Python, one record per question held); these
 statements compute the same answer without a record per trace in Python:
 
-* :func:`kept_query`: per side, one row per question (hop 0's query receipt): its latest trace (the
-  latest start wins; on a tie the one read first, as ``SideCounts.counted`` keeps it), where the
-  question first appears in the side's reading order, and what every trace read adds to the side's
-  counts (traces, requests, bases; traces without a query receipt in the row of question ``''``);
+* :func:`winners_query`, :func:`kept_query`: per side, one row per question (hop 0's query receipt):
+  its latest trace (the latest start wins; on a tie the one read first, as ``SideCounts.counted``
+  keeps it), where the question first appears in the side's reading order, and what every trace read
+  adds to the side's counts (traces, requests, bases; traces without a query receipt in the row of
+  question ``''``). Two statements, so that only the kept traces' stages are gathered and no
+  aggregate carries them;
 * :func:`pairs_query`: the two sides' kept rows joined on the question: for each, the verdict and the
   first stage whose evidence differs (``inspect.compare.pair``'s rule: stages keyed by kind, component
   and occurrence, handed-on ids compared in order; generate and cite are the model's, not evidence),
@@ -15,14 +17,15 @@ statements compute the same answer without a record per trace in Python:
 * the aggregates over them (:func:`side_query`, :func:`pair_counts_query`, :func:`verdicts_query`,
   :func:`survival_query`) and the listings (:func:`listing_query`), which :mod:`.paired` runs.
 
-Ids are the JSON id lists of the slim spans (:mod:`.spans`) as strings, as :func:`.compare._list` reads them.
+Ids are the JSON id lists of the slim spans (:mod:`.spans`), strings on the wire (an id written as a
+JSON number reads as ``''`` here, where the Python records say its digits).
 """
 
 from __future__ import annotations
 
 from ragtrail.contract import semconv as sc
 
-from .compare import records_query
+from .compare import keys_query, records_query
 
 _MODEL = f"['{sc.KIND_GENERATE}', '{sc.KIND_CITE}']"
 _NOT_HANDED_ON = f"['{sc.KIND_GENERATE}', '{sc.KIND_CITE}', '{sc.KIND_QUERY_TRANSFORM}']"
@@ -31,27 +34,49 @@ _BAD_RUN = f"('{sc.RUN_DEGRADED}', '{sc.RUN_FAILED}')"
 _BAD_STAGE = f"('{sc.STATUS_DEGRADED}', '{sc.STATUS_FAILED}')"
 
 
+_KEPT = (
+    "q, n, requests, bases, stamped, pos, weight, trace_id, answer, refused, run_status, degraded, fallback, cited, in_context,"
+    " keys, states, ids, handed_labels, handed_ids, raw_stages"
+)
+"""The columns of :func:`kept_query` (the rest are steps on the way)."""
+
+
 def _ids(json_list: str) -> str:
-    """A JSON id list (a string column) as ``Array(String)``: strings unquoted, other values as written."""
-    return f"arrayMap(x -> if(JSONType(x) = 'String', JSONExtractString(x), x), JSONExtractArrayRaw({json_list}))"
+    """A JSON id list (a string column) as ``Array(String)`` (ids are strings on the wire)."""
+    return f"JSONExtract({json_list}, 'Array(String)')"
 
 
-def _trace_rows(spans: str, order: str | None, scope: str | None) -> str:
-    """One row per ragtrail trace: :func:`.compare.records_query`'s record, the place it is read in
-    (``ord``), and what pairing reads of it (stage keys, states and ids; cited; in context; survival)."""
-    record = records_query(spans, scope)
+def winners_query(spans: str, order: str | None = None, scope: str | None = None) -> str:
+    """One row per question of one side (``q``; ``''``: the traces without a query receipt): what its
+    traces add to the side's counts, where it is first read (``pos``; ``order``: a subquery of
+    ``TraceId, OrderKey``, the side's reading order), and the trace kept (``winner``, its ``weight``)."""
     place = "tuple(0)" if order is None else "o.OrderKey"
-    joined = "" if order is None else f"LEFT JOIN ({order}) AS o ON r.TraceId = o.TraceId"
+    joined = "" if order is None else f"LEFT JOIN ({order}) AS o ON k.TraceId = o.TraceId"
+    return f"""
+SELECT q, n, requests, bases, stamped, pos, kept.1 AS winner, kept.2 AS weight
+FROM (
+    SELECT if(has_query, query_sha256, '') AS q, count() AS n, sum(weight) AS requests, sumMap([basis], [toUInt64(1)]) AS bases,
+        countIf(tail_stamped) AS stamped, min(ord) AS pos, argMin((TraceId, weight), (-start_ns, ord)) AS kept
+    FROM (SELECT k.*, tuple({place}, k.TraceId) AS ord FROM ({keys_query(spans, scope)}) AS k {joined})
+    GROUP BY q
+)
+"""
+
+
+def kept_query(spans: str, winners: str) -> str:
+    """:func:`winners_query`'s rows (``winners``: a table of them) with what pairing reads of each kept
+    trace: its stages' keys, states and handed-on ids; cited; in context; survival; the stages themselves."""
     generate = f"'{sc.KIND_GENERATE}'"
     return f"""
-SELECT r.TraceId AS trace_id, start_ns, has_query, query_sha256, answer, refused, run_status, weight, basis, tail_stamped,
-    tuple({place}, r.TraceId) AS ord, stages AS raw_stages,
+SELECT {_KEPT} FROM (
+SELECT w.q AS q, w.n AS n, w.requests AS requests, w.bases AS bases, w.stamped AS stamped, w.pos AS pos, w.weight AS weight,
+    r.TraceId AS trace_id, answer, refused, run_status, stages AS raw_stages,
     arrayMap(s -> {_ids("s.11")}, stages) AS ids,
     arrayMap(s -> s.3, stages) AS kinds,
     arrayMap(s -> concat(s.3, ' ', s.4), stages) AS labels,
     arrayMap((s, n) -> (s.3, s.4, n), stages, arrayEnumerateUniq(kinds, arrayMap(s -> s.4, stages))) AS keys,
     arrayMap(s -> (s.5, s.6, s.7), stages) AS states,
-    arrayMap(s -> arraySum(arrayMap(g -> length({_ids("g")}), s.12)), stages) AS excluded_n,
+    arrayMap(s -> arraySum(arrayMap(g -> JSONLength(g), s.12)), stages) AS excluded_n,
     arrayFilter(i -> kinds[i] IN {_CONTEXT} AND (kinds[i] != {generate} OR ifNull(stages[i].8, length(ids[i]) + excluded_n[i]) != 0
         OR length(ids[i]) > 0 OR excluded_n[i] > 0), arrayEnumerate(kinds)) AS defining,
     if(length(defining) > 0,
@@ -63,23 +88,8 @@ SELECT r.TraceId AS trace_id, start_ns, has_query, query_sha256, answer, refused
     arrayExists(s -> s.7 != '', stages) AS fallback,
     arrayDistinct(arrayFilter((l, k) -> NOT has({_NOT_HANDED_ON}, k), labels, kinds)) AS handed_labels,
     arrayMap(l -> arrayDistinct(arrayFlatten(arrayFilter((i, m) -> m = l, ids, labels))), handed_labels) AS handed_ids
-FROM ({record}) AS r {joined}
-"""
-
-
-def kept_query(spans: str, order: str | None = None, scope: str | None = None) -> str:
-    """One row per question of one side (``q``; ``''``: the traces without a query receipt), see the
-    module docstring; ``order``: a subquery of ``TraceId, OrderKey`` (the side's reading order)."""
-    kept = (
-        "trace_id, answer, refused, run_status, weight, degraded, fallback, cited, in_context, keys, states, ids, handed_labels, handed_ids, raw_stages"
-    )
-    names = [n.strip() for n in kept.split(",")]
-    return f"""
-SELECT q, n, requests, bases, stamped, pos, {", ".join(f"k.{i} AS {n}" for i, n in enumerate(names, 1))}
-FROM (
-    SELECT if(has_query, query_sha256, '') AS q, count() AS n, sum(weight) AS requests, sumMap([basis], [toUInt64(1)]) AS bases,
-        countIf(tail_stamped) AS stamped, min(ord) AS pos, argMin(tuple({kept}), (-start_ns, ord)) AS k
-    FROM ({_trace_rows(spans, order, scope)}) GROUP BY q
+FROM ({records_query(spans, f"TraceId IN (SELECT winner FROM {winners})")}) AS r
+INNER JOIN {winners} AS w ON r.TraceId = w.winner
 )
 """
 

@@ -137,17 +137,18 @@ def reading_order(store: Path) -> tuple[str, dict[str, Any]]:
 @contextlib.contextmanager
 def stores_compared(a: Path, b: Path, names: tuple[str, str]) -> Iterator[Paired]:
     """``compare`` of two local stores in SQL (:mod:`.paired`): each side's questions computed in its
-    own engine (chdb admits one directory at a time) into a Native file, paired by a scratch engine."""
-    from .pairing import kept_query
+    own engine (chdb admits one directory at a time) into a Native file (lz4), paired by a scratch engine."""
+    from .pairing import kept_query, winners_query
 
     with tempfile.TemporaryDirectory(prefix="ragtrail-compare-") as tmp:
         kept = []
         for n, store in enumerate((a, b)):
-            target = "file(" + _literal(str(Path(tmp) / f"kept-{n}.native")) + ", 'Native')"
+            target = "file(" + _literal(str(Path(tmp) / f"kept-{n}.native.lz4")) + ", 'Native')"
             engine = open_store(store)
             try:
                 order, params = reading_order(store)
-                engine.run_sql(f"INSERT INTO FUNCTION {target} {kept_query(SPANS_TABLE, order, SCOPE_TABLE)}", params)
+                with engine.temporary_table(winners_query(SPANS_TABLE, order, SCOPE_TABLE), params) as winners:
+                    engine.run_sql(f"INSERT INTO FUNCTION {target} {kept_query(SPANS_TABLE, winners)}")
             finally:
                 engine.close()
             kept.append(target)
