@@ -605,12 +605,11 @@ def _paired(stores: tuple[Any, Any], names: tuple[str, str], timeout: float, loo
 
     if not isinstance(stores[0], str):
         return stores_compared(stores[0], stores[1], names)
-    servers = [open_source(spec, timeout=timeout) for spec in stores]
-    assert all(isinstance(s, ClickHouseSource) for s in servers)
-    if servers[0].base_url != servers[1].base_url:
+    a, b = (open_source(spec, timeout=timeout) for spec in stores)
+    assert isinstance(a, ClickHouseSource) and isinstance(b, ClickHouseSource)
+    if a.base_url != b.base_url:
         raise errors.UsageError("--engine columnar compares two databases of one ClickHouse server", "name one server, or use --engine python")
-    windows = (servers[0].window_table(lookback), servers[1].window_table(lookback))
-    return servers_compared(servers[0], windows, (servers[0].recency_order(), servers[1].recency_order()), names)
+    return servers_compared(a, (a.window_table(lookback), b.window_table(lookback)), (a.recency_order(), b.recency_order()), names)
 
 
 def _json_streamed(result: dict[str, Any]) -> None:

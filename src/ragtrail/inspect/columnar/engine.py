@@ -41,6 +41,18 @@ def available() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def scratch_table(runner: SqlRunner, select: str, params: Mapping[str, Any] | None, kind: str, engine: str = "") -> Iterator[str]:
+    """The rows of ``select`` in a new table (``CREATE {kind} ... {engine}``, a fresh name, yielded),
+    dropped on the way out."""
+    name = f"ragtrail_scratch_{uuid.uuid4().hex[:12]}"
+    runner.run_sql(f"CREATE {kind} {name} {engine} AS {select}", params)
+    try:
+        yield name
+    finally:
+        runner.run_sql(f"DROP {kind} IF EXISTS {name}")
+
+
 def _held(path: Path) -> bool:
     """Whether another process has the engine directory open: ClickHouse holds an exclusive ``flock``
     on its ``status`` file while it runs (one server per directory)."""
@@ -105,15 +117,9 @@ class ChdbEngine:
         """:meth:`stream_sql` under the name a ClickHouse server source gives it."""
         return self.stream_sql(sql, params)
 
-    @contextlib.contextmanager
-    def temporary_table(self, select: str, params: Mapping[str, Any] | None = None) -> Iterator[str]:
+    def temporary_table(self, select: str, params: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[str]:
         """The rows of ``select`` kept in a table for the statements that follow; dropped on the way out."""
-        name = f"ragtrail_scratch_{uuid.uuid4().hex[:12]}"
-        self.run_sql(f"CREATE TABLE {name} ENGINE = MergeTree ORDER BY tuple() AS {select}", params)
-        try:
-            yield name
-        finally:
-            self.run_sql(f"DROP TABLE IF EXISTS {name}")
+        return scratch_table(self, select, params, "TABLE", "ENGINE = MergeTree ORDER BY tuple()")
 
     def close(self) -> None:
         self._session.close()

@@ -76,8 +76,8 @@ def _side(runner: PairingRunner, kept: str, name: str) -> tuple[SideCounts, Rate
     tally = WeightTally(int(traces), float(requests), {str(k): int(n) for k, n in zip(bases[0], bases[1], strict=True)}, int(stamped))
     counts = SideCounts(name, repeats=int(repeats), no_query=int(no_query), traces=int(traces), tally=tally)
     q, refused, known, w_refused, w_known, weight, degraded, w_degraded, fallback, w_fallback = rest
-    rates = Rates(int(q), int(refused), int(known), float(w_refused), float(w_known), float(weight), int(degraded), float(w_degraded), int(fallback), float(w_fallback))
-    return counts, rates
+    weights = (float(w_refused), float(w_known), float(weight))
+    return counts, Rates(int(q), int(refused), int(known), *weights, int(degraded), float(w_degraded), int(fallback), float(w_fallback))
 
 
 def _survival(runner: PairingRunner, pairs: str, side: str, totals: tuple[int, int]) -> list[dict[str, Any]]:
