@@ -41,6 +41,11 @@ def available() -> bool:
     return True
 
 
+COMPACT = "ENGINE = MergeTree ORDER BY tuple()"
+"""A scratch table's engine that keeps its rows compressed on disk (a ClickHouse session's default
+for temporary tables is ``Memory``)."""
+
+
 @contextlib.contextmanager
 def scratch_table(runner: SqlRunner, select: str, params: Mapping[str, Any] | None, kind: str, engine: str = "") -> Iterator[str]:
     """The rows of ``select`` in a new table (``CREATE {kind} ... {engine}``, a fresh name, yielded),
@@ -117,9 +122,9 @@ class ChdbEngine:
         """:meth:`stream_sql` under the name a ClickHouse server source gives it."""
         return self.stream_sql(sql, params)
 
-    def temporary_table(self, select: str, params: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[str]:
+    def temporary_table(self, select: str, params: Mapping[str, Any] | None = None, engine: str = COMPACT) -> contextlib.AbstractContextManager[str]:
         """The rows of ``select`` kept in a table for the statements that follow; dropped on the way out."""
-        return scratch_table(self, select, params, "TABLE", "ENGINE = MergeTree ORDER BY tuple()")
+        return scratch_table(self, select, params, "TABLE", engine)
 
     def close(self) -> None:
         self._session.close()

@@ -20,7 +20,7 @@ from ragtrail.inspect.weight import WeightTally
 
 from . import pairing
 from .compare import bare, stage_record
-from .engine import SqlRunner
+from .engine import COMPACT, SqlRunner
 from .spans import select_sql
 
 _PAIR = "q, trace_a, trace_b, answer_a, answer_b, refused_a, refused_b, run_status_a, run_status_b, cited_a, cited_b, stages_a, stages_b"
@@ -31,7 +31,7 @@ class PairingRunner(SqlRunner, Protocol):
 
     def stream_tuples(self, sql: str, params: Any = None) -> Iterator[tuple[Any, ...]]: ...
 
-    def temporary_table(self, select: str, params: Any = None) -> contextlib.AbstractContextManager[str]: ...
+    def temporary_table(self, select: str, params: Any = None, engine: str = ...) -> contextlib.AbstractContextManager[str]: ...
 
 
 @dataclass
@@ -111,7 +111,7 @@ def compared(runner: PairingRunner, kept_a: str, kept_b: str, names: tuple[str, 
     """The comparison of two sides' :func:`.pairing.kept_query` tables (or table expressions), valid
     while the context is open (its lists are read from the engine)."""
     (side_a, rates_a), (side_b, rates_b) = (_side(runner, kept_a, names[0]), _side(runner, kept_b, names[1]))
-    with runner.temporary_table(pairing.pairs_query(kept_a, kept_b)) as pairs:
+    with runner.temporary_table(pairing.pairs_query(kept_a, kept_b), None, COMPACT) as pairs:
         paired, newly, only_a, only_b, changed, *bases = (int(v) for v in runner.run_sql(pairing.pair_counts_query(pairs))[0])
         a = {**side_rates(side_a, rates_a), "survival": _survival(runner, pairs, "a", (bases[0], bases[1])), "notes": side_a.notes}
         b = {**side_rates(side_b, rates_b), "survival": _survival(runner, pairs, "b", (bases[2], bases[3])), "notes": side_b.notes}
@@ -133,12 +133,12 @@ def compared(runner: PairingRunner, kept_a: str, kept_b: str, names: tuple[str, 
 def servers_compared(runner: PairingRunner, windows: tuple[str, str], orders: tuple[str, str], names: tuple[str, str]) -> Iterator[Paired]:
     """``compare`` of two ``otel_traces`` windows of one ClickHouse server (``windows``: ``FROM``
     targets; ``orders``: each side's reading order), computed by that server in its session's
-    temporary tables: each side's slim spans once (the maps parsed once), then its questions and the
-    traces kept for them."""
+    temporary tables: each side's slim spans once (in memory: the maps parsed once), then its
+    questions and the traces kept for them (compressed on disk, as the pairs are)."""
     with contextlib.ExitStack() as stack:
         kept = []
         for window, order in zip(windows, orders, strict=True):
-            with runner.temporary_table(select_sql(window)) as slim, runner.temporary_table(pairing.winners_query(slim, order)) as winners:
-                kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(slim, winners))))
+            with runner.temporary_table(select_sql(window)) as slim, runner.temporary_table(pairing.winners_query(slim, order), None, COMPACT) as w:
+                kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(slim, w), None, COMPACT)))
         with compared(runner, kept[0], kept[1], names) as paired:
             yield paired
