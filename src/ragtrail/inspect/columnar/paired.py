@@ -23,8 +23,6 @@ from .compare import bare, stage_record
 from .engine import COMPACT, SqlRunner
 from .spans import select_sql
 
-_PAIR = "q, trace_a, trace_b, answer_a, answer_b, refused_a, refused_b, run_status_a, run_status_b, cited_a, cited_b, stages_a, stages_b"
-
 
 class PairingRunner(SqlRunner, Protocol):
     """What pairing asks of an engine: statements, rows streamed as tuples, and scratch tables."""
@@ -63,7 +61,7 @@ class Paired:
 
 
 def _pair(row: tuple[Any, ...]) -> dict[str, Any]:
-    """One paired question, described by the reference ``pair``."""
+    """One paired question (a row of :data:`.pairing.PAIR_COLUMNS`), described by the reference ``pair``."""
     q, trace_a, trace_b, answer_a, answer_b, refused_a, refused_b, status_a, status_b, cited_a, cited_b, stages_a, stages_b = row
     a = bare(trace_a, q, answer_a, refused_a, status_a, [stage_record(s) for s in stages_a], tuple(cited_a))
     b = bare(trace_b, q, answer_b, refused_b, status_b, [stage_record(s) for s in stages_b], tuple(cited_b))
@@ -90,13 +88,8 @@ def _counts(runner: PairingRunner, pairs: str, newly_refused: bool) -> dict[str,
 
 
 def _listing(runner: PairingRunner, pairs: str, which: str, count: int, make: Callable[[tuple[Any, ...]], Any]) -> Listing:
-    columns = _PAIR if which in ("questions", "changed") else None
-
     def rows(limit: int | None) -> Iterator[Any]:
-        query = pairing.listing_query(pairs, which, limit)
-        if columns is not None:
-            query = query.replace("SELECT *", f"SELECT {columns}", 1)
-        for row in runner.stream_tuples(query):
+        for row in runner.stream_tuples(pairing.listing_query(pairs, which, limit)):
             yield make(row)
 
     return Listing(count, rows)

@@ -177,6 +177,10 @@ WHERE paired GROUP BY label ORDER BY seen
 """
 
 
+PAIR_COLUMNS = "q, trace_a, trace_b, answer_a, answer_b, refused_a, refused_b, run_status_a, run_status_b, cited_a, cited_b, stages_a, stages_b"
+"""What a listed pair's row holds (``stages_*`` empty unless some stage differs)."""
+
+
 def listing_query(pairs: str, which: str, limit: int | None = None) -> str:
     """The rows of one listing: ``only_in_a``/``only_in_b`` (question, trace), or the paired questions
     (``questions``: A's order; ``changed``: those the terminal lists, newly refused first, then by
@@ -184,8 +188,8 @@ def listing_query(pairs: str, which: str, limit: int | None = None) -> str:
     wanted = {
         "only_in_a": ("q, trace_a", "in_a AND NOT in_b", "pos_a"),
         "only_in_b": ("q, trace_b", "in_b AND NOT in_a", "pos_b"),
-        "questions": ("*", "paired", "pos_a"),
-        "changed": ("*", "paired AND changed", "NOT newly_refused, q"),
+        "questions": (PAIR_COLUMNS, "paired", "pos_a"),
+        "changed": (PAIR_COLUMNS, "paired AND changed", "NOT newly_refused, q"),
     }
     columns, where, order = wanted[which]
     return f"SELECT {columns} FROM {pairs} WHERE {where} ORDER BY {order}" + ("" if limit is None else f" LIMIT {int(limit)}")
