@@ -17,8 +17,8 @@ statements compute the same answer without a record per trace in Python:
 * the aggregates over them (:func:`side_query`, :func:`pair_counts_query`, :func:`verdicts_query`,
   :func:`survival_query`) and the listings (:func:`listing_query`), which :mod:`.paired` runs.
 
-Ids are the JSON id lists of the slim spans (:mod:`.spans`), strings on the wire (an id written as a
-JSON number reads as ``''`` here, where the Python records say its digits).
+Ids are the JSON id lists of the slim spans (:mod:`.spans`), read by ``JSONExtract(..., 'Array(String)')``:
+strings as written, a JSON number as its text (as the Python records' ``str`` says ``1`` or ``2.5``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _KEPT = (
 
 
 def _ids(json_list: str) -> str:
-    """A JSON id list (a string column) as ``Array(String)`` (ids are strings on the wire)."""
+    """A JSON id list (a string column) as ``Array(String)``; not a list: empty."""
     return f"JSONExtract({json_list}, 'Array(String)')"
 
 
