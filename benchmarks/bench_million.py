@@ -244,6 +244,9 @@ def setup(work: Path, clickhouse: chb.ClickHouse, args: argparse.Namespace) -> t
         t0 = time.perf_counter()
         got = grow_server(clickhouse, database, n)
         print(f"setup: ClickHouse {database}.otel_traces grown in SQL to {got} traces: {time.perf_counter() - t0:.1f} s", flush=True)
+    if args.no_embedded:
+        ready.write_text(f"{args.traces} traces a side from {args.seed} seed traces (ClickHouse only)\n")
+        return seed_a, seed_b, env
     first = timed(["compare", str(seed_a), str(seed_b), "--engine", "columnar"], env, None)  # ingests both seed stores
     print(f"setup: embedded engine ingest of both seed stores (compare --engine columnar): {first}", flush=True)
     for store in (seed_a, seed_b):
@@ -264,6 +267,7 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="Run only the steps whose label matches this regex (e.g. 'stats', 'clickhouse', 'python').")
     parser.add_argument("--lookback", default="48h")
     parser.add_argument("--limit", type=float, default=WALL_LIMIT_S, help="Stop a run after this many seconds (said in the table).")
+    parser.add_argument("--no-embedded", action="store_true", help="Fill and time ClickHouse only (not the embedded engine).")
     parser.add_argument("--work", type=Path, default=None, help="Work directory (default: a temporary one, removed).")
     args = parser.parse_args()
     WALL_LIMIT_S = args.limit
@@ -289,7 +293,7 @@ def main() -> None:
                     ("python: stats", f"{size:,}", ["stats", "--source", str(b), "--engine", "python"], env, None),
                     ("python: compare A B", f"{size:,} a side", ["compare", str(a), str(b), "--engine", "python"], env, None),
                 ]
-            steps = [s for s in steps if args.only is None or re.search(args.only, s[0])]
+            steps = [s for s in steps if (args.only is None or re.search(args.only, s[0])) and not (args.no_embedded and s[0].startswith("embedded"))]
             results: dict[str, list[dict[str, float | str]]] = {f"{s[0]} {s[1]}": [] for s in steps}
             for n in range(args.runs):
                 print(f"run {n + 1}: {time.strftime('%H:%M:%S', time.gmtime())} UTC, load average {loadavg()}", flush=True)

@@ -219,7 +219,7 @@ def test_a_temporary_table_holds_the_select_in_one_session_and_is_dropped(clickh
     recording = _Recording()
     source = ClickHouseSource(f"{clickhouse}/good", transport=recording)
     with source.temporary_table("SELECT TraceId, SpanId FROM otel_traces") as name:
-        assert name.startswith("ragtrail_slim_")
+        assert name.startswith("ragtrail_scratch_")
         assert source.run_sql(f"SELECT TraceId, SpanId FROM {name}") == [(TRACE_ID, "b7ad6b7169203331")]
     sessions = {p.get("session_id") for p in recording.params}
     assert len(sessions) == 1 and None not in sessions  # create, read and drop: one session

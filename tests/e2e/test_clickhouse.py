@@ -102,8 +102,8 @@ def test_compare_through_clickhouse_equals_the_local_store(loaded: Loaded) -> No
 
 
 def test_compare_pushed_down_to_clickhouse_equals_the_python_path(loaded: Loaded) -> None:
-    """``--engine columnar``: each side's records are built by the server in SQL and paired by the
-    Python compare; the whole JSON equals the Python path's on the local stores (but the names)."""
+    """``--engine columnar``: the server pairs the two sides in SQL (inspect.columnar.pairing); the
+    whole JSON equals the Python path's on the local stores (but the names)."""
     a, b = loaded.clickhouse.source("side_a"), loaded.clickhouse.source("side_b")
     pushed = _json("compare", a, b, "--lookback", "24h", "--engine", "columnar")
     local = _json("compare", str(loaded.a), str(loaded.b), "--engine", "python")

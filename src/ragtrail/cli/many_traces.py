@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -493,18 +493,15 @@ def _read_side(
     key: bytes | None,
     read: list[ServerRead],
     server: dict[str, Any],
-    records: Iterable[Any] | None = None,
 ) -> Any:
     """One compare side read into ``make(label)`` (a ``SideSummary`` or a ``StreamedSide``), each trace
-    paired by ``key`` as the producer's receipts are (``paired_by_key``); ``records``: the side's
-    records read by the columnar engine instead of the Python reader."""
+    paired by ``key`` as the producer's receipts are (``paired_by_key``)."""
     from ragtrail.inspect.compare import paired_by_key
     from ragtrail.inspect.insights import InsightSettings
 
     spec, selection, label = _side(arg, source)
     summary = make(label)
-    if records is None:
-        records = _records(spec, _side_filter(selection), InsightSettings(), label=f"reading {name}", read=read, **server)
+    records = _records(spec, _side_filter(selection), InsightSettings(), label=f"reading {name}", read=read, **server)
     for r in records:
         summary.add(paired_by_key(r, key))
     if not summary.traces:
@@ -561,10 +558,11 @@ def compare_cmd(
     reads: dict[str, list[ServerRead]] = {"A": [], "B": []}
     server = {"timeout": timeout, "lookback": lookback, "limit": limit}
     stores = _compare_stores(side_a, side_b, source, engine, narrowed=key is not None or limit is not None)
+    if stores is not None:
+        return _columnar_compare(stores, (side_a, side_b), timeout, lookback, "json" if as_json else "markdown" if as_markdown else "", show_n)
     # A is held (one compact record per question); B streams past it, each trace paired as it is read
-    a = _read_side("A", side_a, source, SideSummary, key, reads["A"], server, _store_records(stores, 0, timeout, lookback))
-    b_records = _store_records(stores, 1, timeout, lookback)
-    b = _read_side("B", side_b, source, lambda label: StreamedSide(label, against=a), key, reads["B"], server, b_records)
+    a = _read_side("A", side_a, source, SideSummary, key, reads["A"], server)
+    b = _read_side("B", side_b, source, lambda label: StreamedSide(label, against=a), key, reads["B"], server)
     result = compare(a, b)
     for name, read in reads.items():
         if _read_field(read) is not None:
@@ -578,42 +576,59 @@ def compare_cmd(
     return errors.EXIT_OK
 
 
-def _store_records(stores: tuple[Any, Any] | None, index: int, timeout: float, lookback: str) -> Iterable[Any] | None:
-    """Side ``index``'s records through the columnar engine (a ``clickhouse+`` spec: computed by that
-    server), or ``None`` for the Python reader."""
-    if stores is None:
-        return None
-    from ragtrail.inspect.columnar.store import side_records
+def _columnar_compare(stores: tuple[Any, Any], names: tuple[str, str], timeout: float, lookback: str, form: str, show_n: int) -> int:
+    """``compare`` paired in SQL (``inspect.columnar.paired``): two local stores through the embedded
+    engine, or two ``clickhouse+`` databases by their server; printed as the Python path prints it,
+    the lists streamed from the engine."""
+    from ragtrail.inspect.compare import markdown
 
-    if isinstance(stores[index], str):
-        return _pushdown_records(stores[index], timeout, lookback)
-    return side_records(stores[index])
+    with _paired(stores, names, timeout, lookback) as paired:
+        result = paired.result
+        for name, side in (("A", "a"), ("B", "b")):
+            if not result[side]["traces"]:
+                raise errors.TraceNotFound(f"side {name} ({plain(result[side]['name'])}) has no ragtrail trace", "check the source or selection")
+        if form == "json":
+            _json_streamed(result)
+        elif form == "markdown":
+            sys.stdout.write(markdown(result, limit=show_n))
+        else:
+            _render_compare(result, show_n, paired.changed)
+    return errors.EXIT_OK
 
 
-def _pushdown_records(spec: str, timeout: float, lookback: str) -> Iterable[Any]:
-    """The compare records of a ClickHouse server's traces in the lookback, each built by the server
-    in SQL (``inspect.columnar.compare``'s statement, the embedded engine's), streamed newest first."""
-    from ragtrail.inspect.columnar.compare import records
-    from ragtrail.inspect.columnar.spans import subquery
+def _paired(stores: tuple[Any, Any], names: tuple[str, str], timeout: float, lookback: str) -> Any:
+    """The SQL comparison's context: two local stores, or two ``clickhouse+`` specs of one server."""
+    from ragtrail.inspect.columnar.paired import servers_compared
+    from ragtrail.inspect.columnar.store import stores_compared
     from ragtrail.inspect.sources import open_source
     from ragtrail.inspect.sources.clickhouse import ClickHouseSource
 
-    server = open_source(spec, timeout=timeout)
-    assert isinstance(server, ClickHouseSource)
-    return records(_Tuples(server), subquery(server.window_table(lookback)), server.recency_order())
+    if not isinstance(stores[0], str):
+        return stores_compared(stores[0], stores[1], names)
+    a, b = (open_source(spec, timeout=timeout) for spec in stores)
+    assert isinstance(a, ClickHouseSource) and isinstance(b, ClickHouseSource)
+    if a.base_url != b.base_url:
+        raise errors.UsageError("--engine columnar compares two databases of one ClickHouse server", "name one server, or use --engine python")
+    return servers_compared(a, (a.window_table(lookback), b.window_table(lookback)), (a.recency_order(), b.recency_order()), names)
 
 
-@dataclass
-class _Tuples:
-    """A ClickHouse source as a ``SqlRunner`` that streams rows as tuples (``records`` streams when it can)."""
+def _json_streamed(result: dict[str, Any]) -> None:
+    """``json_out(result)`` byte for byte, the engine's lists (``Listing``) written a row at a time."""
+    from ragtrail.inspect.columnar.paired import Listing
+    from ragtrail.inspect.safe import json_text
 
-    server: Any
-
-    def run_sql(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-        return list(self.stream_sql(sql, params))
-
-    def stream_sql(self, sql: str, params: Any = None) -> Iterator[tuple[Any, ...]]:
-        yield from self.server.stream_tuples(sql, params)
+    marks = {key: f"@ragtrail-listing-{key}@" for key, value in result.items() if isinstance(value, Listing)}
+    rest = json_text({key: marks.get(key, value) for key, value in result.items()}, indent=2, default=str)
+    write = sys.stdout.write
+    for key, mark in marks.items():
+        head, rest = rest.split(json.dumps(mark), 1)
+        write(head)
+        n = 0
+        for item in result[key]:
+            write(("[\n    " if n == 0 else ",\n    ") + json_text(item, indent=2, default=str).replace("\n", "\n    "))
+            n += 1
+        write("\n  ]" if n else "[]")
+    write(rest + "\n")
 
 
 def _compare_stores(side_a: str, side_b: str, source: str | None, engine: str, narrowed: bool) -> tuple[Any, Any] | None:
@@ -646,7 +661,8 @@ def _rate(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
-def _render_compare(result: dict[str, Any], show_n: int) -> None:
+def _render_compare(result: dict[str, Any], show_n: int, listed: Any = None) -> None:
+    """The terminal view; ``listed``: the changed pairs as the columnar path lists them (else from the questions)."""
     from rich import box
     from rich.table import Table
 
@@ -681,8 +697,10 @@ def _render_compare(result: dict[str, Any], show_n: int) -> None:
     if result["newly_refused"]:
         where = ", ".join(f"{n} at {k}" for k, n in sorted(result["newly_refused_first_difference"].items(), key=lambda kv: -kv[1]))
         out.print(text(f"refused in B, answered in A: {result['newly_refused']} (evidence first differs: {where})", "bold yellow"))
-    changed = [p for p in result["questions"] if p["verdict"] not in ("same evidence", "same evidence, same answer")]
-    changed.sort(key=lambda p: (not (p["refused_b"] and not p["refused_a"]), p["query_sha256"]))
+    if listed is None:
+        listed = [p for p in result["questions"] if p["verdict"] not in ("same evidence", "same evidence, same answer")]
+        listed.sort(key=lambda p: (not (p["refused_b"] and not p["refused_a"]), p["query_sha256"]))
+    changed = listed
     for p in changed[:show_n]:
         refusal = " REFUSED in B" if p["refused_b"] and not p["refused_a"] else ""
         out.print(text(f"  {p['query_sha256'][:12]} {p['verdict']}{refusal}: {p['cause'] or '-'}  (A {p['a']} · B {p['b']})"), soft_wrap=True)

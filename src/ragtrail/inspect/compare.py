@@ -312,41 +312,76 @@ def survival_shares(side: SideSummary | StreamedSide, other: SideSummary | Strea
             stage_counts[share.label] += 1
             survived_cited[share.label] += share.cited
             survived_context[share.label] += share.in_context
-    return [
-        {
-            "stage": label,
-            "traces": n,
-            "other_cited_present": _rate(survived_cited[label], cited_total),
-            "other_in_context_present": _rate(survived_context[label], context_total),
-        }
-        for label, n in stage_counts.items()
-    ]
+    return [survival_entry(label, n, survived_cited[label], survived_context[label], cited_total, context_total) for label, n in stage_counts.items()]
 
 
-def _rates(side: SideSummary | StreamedSide, outcomes: list[Outcome]) -> dict[str, Any]:
+def survival_entry(label: str, traces: int, cited: int, in_context: int, cited_total: int, context_total: int) -> dict[str, Any]:
+    """One stage's survival share (``cited``/``in_context``: the other side's documents it handed on,
+    summed over the ``traces`` paired questions that ran it; the totals: the other side's, over every pair)."""
+    return {
+        "stage": label,
+        "traces": traces,
+        "other_cited_present": _rate(cited, cited_total),
+        "other_in_context_present": _rate(in_context, context_total),
+    }
+
+
+class Rates(NamedTuple):
+    """A side's questions' outcomes summed: how many, and the requests they stand for (weight.trace_weight)."""
+
+    questions: int
+    refused: int
+    refusal_known: int
+    refused_weight: float
+    known_weight: float
+    weight: float
+    degraded: int
+    degraded_weight: float
+    fallback: int
+    fallback_weight: float
+
+    @classmethod
+    def of(cls, outcomes: list[Outcome]) -> Rates:
+        known = [o for o in outcomes if o.refused is not None]
+        degraded = [o for o in outcomes if o.degraded]
+        fallback = [o for o in outcomes if o.fallback]
+        return cls(
+            len(outcomes),
+            sum(1 for o in known if o.refused),
+            len(known),
+            sum(o.weight for o in known if o.refused),
+            sum(o.weight for o in known),
+            sum(o.weight for o in outcomes),
+            len(degraded),
+            sum(o.weight for o in degraded),
+            len(fallback),
+            sum(o.weight for o in fallback),
+        )
+
+
+def _rates(side: SideCounts, outcomes: list[Outcome]) -> dict[str, Any]:
+    return side_rates(side, Rates.of(outcomes))
+
+
+def side_rates(side: SideCounts, r: Rates) -> dict[str, Any]:
     """The side's counts (traces) and rates of refusal, degraded runs and fallbacks; the rates weigh
     each question's trace by the requests it stands for (weight.trace_weight), so a tail sampler that
     kept every degraded trace and a tenth of the rest does not multiply the degraded rate."""
-    known = [o for o in outcomes if o.refused is not None]
-    refused = sum(1 for o in known if o.refused)
-    weight = sum(o.weight for o in outcomes)
-    degraded = [o for o in outcomes if o.degraded]
-    fallback = [o for o in outcomes if o.fallback]
     return {
         "name": side.name,
         "traces": side.traces,
         "requests": round(side.tally.requests, 3),
         "sampling": side.tally.statement(),
-        "questions": len(outcomes),
+        "questions": r.questions,
         "repeats": side.repeats,
         "no_query_receipt": side.no_query,
-        "refused": refused,
-        "refusal_known": len(known),
-        "refusal_rate": _rate(sum(o.weight for o in known if o.refused), sum(o.weight for o in known)),
-        "degraded": len(degraded),
-        "degraded_rate": _rate(sum(o.weight for o in degraded), weight),
-        "fallback": len(fallback),
-        "fallback_rate": _rate(sum(o.weight for o in fallback), weight),
+        "refused": r.refused,
+        "refusal_known": r.refusal_known,
+        "refusal_rate": _rate(r.refused_weight, r.known_weight),
+        "degraded": r.degraded,
+        "degraded_rate": _rate(r.degraded_weight, r.weight),
+        "fallback": r.fallback,
+        "fallback_rate": _rate(r.fallback_weight, r.weight),
     }
 
 

@@ -17,6 +17,7 @@ EXIT_HTTP = 6
 EXIT_NO_RAGTRAIL = 7
 EXIT_TRUNCATED = 8
 EXIT_BAD_CHECKPOINTS = 9
+EXIT_BUSY = 10
 EXIT_INTERNAL = 70
 
 EXIT_CODES: tuple[tuple[int, str], ...] = (
@@ -30,6 +31,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_NO_RAGTRAIL, "the trace has no ragtrail spans"),
     (EXIT_TRUNCATED, "truncated file (it ends in the middle of a record)"),
     (EXIT_BAD_CHECKPOINTS, "bad checkpoint file (verify --checkpoints: unreadable, or its chain or MAC does not hold)"),
+    (EXIT_BUSY, "the embedded engine's directory is in use by another ragtrail process (run again when it ends)"),
     (EXIT_INTERNAL, "internal error in ragtrail (a bug: please report it)"),
 )
 
@@ -79,3 +81,9 @@ class TruncatedInput(InspectError):
 
 class BadCheckpoints(InspectError):
     exit_code = EXIT_BAD_CHECKPOINTS
+
+
+class EngineBusy(InspectError):
+    """Another process holds the embedded engine's directory of this store (chdb admits one at a time)."""
+
+    exit_code = EXIT_BUSY

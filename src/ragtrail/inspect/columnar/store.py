@@ -9,16 +9,17 @@ reading never writes into the store itself.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ragtrail.inspect.records import TraceRecord
-
 from .engine import ChdbEngine, SqlRunner
 from .ingest import catch_up, trace_files
+from .paired import Paired, compared
 from .schema import INGEST_TABLE, LINES_TABLE, SCOPE_TABLE, TABLE
 from .spans import SPANS_TABLE, names
 
@@ -133,13 +134,32 @@ def reading_order(store: Path) -> tuple[str, dict[str, Any]]:
     return query.replace("ranks[", "{ranks:Map(String, UInt32)}["), {"ranks": ranks}
 
 
-def side_records(store: Path) -> Iterator[TraceRecord]:
-    """Every ragtrail trace of ``store`` as ``compare`` reads it, through the engine, in reading order."""
-    from .compare import records
+@contextlib.contextmanager
+def stores_compared(a: Path, b: Path, names: tuple[str, str]) -> Iterator[Paired]:
+    """``compare`` of two local stores in SQL (:mod:`.paired`): each side's questions computed in its
+    own engine (chdb admits one directory at a time) into a Native file (lz4), paired by a scratch engine."""
+    from .pairing import kept_query, winners_query
 
-    engine = open_store(store)
-    try:
-        order, params = reading_order(store)
-        yield from records(engine, SPANS_TABLE, order, params, SCOPE_TABLE)
-    finally:
-        engine.close()
+    with tempfile.TemporaryDirectory(prefix="ragtrail-compare-") as tmp:
+        kept = []
+        for n, store in enumerate((a, b)):
+            target = "file(" + _literal(str(Path(tmp) / f"kept-{n}.native.lz4")) + ", 'Native')"
+            engine = open_store(store)
+            try:
+                order, params = reading_order(store)
+                with engine.temporary_table(winners_query(SPANS_TABLE, order, SCOPE_TABLE), params) as winners:
+                    engine.run_sql(f"INSERT INTO FUNCTION {target} {kept_query(SPANS_TABLE, winners)}")
+            finally:
+                engine.close()
+            kept.append(target)
+        engine = ChdbEngine(Path(tmp) / "pairing")
+        try:
+            with compared(engine, kept[0], kept[1], names) as paired:
+                yield paired
+        finally:
+            engine.close()
+
+
+def _literal(text: str) -> str:
+    """``text`` as a ClickHouse string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -106,18 +106,17 @@ class ClickHouseSource(HttpSource):
             yield row
 
     @contextlib.contextmanager
-    def temporary_table(self, select: str) -> Iterator[str]:
+    def temporary_table(self, select: str, params: Mapping[str, Any] | None = None, engine: str = "") -> Iterator[str]:
         """The rows of ``select`` computed once into a temporary table of this source's HTTP session
         (``session_id``: the server keeps it for this client alone and drops it with the session);
         yields its name, drops it on the way out. Pushdown statements that read the same slim spans
-        several times read them from here instead of parsing ``otel_traces``' maps again each time."""
+        several times read them from here instead of parsing ``otel_traces``' maps again each time.
+        ``engine``: the table's (default ``Memory``; ``inspect.columnar.engine.COMPACT`` for large ones)."""
+        from ragtrail.inspect.columnar.engine import scratch_table
+
         self._session = self._session or uuid.uuid4().hex
-        name = f"ragtrail_slim_{uuid.uuid4().hex[:12]}"
-        self.run_sql(f"CREATE TEMPORARY TABLE {name} AS {select}")
-        try:
+        with scratch_table(self, select, params, "TEMPORARY TABLE", engine) as name:
             yield name
-        finally:
-            self.run_sql(f"DROP TEMPORARY TABLE IF EXISTS {name}")
 
     def _stream(self, sql: str, params: Mapping[str, Any] | None, fmt: str) -> Iterator[Any]:
         import httpx

@@ -1,0 +1,195 @@
+"""``ragtrail compare`` paired in SQL: the statements, one set for the embedded engine and a ClickHouse server.
+
+The reference is :mod:`ragtrail.inspect.compare` (Python, one record per question held); these
+statements compute the same answer without a record per trace in Python:
+
+* :func:`winners_query`, :func:`kept_query`: per side, one row per question (hop 0's query receipt):
+  its latest trace (the latest start wins; on a tie the one read first, as ``SideCounts.counted``
+  keeps it), where the question first appears in the side's reading order, and what every trace read
+  adds to the side's counts (traces, requests, bases; traces without a query receipt in the row of
+  question ``''``). Two statements, so that only the kept traces' stages are gathered and no
+  aggregate carries them;
+* :func:`pairs_query`: the two sides' kept rows joined on the question: for each, the verdict and the
+  first stage whose evidence differs (``inspect.compare.pair``'s rule: stages keyed by kind, component
+  and occurrence, handed-on ids compared in order; generate and cite are the model's, not evidence),
+  whether any stage differs at all (only those rows carry their stages, for the reference ``pair`` to
+  describe), and each side's survival shares of the other's evidence;
+* the aggregates over them (:func:`side_query`, :func:`pair_counts_query`, :func:`verdicts_query`,
+  :func:`survival_query`) and the listings (:func:`listing_query`), which :mod:`.paired` runs.
+
+Ids are the JSON id lists of the slim spans (:mod:`.spans`), read by ``JSONExtract(..., 'Array(String)')``:
+strings as written, a JSON number as its text (as the Python records' ``str`` says ``1`` or ``2.5``).
+"""
+
+from __future__ import annotations
+
+from ragtrail.contract import semconv as sc
+
+from .compare import keys_query, records_query
+
+_MODEL = f"['{sc.KIND_GENERATE}', '{sc.KIND_CITE}']"
+_NOT_HANDED_ON = f"['{sc.KIND_GENERATE}', '{sc.KIND_CITE}', '{sc.KIND_QUERY_TRANSFORM}']"
+_CONTEXT = f"('{sc.KIND_RERANK}', '{sc.KIND_FILTER}', '{sc.KIND_BUDGET}', '{sc.KIND_GENERATE}')"
+_BAD_RUN = f"('{sc.RUN_DEGRADED}', '{sc.RUN_FAILED}')"
+_BAD_STAGE = f"('{sc.STATUS_DEGRADED}', '{sc.STATUS_FAILED}')"
+
+
+_KEPT = (
+    "q, n, requests, bases, stamped, pos, weight, trace_id, answer, refused, run_status, degraded, fallback, cited, in_context,"
+    " keys, states, ids, handed_labels, handed_ids, raw_stages"
+)
+"""The columns of :func:`kept_query` (the rest are steps on the way)."""
+
+
+def _ids(json_list: str) -> str:
+    """A JSON id list (a string column) as ``Array(String)``; not a list: empty."""
+    return f"JSONExtract({json_list}, 'Array(String)')"
+
+
+def winners_query(spans: str, order: str | None = None, scope: str | None = None) -> str:
+    """One row per question of one side (``q``; ``''``: the traces without a query receipt): what its
+    traces add to the side's counts, where it is first read (``pos``; ``order``: a subquery of
+    ``TraceId, OrderKey``, the side's reading order), and the trace kept (``winner``, its ``weight``)."""
+    place = "tuple(0)" if order is None else "o.OrderKey"
+    joined = "" if order is None else f"LEFT JOIN ({order}) AS o ON k.TraceId = o.TraceId"
+    return f"""
+SELECT q, n, requests, bases, stamped, pos, kept.1 AS winner, kept.2 AS weight
+FROM (
+    SELECT if(has_query, query_sha256, '') AS q, count() AS n, sum(weight) AS requests, sumMap([basis], [toUInt64(1)]) AS bases,
+        countIf(tail_stamped) AS stamped, min(ord) AS pos, argMin((TraceId, weight), (-start_ns, ord)) AS kept
+    FROM (SELECT k.*, tuple({place}, k.TraceId) AS ord FROM ({keys_query(spans, scope)}) AS k {joined})
+    GROUP BY q
+)
+"""
+
+
+def kept_query(spans: str, winners: str) -> str:
+    """:func:`winners_query`'s rows (``winners``: a table of them) with what pairing reads of each kept
+    trace: its stages' keys, states and handed-on ids; cited; in context; survival; the stages themselves."""
+    generate = f"'{sc.KIND_GENERATE}'"
+    return f"""
+SELECT {_KEPT} FROM (
+SELECT w.q AS q, w.n AS n, w.requests AS requests, w.bases AS bases, w.stamped AS stamped, w.pos AS pos, w.weight AS weight,
+    r.TraceId AS trace_id, answer, refused, run_status, stages AS raw_stages,
+    arrayMap(s -> {_ids("s.11")}, stages) AS ids,
+    arrayMap(s -> s.3, stages) AS kinds,
+    arrayMap(s -> concat(s.3, ' ', s.4), stages) AS labels,
+    arrayMap((s, n) -> (s.3, s.4, n), stages, arrayEnumerateUniq(kinds, arrayMap(s -> s.4, stages))) AS keys,
+    arrayMap(s -> (s.5, s.6, s.7), stages) AS states,
+    arrayMap(s -> arraySum(arrayMap(g -> JSONLength(g), s.12)), stages) AS excluded_n,
+    arrayFilter(i -> kinds[i] IN {_CONTEXT} AND (kinds[i] != {generate} OR ifNull(stages[i].8, length(ids[i]) + excluded_n[i]) != 0
+        OR length(ids[i]) > 0 OR excluded_n[i] > 0), arrayEnumerate(kinds)) AS defining,
+    if(length(defining) > 0,
+       arrayDistinct(arrayConcat(ids[defining[-1]], arrayFlatten(arrayMap(i -> if(kinds[i] = {generate}, ids[i], []), arrayPopBack(defining))))),
+       {_ids("pipeline_ids")}) AS in_context,
+    arrayDistinct(arrayConcat({_ids("pipeline_cited")}, arrayFlatten(arrayMap(s -> {_ids("s.14")}, stages)),
+        arrayFlatten(arrayFilter((i, k) -> k = '{sc.KIND_CITE}', ids, kinds)))) AS cited,
+    run_status IN {_BAD_RUN} OR arrayExists(s -> s.5 IN {_BAD_STAGE}, stages) AS degraded,
+    arrayExists(s -> s.7 != '', stages) AS fallback,
+    arrayDistinct(arrayFilter((l, k) -> NOT has({_NOT_HANDED_ON}, k), labels, kinds)) AS handed_labels,
+    arrayMap(l -> arrayDistinct(arrayFlatten(arrayFilter((i, m) -> m = l, ids, labels))), handed_labels) AS handed_ids
+FROM ({records_query(spans, f"TraceId IN (SELECT winner FROM {winners})")}) AS r
+INNER JOIN {winners} AS w ON r.TraceId = w.winner
+)
+"""
+
+
+def _first_difference(x: str, y: str) -> str:
+    """The first stage of ``x`` whose evidence differs from ``y``'s (missing there, or other ids handed on), 0 if none."""
+    j = f"indexOf({y}.keys, {x}.keys[i])"
+    return f"arrayFirstIndex(i -> NOT has({_MODEL}, {x}.keys[i].1) AND ({j} = 0 OR {x}.ids[i] != {y}.ids[{j}]), arrayEnumerate({x}.keys))"
+
+
+def _shares(x: str, y: str) -> str:
+    """Per stage label of ``x``: how many of ``y``'s cited and in-context ids it handed on."""
+    return (
+        f"arrayMap((l, i) -> (l, arrayCount(d -> has({y}.cited, d), i), arrayCount(d -> has({y}.in_context, d), i)),"
+        f" {x}.handed_labels, {x}.handed_ids)"
+    )
+
+
+def pairs_query(kept_a: str, kept_b: str) -> str:
+    """One row per question on either side (``kept_a``/``kept_b``: tables of :func:`kept_query`)."""
+    j = "indexOf(b.keys, a.keys[i])"
+    differs = f"arrayExists(i -> {j} = 0 OR a.states[i] != b.states[{j}] OR a.ids[i] != b.ids[{j}], arrayEnumerate(a.keys))"
+    answered = "a.answer != '' AND b.answer != ''"
+    label = "concat({k}.keys[{i}].1, ' ', {k}.keys[{i}].2)"
+    return f"""
+SELECT q, in_a, in_b, paired, pos_a, pos_b, trace_a, trace_b, answer_a, answer_b, refused_a, refused_b, run_status_a, run_status_b, cited_a, cited_b,
+    verdict, first_difference, differs, newly_refused, changed,
+    if(differs, stages_a, []) AS stages_a, if(differs, stages_b, []) AS stages_b, shares_a, shares_b, base_a, base_b
+FROM (
+    SELECT if(a.present, a.q, b.q) AS q, a.present AS in_a, b.present AS in_b, in_a AND in_b AS paired, a.pos AS pos_a, b.pos AS pos_b,
+        a.trace_id AS trace_a, b.trace_id AS trace_b, a.answer AS answer_a, b.answer AS answer_b, a.refused AS refused_a, b.refused AS refused_b,
+        a.run_status AS run_status_a, b.run_status AS run_status_b, a.cited AS cited_a, b.cited AS cited_b,
+        {_first_difference("a", "b")} AS first_a, {_first_difference("b", "a")} AS first_b,
+        multiIf(first_a > 0, {label.format(k="a", i="first_a")}, first_b > 0, {label.format(k="b", i="first_b")}, NULL) AS first_difference,
+        multiIf(first_a > 0 OR first_b > 0, 'different evidence', {answered} AND a.answer != b.answer, 'same evidence, different answer',
+            {answered}, 'same evidence, same answer', 'same evidence') AS verdict,
+        paired AND ({differs} OR arrayExists(k -> NOT has(a.keys, k), b.keys)) AS differs,
+        b.refused = 'true' AND a.refused != 'true' AS newly_refused,
+        verdict IN ('different evidence', 'same evidence, different answer') AS changed,
+        a.raw_stages AS stages_a, b.raw_stages AS stages_b,
+        {_shares("a", "b")} AS shares_a, {_shares("b", "a")} AS shares_b,
+        (length(b.cited), length(b.in_context)) AS base_a, (length(a.cited), length(a.in_context)) AS base_b
+    FROM (SELECT *, 1 AS present FROM {kept_a} WHERE q != '') AS a
+    FULL OUTER JOIN (SELECT *, 1 AS present FROM {kept_b} WHERE q != '') AS b ON a.q = b.q
+)
+"""
+
+
+def side_query(kept: str) -> str:
+    """One side's counts (every trace read) and rates (its questions' latest traces): one row."""
+    known = "refused IN ('true', 'false')"
+    return f"""
+SELECT sum(n), sum(requests), sumMap(bases), sum(stamped), sumIf(n, q = ''), sumIf(n - 1, q != ''),
+    countIf(q != ''), countIf(q != '' AND refused = 'true'), countIf(q != '' AND {known}),
+    sumIf(weight, q != '' AND refused = 'true'), sumIf(weight, q != '' AND {known}), sumIf(weight, q != ''),
+    countIf(q != '' AND degraded), sumIf(weight, q != '' AND degraded), countIf(q != '' AND fallback), sumIf(weight, q != '' AND fallback)
+FROM {kept}
+"""
+
+
+def pair_counts_query(pairs: str) -> str:
+    """Paired, newly refused, only in A, only in B, changed (listed in the terminal), and the other
+    side's evidence sizes over the paired questions (the survival shares' denominators): one row."""
+    return f"""
+SELECT countIf(paired), countIf(paired AND newly_refused), countIf(in_a AND NOT in_b), countIf(in_b AND NOT in_a), countIf(paired AND changed),
+    sumIf(base_a.1, paired), sumIf(base_a.2, paired), sumIf(base_b.1, paired), sumIf(base_b.2, paired)
+FROM {pairs}
+"""
+
+
+def verdicts_query(pairs: str, newly_refused: bool = False) -> str:
+    """``key, count`` of the paired questions' verdicts (``newly_refused``: the first differing stage,
+    else the verdict, of the questions refused in B alone), first seen (in A's order) first."""
+    key, where = ("ifNull(first_difference, verdict)", "AND newly_refused") if newly_refused else ("verdict", "")
+    return f"SELECT {key} AS key, count(), min(pos_a) AS seen FROM {pairs} WHERE paired {where} GROUP BY key ORDER BY seen"
+
+
+def survival_query(pairs: str, side: str) -> str:
+    """``label, traces, cited present, in context present`` of side ``'a'`` or ``'b'``'s stages over
+    the paired questions, in the order that side first ran them (its questions' order, then stage order)."""
+    return f"""
+SELECT sh.1 AS label, count(), sum(sh.2), sum(sh.3), min((pos_{side}, n)) AS seen
+FROM {pairs} ARRAY JOIN shares_{side} AS sh, arrayEnumerate(shares_{side}) AS n
+WHERE paired GROUP BY label ORDER BY seen
+"""
+
+
+PAIR_COLUMNS = "q, trace_a, trace_b, answer_a, answer_b, refused_a, refused_b, run_status_a, run_status_b, cited_a, cited_b, stages_a, stages_b"
+"""What a listed pair's row holds (``stages_*`` empty unless some stage differs)."""
+
+
+def listing_query(pairs: str, which: str, limit: int | None = None) -> str:
+    """The rows of one listing: ``only_in_a``/``only_in_b`` (question, trace), or the paired questions
+    (``questions``: A's order; ``changed``: those the terminal lists, newly refused first, then by
+    question) with what :mod:`.paired` hands to the reference ``pair``."""
+    wanted = {
+        "only_in_a": ("q, trace_a", "in_a AND NOT in_b", "pos_a"),
+        "only_in_b": ("q, trace_b", "in_b AND NOT in_a", "pos_b"),
+        "questions": (PAIR_COLUMNS, "paired", "pos_a"),
+        "changed": (PAIR_COLUMNS, "paired AND changed", "NOT newly_refused, q"),
+    }
+    columns, where, order = wanted[which]
+    return f"SELECT {columns} FROM {pairs} WHERE {where} ORDER BY {order}" + ("" if limit is None else f" LIMIT {int(limit)}")
