@@ -5,18 +5,13 @@ origin, counted apart and named, never read and never "no unit"."""
 
 from __future__ import annotations
 
-import hashlib
-
 from tests.apps.runner import assert_host_untouched, run_app
+from tests.apps.test_haystack_ranker_apps import sha
 from tests.apps.test_langchain_haystack_apps import manifests, stages_of
 
 MOTHER = " Paul's mother was a Bene Gesserit."
 SPICE = " The spice melange is found only on Arrakis."
 DUNE = " Arrakis is also called Dune."
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def test_sentence_window_neighbours_are_of_unknown_origin(tmp_path):
