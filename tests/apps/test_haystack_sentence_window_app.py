@@ -1,7 +1,9 @@
 """Haystack's SentenceWindowRetriever page (an app nobody on the team had written): the window's
-neighbours reach the prompt without any recorded stage reading them. The coverage line once said "1 of
-8 read ... 7 units never read" while the model read 3 sentences; the neighbours are now of unknown
-origin, counted apart and named, never read and never "no unit"."""
+neighbours reach the prompt. The coverage line once said "1 of 8 read ... 7 units never read" while
+the model read 3 sentences: no stage recorded the window, and the reader took what no stage read for
+no unit at all. The window is now a ``retrieve`` stage whose outputs are the sentences it read from
+the store, so they are read units (and an id no recorded stage read is "of unknown origin", never
+"no unit": tests/test_inspect_known_or_unknown.py)."""
 
 from __future__ import annotations
 
@@ -14,28 +16,32 @@ SPICE = " The spice melange is found only on Arrakis."
 DUNE = " Arrakis is also called Dune."
 
 
-def test_sentence_window_neighbours_are_of_unknown_origin(tmp_path):
+def test_sentence_window_neighbours_are_read_units(tmp_path):
     run = run_app("haystack_sentence_window.py", tmp_path)
     assert_host_untouched(run)
     assert run.stdout == "The spice melange is found only on Arrakis.\n"
     [m] = manifests(run)
-    assert stages_of(m) == [("retrieve", "InMemoryBM25Retriever", 0, 1, 0), ("generate", "FakeGenerator", 3, 3, 0)]
-    retrieve, generate = m["stages"]
-    [hit] = retrieve["candidates"]
-    assert hit["sha256"] == sha(SPICE)
-    window = [(c["id"], c["sha256"]) for c in generate["candidates"]]
-    assert [s for _, s in window] == [sha(MOTHER), sha(SPICE), sha(DUNE)]
-    neighbours = [i for i, s in window if s != sha(SPICE)]
-    assert m["in_context"] == [i for i, _ in window]
+    assert stages_of(m) == [
+        ("retrieve", "InMemoryBM25Retriever", 0, 1, 0),
+        ("retrieve", "SentenceWindowRetriever", 1, 3, 0),
+        ("generate", "FakeGenerator", 3, 3, 0),
+    ]
+    bm25, window, generate = m["stages"]
+    [hit] = bm25["candidates"]
+    assert (hit["sha256"], hit["hop"]) == (sha(SPICE), 0)
+    assert window["query"] is None and window["knobs"] == {}
+    # the window's sentences in split order, each the store's own document (id and receipt), on the hit's hop
+    assert [(c["sha256"], c["score"], c["score_kind"], c["hop"]) for c in window["candidates"]] == [
+        (sha(MOTHER), None, "none", 0),
+        (sha(SPICE), None, "none", 0),
+        (sha(DUNE), None, "none", 0),
+    ]
+    assert hit["id"] == window["candidates"][1]["id"]
+    assert [c["id"] for c in generate["candidates"]] == [c["id"] for c in window["candidates"]] == m["in_context"]
     cov = m["coverage"]
-    assert (cov["corpus_size"], cov["retrieved"], cov["in_context"], cov["unknown_origin"], cov["exhaustive"]) == (8, 1, 1, 2, False)
-    assert cov["statement"] == "1 of 8 read, and 2 in the context of unknown origin: an absence claim is not supported"
-    assert [(c["claim"], c["supported"], c["why"]) for c in cov["claims"]][1] == (
-        "absence",
-        False,
-        "asserts something about up to 7 units never read (2 in the context of unknown origin)",
-    )
+    assert (cov["corpus_size"], cov["retrieved"], cov["in_context"], cov["unknown_origin"], cov["exhaustive"]) == (8, 3, 3, 0, False)
+    assert cov["statement"] == "3 of 8 read: an absence claim is not supported"
     assert m["findings"] == [
-        f"2 in the context of unknown origin ({', '.join(neighbours)}): no recorded stage read them "
-        "(text made in the run, or a component ragtrail does not record read them); coverage counts them apart"
+        "retrieve haystack.components.retrievers.sentence_window_retriever.SentenceWindowRetriever: a window of 1 "
+        "split(s) either side of each of the 1 hit(s), read from the document store by split_id: 2 document(s) beside the hits"
     ]

@@ -25,7 +25,7 @@ from haystack import Document, Pipeline, component  # noqa: E402
 from haystack.components.joiners import DocumentJoiner  # noqa: E402
 from haystack.components.query import QueryExpander  # noqa: E402
 from haystack.components.rankers import LostInTheMiddleRanker, MetaFieldRanker  # noqa: E402
-from haystack.components.retrievers import MultiQueryEmbeddingRetriever, MultiQueryTextRetriever  # noqa: E402
+from haystack.components.retrievers import MultiQueryEmbeddingRetriever, MultiQueryTextRetriever, SentenceWindowRetriever  # noqa: E402
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever  # noqa: E402
 from haystack.dataclasses import ChatMessage  # noqa: E402
 from haystack.document_stores.in_memory import InMemoryDocumentStore  # noqa: E402
@@ -878,6 +878,38 @@ async def test_fifty_concurrent_async_pipelines(instrument):
         assert sorted(attrs(s)[sc.QUERY_TEXT] for s in spans_named(mine, "retrieve InMemoryBM25Retriever")) == sorted([q, f"{q} x", f"{q} y"])
 
 
+WINDOW = "haystack.components.retrievers.sentence_window_retriever.SentenceWindowRetriever"
+
+
+def test_sentence_window_is_a_retrieve_stage_of_what_it_read(tracer_provider, span_exporter):
+    """The window's neighbours are read from the store: they are the stage's outputs (read units for
+    coverage), the hit its input, no query, no scores; the finding says what the window was."""
+    texts = ["Alpha one.", "Bravo two.", "Charlie three.", "Delta four.", "Echo five."]
+    store = InMemoryDocumentStore()
+    store.write_documents([Document(id=f"s{i}", content=t, meta={"source_id": "doc", "split_id": i}) for i, t in enumerate(texts)])
+    hit = Document(id="s2", content=texts[2], score=1.5, meta={"source_id": "doc", "split_id": 2})
+    window = SentenceWindowRetriever(document_store=store, window_size=1)
+    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: window.run(retrieved_documents=[hit]))
+    assert plain == traced
+    assert [d.id for d in traced["context_documents"]] == ["s1", "s2", "s3"]
+    (span,) = spans
+    assert span.name == "retrieve SentenceWindowRetriever"
+    finding = "a window of 1 split(s) either side of each of the 1 hit(s), read from the document store by split_id: 2 document(s) beside the hits"
+    check_span(
+        span,
+        kind="retrieve",
+        component=WINDOW,
+        own={
+            sc.STAGE_STATUS: "ok",
+            sc.CANDIDATES_IN: 1,
+            sc.CANDIDATES_OUT: 3,
+            sc.CANDIDATES_EXCLUDED: 0,
+            sc.STAGE_FINDINGS: [finding],
+        },
+        cands=[candidate(d, i, "none", hop=None) for i, d in enumerate(traced["context_documents"])],
+    )
+
+
 def test_uninstrument_restores_every_method(tracer_provider, span_exporter):
     originals = {
         cls: (cls.__dict__["run"], cls.__dict__.get("run_async"))
@@ -890,6 +922,7 @@ def test_uninstrument_restores_every_method(tracer_provider, span_exporter):
             QueryExpander,
             MultiQueryTextRetriever,
             MultiQueryEmbeddingRetriever,
+            SentenceWindowRetriever,
             Pipeline,
         )
     }

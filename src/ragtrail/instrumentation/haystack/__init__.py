@@ -18,6 +18,8 @@ has one) is patched on its own class:
 * ``TopPSampler``: a ``filter`` stage whose ``top_p`` is a budget of probability mass; each
   exclusion re-derived by replaying its softmax cut (``budget_exceeded``) or its drop of a scoreless
   document beside scored ones (``custom:no_score``) (``_sampler``);
+* ``SentenceWindowRetriever``: a ``retrieve`` stage without a query whose outputs are the hits'
+  windows read from the store (``_window``), so the neighbours it adds are read units;
 * ``QueryExpander``: a ``query_transform`` stage whose expansions become ``expand`` hops;
 * ``Pipeline.run`` / ``Pipeline.run_async``: the ``pipeline`` root (hop numbering and coverage are
   per pipeline run) unless an outer ragtrail stage already is the root;
@@ -58,6 +60,7 @@ from ._rankers import DiversityRanker, LostInTheMiddle, MetaField, SimilarityRan
 from ._retrievers import EmbeddingRetriever, PgvectorEmbeddingRetriever, PgvectorKeywordRetriever, TextRetriever
 from ._sampler import MODULE as _TOP_P
 from ._sampler import TopPSampler
+from ._window import SentenceWindow
 
 _instruments: Collection[str] = ("haystack-ai >= 2.10",)
 
@@ -73,6 +76,7 @@ _ST_RANKER_2X = "haystack.components.rankers.sentence_transformers_similarity"  
 _DIVERSITY = "haystack_integrations.components.rankers.sentence_transformers.sentence_transformers_diversity"
 _DIVERSITY_2X = "haystack.components.rankers.sentence_transformers_diversity"  # haystack-ai 2.x
 _EXPANDER = "haystack.components.query.query_expander"
+_WINDOW = "haystack.components.retrievers.sentence_window_retriever"
 _MQ_TEXT = "haystack.components.retrievers.multi_query_text_retriever"
 _MQ_EMBEDDING = "haystack.components.retrievers.multi_query_embedding_retriever"
 _PIPELINE = "haystack.core.pipeline.pipeline"
@@ -94,6 +98,7 @@ _TARGETS: tuple[tuple[str, str, type[HaystackCall]], ...] = (
     (_DIVERSITY_2X, "SentenceTransformersDiversityRanker", DiversityRanker),
     (_EXPANDER, "QueryExpander", Expander),
     (_TOP_P, "TopPSampler", TopPSampler),
+    (_WINDOW, "SentenceWindowRetriever", SentenceWindow),
     (_MQ_TEXT, "MultiQueryTextRetriever", MultiQuery),
     (_MQ_EMBEDDING, "MultiQueryEmbeddingRetriever", MultiQuery),
     (_PIPELINE, "Pipeline", PipelineRun),
