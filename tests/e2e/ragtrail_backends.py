@@ -73,11 +73,30 @@ def require_binaries(*names: str) -> dict[str, Path]:
     return {n: binary_path(n) for n in names}
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A port the kernel just handed out on 127.0.0.1 (tiny race with other processes; fine here)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port the kernel just handed out on 127.0.0.1, never one this process handed out before.
+
+    The kernel may give the same ephemeral port to two binds in a row once the first socket is
+    closed, so a server asking for four ports could get one twice and fail to bind (seen in CI:
+    Jaeger's query gRPC and OTLP/HTTP on one port). Ports already handed out are held open while
+    asking again, so the kernel must pick another. Other processes can still race us (tiny; fine here).
+    """
+    held: list[socket.socket] = []
+    try:
+        while True:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(s)
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    finally:
+        for s in held:
+            s.close()
 
 
 def port_open(port: int) -> bool:
