@@ -25,7 +25,12 @@ from haystack import Document, Pipeline, component  # noqa: E402
 from haystack.components.joiners import DocumentJoiner  # noqa: E402
 from haystack.components.query import QueryExpander  # noqa: E402
 from haystack.components.rankers import LostInTheMiddleRanker, MetaFieldRanker  # noqa: E402
-from haystack.components.retrievers import MultiQueryEmbeddingRetriever, MultiQueryTextRetriever, SentenceWindowRetriever  # noqa: E402
+from haystack.components.retrievers import (  # noqa: E402
+    AutoMergingRetriever,
+    MultiQueryEmbeddingRetriever,
+    MultiQueryTextRetriever,
+    SentenceWindowRetriever,
+)
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever  # noqa: E402
 from haystack.dataclasses import ChatMessage  # noqa: E402
 from haystack.document_stores.in_memory import InMemoryDocumentStore  # noqa: E402
@@ -923,6 +928,7 @@ def test_uninstrument_restores_every_method(tracer_provider, span_exporter):
             MultiQueryTextRetriever,
             MultiQueryEmbeddingRetriever,
             SentenceWindowRetriever,
+            AutoMergingRetriever,
             Pipeline,
         )
     }
@@ -989,3 +995,57 @@ def test_a_concatenate_join_keeps_each_scores_own_kind(instrument):
     dropped = [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.CANDIDATE_SCORE_KIND]) for e in events(fuse, sc.EVENT_EXCLUSION)]
     assert dropped == [(d.id, "deduplicated", "similarity") for d in out["dense"]["documents"] if d.id in {j.id for j in joined} and d not in joined]
     assert dropped
+
+
+MERGING = "haystack.components.retrievers.auto_merging_retriever.AutoMergingRetriever"
+
+
+def hierarchy() -> tuple[list[Document], InMemoryDocumentStore]:
+    """AutoMergingRetriever's own docstring example: a three-level tree of one text (block sizes 10 and
+    3 words), every document with children in the parents' store."""
+    from haystack.components.preprocessors import HierarchicalDocumentSplitter
+
+    text = "The sun rose early in the morning. It cast a warm glow over the trees. Birds began to sing."
+    docs = HierarchicalDocumentSplitter(block_sizes={10, 3}, split_overlap=0, split_by="word").run([Document(content=text)])["documents"]
+    parents = InMemoryDocumentStore()
+    parents.write_documents([d for d in docs if d.meta["__children_ids"]])
+    return docs, parents
+
+
+def test_auto_merging_is_a_retrieve_stage_of_the_parents_it_read(tracer_provider, span_exporter):
+    """The parents AutoMergingRetriever reads from its store in place of the leaves are its outputs
+    (``merge@1`` naming the leaves, each leaf ``custom:merged`` into it): read units, never "of
+    unknown origin", and no leaf vanishes unexplained. A leaf two levels below its output (the first
+    level merged again) names that output through the parents' ``__children_ids``."""
+    from ragtrail.contract.columns import replaced_ids_cell
+
+    docs, parents = hierarchy()
+    root, first, second = (d for d in docs if d.meta["__level"] < 2)
+    leaves = [d for d in docs if not d.meta["__children_ids"]]
+    assert [len(first.meta["__children_ids"]), len(second.meta["__children_ids"])] == [4, 3]
+    found = [leaves[0], leaves[1], leaves[2], leaves[4], leaves[5]]  # 3 of 4 under `first`, 2 of 3 under `second`
+    retriever = AutoMergingRetriever(parents, threshold=0.5)
+    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: retriever.run(documents=found))
+    assert plain == traced
+    assert [d.id for d in traced["documents"]] == [root.id]  # both blocks merge, then the two blocks into the root
+    (span,) = spans
+    assert span.name == "retrieve AutoMergingRetriever"
+    out = candidate(root, 0, "none", hop=None)
+    out[sc.CANDIDATE_TRANSFORM_RULE] = sc.RULE_MERGE
+    out[sc.CANDIDATE_TRANSFORM_DERIVED_FROM] = replaced_ids_cell([d.id for d in found])
+    check_span(
+        span,
+        kind="retrieve",
+        component=MERGING,
+        own={
+            sc.STAGE_STATUS: "ok",
+            sc.CANDIDATES_IN: 5,
+            sc.CANDIDATES_OUT: 1,
+            sc.CANDIDATES_EXCLUDED: 5,
+            sc.STAGE_FINDINGS: [
+                "1 parent(s) read from the document store in place of 5 of the 5 leaves (more than threshold=0.5 of a parent's children found)"
+            ],
+        },
+        cands=[out],
+        excl=[excluded(d, i, "none", sc.REASON_MERGED, f"into {root.id}", hop=None) for i, d in enumerate(found)],
+    )

@@ -20,6 +20,9 @@ has one) is patched on its own class:
   document beside scored ones (``custom:no_score``) (``_sampler``);
 * ``SentenceWindowRetriever``: a ``retrieve`` stage without a query whose outputs are the hits'
   windows read from the store (``_window``), so the neighbours it adds are read units;
+* ``AutoMergingRetriever``: a ``retrieve`` stage without a query whose outputs are the leaves it kept
+  and the parents it read from the store in place of the others (``merge@1``, each replaced leaf
+  ``custom:merged`` into its parent; ``_merging``);
 * ``QueryExpander``: a ``query_transform`` stage whose expansions become ``expand`` hops;
 * ``Pipeline.run`` / ``Pipeline.run_async``: the ``pipeline`` root (hop numbering and coverage are
   per pipeline run) unless an outer ragtrail stage already is the root;
@@ -55,6 +58,7 @@ from ragtrail.instrumentation._base import RagtrailInstrumentor
 from ._common import HaystackCall, document_adapter
 from ._fusion import Joiner, MultiQuery, executor_factory, per_query_async, per_query_sync
 from ._generate import ClassPatcher, Generate, install, prompt_builder_run
+from ._merging import AutoMerging
 from ._query import Expander, PipelineRun
 from ._rankers import DiversityRanker, LostInTheMiddle, MetaField, SimilarityRanker
 from ._retrievers import EmbeddingRetriever, PgvectorEmbeddingRetriever, PgvectorKeywordRetriever, TextRetriever
@@ -77,6 +81,7 @@ _DIVERSITY = "haystack_integrations.components.rankers.sentence_transformers.sen
 _DIVERSITY_2X = "haystack.components.rankers.sentence_transformers_diversity"  # haystack-ai 2.x
 _EXPANDER = "haystack.components.query.query_expander"
 _WINDOW = "haystack.components.retrievers.sentence_window_retriever"
+_MERGING = "haystack.components.retrievers.auto_merging_retriever"
 _MQ_TEXT = "haystack.components.retrievers.multi_query_text_retriever"
 _MQ_EMBEDDING = "haystack.components.retrievers.multi_query_embedding_retriever"
 _PIPELINE = "haystack.core.pipeline.pipeline"
@@ -99,6 +104,7 @@ _TARGETS: tuple[tuple[str, str, type[HaystackCall]], ...] = (
     (_EXPANDER, "QueryExpander", Expander),
     (_TOP_P, "TopPSampler", TopPSampler),
     (_WINDOW, "SentenceWindowRetriever", SentenceWindow),
+    (_MERGING, "AutoMergingRetriever", AutoMerging),
     (_MQ_TEXT, "MultiQueryTextRetriever", MultiQuery),
     (_MQ_EMBEDDING, "MultiQueryEmbeddingRetriever", MultiQuery),
     (_PIPELINE, "Pipeline", PipelineRun),
