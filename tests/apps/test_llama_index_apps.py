@@ -183,3 +183,38 @@ def test_condense_question_chat_engine(tmp_path):
         assert coverage(check_trace(run, trace)) == (4, 2, 2, "2 of 4 read: an absence claim is not supported")
     hops = run.show(second["trace_id"])["query_hops"]
     assert [(h["hop"], h["parent_hop"], h["transform"], h["hit_index"]) for h in hops] == [(0, None, "none", False), (1, 0, "rewrite", True)]
+
+
+def test_retriever_query_engine_with_similarity_and_keyword_postprocessors(tmp_path):
+    """The "Customizing the stages of querying" engine with the keyword postprocessor after the
+    similarity cutoff (an app nobody on the team had written). The refund node holds "Customers" and
+    "Monthly": LlamaIndex dropped it by the required rule (no token "customers"; it tests that rule
+    first), while the reason said "contains 'Monthly' (exclude_keywords)", a rule that never ran for it."""
+    import hashlib
+
+    from llama_index.core import SimpleDirectoryReader
+    from llama_index.core.node_parser import SentenceSplitter
+
+    run = run_app("llama_retriever_query_engine.py", tmp_path, enabled=ENABLED, data="handbook")
+    assert_host_untouched(run)
+    # the scores depend on the working directory (its path is in the embedded metadata): names only
+    assert [line.split()[0] for line in run.stdout.splitlines()] == ["security.md", "support.txt"]
+    [trace] = run.traces()
+    keyword = LI + "postprocessor.node.KeywordNodePostprocessor"
+    assert stages(trace) == [
+        ("retrieve", RETRIEVER, 0, 4, 0),
+        ("filter", LI + "postprocessor.node.SimilarityPostprocessor", 4, 4, 0),
+        ("filter", keyword, 4, 2, 2),
+        ("generate", SYNTH, 2, 2, 0),
+        ("budget", BUDGET, 2, 2, 0),
+    ]
+    manifest = check_trace(run, trace)
+    nodes = SentenceSplitter().get_nodes_from_documents(SimpleDirectoryReader(str(HANDBOOK)).load_data())
+    file_of = {hashlib.sha256(n.text.encode()).hexdigest(): n.metadata["file_name"] for n in nodes}
+    sha_of = {c["id"]: c["sha256"] for c in manifest["stages"][0]["candidates"]}
+    assert [(file_of[sha_of[e["id"]]], e["reason"], e["detail"]) for e in manifest["stages"][2]["excluded"]] == [
+        ("shipping.txt", "custom:missing_required_keyword", "none of required_keywords=['customers']"),
+        ("refunds.txt", "custom:missing_required_keyword", "none of required_keywords=['customers']"),
+    ]
+    assert [file_of[sha_of[i]] for i in manifest["in_context"]] == ["security.md", "support.txt"]
+    assert coverage(manifest) == (4, 4, 2, "2 of 4 read: an absence claim is not supported")

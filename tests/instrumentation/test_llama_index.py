@@ -335,6 +335,34 @@ def test_keyword_postprocessor_says_which_content_rule_fired(instrumented):
     ]
 
 
+def test_keyword_reason_is_the_rule_that_fired_by_whole_tokens_in_the_components_order(instrumented):
+    """KeywordNodePostprocessor tests the required keywords first and matches whole tokens
+    (case-sensitive): a node holding an exclude keyword but none of the required ones was dropped by
+    the required rule (the exclude rule never ran), and a keyword that is only a substring
+    ("Month" in "Monthly", "customer" in "customers") matched nothing. The reasons once said
+    "contains 'Monthly'" for the first (the LlamaIndex retriever-query-engine app's refund node) and
+    "contains 'Month'" for a node the exclude rule had not touched."""
+    pytest.importorskip("spacy")
+    from llama_index.core.postprocessor import KeywordNodePostprocessor
+
+    texts = [
+        "Customers on annual contracts get refunds. Monthly plans do not.",  # no token "customers": required rule
+        "Monthly customers pay by card.",  # required token present, "Monthly" excluded
+        "Bimonthly invoices go to customers.",  # kept: "Monthly" is no token here
+        "Enterprise customer success.",  # "customer" is not "customers": required rule
+    ]
+    nodes = [NodeWithScore(node=TextNode(id_=f"k{i}", text=t), score=1.0 - i / 10) for i, t in enumerate(texts)]
+    post = KeywordNodePostprocessor(required_keywords=["customers"], exclude_keywords=["Monthly"])
+    out = post.postprocess_nodes(nodes, query_str="refunds")
+    assert [n.node.node_id for n in out] == ["k2"]
+    span = one(instrumented.get_finished_spans(), "filter KeywordNodePostprocessor")
+    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
+        ("k0", "custom:missing_required_keyword", "none of required_keywords=['customers']"),
+        ("k1", "custom:excluded_keyword", "contains 'Monthly' (exclude_keywords)"),
+        ("k3", "custom:missing_required_keyword", "none of required_keywords=['customers']"),
+    ]
+
+
 def test_llm_rerank_tells_cut_from_not_chosen(instrumented):
     nodes = _nodes([0.9, 0.8, 0.7, 0.6, 0.5])
     rerank = LLMRerank(llm=ScriptedLLM(), choice_batch_size=5, top_n=1)

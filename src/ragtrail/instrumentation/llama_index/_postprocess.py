@@ -4,8 +4,9 @@ Which stage a postprocessor is, and why a node did not leave it, follows from it
 knobs (:data:`POLICIES`, resolved along the MRO by class name so subclasses inherit it):
 
 - ``SimilarityPostprocessor``: ``filter`` with ``threshold = similarity_cutoff`` → ``below_score_threshold``
-- ``KeywordNodePostprocessor``: ``filter`` → ``custom:excluded_keyword`` (the keyword found) or
-  ``custom:missing_required_keyword`` (content rules, not metadata)
+- ``KeywordNodePostprocessor``: ``filter`` → ``custom:missing_required_keyword`` or
+  ``custom:excluded_keyword`` (the keyword found), re-derived as it matches (spaCy whole tokens, required first)
+  (content rules, not metadata)
 - ``FixedRecencyPostprocessor``: ``filter`` keeping the ``top_k`` newest → ``stale`` (the dates as detail)
 - ``EmbeddingRecencyPostprocessor``: ``filter`` → ``superseded`` (an older near-duplicate of a newer node)
 - ``SentenceTransformerRerank``, ``LLMRerank``, ``StructuredLLMRerank``, ``TimeWeightedPostprocessor``:
@@ -21,6 +22,7 @@ knobs (:data:`POLICIES`, resolved along the MRO by class name so subclasses inhe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,21 +68,54 @@ def _similarity(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: li
 
 def _keywords(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
     """KeywordNodePostprocessor filters on the node's content, not its metadata: the reason says
-    which rule fired (an exclude keyword the text contains, or none of the required ones), judged
-    on the content snapshot taken before the call; when neither can be seen in the text (spaCy's
-    phrase matching differs from a substring), the reason names both lists."""
+    which rule fired, re-derived by the component's own rule on the content snapshot taken before
+    the call (spaCy phrase matching of whole tokens, case-sensitive, as the component does; the
+    required rule first, then the exclude rule). A substring is not a match ("Monthly" is not the
+    token "Month"), so no substring test stands in for it; when spaCy cannot be loaded, the reason
+    names both lists."""
     inst = call.instance
     required = [str(k) for k in (getattr(inst, "required_keywords", None) or [])]
     excluded = [str(k) for k in (getattr(inst, "exclude_keywords", None) or [])]
+    matchers = _keyword_matchers(str(getattr(inst, "lang", "en")), required, excluded)
     for candidate in _excluded(inputs, outputs):
-        text = candidate.content if isinstance(candidate.content, str) else ""
-        hit = next((k for k in excluded if k and k in text), None)
-        if hit is not None:
-            s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "excluded_keyword", f"contains {hit!r} (exclude_keywords)")
-        elif required and not any(k in text for k in required):
-            s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "missing_required_keyword", f"none of required_keywords={required}")
-        else:
-            s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + "keyword_rule", f"required_keywords={required} exclude_keywords={excluded}")
+        text = candidate.content if isinstance(candidate.content, str) else None
+        reason, detail = _keyword_reason(matchers, text, required, excluded)
+        s.exclude(candidate.id, sc.REASON_CUSTOM_PREFIX + reason, detail)
+
+
+def _keyword_matchers(lang: str, required: list[str], excluded: list[str]) -> tuple[Any, Any, Any] | None:
+    """(nlp, required matcher, exclude matcher) as KeywordNodePostprocessor builds them, or None."""
+    try:
+        from spacy.matcher import PhraseMatcher
+
+        nlp = _blank(lang)
+    except Exception:  # spaCy missing or the language unknown: the component failed the same way
+        return None
+    need, avoid = PhraseMatcher(nlp.vocab), PhraseMatcher(nlp.vocab)
+    need.add("RequiredKeywords", list(nlp.pipe(required)))
+    avoid.add("ExcludeKeywords", list(nlp.pipe(excluded)))
+    return nlp, need, avoid
+
+
+@functools.lru_cache(maxsize=4)
+def _blank(lang: str) -> Any:
+    import spacy
+
+    return spacy.blank(lang)
+
+
+def _keyword_reason(matchers: tuple[Any, Any, Any] | None, text: str | None, required: list[str], excluded: list[str]) -> tuple[str, str]:
+    """The rule that dropped a node of ``text``, in the component's order."""
+    if matchers is not None and text is not None:
+        nlp, need, avoid = matchers
+        doc = nlp(text)
+        if required and not need(doc):
+            return "missing_required_keyword", f"none of required_keywords={required}"
+        found = avoid(doc) if excluded else []
+        if found:
+            _, start, end = found[0]
+            return "excluded_keyword", f"contains {doc[start:end].text!r} (exclude_keywords)"
+    return "keyword_rule", f"required_keywords={required} exclude_keywords={excluded}"
 
 
 def _by_class_name(call: PostprocessCall, s: Stage, inputs: list[Snap], outputs: list[Any]) -> None:
