@@ -264,6 +264,37 @@ def test_empty_failed_and_context_failure_runs_get_different_words(span_exporter
     }
 
 
+def test_stages_that_failed_with_no_pipeline_around_them_are_no_empty_result(span_exporter):
+    """No pipeline span stamps a run status when retrievers run bare (LangChain's MergerRetriever
+    over two vector store retrievers, called by the app): the reader once took the missing stamp for
+    "not a failure" and said "empty result: the search found nothing (not a failure)" of a run
+    whose every stage raised. It applies the recorder's own rule to the stages recorded instead."""
+    store = portfolio(10)
+
+    @ragtrail.retriever(top_k=3)
+    def leg(query: str) -> list[dict[str, Any]]:
+        if query == "boom":
+            raise TypeError("Collection.query() got an unexpected keyword argument 'include_metadata'")
+        return store.search(query, 3)
+
+    @ragtrail.retriever
+    def merged(query: str) -> list[dict[str, Any]]:
+        return leg(query) + leg(query)
+
+    statements = {}
+    for query in ("boom", "zzz qqq"):
+        span_exporter.clear()
+        with contextlib.suppress(TypeError):
+            merged(query)
+        m = manifest_of(span_exporter)
+        assert m["run_status"] is None  # nothing stamped it: the manifest does not make one up
+        statements[query] = m["coverage"]["statement"]
+    assert statements == {
+        "boom": "retrieval failed: nothing retrieved: no claim is supported",
+        "zzz qqq": "empty result: the search found nothing (not a failure): no claim is supported",
+    }
+
+
 def test_a_size_the_user_set_wins_and_approximate_never_supports_absence(span_exporter):
     store = portfolio(4)
     ragtrail.corpus_size(store, 4, approximate=True)

@@ -16,6 +16,7 @@ from typing import Any
 from ragtrail.contract import receipts
 from ragtrail.contract import semconv as sc
 from ragtrail.contract.columns import replaced_ids
+from ragtrail.contract.run_status import roll_up
 
 from .coverage import coverage, survival
 from .gc_pause import gc_paused
@@ -450,6 +451,10 @@ def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, Context
     n_cited = _int(pa.get(sc.COVERAGE_CITED))
     claim = pa.get(sc.ANSWER_CLAIM)
     run_status = pa.get(sc.RUN_STATUS)
+    if run_status is None:
+        # no pipeline stamped the run: the same rule over the stages the trace recorded (their
+        # failure is never "an empty result, not a failure")
+        run_status = roll_up((v.attributes.get(sc.STAGE_STATUS) for v in stitched.stages), raised=False, retrieved=bool(retrieved))
     approximate = pa.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True or (
         sc.COVERAGE_CORPUS_SIZE not in pa and any(v.attributes.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True for v in stitched.stages)
     )

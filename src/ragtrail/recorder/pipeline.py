@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ragtrail.contract import semconv as sc
+from ragtrail.contract.run_status import roll_up
 
 __all__ = ["Hop", "PipelineState", "QueryRecord", "RunAnswer", "current_pipeline"]
 
@@ -276,19 +277,11 @@ class PipelineState:
         return attributes
 
     def run_status(self, raised: bool) -> str:
-        """The run as a whole (docs/semconv.md §5): ``failed`` if the pipeline raised or a stage
-        failed, else ``degraded`` if a stage degraded, else ``empty`` if no stage retrieved any
-        candidate, else ``available``."""
+        """The run as a whole, by the one rule (contract/run_status.py)."""
         with self._lock:
-            statuses = set(self.stage_statuses)
+            statuses = list(self.stage_statuses)
             retrieved = bool(self.retrieved)
-        if raised or sc.STATUS_FAILED in statuses:
-            return sc.RUN_FAILED
-        if sc.STATUS_DEGRADED in statuses:
-            return sc.RUN_DEGRADED
-        if not retrieved:
-            return sc.RUN_EMPTY
-        return sc.RUN_AVAILABLE
+        return roll_up(statuses, raised=raised, retrieved=retrieved)
 
 
 _current: contextvars.ContextVar[PipelineState | None] = contextvars.ContextVar("ragtrail_pipeline", default=None)
