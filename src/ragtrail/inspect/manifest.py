@@ -454,7 +454,7 @@ def _coverage(stitched: Stitched, pa: dict[str, Any], counts: tuple[int, Context
     if run_status is None:
         # no pipeline stamped the run: the same rule over the stages the trace recorded (their
         # failure is never "an empty result, not a failure")
-        run_status = roll_up((v.attributes.get(sc.STAGE_STATUS) for v in stitched.stages), raised=False, retrieved=bool(retrieved))
+        run_status = roll_up((str(v.attributes.get(sc.STAGE_STATUS)) for v in stitched.stages), raised=False, retrieved=bool(retrieved))
     approximate = pa.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True or (
         sc.COVERAGE_CORPUS_SIZE not in pa and any(v.attributes.get(sc.COVERAGE_CORPUS_APPROXIMATE) is True for v in stitched.stages)
     )
