@@ -206,3 +206,33 @@ def test_sub_questions_are_decompose_hops_of_the_question(tmp_path):
     ]
     assert "untracked" not in run.show_text(trace["trace_id"])
     assert_verifies_clean(run, trace["trace_id"])
+
+
+def test_auto_retriever_query_is_a_rewrite_hop_of_the_question(tmp_path):
+    """LlamaIndex's auto-retrieval page (an app nobody on the team had written): the LLM writes the
+    query ("celebrities") and the filter (country == "United States") the index is searched with. The
+    question read "→ index" though no store saw it, and the written query was hop 1 ``untracked`` with
+    the finding "changed by no instrumented transform", while the instrumented auto-retriever made it."""
+    pytest.importorskip("llama_index.core")
+    run = run_app("llama_auto_retriever.py", tmp_path, enabled=["ragtrail_llama_index"])
+    assert_host_untouched(run)
+    assert [line.split(" is ")[0] for line in run.stdout.splitlines()] == ["Michael Jordan", "Elon Musk"]
+    [trace] = run.traces()
+    manifest = run.show(trace["trace_id"])
+    assert stages(manifest) == [("retrieve", "VectorIndexAutoRetriever", 2, 2, 0), ("retrieve", "VectorIndexRetriever", 0, 2, 0)]
+    auto, inner = manifest["stages"]
+    assert hops(manifest) == [
+        (0, None, "none", "Tell me about two celebrities from United States", False),
+        (1, 0, "rewrite", "celebrities", True),
+    ]
+    assert [h["produced_by"] for h in manifest["query_hops"]] == [None, f"retrieve {auto['component']}"]
+    assert (auto["query"]["hop"], inner["query"]["hop"]) == (0, 1)
+    where = '{"condition":"and","filters":[{"key":"country","operator":"==","value":"United States"}]}'
+    assert auto["filter"] == inner["filter"] == where
+    assert [c["id"] for c in auto["candidates"]] == [c["id"] for c in inner["candidates"]]
+    assert manifest["findings"] == []
+    assert manifest["coverage"]["statement"] == f"{CONTEXT_UNKNOWN} (2 retrieved of 5): an absence claim is not supported"
+    text = run.show_text(trace["trace_id"])
+    assert "untracked" not in text
+    assert [line.strip() for line in text.splitlines() if "→ index" in line] == ['hop 1  rewrite of hop 0  "celebrities" → index']
+    assert_verifies_clean(run, trace["trace_id"])

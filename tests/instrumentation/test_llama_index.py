@@ -746,3 +746,34 @@ def test_summary_index_retriever_states_its_corpus(instrumented):
     m = manifest_of(instrumented)
     assert (m.coverage.corpus_size, m.coverage.retrieved, m.coverage.in_context, m.coverage.exhaustive) == (len(nodes), len(nodes), len(nodes), True)
     assert m.coverage.statement == f"all {len(nodes)} of {len(nodes)} read: absence, universal, latest and count claims are supported"
+
+
+def test_auto_retriever_searches_with_the_query_its_llm_wrote(instrumented):
+    """VectorIndexAutoRetriever's LLM turns the question into a query and a filter, and the index is
+    searched with those: the query is a ``rewrite`` hop of the question on the auto-retriever's stage
+    (the inner retriever's query is that hop), the filter on it too. It was ``untracked`` ("changed
+    by no instrumented transform") and the question read "→ index" though it was never searched."""
+    from llama_index.core.retrievers import VectorIndexAutoRetriever
+    from llama_index.core.vector_stores.types import MetadataInfo, VectorStoreInfo
+
+    spec = '```json\n{"query": "cats sleep", "filters": [{"key": "topic", "value": "cats", "operator": "=="}], "top_k": 2}\n```'
+    info = VectorStoreInfo(content_info="facts about pets", metadata_info=[MetadataInfo(name="topic", type="str", description="first word")])
+
+    class SpecLLM(ScriptedLLM):
+        def _reply(self, prompt: str) -> str:
+            return spec
+
+    retriever = VectorIndexAutoRetriever(build_index(), vector_store_info=info, llm=SpecLLM(), similarity_top_k=2)
+    question = "which cats sleep a lot?"
+    found = retriever.retrieve(question)
+    assert [n.node.node_id for n in found] == ["d00", "d11"]
+    spans = instrumented.get_finished_spans()
+    outer = one(spans, "retrieve VectorIndexAutoRetriever")
+    inner = one(spans, "retrieve VectorIndexRetriever")
+    assert events(outer, sc.EVENT_QUERY) == [query_attrs("cats sleep", 1, sc.TRANSFORM_REWRITE, parent=0)]
+    a = attrs(outer)
+    assert a[sc.QUERY_HOP] == 0 and a[sc.QUERY_TEXT] == question
+    filter_json = '{"condition":"and","filters":[{"key":"topic","operator":"==","value":"cats"}]}'
+    assert a[sc.STAGE_FILTER] == filter_json
+    b = attrs(inner)
+    assert (b[sc.QUERY_HOP], b[sc.QUERY_TRANSFORM], b[sc.QUERY_TEXT], b[sc.STAGE_FILTER]) == (1, sc.TRANSFORM_REWRITE, "cats sleep", filter_json)

@@ -14,6 +14,8 @@
 - ``AutoMergingRetriever._try_merging/_get_parents_and_merge``: hooks, the leaves found and the parent
   each merged into (outputs under ``merge@1``, each merged leaf ``custom:merged``)
 - ``BaseNodePostprocessor.postprocess_nodes/apostprocess_nodes``: ``filter``/``rerank``/``budget``
+- ``VectorIndexAutoRetriever._build_retriever_from_spec``: hook, the query and filter the LLM's spec
+  became (a ``rewrite`` hop of the question on the auto-retriever's stage, its filter)
 - ``LLMRerank._parse_raw_response``, ``StructuredLLMRerank._parse_batch_result``: hook, which nodes the LLM chose
 - ``BaseSynthesizer.synthesize/asynthesize``: ``generate`` (outputs: ``Response.source_nodes``)
 - ``PromptHelper.truncate/repack``: ``budget`` (tokens); ``_get_available_context_size``: hook, the limit
@@ -110,7 +112,7 @@ class LlamaIndexInstrumentor(RagtrailInstrumentor):
         """The hooks on methods of one class each (query generation, fusion, merging, LLM choices,
         the prompt helper's packing)."""
         from ._postprocess import selection_hook
-        from ._retrieve import FusionQueriesCall, fusion_hook, merge_hook, try_merging_hook
+        from ._retrieve import FusionQueriesCall, auto_spec_hook, fusion_hook, merge_hook, try_merging_hook
         from ._synthesis import RepackCall, TruncateCall, available_context_hook
 
         t = self._tracer
@@ -122,6 +124,8 @@ class LlamaIndexInstrumentor(RagtrailInstrumentor):
         merging = "llama_index.core.retrievers.auto_merging_retriever"
         self.wrap(merging, "AutoMergingRetriever._try_merging", try_merging_hook)
         self.wrap(merging, "AutoMergingRetriever._get_parents_and_merge", merge_hook)
+        auto = "llama_index.core.indices.vector_store.retrievers.auto_retriever.auto_retriever"
+        self.wrap(auto, "VectorIndexAutoRetriever._build_retriever_from_spec", auto_spec_hook)
         self.wrap("llama_index.core.postprocessor.llm_rerank", "LLMRerank._parse_raw_response", selection_hook)
         self.wrap("llama_index.core.postprocessor.structured_llm_rerank", "StructuredLLMRerank._parse_batch_result", selection_hook)
 

@@ -165,6 +165,22 @@ class RetrieveCall(LlamaCall):
                 candidates.append(candidate)
         s.inputs(candidates)
 
+    def record_constructed(self, built: Any) -> None:
+        """An auto-retriever searches with the query and filter its LLM wrote, not the question: the
+        query is a ``rewrite`` hop of the question on this stage (its inner retriever finds that hop
+        by its text, and the question is "→ index" only if it was searched), the filter this stage's."""
+        s = self.stage
+        if s is None or not s.recording or not isinstance(built, tuple) or len(built) != 2:
+            return
+        retriever, bundle = built
+        text = query_text(bundle)
+        if isinstance(text, str) and text != query_text(argument(self.args, self.kwargs, 0, "str_or_query_bundle", "query_bundle")):
+            s.add_query_variant(text, transform=sc.TRANSFORM_REWRITE)
+        filters = getattr(retriever, "_filters", None)
+        found = filter_json(filters) if filters is not None else None
+        if found is not None:
+            s.set_attribute(sc.STAGE_FILTER, found)
+
     def record_merge_input(self, nodes: Any) -> None:
         """Called by the merge hook on AutoMergingRetriever's first merging round: the nodes its
         inner retriever found are this stage's inputs (snapshotted: the rounds rebuild the list)."""
@@ -247,6 +263,19 @@ def merge_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
             call.record_merges(argument(args, kwargs, 0, "nodes"), merged)
         except Exception as exc:
             call.error("merges", exc)
+    return result
+
+
+def auto_spec_hook(wrapped: Any, instance: Any, args: Args, kwargs: Kwargs) -> Any:
+    """Around ``VectorIndexAutoRetriever._build_retriever_from_spec(spec)``: the retriever and query
+    the LLM's spec became (issue 24, principle 3: an LLM-made query is a hop of the question)."""
+    result = wrapped(*args, **kwargs)
+    call = active_call(instance)
+    if isinstance(call, RetrieveCall):
+        try:
+            call.record_constructed(result)
+        except Exception as exc:
+            call.error("auto_spec", exc)
     return result
 
 
