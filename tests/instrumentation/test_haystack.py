@@ -1049,3 +1049,20 @@ def test_auto_merging_is_a_retrieve_stage_of_the_parents_it_read(tracer_provider
         cands=[out],
         excl=[excluded(d, i, "none", sc.REASON_MERGED, f"into {root.id}", hop=None) for i, d in enumerate(found)],
     )
+
+
+def test_auto_merging_run_async_is_the_same_stage(instrument):
+    """``run_async`` (an AsyncPipeline's call) records the same stage: the parent it read, the leaves it replaced."""
+    docs, parents = hierarchy()
+    leaves = [d for d in docs if not d.meta["__children_ids"]]
+    second = next(d for d in docs if d.meta["__level"] == 1 and len(d.meta["__children_ids"]) == 3)
+    found = [leaves[4], leaves[5], leaves[0]]  # 2 of 3 under `second`, 1 of 4 under the other block
+    out = asyncio.run(AutoMergingRetriever(parents, threshold=0.5).run_async(documents=found))
+    assert [d.id for d in out["documents"]] == [leaves[0].id, second.id]
+    (span,) = instrument.get_finished_spans()
+    a = attrs(span)
+    assert (a[sc.CANDIDATES_IN], a[sc.CANDIDATES_OUT], a[sc.CANDIDATES_EXCLUDED]) == (3, 2, 2)
+    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
+        (leaves[4].id, sc.REASON_MERGED, f"into {second.id}"),
+        (leaves[5].id, sc.REASON_MERGED, f"into {second.id}"),
+    ]
