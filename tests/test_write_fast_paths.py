@@ -294,3 +294,34 @@ def test_an_output_id_given_twice_takes_its_input_score_once() -> None:
     # the first "a" is its input's own score handed on; the second has no input left to match
     assert [c.score_kind for c in outputs] == ["bm25", "rerank"]
     assert findings == ["1 output score(s) are the inputs' own scores, not produced by this stage: recorded with their upstream kind (bm25)"]
+
+
+class Text(str):
+    """A ``str`` subclass, as LangChain's ``StrOutputParser`` returns (``TextAccessor``): a history-aware
+    retriever's rewritten question reaches the retriever as one."""
+
+
+def test_a_subclass_value_has_the_field_text_of_the_plain_value_the_wire_carries() -> None:
+    """OTLP carries a ``str``/``int`` subclass as its plain value, so its field text is the plain
+    value's; it was the JSON text of its JSON text (quoted twice), so the reader's digest of the
+    received plain string never matched: a false ``changed_uncited`` alarm on an intact trace."""
+    for value, plain in ((Text("What are common ways?"), "What are common ways?"), (Text('a"\\\n'), 'a"\\\n'), (Level.LOW, 1)):
+        assert digests.field_json(value) == digests.field_json(plain) == general(plain), repr(value)
+
+
+def test_a_str_subclass_query_verifies_intact(span_exporter) -> None:
+    import ragtrail
+    from ragtrail.export.otlp_json import spans_to_dict
+    from ragtrail.inspect.manifest import build
+    from ragtrail.inspect.model import Trace
+    from ragtrail.inspect.otlp import decode_document
+
+    @ragtrail.retriever(top_k=1)
+    def search(query: str) -> list[dict[str, Any]]:
+        return [{"id": "d1", "text": "Chain of thought is one way.", "score": 0.5}]
+
+    search(Text("What are common ways of doing task decomposition?"))
+    spans = list(decode_document(spans_to_dict(span_exporter.get_finished_spans())))
+    [trace_id] = {s.trace_id for s in spans}
+    fidelity = build(Trace(trace_id=trace_id, spans=spans, source="memory")).as_dict()["fidelity"]
+    assert fidelity["alarms"] == [] and fidelity["changed_uncited"] == 0

@@ -168,6 +168,10 @@ def field_value(value: Any) -> Any:
     JSON cannot carry (bytes, a decoded kvlist's odd value) as its canonical JSON."""
     if type(value) in LEAF_TYPES:
         return value
+    if isinstance(value, (str, int, float)):
+        # a subclass (LangChain's StrOutputParser returns a ``str`` subclass, an IntEnum is an int):
+        # the wire carries its plain value, so the digest must too (not the JSON text of it)
+        return _plain(value)
     if isinstance(value, (list, tuple)):
         # the usual array (a schema 3 column, findings, cited ids): one primitive type, within the
         # bounds; its canonical JSON is json.dumps of it (what canonical_json finds, without the walk)
@@ -178,6 +182,15 @@ def field_value(value: Any) -> Any:
                 return dumps(value)
         return canonical_json(list(value))
     return canonical_json(value)
+
+
+def _plain(value: str | int | float) -> str | int | float | bool:
+    """The built-in value of a ``str``/``int``/``float`` subclass instance, as OTLP encodes it."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bool):
+        return bool(value)
+    return int.__int__(value) if isinstance(value, int) else float.__float__(value)
 
 
 _FLAT_KINDS = frozenset({int, float, bool})
