@@ -36,7 +36,10 @@ class WordEmbeddings(Embeddings):
 
 docs = [
     Document(page_content="Task decomposition breaks a hard task into smaller and simpler steps.", metadata={"source": "planning"}),
-    Document(page_content="Common ways of task decomposition: chain of thought, tree of thoughts, and simple prompting.", metadata={"source": "ways"}),
+    Document(
+        page_content="Common ways of task decomposition: chain of thought, tree of thoughts, and simple prompting.",
+        metadata={"source": "ways"},
+    ),
     Document(page_content="Memory gives an agent short-term context and long-term storage.", metadata={"source": "memory"}),
 ]
 vectorstore = InMemoryVectorStore.from_documents(documents=docs, embedding=WordEmbeddings())
