@@ -246,6 +246,17 @@ def check_span(
     assert a == {}, f"unexpected attributes left: {a}"
 
 
+def ok_counts(n_in: int, n_out: int, n_excluded: int, findings: list[str]) -> dict:
+    """A stage's own attributes when it ended ok: its counts and findings."""
+    return {
+        sc.STAGE_STATUS: "ok",
+        sc.CANDIDATES_IN: n_in,
+        sc.CANDIDATES_OUT: n_out,
+        sc.CANDIDATES_EXCLUDED: n_excluded,
+        sc.STAGE_FINDINGS: findings,
+    }
+
+
 def spans_named(spans, name: str) -> list:
     return [s for s in spans if s.name == name]
 
@@ -904,13 +915,7 @@ def test_sentence_window_is_a_retrieve_stage_of_what_it_read(tracer_provider, sp
         span,
         kind="retrieve",
         component=WINDOW,
-        own={
-            sc.STAGE_STATUS: "ok",
-            sc.CANDIDATES_IN: 1,
-            sc.CANDIDATES_OUT: 3,
-            sc.CANDIDATES_EXCLUDED: 0,
-            sc.STAGE_FINDINGS: [finding],
-        },
+        own=ok_counts(1, 3, 0, [finding]),
         cands=[candidate(d, i, "none", hop=None) for i, d in enumerate(traced["context_documents"])],
     )
 
@@ -1037,15 +1042,12 @@ def test_auto_merging_is_a_retrieve_stage_of_the_parents_it_read(tracer_provider
         span,
         kind="retrieve",
         component=MERGING,
-        own={
-            sc.STAGE_STATUS: "ok",
-            sc.CANDIDATES_IN: 5,
-            sc.CANDIDATES_OUT: 1,
-            sc.CANDIDATES_EXCLUDED: 5,
-            sc.STAGE_FINDINGS: [
-                "1 parent(s) read from the document store in place of 5 of the 5 leaves (more than threshold=0.5 of a parent's children found)"
-            ],
-        },
+        own=ok_counts(
+            5,
+            1,
+            5,
+            ["1 parent(s) read from the document store in place of 5 of the 5 leaves (more than threshold=0.5 of a parent's children found)"],
+        ),
         cands=[out],
         excl=[excluded(d, i, "none", sc.REASON_MERGED, f"into {root.id}", hop=None) for i, d in enumerate(found)],
     )

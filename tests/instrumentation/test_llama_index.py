@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 from llama_index.core.indices.query.query_transform import HyDEQueryTransform  # noqa: E402
@@ -317,22 +318,30 @@ def test_similarity_cutoff_with_missing_score(instrumented):
     ]
 
 
-def test_keyword_postprocessor_says_which_content_rule_fired(instrumented):
-    """The real KeywordNodePostprocessor (spaCy phrase matching): it filters on content, so the
-    reasons name the content rule, never ``filtered_by_metadata``."""
+def keyword_filter(spans_of: Any, texts: list[str], required: list[str], exclude: list[str]) -> tuple[list[str], list[tuple]]:
+    """The real KeywordNodePostprocessor over nodes ``k0..`` of ``texts``: the ids it kept, and the
+    (id, reason, detail) of each exclusion its stage recorded."""
     pytest.importorskip("spacy")
     from llama_index.core.postprocessor import KeywordNodePostprocessor
 
-    texts = ["Refunds take 30 days.", "Refunds are void for draft contracts.", "Shipping takes 5 days."]
     nodes = [NodeWithScore(node=TextNode(id_=f"k{i}", text=t), score=1.0 - i / 10) for i, t in enumerate(texts)]
-    post = KeywordNodePostprocessor(required_keywords=["Refunds"], exclude_keywords=["draft"])
-    out = post.postprocess_nodes(nodes, query_str="refunds")
-    assert [n.node.node_id for n in out] == ["k0"]
-    span = one(instrumented.get_finished_spans(), "filter KeywordNodePostprocessor")
-    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
-        ("k1", "custom:excluded_keyword", "contains 'draft' (exclude_keywords)"),
-        ("k2", "custom:missing_required_keyword", "none of required_keywords=['Refunds']"),
-    ]
+    out = KeywordNodePostprocessor(required_keywords=required, exclude_keywords=exclude).postprocess_nodes(nodes, query_str="refunds")
+    span = one(spans_of.get_finished_spans(), "filter KeywordNodePostprocessor")
+    excluded = events(span, sc.EVENT_EXCLUSION)
+    return [n.node.node_id for n in out], [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in excluded]
+
+
+def test_keyword_postprocessor_says_which_content_rule_fired(instrumented):
+    """The real KeywordNodePostprocessor (spaCy phrase matching): it filters on content, so the
+    reasons name the content rule, never ``filtered_by_metadata``."""
+    texts = ["Refunds take 30 days.", "Refunds are void for draft contracts.", "Shipping takes 5 days."]
+    assert keyword_filter(instrumented, texts, ["Refunds"], ["draft"]) == (
+        ["k0"],
+        [
+            ("k1", "custom:excluded_keyword", "contains 'draft' (exclude_keywords)"),
+            ("k2", "custom:missing_required_keyword", "none of required_keywords=['Refunds']"),
+        ],
+    )
 
 
 def test_keyword_reason_is_the_rule_that_fired_by_whole_tokens_in_the_components_order(instrumented):
@@ -342,25 +351,20 @@ def test_keyword_reason_is_the_rule_that_fired_by_whole_tokens_in_the_components
     ("Month" in "Monthly", "customer" in "customers") matched nothing. The reasons once said
     "contains 'Monthly'" for the first (the LlamaIndex retriever-query-engine app's refund node) and
     "contains 'Month'" for a node the exclude rule had not touched."""
-    pytest.importorskip("spacy")
-    from llama_index.core.postprocessor import KeywordNodePostprocessor
-
     texts = [
         "Customers on annual contracts get refunds. Monthly plans do not.",  # no token "customers": required rule
         "Monthly customers pay by card.",  # required token present, "Monthly" excluded
         "Bimonthly invoices go to customers.",  # kept: "Monthly" is no token here
         "Enterprise customer success.",  # "customer" is not "customers": required rule
     ]
-    nodes = [NodeWithScore(node=TextNode(id_=f"k{i}", text=t), score=1.0 - i / 10) for i, t in enumerate(texts)]
-    post = KeywordNodePostprocessor(required_keywords=["customers"], exclude_keywords=["Monthly"])
-    out = post.postprocess_nodes(nodes, query_str="refunds")
-    assert [n.node.node_id for n in out] == ["k2"]
-    span = one(instrumented.get_finished_spans(), "filter KeywordNodePostprocessor")
-    assert [(e[sc.CANDIDATE_ID], e[sc.EXCLUSION_REASON], e[sc.EXCLUSION_DETAIL]) for e in events(span, sc.EVENT_EXCLUSION)] == [
-        ("k0", "custom:missing_required_keyword", "none of required_keywords=['customers']"),
-        ("k1", "custom:excluded_keyword", "contains 'Monthly' (exclude_keywords)"),
-        ("k3", "custom:missing_required_keyword", "none of required_keywords=['customers']"),
-    ]
+    assert keyword_filter(instrumented, texts, ["customers"], ["Monthly"]) == (
+        ["k2"],
+        [
+            ("k0", "custom:missing_required_keyword", "none of required_keywords=['customers']"),
+            ("k1", "custom:excluded_keyword", "contains 'Monthly' (exclude_keywords)"),
+            ("k3", "custom:missing_required_keyword", "none of required_keywords=['customers']"),
+        ],
+    )
 
 
 def test_llm_rerank_tells_cut_from_not_chosen(instrumented):
