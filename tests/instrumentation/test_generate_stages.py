@@ -104,6 +104,39 @@ def test_every_document_the_prompt_holds_is_an_output(langchain, span_exporter):
     assert all(e.name == sc.EVENT_CANDIDATE for e in rec_events(generate))
 
 
+def test_a_question_a_model_call_rewrote_is_a_rewrite_hop_of_the_chains_question(langchain, span_exporter):
+    """``prompt | llm | StrOutputParser() | retriever`` under a chain (``create_history_aware_retriever``'s
+    contextualizer): the retriever is asked the very text the model call wrote having read no
+    document, so that call rewrote the question: a ``query_transform`` stage named after the model,
+    its query the chain's question (its prompt held it), its output hop the retriever's query. The
+    retriever's hop was ``untracked`` with a finding "changed by no instrumented transform"."""
+    store = InMemoryVectorStore(HashEmbeddings())
+    store.add_documents([Document(page_content=t, id=f"d{i}") for i, t in enumerate(TEXTS)])
+    rewrite = ChatPromptTemplate.from_template("Rewrite as a standalone question: {question}")
+    llm = FakeListChatModel(responses=["why do cats purr", "Because they are happy."])
+    contextualized = rewrite | llm | StrOutputParser() | store.as_retriever(search_kwargs={"k": 1})
+    prompt = ChatPromptTemplate.from_template("Context: {context}\nQuestion: {question}")
+    chain = {"context": contextualized, "question": RunnablePassthrough()} | prompt | llm | StrOutputParser()
+    assert chain.invoke("and that?") == "Because they are happy."
+    spans = span_exporter.get_finished_spans()
+    assert [s.name for s in spans] == [
+        "generate FakeListChatModel",
+        "query_transform FakeListChatModel",
+        "retrieve VectorStoreRetriever",
+        "generate FakeListChatModel",
+        "pipeline RunnableSequence",
+    ]
+    _, transform, retrieve, _, pipeline = spans
+    assert dict(transform.attributes)[sc.STAGE_COMPONENT] == "langchain_core.language_models.fake_chat_models.FakeListChatModel"
+    assert (transform.attributes[sc.QUERY_HOP], transform.attributes[sc.QUERY_TEXT]) == (0, "and that?")
+    [made] = [e.attributes for e in rec_events(transform) if e.name == sc.EVENT_QUERY]
+    assert (made[sc.QUERY_HOP], made[sc.QUERY_PARENT_HOP], made[sc.QUERY_TRANSFORM], made[sc.QUERY_TEXT]) == (1, 0, "rewrite", "why do cats purr")
+    own = dict(retrieve.attributes)
+    assert (own[sc.QUERY_HOP], own[sc.QUERY_TRANSFORM], own[sc.QUERY_TEXT]) == (1, "rewrite", "why do cats purr")
+    assert sc.STAGE_FINDINGS not in own
+    assert pipeline.attributes[sc.QUERY_HOP] == 0
+
+
 def test_a_haystack_generator_is_a_generate_stage(tracer_provider, span_exporter):
     from haystack import Document as HDocument
     from haystack import Pipeline, component

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ragtrail.contract import semconv as sc
-from ragtrail.hooks import Args, Kwargs, argument, enabled, guard, run, run_async
-from ragtrail.instrumentation._generate import answer_text, mapping_text, record_generation, set_model
+from ragtrail.hooks import Args, Kwargs, argument, component_name, enabled, guard, run, run_async
+from ragtrail.instrumentation._generate import answer_text, mapping_text, prompt_text, record_generation, set_model
 from ragtrail.instrumentation.langchain._common import ChainRun, LangChainCall, Shared, chain_run
 from ragtrail.recorder.pipeline import current_pipeline
 from ragtrail.recorder.stage import Stage, current_stage, framework_output
@@ -44,7 +44,7 @@ class ChainCall(LangChainCall):
         query = mapping_text(argument(self.args, self.kwargs, 0, "input"), _QUERY_KEYS)
         s = self.open_stage(sc.KIND_PIPELINE, query=query)
         if s.recording:
-            self.set_var(chain_run, ChainRun(s))
+            self.set_var(chain_run, ChainRun(s, query))
         return s
 
     def after(self, s: Stage, result: Any) -> None:
@@ -67,8 +67,16 @@ class GenerateCall(LangChainCall):
 
     def after(self, s: Stage, result: Any) -> None:
         chain = self.chain
-        if chain is not None:
-            record_generation(s, list(chain.offered), self.prompt, result)
+        if chain is None:
+            return
+        offered = list(chain.offered)
+        record_generation(s, offered, self.prompt, result)
+        said = answer_text(result)
+        if not offered and said:
+            # read no document: what it wrote may be the question a retriever of this run is asked next
+            asked = chain.asked
+            text = prompt_text(self.prompt)
+            chain.note_made(said, component_name(self.instance), asked is not None and text is not None and asked in text)
 
 
 class ChainWrappers:

@@ -30,7 +30,7 @@ from ragtrail.hooks import Args, Call, Kwargs
 from ragtrail.recorder.candidates import Candidate, adapt, lookup_adapter, stamped_candidate
 from ragtrail.recorder.errors import record_internal_error
 from ragtrail.recorder.pipeline import PipelineState, current_pipeline
-from ragtrail.recorder.stage import Stage, counted, current_stage, handed_up
+from ragtrail.recorder.stage import Stage, counted, current_stage, handed_up, stage
 
 
 # --- sinks: scores a stage recovers from the calls beneath it -------------------------------------
@@ -55,12 +55,26 @@ class ChainRun:
     """One chain run recorded as a pipeline (see ``_chains``): its stage, and the documents its
     retrievers handed on (each retriever called directly under the pipeline adds its outputs)."""
 
-    __slots__ = ("stage", "offered", "_lock")
+    __slots__ = ("stage", "offered", "asked", "made", "_lock")
 
-    def __init__(self, stage: Stage) -> None:
+    def __init__(self, stage: Stage, asked: str | None = None) -> None:
         self.stage = stage
         self.offered: list[Candidate] = []
+        self.asked = asked  # the question the chain was given (its pipeline's query)
+        # text a model call straight under the run wrote before any document was offered -> (the
+        # model's component, whether its prompt held the question)
+        self.made: dict[str, tuple[str, bool]] = {}
         self._lock = threading.Lock()
+
+    def note_made(self, text: str, component: str, from_question: bool) -> None:
+        """A model call that read no document wrote ``text``: if a retriever of this run is then asked
+        ``text`` (``create_history_aware_retriever``'s contextualizer), the call rewrote the question."""
+        with self._lock:
+            self.made.setdefault(text, (component, from_question))
+
+    def made_by(self, text: str) -> tuple[str, bool] | None:
+        with self._lock:
+            return self.made.pop(text, None)
 
     def offer(self, candidates: list[Candidate]) -> None:
         with self._lock:
@@ -73,6 +87,23 @@ class ChainRun:
 
 
 chain_run: contextvars.ContextVar[ChainRun | None] = contextvars.ContextVar("ragtrail_langchain_chain", default=None)
+
+
+def _rewritten_by_model(query: str) -> None:
+    """A retriever asked the text a model call of this chain run wrote (having read no document):
+    that call rewrote the question. Said as a ``query_transform`` stage named after the model whose
+    query is the chain's question (when the model's prompt held it) and whose output hop is the
+    retriever's query, a ``rewrite``: the retriever then finds that hop by its text, never
+    ``untracked`` (issue 24, principle 3: a query an LLM made is a hop of the question)."""
+    chain = chain_run.get()
+    made = chain.made_by(query) if chain is not None and chain.stage.recording else None
+    if chain is None or made is None:
+        return
+    component, from_question = made
+    with stage(sc.KIND_QUERY_TRANSFORM, component) as t:
+        if from_question and chain.asked is not None:
+            t.query(chain.asked)
+        t.add_query_variant(query, transform=sc.TRANSFORM_REWRITE)
 
 
 def sink_for(obj: Any) -> Sink | None:
@@ -134,6 +165,8 @@ class LangChainCall(Call):
     def open_stage(self, kind: str, *, query: Any = None, top_k: Any = None, threshold: Any = None, score_kind: str | None = None) -> Stage:
         """Start the stage (the component is the instance's ``module.Class``); knobs that are not
         numbers are left out, a query that is text is recorded."""
+        if kind == sc.KIND_RETRIEVE and isinstance(query, str):
+            _rewritten_by_model(query)
         s = self.new_stage(kind, top_k=_int_or_none(top_k), threshold=_float_or_none(threshold), score_kind=score_kind)
         if s.recording and isinstance(query, str):
             s.query(query)
