@@ -45,3 +45,30 @@ def test_joiner_modes(tmp_path):
     cut = ms[1]["stages"][1]["candidates"][2]["id"]
     fate = run.ragtrail("show", ms[1]["trace_id"], "--doc", cut).stdout
     assert "below_rank_cutoff" in fate and "reached the context" not in fate
+
+
+def test_joiner_merge_scores_are_weighted_sums_of_raw_scores(tmp_path):
+    """The page's ``merge`` mode (an app nobody on the team had run): each score is BM25 x 0.3 plus
+    cosine x 0.7, added as they are. The fuse stage called it ``relative`` ("a normalised weighted
+    fusion score"): it is no normalised score; now kind ``none`` and a finding saying what it is."""
+    run = run_app("haystack_joiner_merge.py", tmp_path)
+    assert_host_untouched(run)
+    [m] = manifests(run)
+    assert stages_of(m) == [
+        ("retrieve", "InMemoryBM25Retriever", 0, 3, 0),
+        ("retrieve", "InMemoryEmbeddingRetriever", 0, 3, 0),
+        ("fuse", "DocumentJoiner", 6, 3, 3),
+    ]
+    bm25, dense, fuse = m["stages"]
+    weight = {"bm25": 0.3, "similarity": 0.7}
+    summed: dict[str, float] = {}
+    for c in bm25["candidates"] + dense["candidates"]:
+        summed[c["id"]] = summed.get(c["id"], 0.0) + c["score"] * weight[c["score_kind"]]
+    printed = [float(line.rsplit(" ", 1)[1]) for line in run.stdout.splitlines()[1:]]
+    assert [round(c["score"], 4) for c in fuse["candidates"]] == printed
+    assert [(c["id"], c["score_kind"]) for c in fuse["candidates"]] == [(i, "none") for i in sorted(summed, key=summed.get, reverse=True)[:3]]
+    assert all(abs(c["score"] - summed[c["id"]]) < 1e-9 for c in fuse["candidates"])
+    assert fuse["findings"] == [
+        "join_mode=merge: each score is the sum of the document's input scores times their list's weight (weights [0.3, 0.7]), "
+        "not normalised: scores of kind bm25, similarity added as they are (score kind none)"
+    ]

@@ -442,7 +442,7 @@ def test_joiner_concatenate_dedups_and_cuts(tracer_provider, span_exporter):
     )
 
 
-@pytest.mark.parametrize("mode,kind", [("merge", "relative"), ("reciprocal_rank_fusion", "rrf"), ("distribution_based_rank_fusion", "relative")])
+@pytest.mark.parametrize("mode,kind", [("merge", "none"), ("reciprocal_rank_fusion", "rrf"), ("distribution_based_rank_fusion", "relative")])
 def test_joiner_rescoring_modes(tracer_provider, span_exporter, mode, kind):
     joiner = DocumentJoiner(join_mode=mode, top_k=4)
     plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: joiner.run(documents=list(joiner_lists())))
@@ -474,6 +474,12 @@ def test_joiner_rescoring_modes(tracer_provider, span_exporter, mode, kind):
     assert len(got_excl) == 2  # one duplicate (solar) and one cut (six inputs, five ids, four kept)
     a_ = attrs(span)
     assert (a_[sc.CANDIDATES_IN], a_[sc.CANDIDATES_OUT], a_[sc.CANDIDATES_EXCLUDED]) == (6, 4, 2)
+    # merge adds the raw input scores times their weights: no normalised ("relative") score, said so
+    merged = [
+        "join_mode=merge: each score is the sum of the document's input scores times their list's weight (equal weights), "
+        "not normalised: scores of kind unknown added as they are (score kind none)"
+    ]
+    assert a_.get(sc.STAGE_FINDINGS, []) == (merged if mode == "merge" else [])
 
 
 def test_joiner_inputs_keep_the_hop_and_kind_of_the_retriever_that_found_them(instrument):

@@ -229,7 +229,8 @@ SCORE_BM25 = "bm25"
 SCORE_RERANK = "rerank"
 SCORE_RRF = "rrf"
 SCORE_NONE = "none"
-# a normalised, weighted fusion score (LlamaIndex QueryFusionRetriever relative_score / dist_based_score)
+# a normalised, weighted fusion score (LlamaIndex QueryFusionRetriever relative_score / dist_based_score,
+# Haystack's distribution-based rank fusion); never a sum of raw scores (Haystack's merge join: none)
 SCORE_RELATIVE = "relative"
 SCORE_KINDS = (SCORE_SIMILARITY, SCORE_DISTANCE, SCORE_BM25, SCORE_RERANK, SCORE_RRF, SCORE_RELATIVE, SCORE_NONE)
 

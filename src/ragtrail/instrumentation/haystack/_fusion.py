@@ -22,6 +22,22 @@ from ragtrail.recorder.stage import Stage
 
 from ._common import HaystackCall, collector, documents_of, exclude_missing, outputs_like_inputs, query_text, snapshot
 
+# the kind of the score each rescoring join mode writes: RRF's; distribution-based fusion normalises
+# each list (mean +- 3 standard deviations) before it sums: a normalised fusion score; merge sums the
+# input scores times their weights as they are (BM25 and cosine added): no kind (see _merge_words)
+_RESCORED = {"reciprocal_rank_fusion": sc.SCORE_RRF, "merge": sc.SCORE_NONE, "distribution_based_rank_fusion": sc.SCORE_RELATIVE}
+
+
+def _merge_words(weights: Any, inputs: list[Candidate]) -> str:
+    """What a ``merge`` score is: a weighted sum of the raw input scores, never normalised."""
+    kinds = sorted({c.score_kind for c in inputs if c.score_kind})
+    weighted = f"weights {list(weights)}" if weights else "equal weights"
+    added = ", ".join(kinds) if kinds else "unknown"
+    return (
+        f"join_mode=merge: each score is the sum of the document's input scores times their list's weight "
+        f"({weighted}), not normalised: scores of kind {added} added as they are (score kind none)"
+    )
+
 
 class Joiner(HaystackCall):
     """``DocumentJoiner``: every join mode keeps one document per id; ``top_k`` cuts the rest."""
@@ -56,13 +72,11 @@ class Joiner(HaystackCall):
         inputs = snapshotted or []
         mode = self.mode
         # concatenate keeps the input objects (and their scores); the other modes rescore copies
-        kind = (
-            {"reciprocal_rank_fusion": sc.SCORE_RRF, "merge": sc.SCORE_RELATIVE, "distribution_based_rank_fusion": sc.SCORE_RELATIVE}.get(mode)
-            if mode is not None
-            else None
-        )
+        kind = _RESCORED.get(mode) if mode is not None else None
         outputs = outputs_like_inputs(docs, inputs, kind)
         s.outputs(outputs)
+        if mode == "merge":
+            s.finding(_merge_words(getattr(self.instance, "weights", None), inputs))
         if snapshotted is not None:
             top_k = self.top_k
             exclude_missing(s, inputs, outputs, lambda c: (sc.REASON_BELOW_RANK_CUTOFF, f"top_k={top_k}"))
