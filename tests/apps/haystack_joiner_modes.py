@@ -2,7 +2,7 @@
 #   (https://docs.haystack.deepset.ai/docs/documentjoiner), "In a pipeline": a hybrid pipeline whose
 #   InMemoryBM25Retriever and InMemoryEmbeddingRetriever both feed one DocumentJoiner, run once per
 #   join mode the page lists (concatenate, reciprocal_rank_fusion, distribution_based_rank_fusion)
-#   with top_k=3.
+#   with top_k=3, then merge with the page's weights parameter (weights=[0.3, 0.7]).
 # Offline swaps: SentenceTransformersDocumentEmbedder / SentenceTransformersTextEmbedder -> two small
 #   @component embedders over a deterministic bag of words (no model download); the page's documents
 #   -> six inline ones.
@@ -49,12 +49,13 @@ document_store = InMemoryDocumentStore(embedding_similarity_function="cosine")
 document_store.write_documents(WordsDocumentEmbedder().run(documents)["documents"])
 
 query = "solar electricity at night"
-for join_mode in ["concatenate", "reciprocal_rank_fusion", "distribution_based_rank_fusion"]:
+for join_mode in ["concatenate", "reciprocal_rank_fusion", "distribution_based_rank_fusion", "merge"]:
+    weights = [0.3, 0.7] if join_mode == "merge" else None
     pipeline = Pipeline()
     pipeline.add_component("text_embedder", WordsTextEmbedder())
     pipeline.add_component("embedding_retriever", InMemoryEmbeddingRetriever(document_store, top_k=3))
     pipeline.add_component("bm25_retriever", InMemoryBM25Retriever(document_store, top_k=3))
-    pipeline.add_component("joiner", DocumentJoiner(join_mode=join_mode, top_k=3))
+    pipeline.add_component("joiner", DocumentJoiner(join_mode=join_mode, weights=weights, top_k=3))
     pipeline.connect("text_embedder", "embedding_retriever")
     pipeline.connect("bm25_retriever", "joiner")
     pipeline.connect("embedding_retriever", "joiner")

@@ -15,9 +15,11 @@ MODES = [("concatenate", "bm25"), ("reciprocal_rank_fusion", "rrf"), ("distribut
 def test_joiner_modes(tmp_path):
     run = run_app("haystack_joiner_modes.py", tmp_path)
     assert_host_untouched(run)
-    assert [line for line in run.stdout.splitlines() if "_" in line or line == "concatenate"] == [mode for mode, _ in MODES]
-    ms = manifests(run)
+    lines = run.stdout.splitlines()
+    assert [line for line in lines if "_" in line or line in ("concatenate", "merge")] == [mode for mode, _ in MODES] + ["merge"]
+    *ms, merged = manifests(run)
     assert len(ms) == len(MODES)
+    check_merge(merged, [float(line.rsplit(" ", 1)[1]) for line in lines[lines.index("merge") + 1 :]])
     for m, (mode, kind) in zip(ms, MODES, strict=True):
         assert stages_of(m) == [
             ("retrieve", "InMemoryBM25Retriever", 0, 3, 0),
@@ -47,13 +49,10 @@ def test_joiner_modes(tmp_path):
     assert "below_rank_cutoff" in fate and "reached the context" not in fate
 
 
-def test_joiner_merge_scores_are_weighted_sums_of_raw_scores(tmp_path):
-    """The page's ``merge`` mode (an app nobody on the team had run): each score is BM25 x 0.3 plus
-    cosine x 0.7, added as they are. The fuse stage called it ``relative`` ("a normalised weighted
-    fusion score"): it is no normalised score; now kind ``none`` and a finding saying what it is."""
-    run = run_app("haystack_joiner_merge.py", tmp_path)
-    assert_host_untouched(run)
-    [m] = manifests(run)
+def check_merge(m: dict, printed: list[float]) -> None:
+    """The page's ``merge`` mode with weights [0.3, 0.7] (no one on the team had run it): each score is
+    BM25 x 0.3 plus cosine x 0.7, added as they are. The fuse stage called it ``relative`` ("a
+    normalised weighted fusion score"): it is no normalised score; now kind ``none`` and a finding."""
     assert stages_of(m) == [
         ("retrieve", "InMemoryBM25Retriever", 0, 3, 0),
         ("retrieve", "InMemoryEmbeddingRetriever", 0, 3, 0),
@@ -64,7 +63,6 @@ def test_joiner_merge_scores_are_weighted_sums_of_raw_scores(tmp_path):
     summed: dict[str, float] = {}
     for c in bm25["candidates"] + dense["candidates"]:
         summed[c["id"]] = summed.get(c["id"], 0.0) + c["score"] * weight[c["score_kind"]]
-    printed = [float(line.rsplit(" ", 1)[1]) for line in run.stdout.splitlines()[1:]]
     assert [round(c["score"], 4) for c in fuse["candidates"]] == printed
     assert [(c["id"], c["score_kind"]) for c in fuse["candidates"]] == [(i, "none") for i in sorted(summed, key=summed.get, reverse=True)[:3]]
     assert all(abs(c["score"] - summed[c["id"]]) < 1e-9 for c in fuse["candidates"])
