@@ -24,9 +24,7 @@ import argparse
 import collections
 import gc
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -131,42 +129,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--peak-queries", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--chunks", type=int, default=users.N_CHUNKS)
-    parser.add_argument("--modes", default="none,ragtrail,openinference")
-    parser.add_argument("--frameworks", default="langchain")
+    users.add_pipeline_arguments(parser, modes="none,ragtrail,openinference", frameworks="langchain")
     parser.add_argument("--thresholds", default="", help="comma-separated young-generation thresholds to try (a what-if)")
     parser.add_argument("--smoke", action="store_true", help="300 chunks, 5 queries, 2 peak queries")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
         args.queries, args.peak_queries, args.warmup, args.chunks = 5, 2, 2, 300
     thresholds = [int(t) for t in args.thresholds.split(",") if t]
-    if args.worker:
-        framework, mode = args.worker.split(":")
-        print(json.dumps(worker(framework, mode, args.queries, args.peak_queries, args.warmup, args.chunks, thresholds)))
+    if args.worker:  # one framework:mode, in the fresh process run_worker started
+        print(json.dumps(worker(*args.worker.split(":"), args.queries, args.peak_queries, args.warmup, args.chunks, thresholds)))
         return
-    env = dict(os.environ, OTEL_SDK_DISABLED="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    options = ["--queries", str(args.queries), "--peak-queries", str(args.peak_queries), "--warmup", str(args.warmup), "--chunks", str(args.chunks)]
+    options += ["--thresholds", args.thresholds]
     results, failed = [], []
     for framework in args.frameworks.split(","):
         for mode in args.modes.split(","):
-            cmd = [
-                sys.executable,
-                __file__,
-                "--worker",
-                f"{framework}:{mode}",
-                "--queries",
-                str(args.queries),
-                "--peak-queries",
-                str(args.peak_queries),
-            ]
-            cmd += ["--warmup", str(args.warmup), "--chunks", str(args.chunks), "--thresholds", args.thresholds]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if proc.returncode != 0:
-                failed.append(f"{framework}:{mode}")
-                print(f"{framework} {mode}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
-                continue
-            results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            result = users.run_worker(__file__, f"{framework}:{mode}", options, failed)
+            if result is not None:
+                results.append(result)
     print(json.dumps({"results": results, "failed": failed}))
     if failed:
         sys.exit(1)
