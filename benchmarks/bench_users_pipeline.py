@@ -371,17 +371,35 @@ def verdict(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
     return out
 
 
+def add_pipeline_arguments(parser: argparse.ArgumentParser, *, modes: str, frameworks: str) -> None:
+    """The options every benchmark of this pipeline takes (this one and bench_gc.py)."""
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--chunks", type=int, default=N_CHUNKS)
+    parser.add_argument("--modes", default=modes)
+    parser.add_argument("--frameworks", default=frameworks)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # framework:mode, run by run_worker
+
+
+def run_worker(script: str, spec: str, options: list[str], failed: list[str]) -> dict[str, Any] | None:
+    """``script --worker spec options`` in a fresh process (no instrumentor leaks into another): its
+    last stdout line as JSON, or ``None`` with ``spec`` added to ``failed`` and its stderr shown."""
+    env = dict(os.environ, OTEL_SDK_DISABLED="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run([sys.executable, script, "--worker", spec, *options], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        failed.append(spec)
+        print(f"{spec}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return None
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=300, help="timed queries per framework x mode x round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--chunks", type=int, default=N_CHUNKS)
-    parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    add_pipeline_arguments(parser, modes=",".join(MODES), frameworks=",".join(FRAMEWORKS))
     parser.add_argument("--smoke", action="store_true", help="a quick check of the whole run: 300 chunks, 5 queries, 1 round")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object instead of the table")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
         args.queries, args.rounds, args.warmup, args.chunks = 5, 1, 2, 300
@@ -391,33 +409,14 @@ def main() -> None:
         return
     frameworks, modes = args.frameworks.split(","), args.modes.split(",")
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    failed = []
-    env = dict(os.environ, OTEL_SDK_DISABLED="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    failed: list[str] = []
+    options = ["--queries", str(args.queries), "--warmup", str(args.warmup), "--chunks", str(args.chunks)]
     for _ in range(args.rounds):
         for framework in frameworks:
             for mode in modes:
-                proc = subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--worker",
-                        f"{framework}:{mode}",
-                        "--queries",
-                        str(args.queries),
-                        "--warmup",
-                        str(args.warmup),
-                        "--chunks",
-                        str(args.chunks),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    env=env,
-                )
-                if proc.returncode != 0:
-                    failed.append(f"{framework}:{mode}")
-                    print(f"{framework} {mode}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
-                    continue
-                runs.setdefault((framework, mode), []).append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                result = run_worker(__file__, f"{framework}:{mode}", options, failed)
+                if result is not None:
+                    runs.setdefault((framework, mode), []).append(result)
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for (framework, mode), rs in runs.items():
         results.setdefault(framework, {})[mode] = summarise(rs)

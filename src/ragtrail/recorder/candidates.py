@@ -21,14 +21,17 @@ __all__ = [
     "CONTENT_KEYS",
     "Adapter",
     "Candidate",
+    "Packed",
     "adapt",
     "adapt_all",
     "hand_over",
     "is_candidate_list",
     "lookup_adapter",
     "normalize_id",
+    "pack",
     "register_adapter",
     "stamped_candidate",
+    "unpack",
     "unregister_adapter",
 ]
 
@@ -41,12 +44,14 @@ _SCORE_KEYS = ("score", "relevance_score", "similarity", "distance", "rerank_sco
 _META_KEYS = ("metadata", "meta", "payload")
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """One piece of evidence as a stage saw it.
 
     ``content`` is what the receipt is stamped over (``None`` when the stage never saw it);
-    ``raw`` keeps the original object so nothing needs to be re-adapted."""
+    ``raw`` keeps the original object so nothing needs to be re-adapted. A slots class: a stage
+    makes one per document, and an instance with no ``__dict__`` is one object for the host's
+    garbage collector to count, where :meth:`copy` of a dict-backed one made two."""
 
     id: str
     content: Any = None
@@ -77,16 +82,44 @@ class Candidate:
     def copy(self, **changes: Any) -> Candidate:
         """A copy with some public fields changed. The content receipt travels with the copy unless
         the content itself changes (the same evidence is never hashed twice)."""
-        duplicate = Candidate.__new__(Candidate)
-        duplicate.__dict__.update(self.__dict__)
+        duplicate = Candidate(
+            self.id,
+            self.content,
+            self.score,
+            self.score_kind,
+            self.metadata,
+            self.hop,
+            self.transform_rule,
+            self.derived_from,
+            self.raw,
+            self._receipt,
+        )
         for name, value in changes.items():
             if name not in _PUBLIC_FIELDS:
                 raise TypeError(f"Candidate has no public field {name!r}")
             setattr(duplicate, name, value)
         if "content" in changes and changes["content"] is not self.content:
             duplicate._receipt = None
-        duplicate._handed = False
         return duplicate
+
+
+Packed = tuple[tuple[Any, ...], ...]  # candidates as columns: one tuple per init field, in field order
+
+
+def pack(candidates: list[Candidate]) -> Packed:
+    """``candidates`` as columns (ten tuples, not an object per candidate): for candidates that are
+    kept but no longer read one by one. :func:`unpack` gives back equal candidates."""
+    return tuple(
+        zip(
+            *[(c.id, c.content, c.score, c.score_kind, c.metadata, c.hop, c.transform_rule, c.derived_from, c.raw, c._receipt) for c in candidates],
+            strict=True,
+        )
+    )
+
+
+def unpack(packed: Packed) -> list[Candidate]:
+    """The candidates :func:`pack` was given (equal, not the same objects)."""
+    return [Candidate(*row) for row in zip(*packed, strict=True)]
 
 
 def stamped_candidate(ident: str, content: Any, metadata: Mapping[str, Any] | None, raw: Any, stamped: Receipt | None) -> Candidate:

@@ -107,7 +107,7 @@ def _run_attributes(record: StageRecord, exc: BaseException | None, status: str,
         state.add_stage_status(status)
     if record.outputs is not None and kind != sc.KIND_PIPELINE:
         _track(record, outputs)
-    if kind in RETRIEVAL_KINDS and record.owns_state and record.inner:
+    if kind in RETRIEVAL_KINDS and record.owns_state and record.has_inner():
         # a retrieval root over nested stores (fusion, a wrapper) with no pipeline around it: its
         # span is the only place the run's coverage (the sum over its stores) can be said
         run.update(state.coverage())
@@ -120,16 +120,16 @@ def _track(record: StageRecord, outputs: list[Candidate]) -> None:
     if outer is not None and record.kind in RETRIEVAL_KINDS:
         # nested: what it found is the outer stage's input, "retrieved" only once that stage
         # hands it on (a trimmed hit is the outer stage's exclusion, never retrieved)
-        outer.inner.extend(outputs)
+        outer.hand_up(outputs)
         return
     if outer is not None:
-        outer.inner_other = True
+        outer.other_ran()
     ids = [c.id for c in outputs]
-    if record.kind in RETRIEVAL_KINDS and record.inner_other and record.inner:
+    if record.kind in RETRIEVAL_KINDS and record.inner_other and record.has_inner():
         # a compression retriever: its base retriever read the store and compressors inside
         # it narrowed what came back, so it retrieved what the inner stage found; what it
         # hands on is the compressors' output, in the context (tracked by them)
-        ids = [c.id for c in record.inner]
+        ids = record.inner_ids()
     record.state.track(record.kind, ids)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from ragtrail.recorder.candidates import Candidate
+from ragtrail.recorder.candidates import Candidate, Packed, pack, unpack
 from ragtrail.recorder.exclusions import Exclusion, Explicit, Knobs
 from ragtrail.recorder.pipeline import PipelineState, QueryRecord
 from ragtrail.settings import CaptureSettings
@@ -86,7 +86,45 @@ class StageRecord:
     # a nested stage of another kind (a compressor's filter, a splitter) ran inside this one: what it
     # dropped is explained there, so the inner hits are not this stage's inputs
     inner_other: bool = False
+    # the inner hits as columns once a nested stage of another kind ran (``inner`` is then empty):
+    # from then on they are read only as ids, or whole by ``handed_up``, and a hundred candidates
+    # kept alive through the compressors' stages are a hundred objects more for the host's GC
+    inner_packed: Packed | None = None
     conclusion: Conclusion | None = None  # set by conclude() when the stage ends
+    # the last reason said for a bare id: the next bare id with the same reason and detail shares it
+    # (a compressor's drops all say one "top_k=10": one record, not one per dropped id)
+    last_said: Explicit | None = None
+
+    def said(self, reason: str, detail: str | None) -> Explicit:
+        """The reason said for an exclusion named by id alone (immutable: equal ones are shared)."""
+        last = self.last_said
+        if last is None or last.reason != reason or last.detail != detail:
+            last = self.last_said = Explicit(reason, detail, None)
+        return last
+
+    def hand_up(self, outputs: list[Candidate]) -> None:
+        """What a nested retrieval stage handed on becomes this stage's inner hits."""
+        if self.inner_packed is None:
+            self.inner.extend(outputs)
+        else:
+            self.inner_packed = pack([*unpack(self.inner_packed), *outputs])
+
+    def other_ran(self) -> None:
+        """A nested stage of another kind ended inside this one (see ``inner_other``)."""
+        self.inner_other = True
+        if self.inner:
+            self.inner_packed = pack(self.inner)
+            self.inner = []
+
+    def has_inner(self) -> bool:
+        return bool(self.inner) or self.inner_packed is not None
+
+    def inner_ids(self) -> list[str]:
+        return list(self.inner_packed[0]) if self.inner_packed is not None else [c.id for c in self.inner]
+
+    def handed_up(self) -> list[Candidate]:
+        """The inner hits, in the order they came (equal copies once packed)."""
+        return unpack(self.inner_packed) if self.inner_packed is not None else list(self.inner)
 
     def close(self) -> None:
         """The stage has ended: no longer an outer stage for late inner ones, and (a pipeline) no

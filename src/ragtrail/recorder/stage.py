@@ -80,7 +80,7 @@ def handed_up(s: Stage) -> list[Candidate]:
     own ids), so a framework that builds its documents without ids can name them as the store did.
     ``[]`` when not recording."""
     record = s._recorded()
-    return list(record.inner) if record is not None else []
+    return record.handed_up() if record is not None else []
 
 
 def framework_output(s: Stage, text: Any) -> None:
@@ -291,15 +291,14 @@ class Stage:
             if not sc.is_valid_reason(reason):
                 record.findings.append(f"invalid reason code {reason!r} replaced by custom:invalid")
                 reason = sc.REASON_CUSTOM_PREFIX + "invalid"
-            adapted: Candidate | None
+            said = None if detail is None else str(detail)
             if isinstance(candidate, str):
                 # an id, or a string candidate itself (identified by its content): resolved at write
-                ident, adapted = candidate, None
                 record.string_ids.add(candidate)
+                record.explicit[candidate] = record.said(reason, said)
             else:
                 adapted = adapt(candidate)
-                ident = adapted.id
-            record.explicit[ident] = Explicit(reason, None if detail is None else str(detail), adapted)
+                record.explicit[adapted.id] = Explicit(reason, said, adapted)
         except Exception as exc:
             self.record_error("exclude", exc)
 

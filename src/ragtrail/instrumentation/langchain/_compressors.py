@@ -143,7 +143,7 @@ class AnyCompressor(CompressorCall):
         s.outputs(outputs)
         if self.top_n is None:
             return {}
-        return {c.id: Why(sc.REASON_BELOW_RANK_CUTOFF, f"top_k={self.top_n}") for c in _dropped(inputs, outputs)}
+        return _one_reason(_dropped(inputs, outputs), Why(sc.REASON_BELOW_RANK_CUTOFF, f"top_k={self.top_n}"))
 
 
 class CrossEncoderRerank(CompressorCall):
@@ -213,7 +213,7 @@ class EmbeddingsFilterCall(CompressorCall):
             why = Why(sc.REASON_BELOW_SCORE_THRESHOLD, f"similarity <= threshold={threshold:g}")
         else:
             why = Why(sc.REASON_BELOW_RANK_CUTOFF, f"top_k={k}")
-        return {c.id: why for c in _dropped(inputs, outputs)}
+        return _one_reason(_dropped(inputs, outputs), why)
 
 
 class LLMFilter(CompressorCall):
@@ -221,7 +221,7 @@ class LLMFilter(CompressorCall):
 
     def finish(self, s: Stage, result: list[Any], outputs: list[Candidate], inputs: list[Candidate]) -> Dropped:
         s.outputs(outputs)
-        return {c.id: Why(REASON_LLM_IRRELEVANT, "the LLM judged it not relevant to the query") for c in _dropped(inputs, outputs)}
+        return _one_reason(_dropped(inputs, outputs), Why(REASON_LLM_IRRELEVANT, "the LLM judged it not relevant to the query"))
 
 
 class LLMExtract(CompressorCall):
@@ -247,7 +247,7 @@ class LLMExtract(CompressorCall):
                 candidate.derived_from = source.receipt.sha256
             remember_identity(candidate)  # the outer stage meets the extract without an id
         s.outputs(outputs)
-        return {c.id: Why(REASON_NOTHING_EXTRACTED, "the LLM found nothing relevant to extract") for c in _dropped(inputs, outputs)}
+        return _one_reason(_dropped(inputs, outputs), Why(REASON_NOTHING_EXTRACTED, "the LLM found nothing relevant to extract"))
 
 
 class ListwiseRerank(CompressorCall):
@@ -285,11 +285,9 @@ class ListwiseRerank(CompressorCall):
                 )
             return explicit
         if len(outputs) < min(top_n, len(inputs)):
-            return {c.id: Why(REASON_NOT_RANKED, "left out of the LLM's ranking") for c in dropped}
-        return {
-            c.id: Why(sc.REASON_UNEXPLAINED, f"the LLM's whole ranking was not observed: ranked past top_k={top_n} or not ranked at all")
-            for c in dropped
-        }
+            return _one_reason(dropped, Why(REASON_NOT_RANKED, "left out of the LLM's ranking"))
+        why = Why(sc.REASON_UNEXPLAINED, f"the LLM's whole ranking was not observed: ranked past top_k={top_n} or not ranked at all")
+        return _one_reason(dropped, why)
 
 
 class Reorder(CompressorCall):
@@ -307,7 +305,7 @@ class RedundantFilter(CompressorCall):
     def finish(self, s: Stage, result: list[Any], outputs: list[Candidate], inputs: list[Candidate]) -> Dropped:
         s.outputs(outputs)
         threshold = self.instance.similarity_threshold
-        return {c.id: Why(sc.REASON_DEDUPLICATED, f"embedding similarity > {threshold:g} with a kept document") for c in _dropped(inputs, outputs)}
+        return _one_reason(_dropped(inputs, outputs), Why(sc.REASON_DEDUPLICATED, f"embedding similarity > {threshold:g} with a kept document"))
 
 
 class ClusteringFilter(CompressorCall):
@@ -315,7 +313,7 @@ class ClusteringFilter(CompressorCall):
 
     def finish(self, s: Stage, result: list[Any], outputs: list[Candidate], inputs: list[Candidate]) -> Dropped:
         s.outputs(outputs)
-        return {c.id: Why(REASON_NOT_REPRESENTATIVE, "not among the documents closest to a cluster centre") for c in _dropped(inputs, outputs)}
+        return _one_reason(_dropped(inputs, outputs), Why(REASON_NOT_REPRESENTATIVE, "not among the documents closest to a cluster centre"))
 
 
 # most specific first; a compressor of none of them is AnyCompressor, a transformer of none is no stage
@@ -457,6 +455,11 @@ class _Recording:
 
 
 # --- finishing --------------------------------------------------------------------------------------
+def _one_reason(dropped: list[Candidate], why: Why) -> Dropped:
+    """Every dropped input with one reason (one ``Why`` shared, not one per dropped document)."""
+    return dict.fromkeys([c.id for c in dropped], why)
+
+
 def _carry_identity(inputs: list[Candidate], outputs: list[Candidate]) -> None:
     """An output Document rebuilt without its id takes the id of an input with the same content
     that no other output claimed (in input order), so two inputs with equal content stay two."""
