@@ -25,14 +25,6 @@ _KEYS = f"""TraceId, toInt64(toUnixTimestamp64Nano(minIf(Timestamp, {_STAGE}))) 
 """What pairs a trace: when its first stage started, and hop 0's query receipt."""
 
 
-def keys_query(spans: str, scope: str | None = None) -> str:
-    """One row per ragtrail trace of ``spans`` (see :mod:`.spans`): its start and question (as
-    :func:`records_query` has them), weighed by :func:`.sql.trace_weights_sql` (``scope``: see :mod:`.sql`)."""
-    keys = f"SELECT {_KEYS} FROM {spans} GROUP BY TraceId HAVING countIf(IsStage) > 0"
-    weights = sql.trace_weights_sql(spans, scope)
-    return f"SELECT k.*, w.weight, w.basis, w.tail_stamped FROM ({keys}) AS k INNER JOIN ({weights}) AS w ON k.TraceId = w.TraceId"
-
-
 def records_query(spans: str, where: str = "") -> str:
     """One row per ragtrail trace of ``spans`` (``where``: a condition on its spans' ``TraceId``): what
     :class:`TraceRecord` holds for ``compare``, each stage a tuple (:func:`stage_record` reads it)."""

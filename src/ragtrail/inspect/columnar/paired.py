@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from ragtrail.inspect.compare import Rates, SideCounts, pair, side_rates, survival_entry
 from ragtrail.inspect.weight import WeightTally
 
-from . import pairing
+from . import pairing, per_trace
 from .compare import bare, stage_record
 from .engine import COMPACT, SqlRunner
 from .spans import select_sql
@@ -131,7 +131,11 @@ def servers_compared(runner: PairingRunner, windows: tuple[str, str], orders: tu
     with contextlib.ExitStack() as stack:
         kept = []
         for window, order in zip(windows, orders, strict=True):
-            with runner.temporary_table(select_sql(window)) as slim, runner.temporary_table(pairing.winners_query(slim, order), None, COMPACT) as w:
-                kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(slim, w), None, COMPACT)))
+            with (
+                runner.temporary_table(select_sql(window)) as slim,
+                runner.temporary_table(per_trace.select_sql(slim), None, COMPACT) as records,
+                runner.temporary_table(pairing.winners_query(records, order), None, COMPACT) as w,
+            ):
+                kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(records, w), None, COMPACT)))
         with compared(runner, kept[0], kept[1], names) as paired:
             yield paired

@@ -25,72 +25,44 @@ from __future__ import annotations
 
 from ragtrail.contract import semconv as sc
 
-from .compare import keys_query, records_query
+from .per_trace import shares
 
 _MODEL = f"['{sc.KIND_GENERATE}', '{sc.KIND_CITE}']"
-_NOT_HANDED_ON = f"['{sc.KIND_GENERATE}', '{sc.KIND_CITE}', '{sc.KIND_QUERY_TRANSFORM}']"
-_CONTEXT = f"('{sc.KIND_RERANK}', '{sc.KIND_FILTER}', '{sc.KIND_BUDGET}', '{sc.KIND_GENERATE}')"
-_BAD_RUN = f"('{sc.RUN_DEGRADED}', '{sc.RUN_FAILED}')"
-_BAD_STAGE = f"('{sc.STATUS_DEGRADED}', '{sc.STATUS_FAILED}')"
-
 
 _KEPT = (
     "q, n, requests, bases, stamped, pos, weight, trace_id, answer, refused, run_status, degraded, fallback, cited, in_context,"
-    " keys, states, ids, handed_labels, handed_ids, raw_stages"
+    " keys, states, ids, handed_labels, handed_ids, raw_stages, self_shares, sig"
 )
-"""The columns of :func:`kept_query` (the rest are steps on the way)."""
+"""The columns of :func:`kept_query`."""
 
 
-def _ids(json_list: str) -> str:
-    """A JSON id list (a string column) as ``Array(String)``; not a list: empty."""
-    return f"JSONExtract({json_list}, 'Array(String)')"
-
-
-def winners_query(spans: str, order: str | None = None, scope: str | None = None) -> str:
-    """One row per question of one side (``q``; ``''``: the traces without a query receipt): what its
-    traces add to the side's counts, where it is first read (``pos``; ``order``: a subquery of
-    ``TraceId, OrderKey``, the side's reading order), and the trace kept (``winner``, its ``weight``)."""
+def winners_query(records: str, order: str | None = None) -> str:
+    """One row per question of one side (``q``; ``''``: the traces without a query receipt) from its
+    per-trace records (``records``: a table of :func:`.per_trace.select_sql`): what its traces add to the
+    side's counts, where it is first read (``pos``; ``order``: a subquery of ``TraceId, OrderKey``, the
+    side's reading order), and the trace kept (``winner``, its ``weight``)."""
     place = "tuple(0)" if order is None else "o.OrderKey"
     joined = "" if order is None else f"LEFT JOIN ({order}) AS o ON k.TraceId = o.TraceId"
+    keys = "TraceId, start_ns, q, weight, basis, tail_stamped"
     return f"""
 SELECT q, n, requests, bases, stamped, pos, kept.1 AS winner, kept.2 AS weight
 FROM (
-    SELECT if(has_query, query_sha256, '') AS q, count() AS n, sum(weight) AS requests, sumMap([basis], [toUInt64(1)]) AS bases,
+    SELECT q, count() AS n, sum(weight) AS requests, sumMap([basis], [toUInt64(1)]) AS bases,
         countIf(tail_stamped) AS stamped, min(ord) AS pos, argMin((TraceId, weight), (-start_ns, ord)) AS kept
-    FROM (SELECT k.*, tuple({place}, k.TraceId) AS ord FROM ({keys_query(spans, scope)}) AS k {joined})
+    FROM (SELECT k.*, tuple({place}, k.TraceId) AS ord FROM (SELECT {keys} FROM {records}) AS k {joined})
     GROUP BY q
 )
 """
 
 
-def kept_query(spans: str, winners: str) -> str:
-    """:func:`winners_query`'s rows (``winners``: a table of them) with what pairing reads of each kept
-    trace: its stages' keys, states and handed-on ids; cited; in context; survival; the stages themselves."""
-    generate = f"'{sc.KIND_GENERATE}'"
+def kept_query(records: str, winners: str) -> str:
+    """:func:`winners_query`'s rows (``winners``: a table of them) with each kept trace's record."""
     return f"""
-SELECT {_KEPT} FROM (
 SELECT w.q AS q, w.n AS n, w.requests AS requests, w.bases AS bases, w.stamped AS stamped, w.pos AS pos, w.weight AS weight,
-    r.TraceId AS trace_id, answer, refused, run_status, stages AS raw_stages,
-    arrayMap(s -> {_ids("s.11")}, stages) AS ids,
-    arrayMap(s -> s.3, stages) AS kinds,
-    arrayMap(s -> concat(s.3, ' ', s.4), stages) AS labels,
-    arrayMap((s, n) -> (s.3, s.4, n), stages, arrayEnumerateUniq(kinds, arrayMap(s -> s.4, stages))) AS keys,
-    arrayMap(s -> (s.5, s.6, s.7), stages) AS states,
-    arrayMap(s -> arraySum(arrayMap(g -> JSONLength(g), s.12)), stages) AS excluded_n,
-    arrayFilter(i -> kinds[i] IN {_CONTEXT} AND (kinds[i] != {generate} OR ifNull(stages[i].8, length(ids[i]) + excluded_n[i]) != 0
-        OR length(ids[i]) > 0 OR excluded_n[i] > 0), arrayEnumerate(kinds)) AS defining,
-    if(length(defining) > 0,
-       arrayDistinct(arrayConcat(ids[defining[-1]], arrayFlatten(arrayMap(i -> if(kinds[i] = {generate}, ids[i], []), arrayPopBack(defining))))),
-       {_ids("pipeline_ids")}) AS in_context,
-    arrayDistinct(arrayConcat({_ids("pipeline_cited")}, arrayFlatten(arrayMap(s -> {_ids("s.14")}, stages)),
-        arrayFlatten(arrayFilter((i, k) -> k = '{sc.KIND_CITE}', ids, kinds)))) AS cited,
-    run_status IN {_BAD_RUN} OR arrayExists(s -> s.5 IN {_BAD_STAGE}, stages) AS degraded,
-    arrayExists(s -> s.7 != '', stages) AS fallback,
-    arrayDistinct(arrayFilter((l, k) -> NOT has({_NOT_HANDED_ON}, k), labels, kinds)) AS handed_labels,
-    arrayMap(l -> arrayDistinct(arrayFlatten(arrayFilter((i, m) -> m = l, ids, labels))), handed_labels) AS handed_ids
-FROM ({records_query(spans, f"TraceId IN (SELECT winner FROM {winners})")}) AS r
+    r.TraceId AS trace_id, answer, refused, run_status, degraded, fallback, cited, in_context,
+    keys, states, ids, handed_labels, handed_ids, raw_stages, self_shares, sig
+FROM {records} AS r
 INNER JOIN {winners} AS w ON r.TraceId = w.winner
-)
 """
 
 
@@ -98,14 +70,6 @@ def _first_difference(x: str, y: str) -> str:
     """The first stage of ``x`` whose evidence differs from ``y``'s (missing there, or other ids handed on), 0 if none."""
     j = f"indexOf({y}.keys, {x}.keys[i])"
     return f"arrayFirstIndex(i -> NOT has({_MODEL}, {x}.keys[i].1) AND ({j} = 0 OR {x}.ids[i] != {y}.ids[{j}]), arrayEnumerate({x}.keys))"
-
-
-def _shares(x: str, y: str) -> str:
-    """Per stage label of ``x``: how many of ``y``'s cited and in-context ids it handed on."""
-    return (
-        f"arrayMap((l, i) -> (l, arrayCount(d -> has({y}.cited, d), i), arrayCount(d -> has({y}.in_context, d), i)),"
-        f" {x}.handed_labels, {x}.handed_ids)"
-    )
 
 
 def pairs_query(kept_a: str, kept_b: str) -> str:
@@ -122,15 +86,16 @@ FROM (
     SELECT if(a.present, a.q, b.q) AS q, a.present AS in_a, b.present AS in_b, in_a AND in_b AS paired, a.pos AS pos_a, b.pos AS pos_b,
         a.trace_id AS trace_a, b.trace_id AS trace_b, a.answer AS answer_a, b.answer AS answer_b, a.refused AS refused_a, b.refused AS refused_b,
         a.run_status AS run_status_a, b.run_status AS run_status_b, a.cited AS cited_a, b.cited AS cited_b,
-        {_first_difference("a", "b")} AS first_a, {_first_difference("b", "a")} AS first_b,
+        a.sig = b.sig AS same,
+        if(same, 0, {_first_difference("a", "b")}) AS first_a, if(same, 0, {_first_difference("b", "a")}) AS first_b,
         multiIf(first_a > 0, {label.format(k="a", i="first_a")}, first_b > 0, {label.format(k="b", i="first_b")}, NULL) AS first_difference,
         multiIf(first_a > 0 OR first_b > 0, 'different evidence', {answered} AND a.answer != b.answer, 'same evidence, different answer',
             {answered}, 'same evidence, same answer', 'same evidence') AS verdict,
-        paired AND ({differs} OR arrayExists(k -> NOT has(a.keys, k), b.keys)) AS differs,
+        paired AND NOT same AND ({differs} OR arrayExists(k -> NOT has(a.keys, k), b.keys)) AS differs,
         b.refused = 'true' AND a.refused != 'true' AS newly_refused,
         verdict IN ('different evidence', 'same evidence, different answer') AS changed,
         a.raw_stages AS stages_a, b.raw_stages AS stages_b,
-        {_shares("a", "b")} AS shares_a, {_shares("b", "a")} AS shares_b,
+        if(same, a.self_shares, {shares("a", "b")}) AS shares_a, if(same, b.self_shares, {shares("b", "a")}) AS shares_b,
         (length(b.cited), length(b.in_context)) AS base_a, (length(a.cited), length(a.in_context)) AS base_b
     FROM (SELECT *, 1 AS present FROM {kept_a} WHERE q != '') AS a
     FULL OUTER JOIN (SELECT *, 1 AS present FROM {kept_b} WHERE q != '') AS b ON a.q = b.q

@@ -21,6 +21,7 @@ from .engine import ChdbEngine, SqlRunner
 from .ingest import catch_up, trace_files
 from .paired import Paired, compared
 from .schema import INGEST_TABLE, LINES_TABLE, SCOPE_TABLE, TABLE
+from .per_trace import TABLE as RECORDS_TABLE
 from .spans import SPANS_TABLE, names
 
 ENV_MIN_BYTES = "RAGTRAIL_COLUMNAR_MIN_BYTES"
@@ -84,6 +85,7 @@ def open_store(store: Path) -> ChdbEngine:
         engine.run_sql(f"DROP TABLE IF EXISTS {SCOPE_TABLE}")
         engine.run_sql(f"DROP VIEW IF EXISTS {SPANS_TABLE}_mv")
         engine.run_sql(f"DROP TABLE IF EXISTS {SPANS_TABLE}")
+        engine.run_sql(f"DROP TABLE IF EXISTS {RECORDS_TABLE}")
     catch_up(engine, store)
     return engine
 
@@ -147,8 +149,8 @@ def stores_compared(a: Path, b: Path, names: tuple[str, str]) -> Iterator[Paired
             engine = open_store(store)
             try:
                 order, params = reading_order(store)
-                with engine.temporary_table(winners_query(SPANS_TABLE, order, SCOPE_TABLE), params) as winners:
-                    engine.run_sql(f"INSERT INTO FUNCTION {target} {kept_query(SPANS_TABLE, winners)}")
+                with engine.temporary_table(winners_query(RECORDS_TABLE, order), params) as winners:
+                    engine.run_sql(f"INSERT INTO FUNCTION {target} {kept_query(RECORDS_TABLE, winners)}")
             finally:
                 engine.close()
             kept.append(target)
