@@ -201,7 +201,7 @@ def test_a_trace_split_over_two_lines_folds_into_one_compare_record(tmp_path: Pa
     env = {"RAGTRAIL_COLUMNAR_DIR": str(tmp_path / "cache")}
     outputs = [ragtrail("compare", str(split), str(whole), "--json", "--engine", e, env=env) for e in ("python", "columnar")]
     assert outputs[0].returncode == 0 and json.loads(outputs[0].stdout)["paired"] == 6
-    assert outputs[1].stdout == outputs[0].stdout
+    assert outputs[1].stdout == outputs[0].stdout, outputs[1].stderr
 
 
 def test_an_engine_directory_from_before_the_compare_records_builds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

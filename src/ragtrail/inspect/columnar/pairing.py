@@ -29,18 +29,16 @@ from .per_trace import shares
 
 _MODEL = f"['{sc.KIND_GENERATE}', '{sc.KIND_CITE}']"
 
-_KEPT = (
-    "q, n, requests, bases, stamped, pos, weight, trace_id, answer, refused, run_status, degraded, fallback, cited, in_context,"
-    " keys, states, ids, handed_labels, handed_ids, raw_stages, self_shares, sig"
-)
-"""The columns of :func:`kept_query`."""
+HEAVY = "TraceId, keys, states, ids, cited, in_context, handed_labels, handed_ids, raw_stages"
+"""What pairing reads of a trace only where the two sides' signatures differ (:func:`heavy_query`)."""
 
 
 def winners_query(records: str, order: str | None = None) -> str:
     """One row per question of one side (``q``; ``''``: the traces without a query receipt) from its
     per-trace records (``records``: a table of :func:`.per_trace.select_sql`): what its traces add to the
     side's counts, where it is first read (``pos``; ``order``: a subquery of ``TraceId, OrderKey``, the
-    side's reading order), and the trace kept (``winner``, its ``weight``)."""
+    side's reading order), and the trace kept (``winner``, its ``weight``: the latest start; on a tie the
+    one read first)."""
     place = "tuple(0)" if order is None else "o.OrderKey"
     joined = "" if order is None else f"LEFT JOIN ({order}) AS o ON k.TraceId = o.TraceId"
     keys = "TraceId, start_ns, q, weight, basis, tail_stamped"
@@ -56,14 +54,21 @@ FROM (
 
 
 def kept_query(records: str, winners: str) -> str:
-    """:func:`winners_query`'s rows (``winners``: a table of them) with each kept trace's record."""
+    """:func:`winners_query`'s rows (``winners``: a table of them) with what pairing reads of every
+    kept trace: answer, refusal, status, cited, the size of its context, its own survival shares and
+    its signature (not its stages: :func:`heavy_query` reads those where signatures differ). Two
+    statements, not one: an aggregate carrying the whole record (``argMin`` of a tuple of arrays) costs more than the join."""
     return f"""
 SELECT w.q AS q, w.n AS n, w.requests AS requests, w.bases AS bases, w.stamped AS stamped, w.pos AS pos, w.weight AS weight,
-    r.TraceId AS trace_id, answer, refused, run_status, degraded, fallback, cited, in_context,
-    keys, states, ids, handed_labels, handed_ids, raw_stages, self_shares, sig
+    r.TraceId AS trace_id, answer, refused, run_status, degraded, fallback, cited, length(in_context) AS n_in_context, self_shares, sig
 FROM {records} AS r
 INNER JOIN {winners} AS w ON r.TraceId = w.winner
 """
+
+
+def heavy_query(records: str, traces: str) -> str:
+    """The :data:`HEAVY` columns of the records of the traces ``traces`` (a subquery of trace ids)."""
+    return f"SELECT {HEAVY} FROM {records} WHERE TraceId IN ({traces})"
 
 
 def _first_difference(x: str, y: str) -> str:
@@ -72,33 +77,58 @@ def _first_difference(x: str, y: str) -> str:
     return f"arrayFirstIndex(i -> NOT has({_MODEL}, {x}.keys[i].1) AND ({j} = 0 OR {x}.ids[i] != {y}.ids[{j}]), arrayEnumerate({x}.keys))"
 
 
-def pairs_query(kept_a: str, kept_b: str) -> str:
-    """One row per question on either side (``kept_a``/``kept_b``: tables of :func:`kept_query`)."""
+def joined_query(kept_a: str, kept_b: str) -> str:
+    """One row per question on either side (``kept_a``/``kept_b``: tables of :func:`kept_query`), joined
+    on the question: ``same`` when both sides' kept traces have one signature (no stage differs)."""
+    return f"""
+SELECT if(a.present, a.q, b.q) AS q, a.present AS in_a, b.present AS in_b, in_a AND in_b AS paired, a.pos AS pos_a, b.pos AS pos_b,
+    a.trace_id AS trace_a, b.trace_id AS trace_b, a.answer AS answer_a, b.answer AS answer_b, a.refused AS refused_a, b.refused AS refused_b,
+    a.run_status AS run_status_a, b.run_status AS run_status_b, a.cited AS cited_a, b.cited AS cited_b,
+    paired AND a.sig = b.sig AS same, a.self_shares AS self_shares_a, b.self_shares AS self_shares_b,
+    (length(b.cited), b.n_in_context) AS base_a, (length(a.cited), a.n_in_context) AS base_b
+FROM (SELECT *, 1 AS present FROM {kept_a} WHERE q != '') AS a
+FULL OUTER JOIN (SELECT *, 1 AS present FROM {kept_b} WHERE q != '') AS b ON a.q = b.q
+"""
+
+
+def differing_query(joined: str, side: str) -> str:
+    """Side ``'a'`` or ``'b'``'s kept traces of the paired questions whose signatures differ."""
+    return f"SELECT trace_{side} FROM {joined} WHERE paired AND NOT same"
+
+
+def pairs_query(joined: str, heavy_a: str, heavy_b: str) -> str:
+    """:func:`joined_query`'s rows (``joined``: a table of them) with, for each paired question, the
+    verdict and the first stage whose evidence differs, whether any stage differs (only those rows carry
+    their stages), and each side's survival shares of the other's evidence; the stages are compared only
+    where the signatures differ (``heavy_a``/``heavy_b``: tables or subqueries of :func:`heavy_query`
+    holding at least those traces), elsewhere no stage differs and each side's shares are its own."""
     j = "indexOf(b.keys, a.keys[i])"
     differs = f"arrayExists(i -> {j} = 0 OR a.states[i] != b.states[{j}] OR a.ids[i] != b.ids[{j}], arrayEnumerate(a.keys))"
-    answered = "a.answer != '' AND b.answer != ''"
+    answered = "answer_a != '' AND answer_b != ''"
     label = "concat({k}.keys[{i}].1, ' ', {k}.keys[{i}].2)"
+    compared = f"""
+SELECT p.q AS q, {_first_difference("a", "b")} AS first_a, {_first_difference("b", "a")} AS first_b,
+    multiIf(first_a > 0, {label.format(k="a", i="first_a")}, first_b > 0, {label.format(k="b", i="first_b")}, NULL) AS first_difference,
+    {differs} OR arrayExists(k -> NOT has(a.keys, k), b.keys) AS differs,
+    a.raw_stages AS stages_a, b.raw_stages AS stages_b, {shares("a", "b")} AS shares_a, {shares("b", "a")} AS shares_b, 1 AS present
+FROM (SELECT q, trace_a, trace_b FROM {joined} WHERE paired AND NOT same) AS p
+INNER JOIN ({heavy_a}) AS a ON a.TraceId = p.trace_a
+INNER JOIN ({heavy_b}) AS b ON b.TraceId = p.trace_b
+"""
     return f"""
 SELECT q, in_a, in_b, paired, pos_a, pos_b, trace_a, trace_b, answer_a, answer_b, refused_a, refused_b, run_status_a, run_status_b, cited_a, cited_b,
-    verdict, first_difference, differs, newly_refused, changed,
-    if(differs, stages_a, []) AS stages_a, if(differs, stages_b, []) AS stages_b, shares_a, shares_b, base_a, base_b
+    verdict, first_difference, differs, newly_refused, changed, stages_a, stages_b, shares_a, shares_b, base_a, base_b
 FROM (
-    SELECT if(a.present, a.q, b.q) AS q, a.present AS in_a, b.present AS in_b, in_a AND in_b AS paired, a.pos AS pos_a, b.pos AS pos_b,
-        a.trace_id AS trace_a, b.trace_id AS trace_b, a.answer AS answer_a, b.answer AS answer_b, a.refused AS refused_a, b.refused AS refused_b,
-        a.run_status AS run_status_a, b.run_status AS run_status_b, a.cited AS cited_a, b.cited AS cited_b,
-        a.sig = b.sig AS same,
-        if(same, 0, {_first_difference("a", "b")}) AS first_a, if(same, 0, {_first_difference("b", "a")}) AS first_b,
-        multiIf(first_a > 0, {label.format(k="a", i="first_a")}, first_b > 0, {label.format(k="b", i="first_b")}, NULL) AS first_difference,
-        multiIf(first_a > 0 OR first_b > 0, 'different evidence', {answered} AND a.answer != b.answer, 'same evidence, different answer',
+    SELECT j.q AS q, in_a, in_b, paired, pos_a, pos_b, trace_a, trace_b, answer_a, answer_b, refused_a, refused_b, run_status_a, run_status_b,
+        cited_a, cited_b, base_a, base_b, c.first_difference AS first_difference, paired AND c.present = 1 AND c.differs AS differs,
+        multiIf(first_difference IS NOT NULL, 'different evidence', {answered} AND answer_a != answer_b, 'same evidence, different answer',
             {answered}, 'same evidence, same answer', 'same evidence') AS verdict,
-        paired AND NOT same AND ({differs} OR arrayExists(k -> NOT has(a.keys, k), b.keys)) AS differs,
-        b.refused = 'true' AND a.refused != 'true' AS newly_refused,
+        refused_b = 'true' AND refused_a != 'true' AS newly_refused,
         verdict IN ('different evidence', 'same evidence, different answer') AS changed,
-        a.raw_stages AS stages_a, b.raw_stages AS stages_b,
-        if(same, a.self_shares, {shares("a", "b")}) AS shares_a, if(same, b.self_shares, {shares("b", "a")}) AS shares_b,
-        (length(b.cited), length(b.in_context)) AS base_a, (length(a.cited), length(a.in_context)) AS base_b
-    FROM (SELECT *, 1 AS present FROM {kept_a} WHERE q != '') AS a
-    FULL OUTER JOIN (SELECT *, 1 AS present FROM {kept_b} WHERE q != '') AS b ON a.q = b.q
+        if(differs, c.stages_a, []) AS stages_a, if(differs, c.stages_b, []) AS stages_b,
+        if(c.present = 1, c.shares_a, self_shares_a) AS shares_a, if(c.present = 1, c.shares_b, self_shares_b) AS shares_b
+    FROM {joined} AS j
+    LEFT JOIN ({compared}) AS c ON j.q = c.q
 )
 """
 

@@ -136,16 +136,28 @@ def reading_order(store: Path) -> tuple[str, dict[str, Any]]:
     return query.replace("ranks[", "{ranks:Map(String, UInt32)}["), {"ranks": ranks}
 
 
+def _native(tmp: str, name: str, structure: str = "") -> str:
+    """A Native file (lz4) of the scratch directory ``tmp`` as a ClickHouse table function (``structure``:
+    its columns, given where the file may hold no rows, which leaves it without a header)."""
+    return "file(" + _literal(str(Path(tmp) / f"{name}.native.lz4")) + ", 'Native'" + (f", {_literal(structure)}" if structure else "") + ")"
+
+
+def _structure(engine: SqlRunner, select: str) -> str:
+    """The ``name Type, ...`` of the columns ``select`` returns."""
+    return ", ".join(f"`{r[0]}` {r[1]}" for r in engine.run_sql(f"DESCRIBE ({select})"))
+
+
 @contextlib.contextmanager
 def stores_compared(a: Path, b: Path, names: tuple[str, str]) -> Iterator[Paired]:
-    """``compare`` of two local stores in SQL (:mod:`.paired`): each side's questions computed in its
-    own engine (chdb admits one directory at a time) into a Native file (lz4), paired by a scratch engine."""
-    from .pairing import kept_query, winners_query
+    """``compare`` of two local stores in SQL (:mod:`.paired`), a Native file (lz4) between engines
+    (chdb admits one directory at a time): each side's questions computed by its own engine from its
+    per-trace records, joined by a scratch engine; then each side's engine hands over the stages of
+    just the traces whose signatures differ, and the scratch engine pairs them."""
+    from .pairing import differing_query, heavy_query, joined_query, kept_query, winners_query
 
     with tempfile.TemporaryDirectory(prefix="ragtrail-compare-") as tmp:
-        kept = []
-        for n, store in enumerate((a, b)):
-            target = "file(" + _literal(str(Path(tmp) / f"kept-{n}.native.lz4")) + ", 'Native')"
+        kept = (_native(tmp, "kept-a"), _native(tmp, "kept-b"))
+        for store, target in zip((a, b), kept, strict=True):
             engine = open_store(store)
             try:
                 order, params = reading_order(store)
@@ -153,10 +165,27 @@ def stores_compared(a: Path, b: Path, names: tuple[str, str]) -> Iterator[Paired
                     engine.run_sql(f"INSERT INTO FUNCTION {target} {kept_query(RECORDS_TABLE, winners)}")
             finally:
                 engine.close()
-            kept.append(target)
-        engine = ChdbEngine(Path(tmp) / "pairing")
+        scratch, joined = Path(tmp) / "pairing", "joined"
+        engine = ChdbEngine(scratch)
         try:
-            with compared(engine, kept[0], kept[1], names) as paired:
+            engine.run_sql(f"CREATE TABLE {joined} ENGINE = MergeTree ORDER BY tuple() AS {joined_query(*kept)}")
+            for side in "ab":
+                engine.run_sql(f"INSERT INTO FUNCTION {_native(tmp, 'differing-' + side)} {differing_query(joined, side)}")
+        finally:
+            engine.close()
+        heavy = []
+        for store, side in zip((a, b), "ab", strict=True):
+            engine = ChdbEngine(engine_dir(store))
+            try:
+                traces = "SELECT * FROM " + _native(tmp, "differing-" + side, f"trace_{side} String")
+                structure = _structure(engine, heavy_query(RECORDS_TABLE, "SELECT ''"))
+                engine.run_sql(f"INSERT INTO FUNCTION {_native(tmp, 'heavy-' + side)} {heavy_query(RECORDS_TABLE, traces)}")
+                heavy.append("SELECT * FROM " + _native(tmp, "heavy-" + side, structure))
+            finally:
+                engine.close()
+        engine = ChdbEngine(scratch)
+        try:
+            with compared(engine, kept, joined, (heavy[0], heavy[1]), names) as paired:
                 yield paired
         finally:
             engine.close()
