@@ -1,9 +1,10 @@
 """``ragtrail compare``'s record of a trace in SQL, and the Python records made of its rows.
 
 :func:`records_query` does what costs (parsing every span and event, picking hop 0's query receipt,
-the run's attributes, each stage's ids and exclusions), one row per trace; :mod:`.pairing` pairs those
-rows in SQL. The few pairs a listing prints become :class:`ragtrail.inspect.records.TraceRecord` records
-(:func:`bare`, :func:`stage_record`) for the reference ``inspect.compare.pair`` to describe.
+the run's attributes, each stage's ids and exclusions), one row per trace; :mod:`.per_trace` keeps what
+pairing reads of it, and :mod:`.pairing` pairs those records in SQL. The few pairs a listing prints
+become :class:`ragtrail.inspect.records.TraceRecord` records (:func:`bare`, :func:`stage_record`) for
+the reference ``inspect.compare.pair`` to describe.
 """
 
 from __future__ import annotations

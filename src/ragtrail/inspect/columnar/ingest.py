@@ -4,7 +4,8 @@ Each store file is read from the byte offset ingested last (kept per file in ``r
 to its last complete line, so each line is ingested once and a store that grew since is caught up on
 the next read. The OTLP JSON is turned into rows by the engine itself (``LineAsString`` and the JSON
 functions): Python only slices bytes. Attribute values are stored as the Collector's ClickHouse
-exporter stores them (see :mod:`.schema`).
+exporter stores them (see :mod:`.schema`). After each file's new lines, the per-trace compare records
+(:mod:`.per_trace`) of the traces those lines touched are computed again.
 """
 
 from __future__ import annotations

@@ -3,21 +3,25 @@
 The reference is :mod:`ragtrail.inspect.compare` (Python, one record per question held); these
 statements compute the same answer without a record per trace in Python:
 
-* :func:`winners_query`, :func:`kept_query`: per side, one row per question (hop 0's query receipt):
-  its latest trace (the latest start wins; on a tie the one read first, as ``SideCounts.counted``
-  keeps it), where the question first appears in the side's reading order, and what every trace read
-  adds to the side's counts (traces, requests, bases; traces without a query receipt in the row of
-  question ``''``). Two statements, so that only the kept traces' stages are gathered and no
-  aggregate carries them;
-* :func:`pairs_query`: the two sides' kept rows joined on the question: for each, the verdict and the
-  first stage whose evidence differs (``inspect.compare.pair``'s rule: stages keyed by kind, component
-  and occurrence, handed-on ids compared in order; generate and cite are the model's, not evidence),
-  whether any stage differs at all (only those rows carry their stages, for the reference ``pair`` to
-  describe), and each side's survival shares of the other's evidence;
+* :func:`winners_query`, :func:`kept_query`: per side, one row per question (hop 0's query receipt)
+  read from the side's per-trace records (:mod:`.per_trace`): its latest trace (the latest start wins;
+  on a tie the one read first, as ``SideCounts.counted`` keeps it), where the question first appears in
+  the side's reading order, what every trace read adds to the side's counts (traces, requests, bases;
+  traces without a query receipt in the row of question ``''``), and the kept trace's small columns
+  (answer, refusal, status, cited, its context's size, its own survival shares, its signature);
+* :func:`joined_query`: the two sides' kept rows joined on the question, ``same`` where the kept traces'
+  signatures are equal; :func:`differing_query` and :func:`heavy_query`: the stages of just the traces
+  whose signatures differ;
+* :func:`pairs_query`: for each question, the verdict and the first stage whose evidence differs
+  (``inspect.compare.pair``'s rule: stages keyed by kind, component and occurrence, handed-on ids
+  compared in order; generate and cite are the model's, not evidence), whether any stage differs at all
+  (only those rows carry their stages, for the reference ``pair`` to describe), and each side's
+  survival shares of the other's evidence; where the signatures are equal none differs and the shares
+  are the side's own, so the stage arrays are compared only where they differ;
 * the aggregates over them (:func:`side_query`, :func:`pair_counts_query`, :func:`verdicts_query`,
   :func:`survival_query`) and the listings (:func:`listing_query`), which :mod:`.paired` runs.
 
-Ids are the JSON id lists of the slim spans (:mod:`.spans`), read by ``JSONExtract(..., 'Array(String)')``:
+Ids are the JSON id lists of the slim spans (:mod:`.spans`), read (in :mod:`.per_trace`) by ``JSONExtract(..., 'Array(String)')``:
 strings as written, a JSON number as its text (as the Python records' ``str`` says ``1`` or ``2.5``).
 """
 

@@ -8,7 +8,7 @@ traces each new line touches (:func:`refresh`: a trace split over several lines 
 from all its spans, so it folds), and built whole for an engine directory filled before the table
 existed (:func:`ensure`). A ClickHouse server computes the same rows into a scratch table.
 
-``sig`` is a hash of everything pairing compares (keys, states, ids, cited, in context): two traces
+``sig`` is a 128-bit hash of everything pairing compares (keys, states, ids, cited, in context): two traces
 with one signature pair as "no stage differs", their survival shares their own (``self_shares``), so
 the stage arrays are compared only where signatures differ.
 """
@@ -22,7 +22,8 @@ from .compare import records_query
 from .engine import SqlRunner
 
 TABLE = "ragtrail_compare_v1"
-"""The kept records (a change of its columns is a new name: an older table is left and rebuilt under it)."""
+"""The kept records. A change of its columns takes a new name, so a directory holding the older table
+builds the new one from its spans (:func:`ensure`) rather than reading columns it lacks."""
 
 _NOT_HANDED_ON = f"['{sc.KIND_GENERATE}', '{sc.KIND_CITE}', '{sc.KIND_QUERY_TRANSFORM}']"
 _CONTEXT = f"('{sc.KIND_RERANK}', '{sc.KIND_FILTER}', '{sc.KIND_BUDGET}', '{sc.KIND_GENERATE}')"
