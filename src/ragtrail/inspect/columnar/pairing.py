@@ -37,21 +37,40 @@ HEAVY = "TraceId, keys, states, ids, cited, in_context, handed_labels, handed_id
 """What pairing reads of a trace only where the two sides' signatures differ (:func:`heavy_query`)."""
 
 
+ORDER_WIDTH = 32
+"""The width of an order key (:func:`order_key`)."""
+
+
+def order_key(*parts: tuple[str, int]) -> str:
+    """SQL for a sortable text of unsigned integer expressions (``(expression, hex digits)`` each), left
+    padded to :data:`ORDER_WIDTH`: compared as text it orders as the tuple of the integers would, and a
+    text is far cheaper than a tuple to ``min``/``argMin`` over (a tuple aggregates as a generic value)."""
+    text = ", ".join(f"leftPad(hex({e}), {w}, '0')" for e, w in parts)
+    return f"leftPad(concat({text}), {ORDER_WIDTH}, '0')"
+
+
+def signed_key(expression: str) -> str:
+    """An ``Int64`` expression as an unsigned one of the same order (the sign bit flipped), for :func:`order_key`."""
+    return f"bitXor(reinterpretAsUInt64({expression}), toUInt64(9223372036854775808))"
+
+
 def winners_query(records: str, order: str | None = None) -> str:
     """One row per question of one side (``q``; ``''``: the traces without a query receipt) from its
     per-trace records (``records``: a table of :func:`.per_trace.select_sql`): what its traces add to the
     side's counts, where it is first read (``pos``; ``order``: a subquery of ``TraceId, OrderKey``, the
-    side's reading order), and the trace kept (``winner``, its ``weight``: the latest start; on a tie the
-    one read first)."""
-    place = "tuple(0)" if order is None else "o.OrderKey"
+    side's reading order, ``OrderKey`` an :func:`order_key`; a trace it lacks is read first), and the
+    trace kept (``winner``, its ``weight``: the latest start; on a tie the one read first)."""
+    zero = f"repeat('0', {ORDER_WIDTH})"
+    place = zero if order is None else f"if(o.OrderKey = '', {zero}, o.OrderKey)"
+    latest = order_key((signed_key("-start_ns"), 16))
     joined = "" if order is None else f"LEFT JOIN ({order}) AS o ON k.TraceId = o.TraceId"
     keys = "TraceId, start_ns, q, weight, basis, tail_stamped"
     return f"""
 SELECT q, n, requests, bases, stamped, pos, kept.1 AS winner, kept.2 AS weight
 FROM (
     SELECT q, count() AS n, sum(weight) AS requests, sumMap([basis], [toUInt64(1)]) AS bases,
-        countIf(tail_stamped) AS stamped, min(ord) AS pos, argMin((TraceId, weight), (-start_ns, ord)) AS kept
-    FROM (SELECT k.*, tuple({place}, k.TraceId) AS ord FROM (SELECT {keys} FROM {records}) AS k {joined})
+        countIf(tail_stamped) AS stamped, min(ord) AS pos, argMin((TraceId, weight), concat({latest}, ord)) AS kept
+    FROM (SELECT k.*, concat({place}, k.TraceId) AS ord FROM (SELECT {keys} FROM {records}) AS k {joined})
     GROUP BY q
 )
 """

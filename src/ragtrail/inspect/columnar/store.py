@@ -132,7 +132,9 @@ def reading_order(store: Path) -> tuple[str, dict[str, Any]]:
     was first written."""
     files = sorted(trace_files(store), key=lambda p: (p.stat().st_mtime, str(p)))
     ranks = {str(p.relative_to(store)): n for n, p in enumerate(files)}
-    query = f"SELECT TraceId, min((ranks[File], Line, Pos)) AS OrderKey FROM {LINES_TABLE} GROUP BY TraceId"
+    from .pairing import order_key
+
+    query = f"SELECT TraceId, min({order_key(('ranks[File]', 8), ('Line', 16), ('Pos', 8))}) AS OrderKey FROM {LINES_TABLE} GROUP BY TraceId"
     return query.replace("ranks[", "{ranks:Map(String, UInt32)}["), {"ranks": ranks}
 
 
