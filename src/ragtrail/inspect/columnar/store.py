@@ -150,6 +150,14 @@ def _write(engine: SqlRunner, target: str, select: str) -> None:
     engine.run_sql(f"INSERT INTO FUNCTION {target} {select} SETTINGS output_format_compression_level = 1")
 
 
+def _parallel(engine: ChdbEngine) -> ChdbEngine:
+    """``engine`` with its ``INSERT ... SELECT``\ s (scratch tables, the files between engines) written by
+    as many threads as its queries run (one stream unless told)."""
+    threads = int(engine.run_sql("SELECT toUInt64(getSetting('max_threads'))")[0][0])
+    engine.run_sql(f"SET max_insert_threads = {threads}")
+    return engine
+
+
 def _structure(engine: SqlRunner, select: str) -> str:
     """The ``name Type, ...`` of the columns ``select`` returns."""
     return ", ".join(f"`{r[0]}` {r[1]}" for r in engine.run_sql(f"DESCRIBE ({select})"))
@@ -166,15 +174,15 @@ def stores_compared(a: Path, b: Path, names: tuple[str, str]) -> Iterator[Paired
     with tempfile.TemporaryDirectory(prefix="ragtrail-compare-") as tmp:
         kept = (_native(tmp, "kept-a"), _native(tmp, "kept-b"))
         for store, target in zip((a, b), kept, strict=True):
-            engine = open_store(store)
+            engine = _parallel(open_store(store))
             try:
                 order, params = reading_order(store)
-                with engine.temporary_table(winners_query(RECORDS_TABLE, order), params) as winners:
+                with engine.temporary_table(winners_query(RECORDS_TABLE, order), params, "ENGINE = Memory") as winners:
                     _write(engine, target, kept_query(RECORDS_TABLE, winners))
             finally:
                 engine.close()
         scratch, joined = Path(tmp) / "pairing", "joined"
-        engine = ChdbEngine(scratch)
+        engine = _parallel(ChdbEngine(scratch))
         try:
             engine.run_sql(f"CREATE TABLE {joined} ENGINE = MergeTree ORDER BY tuple() AS {joined_query(*kept)}")
             for side in "ab":
@@ -183,7 +191,7 @@ def stores_compared(a: Path, b: Path, names: tuple[str, str]) -> Iterator[Paired
             engine.close()
         heavy = []
         for store, side in zip((a, b), "ab", strict=True):
-            engine = ChdbEngine(engine_dir(store))
+            engine = _parallel(ChdbEngine(engine_dir(store)))
             try:
                 traces = "SELECT * FROM " + _native(tmp, "differing-" + side, f"trace_{side} String")
                 structure = _structure(engine, heavy_query(RECORDS_TABLE, "SELECT ''"))
@@ -191,7 +199,7 @@ def stores_compared(a: Path, b: Path, names: tuple[str, str]) -> Iterator[Paired
                 heavy.append("SELECT * FROM " + _native(tmp, "heavy-" + side, structure))
             finally:
                 engine.close()
-        engine = ChdbEngine(scratch)
+        engine = _parallel(ChdbEngine(scratch))
         try:
             with compared(engine, kept, joined, (heavy[0], heavy[1]), names) as paired:
                 yield paired
