@@ -151,7 +151,7 @@ def _write(engine: SqlRunner, target: str, select: str) -> None:
 
 
 def _parallel(engine: ChdbEngine) -> ChdbEngine:
-    """``engine`` with its ``INSERT ... SELECT``\ s (scratch tables, the files between engines) written by
+    """``engine`` with each ``INSERT ... SELECT`` (scratch tables, the files between engines) written by
     as many threads as its queries run (one stream unless told)."""
     threads = int(engine.run_sql("SELECT toUInt64(getSetting('max_threads'))")[0][0])
     engine.run_sql(f"SET max_insert_threads = {threads}")
