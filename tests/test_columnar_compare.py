@@ -143,3 +143,89 @@ def test_a_second_process_on_one_store_says_so_and_exits_10(tmp_path: Path) -> N
     assert holder.returncode == 0
     after = ragtrail("stats", "--source", str(store), "--engine", "columnar", env=env)
     assert after.returncode == 0, after.stderr
+
+
+def _records(engine_dir: Path) -> list[tuple[Any, ...]]:
+    from ragtrail.inspect.columnar import per_trace
+    from ragtrail.inspect.columnar.engine import ChdbEngine
+
+    engine = ChdbEngine(engine_dir)
+    try:
+        return engine.run_sql(f"SELECT {per_trace.COLUMNS} FROM {per_trace.TABLE} ORDER BY TraceId")
+    finally:
+        engine.close()
+
+
+def _halves(line: bytes) -> tuple[bytes, bytes]:
+    """One trace's line (one span a part, :func:`_lines`) as two lines: its first spans, then the rest."""
+    parts = json.loads(line)["resourceSpans"]
+    cut = len(parts) // 2
+    assert 0 < cut < len(parts)
+    return tuple(json.dumps({"resourceSpans": p}, separators=(",", ":")).encode() + b"\n" for p in (parts[:cut], parts[cut:]))  # type: ignore[return-value]
+
+
+def test_a_trace_split_over_two_lines_folds_into_one_compare_record(tmp_path: Path) -> None:
+    """The ingest keeps one record per trace (inspect.columnar.per_trace): a trace whose spans arrive in
+    two lines, the second read by a later catch-up, ends with the record of the trace read whole."""
+    from ragtrail.inspect.columnar.engine import ChdbEngine
+    from ragtrail.inspect.columnar.ingest import catch_up
+
+    raw = tmp_path / "raw"
+    experiment(raw, new_reranker=True, questions=6)
+    lines = _lines(raw)
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    whole.mkdir()
+    split.mkdir()
+    (whole / "traces-0001.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    halves = [_halves(line) for line in lines]
+    path = split / "traces-0001.jsonl"
+    path.write_bytes(b"".join(h[0] for h in halves))
+    for store in (whole, split):
+        engine = ChdbEngine(tmp_path / f"engine-{store.name}")
+        try:
+            assert catch_up(engine, store).lines == len(lines)
+        finally:
+            engine.close()
+    first_halves = _records(tmp_path / "engine-split")
+    with path.open("ab") as fh:
+        fh.write(b"".join(h[1] for h in halves))
+    engine = ChdbEngine(tmp_path / "engine-split")
+    try:
+        assert catch_up(engine, split).lines == len(lines)
+    finally:
+        engine.close()
+    expected = _records(tmp_path / "engine-whole")
+    assert len(expected) == len(lines) == len({r[0] for r in expected})
+    assert first_halves != expected  # the first lines alone make other records: the second line changed them
+    assert _records(tmp_path / "engine-split") == expected
+    env = {"RAGTRAIL_COLUMNAR_DIR": str(tmp_path / "cache")}
+    outputs = [ragtrail("compare", str(split), str(whole), "--json", "--engine", e, env=env) for e in ("python", "columnar")]
+    assert outputs[0].returncode == 0 and json.loads(outputs[0].stdout)["paired"] == 6
+    assert outputs[1].stdout == outputs[0].stdout, outputs[1].stderr
+
+
+def test_an_engine_directory_from_before_the_compare_records_builds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store ingested by a ragtrail without the per-trace records (the table missing) is compared
+    right: the records are built from the spans already ingested, the lines not read again."""
+    from ragtrail.inspect.columnar import per_trace
+    from ragtrail.inspect.columnar.store import engine_dir, open_store
+
+    a, b = _stores(tmp_path)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RAGTRAIL_COLUMNAR_DIR", str(cache))
+    built, spans = [], []
+    for store in (a, b):
+        open_store(store).close()
+        built.append(_records(engine_dir(store)))
+        engine = open_store(store)
+        engine.run_sql(f"DROP TABLE {per_trace.TABLE}")
+        spans.append(engine.run_sql("SELECT count() FROM otel_traces"))
+        engine.close()
+    assert _outputs(a, b, "columnar", cache) == _outputs(a, b, "python", cache)
+    assert [_records(engine_dir(s)) for s in (a, b)] == built and all(built)
+    for store, before in zip((a, b), spans, strict=True):
+        engine = open_store(store)
+        try:
+            assert engine.run_sql("SELECT count() FROM otel_traces") == before  # not ingested again
+        finally:
+            engine.close()

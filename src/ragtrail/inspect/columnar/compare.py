@@ -1,9 +1,10 @@
 """``ragtrail compare``'s record of a trace in SQL, and the Python records made of its rows.
 
 :func:`records_query` does what costs (parsing every span and event, picking hop 0's query receipt,
-the run's attributes, each stage's ids and exclusions), one row per trace; :mod:`.pairing` pairs those
-rows in SQL. The few pairs a listing prints become :class:`ragtrail.inspect.records.TraceRecord` records
-(:func:`bare`, :func:`stage_record`) for the reference ``inspect.compare.pair`` to describe.
+the run's attributes, each stage's ids and exclusions), one row per trace; :mod:`.per_trace` keeps what
+pairing reads of it, and :mod:`.pairing` pairs those records in SQL. The few pairs a listing prints
+become :class:`ragtrail.inspect.records.TraceRecord` records (:func:`bare`, :func:`stage_record`) for
+the reference ``inspect.compare.pair`` to describe.
 """
 
 from __future__ import annotations
@@ -23,14 +24,6 @@ _HOP0 = "QueryHop = '0' AND QuerySha256 != ''"
 _KEYS = f"""TraceId, toInt64(toUnixTimestamp64Nano(minIf(Timestamp, {_STAGE}))) AS start_ns,
     argMinIf(QuerySha256, (NOT ({_PIPELINE}), Timestamp), {_HOP0}) AS query_sha256, countIf({_HOP0}) > 0 AS has_query"""
 """What pairs a trace: when its first stage started, and hop 0's query receipt."""
-
-
-def keys_query(spans: str, scope: str | None = None) -> str:
-    """One row per ragtrail trace of ``spans`` (see :mod:`.spans`): its start and question (as
-    :func:`records_query` has them), weighed by :func:`.sql.trace_weights_sql` (``scope``: see :mod:`.sql`)."""
-    keys = f"SELECT {_KEYS} FROM {spans} GROUP BY TraceId HAVING countIf(IsStage) > 0"
-    weights = sql.trace_weights_sql(spans, scope)
-    return f"SELECT k.*, w.weight, w.basis, w.tail_stamped FROM ({keys}) AS k INNER JOIN ({weights}) AS w ON k.TraceId = w.TraceId"
 
 
 def records_query(spans: str, where: str = "") -> str:

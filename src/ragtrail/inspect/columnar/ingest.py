@@ -4,7 +4,8 @@ Each store file is read from the byte offset ingested last (kept per file in ``r
 to its last complete line, so each line is ingested once and a store that grew since is caught up on
 the next read. The OTLP JSON is turned into rows by the engine itself (``LineAsString`` and the JSON
 functions): Python only slices bytes. Attribute values are stored as the Collector's ClickHouse
-exporter stores them (see :mod:`.schema`).
+exporter stores them (see :mod:`.schema`). After each file's new lines, the per-trace compare records
+(:mod:`.per_trace`) of the traces those lines touched are computed again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from ragtrail.contract import semconv as sc
 
-from . import spans
+from . import per_trace, spans
 from .engine import Engine
 from .schema import INGEST_DDL, INGEST_TABLE, LINES_DDL, LINES_TABLE, OTEL_TRACES_DDL, SCOPE_DDL, SCOPE_TABLE, TABLE
 
@@ -181,6 +182,7 @@ def catch_up(engine: Engine, store: Path) -> Caught:
     engine.run_sql(INGEST_DDL.format(table=INGEST_TABLE))
     engine.run_sql(LINES_DDL.format(table=LINES_TABLE))
     engine.run_sql(SCOPE_DDL.format(table=SCOPE_TABLE))
+    per_trace.ensure(engine, spans.SPANS_TABLE, SCOPE_TABLE)  # a directory from before the records: built from what was ingested
     done = {str(f): (int(o), int(n)) for f, o, n in engine.run_sql(f"SELECT File, max(Offset), sum(Lines) FROM {INGEST_TABLE} GROUP BY File")}
     files = lines = size = 0
     for path in trace_files(store):
@@ -192,6 +194,8 @@ def catch_up(engine: Engine, store: Path) -> Caught:
         if not chunk:
             continue
         _insert(engine, path, chunk, offset == 0 and len(chunk) == path.stat().st_size, {"file": name, "first": lines_before})
+        touched = f"SELECT TraceId FROM {LINES_TABLE} WHERE File = {{file:String}} AND Line >= {{first:UInt64}}"
+        per_trace.refresh(engine, spans.SPANS_TABLE, SCOPE_TABLE, touched, {"file": name, "first": lines_before})
         n = chunk.count(b"\n")
         engine.run_sql(
             f"INSERT INTO {INGEST_TABLE} (File, Offset, Lines) VALUES ({{file:String}}, {{offset:UInt64}}, {{lines:UInt64}})",

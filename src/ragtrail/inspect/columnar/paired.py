@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from ragtrail.inspect.compare import Rates, SideCounts, pair, side_rates, survival_entry
 from ragtrail.inspect.weight import WeightTally
 
-from . import pairing
+from . import pairing, per_trace
 from .compare import bare, stage_record
 from .engine import COMPACT, SqlRunner
 from .spans import select_sql
@@ -100,11 +100,13 @@ def _only(row: tuple[Any, ...]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def compared(runner: PairingRunner, kept_a: str, kept_b: str, names: tuple[str, str]) -> Iterator[Paired]:
-    """The comparison of two sides' :func:`.pairing.kept_query` tables (or table expressions), valid
-    while the context is open (its lists are read from the engine)."""
-    (side_a, rates_a), (side_b, rates_b) = (_side(runner, kept_a, names[0]), _side(runner, kept_b, names[1]))
-    with runner.temporary_table(pairing.pairs_query(kept_a, kept_b), None, COMPACT) as pairs:
+def compared(runner: PairingRunner, kept: tuple[str, str], joined: str, heavy: tuple[str, str], names: tuple[str, str]) -> Iterator[Paired]:
+    """The comparison of two sides' :func:`.pairing.kept_query` tables (``kept``), joined on the question
+    (``joined``: a table of :func:`.pairing.joined_query`), with the stages of the traces whose
+    signatures differ (``heavy``: see :func:`.pairing.pairs_query`); valid while the context is open
+    (its lists are read from the engine)."""
+    (side_a, rates_a), (side_b, rates_b) = (_side(runner, kept[0], names[0]), _side(runner, kept[1], names[1]))
+    with runner.temporary_table(pairing.pairs_query(joined, *heavy), None, COMPACT) as pairs:
         paired, newly, only_a, only_b, changed, *bases = (int(v) for v in runner.run_sql(pairing.pair_counts_query(pairs))[0])
         a = {**side_rates(side_a, rates_a), "survival": _survival(runner, pairs, "a", (bases[0], bases[1])), "notes": side_a.notes}
         b = {**side_rates(side_b, rates_b), "survival": _survival(runner, pairs, "b", (bases[2], bases[3])), "notes": side_b.notes}
@@ -127,11 +129,15 @@ def servers_compared(runner: PairingRunner, windows: tuple[str, str], orders: tu
     """``compare`` of two ``otel_traces`` windows of one ClickHouse server (``windows``: ``FROM``
     targets; ``orders``: each side's reading order), computed by that server in its session's
     temporary tables: each side's slim spans once (in memory: the maps parsed once), then its
-    questions and the traces kept for them (compressed on disk, as the pairs are)."""
+    per-trace records, its questions and the traces kept for them (compressed on disk, as the pairs are)."""
     with contextlib.ExitStack() as stack:
-        kept = []
+        kept, records = [], []
         for window, order in zip(windows, orders, strict=True):
-            with runner.temporary_table(select_sql(window)) as slim, runner.temporary_table(pairing.winners_query(slim, order), None, COMPACT) as w:
-                kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(slim, w), None, COMPACT)))
-        with compared(runner, kept[0], kept[1], names) as paired:
+            with runner.temporary_table(select_sql(window)) as slim:
+                records.append(stack.enter_context(runner.temporary_table(per_trace.select_sql(slim), None, COMPACT)))
+            with runner.temporary_table(pairing.winners_query(records[-1], order), None, COMPACT) as w:
+                kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(records[-1], w), None, COMPACT)))
+        joined = stack.enter_context(runner.temporary_table(pairing.joined_query(kept[0], kept[1]), None, COMPACT))
+        heavy = tuple(pairing.heavy_query(r, pairing.differing_query(joined, side)) for r, side in zip(records, "ab", strict=True))
+        with compared(runner, (kept[0], kept[1]), joined, (heavy[0], heavy[1]), names) as paired:
             yield paired

@@ -3,21 +3,25 @@
 The reference is :mod:`ragtrail.inspect.compare` (Python, one record per question held); these
 statements compute the same answer without a record per trace in Python:
 
-* :func:`winners_query`, :func:`kept_query`: per side, one row per question (hop 0's query receipt):
-  its latest trace (the latest start wins; on a tie the one read first, as ``SideCounts.counted``
-  keeps it), where the question first appears in the side's reading order, and what every trace read
-  adds to the side's counts (traces, requests, bases; traces without a query receipt in the row of
-  question ``''``). Two statements, so that only the kept traces' stages are gathered and no
-  aggregate carries them;
-* :func:`pairs_query`: the two sides' kept rows joined on the question: for each, the verdict and the
-  first stage whose evidence differs (``inspect.compare.pair``'s rule: stages keyed by kind, component
-  and occurrence, handed-on ids compared in order; generate and cite are the model's, not evidence),
-  whether any stage differs at all (only those rows carry their stages, for the reference ``pair`` to
-  describe), and each side's survival shares of the other's evidence;
+* :func:`winners_query`, :func:`kept_query`: per side, one row per question (hop 0's query receipt)
+  read from the side's per-trace records (:mod:`.per_trace`): its latest trace (the latest start wins;
+  on a tie the one read first, as ``SideCounts.counted`` keeps it), where the question first appears in
+  the side's reading order, what every trace read adds to the side's counts (traces, requests, bases;
+  traces without a query receipt in the row of question ``''``), and the kept trace's small columns
+  (answer, refusal, status, cited, its context's size, its own survival shares, its signature);
+* :func:`joined_query`: the two sides' kept rows joined on the question, ``same`` where the kept traces'
+  signatures are equal; :func:`differing_query` and :func:`heavy_query`: the stages of just the traces
+  whose signatures differ;
+* :func:`pairs_query`: for each question, the verdict and the first stage whose evidence differs
+  (``inspect.compare.pair``'s rule: stages keyed by kind, component and occurrence, handed-on ids
+  compared in order; generate and cite are the model's, not evidence), whether any stage differs at all
+  (only those rows carry their stages, for the reference ``pair`` to describe), and each side's
+  survival shares of the other's evidence; where the signatures are equal none differs and the shares
+  are the side's own, so the stage arrays are compared only where they differ;
 * the aggregates over them (:func:`side_query`, :func:`pair_counts_query`, :func:`verdicts_query`,
   :func:`survival_query`) and the listings (:func:`listing_query`), which :mod:`.paired` runs.
 
-Ids are the JSON id lists of the slim spans (:mod:`.spans`), read by ``JSONExtract(..., 'Array(String)')``:
+Ids are the JSON id lists of the slim spans (:mod:`.spans`), read (in :mod:`.per_trace`) by ``JSONExtract(..., 'Array(String)')``:
 strings as written, a JSON number as its text (as the Python records' ``str`` says ``1`` or ``2.5``).
 """
 
@@ -25,73 +29,69 @@ from __future__ import annotations
 
 from ragtrail.contract import semconv as sc
 
-from .compare import keys_query, records_query
+from .per_trace import shares
 
 _MODEL = f"['{sc.KIND_GENERATE}', '{sc.KIND_CITE}']"
-_NOT_HANDED_ON = f"['{sc.KIND_GENERATE}', '{sc.KIND_CITE}', '{sc.KIND_QUERY_TRANSFORM}']"
-_CONTEXT = f"('{sc.KIND_RERANK}', '{sc.KIND_FILTER}', '{sc.KIND_BUDGET}', '{sc.KIND_GENERATE}')"
-_BAD_RUN = f"('{sc.RUN_DEGRADED}', '{sc.RUN_FAILED}')"
-_BAD_STAGE = f"('{sc.STATUS_DEGRADED}', '{sc.STATUS_FAILED}')"
+
+HEAVY = "TraceId, keys, states, ids, cited, in_context, handed_labels, handed_ids, raw_stages"
+"""What pairing reads of a trace only where the two sides' signatures differ (:func:`heavy_query`)."""
 
 
-_KEPT = (
-    "q, n, requests, bases, stamped, pos, weight, trace_id, answer, refused, run_status, degraded, fallback, cited, in_context,"
-    " keys, states, ids, handed_labels, handed_ids, raw_stages"
-)
-"""The columns of :func:`kept_query` (the rest are steps on the way)."""
+ORDER_WIDTH = 32
+"""The width of an order key (:func:`order_key`)."""
 
 
-def _ids(json_list: str) -> str:
-    """A JSON id list (a string column) as ``Array(String)``; not a list: empty."""
-    return f"JSONExtract({json_list}, 'Array(String)')"
+def order_key(*parts: tuple[str, int]) -> str:
+    """SQL for a sortable text of unsigned integer expressions (``(expression, hex digits)`` each), left
+    padded to :data:`ORDER_WIDTH`: compared as text it orders as the tuple of the integers would, and a
+    text is far cheaper than a tuple to ``min``/``argMin`` over (a tuple aggregates as a generic value)."""
+    text = ", ".join(f"leftPad(hex({e}), {w}, '0')" for e, w in parts)
+    return f"leftPad(concat({text}), {ORDER_WIDTH}, '0')"
 
 
-def winners_query(spans: str, order: str | None = None, scope: str | None = None) -> str:
-    """One row per question of one side (``q``; ``''``: the traces without a query receipt): what its
-    traces add to the side's counts, where it is first read (``pos``; ``order``: a subquery of
-    ``TraceId, OrderKey``, the side's reading order), and the trace kept (``winner``, its ``weight``)."""
-    place = "tuple(0)" if order is None else "o.OrderKey"
+def signed_key(expression: str) -> str:
+    """An ``Int64`` expression as an unsigned one of the same order (the sign bit flipped), for :func:`order_key`."""
+    return f"bitXor(reinterpretAsUInt64({expression}), toUInt64(9223372036854775808))"
+
+
+def winners_query(records: str, order: str | None = None) -> str:
+    """One row per question of one side (``q``; ``''``: the traces without a query receipt) from its
+    per-trace records (``records``: a table of :func:`.per_trace.select_sql`): what its traces add to the
+    side's counts, where it is first read (``pos``; ``order``: a subquery of ``TraceId, OrderKey``, the
+    side's reading order, ``OrderKey`` an :func:`order_key`; a trace it lacks is read first), and the
+    trace kept (``winner``, its ``weight``: the latest start; on a tie the one read first)."""
+    zero = f"repeat('0', {ORDER_WIDTH})"
+    place = zero if order is None else f"if(o.OrderKey = '', {zero}, o.OrderKey)"
+    latest = order_key((signed_key("-start_ns"), 16))
     joined = "" if order is None else f"LEFT JOIN ({order}) AS o ON k.TraceId = o.TraceId"
+    keys = "TraceId, start_ns, q, weight, basis, tail_stamped"
     return f"""
 SELECT q, n, requests, bases, stamped, pos, kept.1 AS winner, kept.2 AS weight
 FROM (
-    SELECT if(has_query, query_sha256, '') AS q, count() AS n, sum(weight) AS requests, sumMap([basis], [toUInt64(1)]) AS bases,
-        countIf(tail_stamped) AS stamped, min(ord) AS pos, argMin((TraceId, weight), (-start_ns, ord)) AS kept
-    FROM (SELECT k.*, tuple({place}, k.TraceId) AS ord FROM ({keys_query(spans, scope)}) AS k {joined})
+    SELECT q, count() AS n, sum(weight) AS requests, sumMap([basis], [toUInt64(1)]) AS bases,
+        countIf(tail_stamped) AS stamped, min(ord) AS pos, argMin((TraceId, weight), concat({latest}, ord)) AS kept
+    FROM (SELECT k.*, concat({place}, k.TraceId) AS ord FROM (SELECT {keys} FROM {records}) AS k {joined})
     GROUP BY q
 )
 """
 
 
-def kept_query(spans: str, winners: str) -> str:
-    """:func:`winners_query`'s rows (``winners``: a table of them) with what pairing reads of each kept
-    trace: its stages' keys, states and handed-on ids; cited; in context; survival; the stages themselves."""
-    generate = f"'{sc.KIND_GENERATE}'"
+def kept_query(records: str, winners: str) -> str:
+    """:func:`winners_query`'s rows (``winners``: a table of them) with what pairing reads of every
+    kept trace: answer, refusal, status, cited, the size of its context, its own survival shares and
+    its signature (not its stages: :func:`heavy_query` reads those where signatures differ). Two
+    statements, not one: an aggregate carrying the whole record (``argMin`` of a tuple of arrays) costs more than the join."""
     return f"""
-SELECT {_KEPT} FROM (
 SELECT w.q AS q, w.n AS n, w.requests AS requests, w.bases AS bases, w.stamped AS stamped, w.pos AS pos, w.weight AS weight,
-    r.TraceId AS trace_id, answer, refused, run_status, stages AS raw_stages,
-    arrayMap(s -> {_ids("s.11")}, stages) AS ids,
-    arrayMap(s -> s.3, stages) AS kinds,
-    arrayMap(s -> concat(s.3, ' ', s.4), stages) AS labels,
-    arrayMap((s, n) -> (s.3, s.4, n), stages, arrayEnumerateUniq(kinds, arrayMap(s -> s.4, stages))) AS keys,
-    arrayMap(s -> (s.5, s.6, s.7), stages) AS states,
-    arrayMap(s -> arraySum(arrayMap(g -> JSONLength(g), s.12)), stages) AS excluded_n,
-    arrayFilter(i -> kinds[i] IN {_CONTEXT} AND (kinds[i] != {generate} OR ifNull(stages[i].8, length(ids[i]) + excluded_n[i]) != 0
-        OR length(ids[i]) > 0 OR excluded_n[i] > 0), arrayEnumerate(kinds)) AS defining,
-    if(length(defining) > 0,
-       arrayDistinct(arrayConcat(ids[defining[-1]], arrayFlatten(arrayMap(i -> if(kinds[i] = {generate}, ids[i], []), arrayPopBack(defining))))),
-       {_ids("pipeline_ids")}) AS in_context,
-    arrayDistinct(arrayConcat({_ids("pipeline_cited")}, arrayFlatten(arrayMap(s -> {_ids("s.14")}, stages)),
-        arrayFlatten(arrayFilter((i, k) -> k = '{sc.KIND_CITE}', ids, kinds)))) AS cited,
-    run_status IN {_BAD_RUN} OR arrayExists(s -> s.5 IN {_BAD_STAGE}, stages) AS degraded,
-    arrayExists(s -> s.7 != '', stages) AS fallback,
-    arrayDistinct(arrayFilter((l, k) -> NOT has({_NOT_HANDED_ON}, k), labels, kinds)) AS handed_labels,
-    arrayMap(l -> arrayDistinct(arrayFlatten(arrayFilter((i, m) -> m = l, ids, labels))), handed_labels) AS handed_ids
-FROM ({records_query(spans, f"TraceId IN (SELECT winner FROM {winners})")}) AS r
+    r.TraceId AS trace_id, answer, refused, run_status, degraded, fallback, cited, length(in_context) AS n_in_context, self_shares, sig
+FROM {records} AS r
 INNER JOIN {winners} AS w ON r.TraceId = w.winner
-)
 """
+
+
+def heavy_query(records: str, traces: str) -> str:
+    """The :data:`HEAVY` columns of the records of the traces ``traces`` (a subquery of trace ids)."""
+    return f"SELECT {HEAVY} FROM {records} WHERE TraceId IN ({traces})"
 
 
 def _first_difference(x: str, y: str) -> str:
@@ -100,40 +100,58 @@ def _first_difference(x: str, y: str) -> str:
     return f"arrayFirstIndex(i -> NOT has({_MODEL}, {x}.keys[i].1) AND ({j} = 0 OR {x}.ids[i] != {y}.ids[{j}]), arrayEnumerate({x}.keys))"
 
 
-def _shares(x: str, y: str) -> str:
-    """Per stage label of ``x``: how many of ``y``'s cited and in-context ids it handed on."""
-    return (
-        f"arrayMap((l, i) -> (l, arrayCount(d -> has({y}.cited, d), i), arrayCount(d -> has({y}.in_context, d), i)),"
-        f" {x}.handed_labels, {x}.handed_ids)"
-    )
+def joined_query(kept_a: str, kept_b: str) -> str:
+    """One row per question on either side (``kept_a``/``kept_b``: tables of :func:`kept_query`), joined
+    on the question: ``same`` when both sides' kept traces have one signature (no stage differs)."""
+    return f"""
+SELECT if(a.present, a.q, b.q) AS q, a.present AS in_a, b.present AS in_b, in_a AND in_b AS paired, a.pos AS pos_a, b.pos AS pos_b,
+    a.trace_id AS trace_a, b.trace_id AS trace_b, a.answer AS answer_a, b.answer AS answer_b, a.refused AS refused_a, b.refused AS refused_b,
+    a.run_status AS run_status_a, b.run_status AS run_status_b, a.cited AS cited_a, b.cited AS cited_b,
+    paired AND a.sig = b.sig AS same, a.self_shares AS self_shares_a, b.self_shares AS self_shares_b,
+    (length(b.cited), b.n_in_context) AS base_a, (length(a.cited), a.n_in_context) AS base_b
+FROM (SELECT *, 1 AS present FROM {kept_a} WHERE q != '') AS a
+FULL OUTER JOIN (SELECT *, 1 AS present FROM {kept_b} WHERE q != '') AS b ON a.q = b.q
+"""
 
 
-def pairs_query(kept_a: str, kept_b: str) -> str:
-    """One row per question on either side (``kept_a``/``kept_b``: tables of :func:`kept_query`)."""
+def differing_query(joined: str, side: str) -> str:
+    """Side ``'a'`` or ``'b'``'s kept traces of the paired questions whose signatures differ."""
+    return f"SELECT trace_{side} FROM {joined} WHERE paired AND NOT same"
+
+
+def pairs_query(joined: str, heavy_a: str, heavy_b: str) -> str:
+    """:func:`joined_query`'s rows (``joined``: a table of them) with, for each paired question, the
+    verdict and the first stage whose evidence differs, whether any stage differs (only those rows carry
+    their stages), and each side's survival shares of the other's evidence; the stages are compared only
+    where the signatures differ (``heavy_a``/``heavy_b``: tables or subqueries of :func:`heavy_query`
+    holding at least those traces), elsewhere no stage differs and each side's shares are its own."""
     j = "indexOf(b.keys, a.keys[i])"
     differs = f"arrayExists(i -> {j} = 0 OR a.states[i] != b.states[{j}] OR a.ids[i] != b.ids[{j}], arrayEnumerate(a.keys))"
-    answered = "a.answer != '' AND b.answer != ''"
+    answered = "answer_a != '' AND answer_b != ''"
     label = "concat({k}.keys[{i}].1, ' ', {k}.keys[{i}].2)"
+    compared = f"""
+SELECT p.q AS q, {_first_difference("a", "b")} AS first_a, {_first_difference("b", "a")} AS first_b,
+    multiIf(first_a > 0, {label.format(k="a", i="first_a")}, first_b > 0, {label.format(k="b", i="first_b")}, NULL) AS first_difference,
+    {differs} OR arrayExists(k -> NOT has(a.keys, k), b.keys) AS differs,
+    a.raw_stages AS stages_a, b.raw_stages AS stages_b, {shares("a", "b")} AS shares_a, {shares("b", "a")} AS shares_b, 1 AS present
+FROM (SELECT q, trace_a, trace_b FROM {joined} WHERE paired AND NOT same) AS p
+INNER JOIN ({heavy_a}) AS a ON a.TraceId = p.trace_a
+INNER JOIN ({heavy_b}) AS b ON b.TraceId = p.trace_b
+"""
     return f"""
 SELECT q, in_a, in_b, paired, pos_a, pos_b, trace_a, trace_b, answer_a, answer_b, refused_a, refused_b, run_status_a, run_status_b, cited_a, cited_b,
-    verdict, first_difference, differs, newly_refused, changed,
-    if(differs, stages_a, []) AS stages_a, if(differs, stages_b, []) AS stages_b, shares_a, shares_b, base_a, base_b
+    verdict, first_difference, differs, newly_refused, changed, stages_a, stages_b, shares_a, shares_b, base_a, base_b
 FROM (
-    SELECT if(a.present, a.q, b.q) AS q, a.present AS in_a, b.present AS in_b, in_a AND in_b AS paired, a.pos AS pos_a, b.pos AS pos_b,
-        a.trace_id AS trace_a, b.trace_id AS trace_b, a.answer AS answer_a, b.answer AS answer_b, a.refused AS refused_a, b.refused AS refused_b,
-        a.run_status AS run_status_a, b.run_status AS run_status_b, a.cited AS cited_a, b.cited AS cited_b,
-        {_first_difference("a", "b")} AS first_a, {_first_difference("b", "a")} AS first_b,
-        multiIf(first_a > 0, {label.format(k="a", i="first_a")}, first_b > 0, {label.format(k="b", i="first_b")}, NULL) AS first_difference,
-        multiIf(first_a > 0 OR first_b > 0, 'different evidence', {answered} AND a.answer != b.answer, 'same evidence, different answer',
+    SELECT j.q AS q, in_a, in_b, paired, pos_a, pos_b, trace_a, trace_b, answer_a, answer_b, refused_a, refused_b, run_status_a, run_status_b,
+        cited_a, cited_b, base_a, base_b, c.first_difference AS first_difference, paired AND c.present = 1 AND c.differs AS differs,
+        multiIf(first_difference IS NOT NULL, 'different evidence', {answered} AND answer_a != answer_b, 'same evidence, different answer',
             {answered}, 'same evidence, same answer', 'same evidence') AS verdict,
-        paired AND ({differs} OR arrayExists(k -> NOT has(a.keys, k), b.keys)) AS differs,
-        b.refused = 'true' AND a.refused != 'true' AS newly_refused,
+        refused_b = 'true' AND refused_a != 'true' AS newly_refused,
         verdict IN ('different evidence', 'same evidence, different answer') AS changed,
-        a.raw_stages AS stages_a, b.raw_stages AS stages_b,
-        {_shares("a", "b")} AS shares_a, {_shares("b", "a")} AS shares_b,
-        (length(b.cited), length(b.in_context)) AS base_a, (length(a.cited), length(a.in_context)) AS base_b
-    FROM (SELECT *, 1 AS present FROM {kept_a} WHERE q != '') AS a
-    FULL OUTER JOIN (SELECT *, 1 AS present FROM {kept_b} WHERE q != '') AS b ON a.q = b.q
+        if(differs, c.stages_a, []) AS stages_a, if(differs, c.stages_b, []) AS stages_b,
+        if(c.present = 1, c.shares_a, self_shares_a) AS shares_a, if(c.present = 1, c.shares_b, self_shares_b) AS shares_b
+    FROM {joined} AS j
+    LEFT JOIN ({compared}) AS c ON j.q = c.q
 )
 """
 

@@ -199,8 +199,11 @@ class ClickHouseSource(HttpSource):
 
     def recency_order(self) -> str:
         """``TraceId, OrderKey`` per trace, newest first as :meth:`search_all` reads them (the order
-        subquery ``inspect.columnar.compare.records`` takes)."""
-        return f"SELECT TraceId, -max(toUnixTimestamp64Nano(Timestamp)) AS OrderKey FROM {self.database}.{TABLE} GROUP BY TraceId"
+        subquery ``inspect.columnar.pairing.winners_query`` takes)."""
+        from ragtrail.inspect.columnar.pairing import order_key, signed_key
+
+        newest = order_key((signed_key("-max(toUnixTimestamp64Nano(Timestamp))"), 16))
+        return f"SELECT TraceId, {newest} AS OrderKey FROM {self.database}.{TABLE} GROUP BY TraceId"
 
     # --- reading traces -----------------------------------------------------------------------------
     def traces(self, trace_ids: list[str]) -> Iterator[Trace]:
