@@ -331,6 +331,53 @@ def test_bm25_filters_and_runtime_top_k_are_recorded(instrument):
     assert all(d.meta["year"] > 2020 for d in out["documents"])
 
 
+@pytest.mark.parametrize("where", ["init", "run"])
+def test_bm25_scale_score_is_no_bm25_score(tracer_provider, span_exporter, where):
+    """``scale_score=True`` (the retriever's, or the call's over it) makes the store return
+    ``expit(bm25 / 8)``: kind ``none`` with a finding saying so, never ``bm25``."""
+    retriever = InMemoryBM25Retriever(make_store(), top_k=3, scale_score=where == "init")
+    kwargs = {"scale_score": True} if where == "run" else {}
+    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: retriever.run(query="solar electricity", **kwargs))
+    assert plain == traced
+    docs = traced["documents"]
+    assert all(0.5 < d.score < 1 for d in docs)  # sigmoid-scaled, as haystack's store does
+    (span,) = spans
+    check_span(
+        span,
+        kind="retrieve",
+        component=BM25,
+        top_k=3,
+        query="solar electricity",
+        own={
+            **ok_counts(0, 3, 0, ["scale_score=True: each document's score is the store's expit(bm25 / 8), not the raw score"]),
+            sc.STAGE_TOP_K: 3,
+            sc.COVERAGE_CORPUS_SIZE: 6,
+            **query_attrs("solar electricity", 0),
+        },
+        cands=[candidate(d, i, "none") for i, d in enumerate(docs)],
+    )
+
+
+def test_bm25_scale_score_false_at_run_keeps_bm25(instrument):
+    retriever = InMemoryBM25Retriever(make_store(), top_k=2, scale_score=True)
+    retriever.run(query="solar electricity", scale_score=False)
+    (span,) = instrument.get_finished_spans()
+    assert {e[sc.CANDIDATE_SCORE_KIND] for e in records_of(span)} == {"bm25"}
+    assert attrs(span).get(sc.STAGE_FINDINGS) in (None, [])
+
+
+def test_embedding_scale_score_names_the_stores_function(instrument):
+    store = make_store()
+    InMemoryEmbeddingRetriever(store, top_k=2, scale_score=True).run(query_embedding=embed("solar electricity"))
+    (span,) = instrument.get_finished_spans()
+    assert {e[sc.CANDIDATE_SCORE_KIND] for e in records_of(span)} == {"similarity"}
+    assert attrs(span)[sc.STAGE_FINDINGS] == ["scale_score=True: each document's score is the store's (cosine + 1) / 2, not the raw score"]
+
+
+def records_of(span) -> list[dict]:
+    return [e for n, e in records(span) if n == sc.EVENT_CANDIDATE]
+
+
 def test_embedding_retriever_in_a_pipeline_takes_the_pipelines_only_query(tracer_provider, span_exporter):
     store = make_store()
 

@@ -27,9 +27,22 @@ class TextRetriever(HaystackCall):
     hop: int | None = None  # the hop the query searched for, once recorded
     counts_corpus = True  # the store's count_documents is free (in memory): the corpus size is read
 
+    scaled_kind = sc.SCORE_NONE  # ``scale_score=True``: ``expit(bm25 / 8)``, no BM25 score any more
+
     def kind_of(self, bound: dict[str, Any]) -> str:
-        """The kind of the scores this call returns."""
-        return self.score_kind
+        """The kind of the scores this call returns: the in-memory store rescales them when the
+        call's ``scale_score`` (else the retriever's) is true."""
+        return self.scaled_kind if self.scaled(bound) else type(self).score_kind
+
+    def scaled(self, bound: dict[str, Any]) -> bool:
+        """Whether the store rescales this call's scores (``scale_score``: the call's, else the
+        retriever's)."""
+        flag = bound.get("scale_score")
+        return (getattr(self.instance, "scale_score", False) if flag is None else flag) is True
+
+    def scaling(self) -> str:
+        """How the in-memory store rescales this retriever's scores (haystack's document_store.py)."""
+        return "expit(bm25 / 8)"
 
     def query_text(self, bound: dict[str, Any]) -> Any:
         return bound.get("query")
@@ -38,6 +51,8 @@ class TextRetriever(HaystackCall):
         instance, bound = self.instance, self.arguments
         self.score_kind = self.kind_of(bound)
         s.score_kind = self.score_kind
+        if self.scaled(bound):
+            s.finding(f"scale_score=True: each document's score is the store's {self.scaling()}, not the raw score")
         top_k = bound.get("top_k")
         s.set(top_k=getattr(instance, "top_k", None) if top_k is None else top_k)
         text = self.query_text(bound)
@@ -77,6 +92,11 @@ class EmbeddingRetriever(TextRetriever):
     retriever embedded it (or, in a pipeline that saw one query only, it is that query's hop)."""
 
     score_kind = sc.SCORE_SIMILARITY
+    scaled_kind = sc.SCORE_SIMILARITY  # (cosine + 1) / 2 or expit(dot / 100): still higher-is-more-similar
+
+    def scaling(self) -> str:
+        function = getattr(getattr(self.instance, "document_store", None), "embedding_similarity_function", None)
+        return _EMBEDDING_SCALING.get(str(function), f"rescaled {function!r} similarity (a function ragtrail does not know)")
 
     def query_text(self, bound: dict[str, Any]) -> Any:
         return query_text.get()
@@ -92,6 +112,9 @@ class EmbeddingRetriever(TextRetriever):
             s.set_attribute(sc.QUERY_VECTOR_DIM, found[0])
             s.set_attribute(sc.QUERY_VECTOR_SHA256, found[1])
 
+
+# the in-memory store's embedding_similarity_function -> what scale_score=True makes of its scores
+_EMBEDDING_SCALING = {"cosine": "(cosine + 1) / 2", "dot_product": "expit(dot_product / 100)"}
 
 # pgvector-haystack's vector_function -> the kind of the score its SQL selects: ``1 - (a <=> b)``
 # (cosine similarity), ``(a <#> b) * -1`` (the inner product), ``a <-> b`` (the L2 distance)
