@@ -181,3 +181,21 @@ def test_a_real_rerank_is_no_finding(span_exporter):
     (span,) = span_exporter.get_finished_spans()
     assert _candidates(span) == [("p", 3.1, "rerank"), ("q", -1.2, "rerank")]
     assert sc.STAGE_FINDINGS not in attrs(span)
+
+
+def test_a_rerank_score_handed_on_by_a_later_stage_is_no_identity_rerank(span_exporter):
+    """Probe h74 (LlamaIndex ``TimeWeightedPostprocessor`` then the response synthesizer): the
+    reranker's own scores reach the next stage under their kind ``rerank``; that stage (a generate, a
+    filter) claims no rerank of its own, so handing them on in order is no silent fallback."""
+    docs = [_doc("p", 0.8), _doc("q", 0.7)]
+    with ragtrail.stage("rerank", "time_weighted", score_kind="rerank") as s:
+        s.inputs(docs, score_kind="similarity")
+        s.outputs([{**docs[1], "score": 1.7}])
+    with ragtrail.stage("generate", "synthesizer") as s:
+        s.inputs([{**docs[1], "score": 1.7}], score_kind="rerank")
+        s.outputs([{**docs[1], "score": 1.7}], score_kind="rerank")
+    rerank, generate = span_exporter.get_finished_spans()
+    assert _candidates(rerank) == [("q", 1.7, "rerank")]
+    assert sc.STAGE_FINDINGS not in attrs(rerank) or attrs(rerank)[sc.STAGE_FINDINGS] == []
+    assert _candidates(generate) == [("q", 1.7, "rerank")]
+    assert sc.STAGE_FINDINGS not in attrs(generate)

@@ -41,21 +41,14 @@ def unproduced_scores(stage_score_kind: str | None, inputs: Sequence[Candidate] 
     relabelled = 0
     for out in outputs:
         rerank = (out.score_kind or stage_score_kind) == sc.SCORE_RERANK
-        claims = claims or out.score_kind == sc.SCORE_RERANK
-        if positions is None:
-            found = unique.pop(out.id, None)  # every id once: the first output of an id takes it
-            if found is None:
-                continue
-            index = found
-        else:
-            free = positions.get(out.id)
-            if not free:
-                continue
-            index = free.pop(0)
-        source = inputs[index]
+        index = _input_index(out.id, unique, positions)
+        source = None if index is None else inputs[index]
         score = finite_or_none(out.score)
-        if score is None or score != finite_or_none(source.score):
+        if source is None or score is None or score != finite_or_none(source.score):
+            claims = claims or out.score_kind == sc.SCORE_RERANK
             continue
+        # an upstream reranker's score handed on under its own kind is no claim of this stage's
+        claims = claims or (out.score_kind == sc.SCORE_RERANK and source.score_kind != sc.SCORE_RERANK)
         passed.append(index)
         if rerank and source.score_kind != sc.SCORE_RERANK:
             out.score_kind = source.score_kind or sc.SCORE_NONE
@@ -73,3 +66,12 @@ def unproduced_scores(stage_score_kind: str | None, inputs: Sequence[Candidate] 
     if relabelled:
         return [f"{relabelled} output score(s) are the inputs' own scores, not produced by this stage: recorded with their upstream kind ({kinds})"]
     return []
+
+
+def _input_index(ident: str, unique: dict[str, int], positions: dict[str, list[int]] | None) -> int | None:
+    """The input position an output of this id takes: every id once, the first output of an id takes
+    it; an id given more than once: its outputs take its positions in turn."""
+    if positions is None:
+        return unique.pop(ident, None)
+    free = positions.get(ident)
+    return free.pop(0) if free else None
