@@ -289,13 +289,21 @@ def test_declares_its_instrumented_library():
 
 
 # --- retrievers ------------------------------------------------------------------------------------
-def test_bm25_retriever_exact_span(tracer_provider, span_exporter):
+SCALED = "scale_score=True: each document's score is the store's expit(bm25 / 8), not the raw score"
+
+
+@pytest.mark.parametrize("scaled", [None, "init", "run"])
+def test_bm25_retriever_exact_span(tracer_provider, span_exporter, scaled):
+    """Raw BM25 scores are kind ``bm25``; ``scale_score=True`` (the retriever's, or the call's over
+    it) makes the store return ``expit(bm25 / 8)``: kind ``none`` with a finding saying so (probe h74)."""
     store = make_store()
-    retriever = InMemoryBM25Retriever(store, top_k=3)
-    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: retriever.run(query="solar electricity"))
+    retriever = InMemoryBM25Retriever(store, top_k=3, scale_score=scaled == "init")
+    kwargs = {"scale_score": True} if scaled == "run" else {}
+    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: retriever.run(query="solar electricity", **kwargs))
     assert plain == traced
     docs = traced["documents"]
     assert [d.id for d in docs][:1] == ["solar"] and len(docs) == 3
+    assert all(0.5 < d.score < 1 for d in docs) == (scaled is not None)  # sigmoid-scaled, as haystack's store does
     (span,) = spans
     assert span.name == "retrieve InMemoryBM25Retriever"
     assert span.kind == trace.SpanKind.CLIENT
@@ -313,9 +321,10 @@ def test_bm25_retriever_exact_span(tracer_provider, span_exporter):
             sc.CANDIDATES_IN: 0,
             sc.CANDIDATES_OUT: 3,
             sc.CANDIDATES_EXCLUDED: 0,
+            **({sc.STAGE_FINDINGS: [SCALED]} if scaled else {}),
             **query_attrs("solar electricity", 0),
         },
-        cands=[candidate(d, i, "bm25") for i, d in enumerate(docs)],
+        cands=[candidate(d, i, "none" if scaled else "bm25") for i, d in enumerate(docs)],
     )
 
 
@@ -329,33 +338,6 @@ def test_bm25_filters_and_runtime_top_k_are_recorded(instrument):
     assert a[sc.STAGE_TOP_K] == 2 and a[sc.GEN_AI_RETRIEVAL_TOP_K] == 2
     assert [e[sc.CANDIDATE_ID] for e in events(span, sc.EVENT_CANDIDATE)] == [d.id for d in out["documents"]]
     assert all(d.meta["year"] > 2020 for d in out["documents"])
-
-
-@pytest.mark.parametrize("where", ["init", "run"])
-def test_bm25_scale_score_is_no_bm25_score(tracer_provider, span_exporter, where):
-    """``scale_score=True`` (the retriever's, or the call's over it) makes the store return
-    ``expit(bm25 / 8)``: kind ``none`` with a finding saying so, never ``bm25``."""
-    retriever = InMemoryBM25Retriever(make_store(), top_k=3, scale_score=where == "init")
-    kwargs = {"scale_score": True} if where == "run" else {}
-    plain, traced, spans = run_plain_then_instrumented(tracer_provider, span_exporter, lambda: retriever.run(query="solar electricity", **kwargs))
-    assert plain == traced
-    docs = traced["documents"]
-    assert all(0.5 < d.score < 1 for d in docs)  # sigmoid-scaled, as haystack's store does
-    (span,) = spans
-    check_span(
-        span,
-        kind="retrieve",
-        component=BM25,
-        top_k=3,
-        query="solar electricity",
-        own={
-            **ok_counts(0, 3, 0, ["scale_score=True: each document's score is the store's expit(bm25 / 8), not the raw score"]),
-            sc.STAGE_TOP_K: 3,
-            sc.COVERAGE_CORPUS_SIZE: 6,
-            **query_attrs("solar electricity", 0),
-        },
-        cands=[candidate(d, i, "none") for i, d in enumerate(docs)],
-    )
 
 
 def test_bm25_scale_score_false_at_run_keeps_bm25(instrument):
