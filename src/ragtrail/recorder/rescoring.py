@@ -41,15 +41,15 @@ def unproduced_scores(stage_score_kind: str | None, inputs: Sequence[Candidate] 
     relabelled = 0
     for out in outputs:
         rerank = (out.score_kind or stage_score_kind) == sc.SCORE_RERANK
-        index = _input_index(out.id, unique, positions)
-        source = None if index is None else inputs[index]
+        at = _input_index(out.id, unique, positions)
+        source = None if at is None else inputs[at]
         score = finite_or_none(out.score)
-        if source is None or score is None or score != finite_or_none(source.score):
+        if at is None or source is None or score is None or score != finite_or_none(source.score):
             claims = claims or out.score_kind == sc.SCORE_RERANK
             continue
         # an upstream reranker's score handed on under its own kind is no claim of this stage's
         claims = claims or (out.score_kind == sc.SCORE_RERANK and source.score_kind != sc.SCORE_RERANK)
-        passed.append(index)
+        passed.append(at)
         if rerank and source.score_kind != sc.SCORE_RERANK:
             out.score_kind = source.score_kind or sc.SCORE_NONE
             relabelled += 1
