@@ -1,5 +1,6 @@
 """The inspector knows only the wire contract: it imports ragtrail.contract.semconv, ragtrail.contract.receipts and
-ragtrail.contract.columns (the column codec the recorder encodes through), never the recorder."""
+ragtrail.contract.columns (the column codec the recorder encodes through), the policy, checkpoint and
+run-status rules the recorder applies too, never the recorder."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ ALLOWED = {
     "ragtrail.contract.columns",
     "ragtrail.contract.policy",
     "ragtrail.contract.checkpoints",
+    "ragtrail.contract.run_status",
     "ragtrail",
 }
 
