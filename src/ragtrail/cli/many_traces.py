@@ -628,7 +628,8 @@ def _paired(stores: tuple[Any, Any], names: tuple[str, str], timeout: float, loo
         from ragtrail.inspect.columnar import kept
         from ragtrail.inspect.columnar.paired import records_compared
 
-        return records_compared(a, (kept.window(a.database, a.window_start_ns(lookback)), kept.window(b.database, b.window_start_ns(lookback))), orders, names)
+        windows = (kept.window(a, a.database, a.window_start_ns(lookback)), kept.window(b, b.database, b.window_start_ns(lookback)))
+        return records_compared(a, windows, orders, names)
     return servers_compared(a, (a.window_table(lookback), b.window_table(lookback)), orders, names)
 
 

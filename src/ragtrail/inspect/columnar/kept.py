@@ -76,9 +76,13 @@ def _recompute(runner: PairingRunner, raw: str, stale: str) -> None:
         )
 
 
-def window(database: str, lo_ns: int) -> str:
+def window(runner: PairingRunner, database: str, lo_ns: int) -> str:
     """The kept records of ``database``'s traces in the lookback (a ``FROM`` target): as
     ``ClickHouseSource.window_table`` cuts ``otel_traces``, a trace with a span carrying ``ragtrail.schema``
-    that starts at ``lo_ns`` or later."""
-    seen = f"SELECT TraceId FROM {database}.{SEEN} WHERE schema_spans > 0 AND schema_ns >= {int(lo_ns)}"
-    return f"(SELECT * FROM {database}.{per_trace.TABLE} WHERE TraceId IN ({seen}))"
+    that starts at ``lo_ns`` or later. The records are cut by the traces outside it (a trace gone from
+    ``otel_traces`` was dropped by :func:`refresh`); when there are none the table is read whole, with
+    no set of a million ids to build and probe."""
+    older = f"SELECT TraceId FROM {database}.{SEEN} WHERE schema_spans = 0 OR schema_ns < {int(lo_ns)}"
+    if not int(runner.run_sql(f"SELECT count() FROM ({older})")[0][0]):
+        return f"{database}.{per_trace.TABLE}"
+    return f"(SELECT * FROM {database}.{per_trace.TABLE} WHERE TraceId NOT IN ({older}))"

@@ -142,11 +142,12 @@ def servers_compared(runner: PairingRunner, windows: tuple[str, str], orders: tu
 def records_compared(runner: PairingRunner, records: tuple[str, str], orders: tuple[str, str], names: tuple[str, str]) -> Iterator[Paired]:
     """``compare`` of two sides' per-trace records (``records``: tables or ``FROM`` targets of
     :data:`.per_trace.COLUMNS`, computed in the session or kept by :mod:`.kept`): their questions and
-    the traces kept for them, joined, in the session's temporary tables (compressed on disk)."""
+    the traces kept for them, joined, in the session's temporary tables (the questions' winners in
+    memory, the rest compressed on disk)."""
     with contextlib.ExitStack() as stack:
         kept = []
         for table, order in zip(records, orders, strict=True):
-            with runner.temporary_table(pairing.winners_query(table, order), None, COMPACT) as w:
+            with runner.temporary_table(pairing.winners_query(table, order), None, "ENGINE = Memory") as w:
                 kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(table, w), None, COMPACT)))
         joined = stack.enter_context(runner.temporary_table(pairing.joined_query(kept[0], kept[1]), None, COMPACT))
         heavy = tuple(pairing.heavy_query(r, pairing.differing_query(joined, side)) for r, side in zip(records, "ab", strict=True))
