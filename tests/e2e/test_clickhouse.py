@@ -232,7 +232,10 @@ def test_compare_from_kept_records_follows_late_spans_and_recomputes_nothing_els
     finally:
         assert collector.stop() == 0, collector.log_tail()
     third, said = _kept_compare(loaded, "kept_a", "kept_b")
-    assert said == [f"ragtrail: compare records kept in kept_a: 0 of {TRACES} traces recomputed", f"ragtrail: compare records kept in kept_b: 1 of {TRACES} traces recomputed"]
+    assert said == [
+        f"ragtrail: compare records kept in kept_a: 0 of {TRACES} traces recomputed",
+        f"ragtrail: compare records kept in kept_b: 1 of {TRACES} traces recomputed",
+    ]
     sources = (loaded.clickhouse.source("kept_a"), loaded.clickhouse.source("kept_b"))
     python = _named(_json("compare", *sources, "--lookback", "24h", "--engine", "python"), sources)
     assert third == python and third != local

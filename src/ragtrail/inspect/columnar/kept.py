@@ -26,7 +26,10 @@ from .paired import PairingRunner
 SEEN = f"{per_trace.TABLE}_seen"
 """Per trace: the fingerprint its kept record was computed from."""
 
-_SEEN_DDL = f"CREATE TABLE IF NOT EXISTS {SEEN} (TraceId String, spans UInt64, end_ns Int64, schema_spans UInt64, schema_ns Int64) ENGINE = MergeTree ORDER BY TraceId"
+_SEEN_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {SEEN} (TraceId String, spans UInt64, end_ns Int64, schema_spans UInt64, schema_ns Int64)"
+    " ENGINE = MergeTree ORDER BY TraceId"
+)
 
 
 def _fingerprint(end: str) -> str:
@@ -66,7 +69,9 @@ def refresh(runner: PairingRunner, database: str, raw: str) -> Refreshed:
 def _recompute(runner: PairingRunner, raw: str, stale: str) -> None:
     """The records and fingerprints of the traces ``stale`` lists deleted, then computed again from one read of their spans."""
     touched = f"SELECT TraceId FROM {stale}"
-    read = f"{spans.select_sql(raw)} WHERE TraceId IN ({touched})".replace("\nFROM", f",\n    mapContains(SpanAttributes, '{sc.SCHEMA}') AS HasSchema\nFROM", 1)
+    read = f"{spans.select_sql(raw)} WHERE TraceId IN ({touched})".replace(
+        "\nFROM", f",\n    mapContains(SpanAttributes, '{sc.SCHEMA}') AS HasSchema\nFROM", 1
+    )
     with runner.temporary_table(read, None, COMPACT) as slim:
         runner.run_sql(f"DELETE FROM {SEEN} WHERE TraceId IN ({touched})")
         per_trace.refresh(runner, slim, None, touched)
