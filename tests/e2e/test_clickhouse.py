@@ -185,8 +185,9 @@ def _kept_compare(loaded: Loaded, a: str, b: str) -> tuple[dict[str, Any], list[
 
 
 def _late_span(store: Path) -> tuple[str, bytes]:
-    """One trace of ``store`` and an OTLP body with a late span of it: a copy of its first stage span,
-    a new span id, 1 us later, degraded."""
+    """One trace of ``store`` and an OTLP body with a late span of it (a copy of its first stage span,
+    a new span id, 1 us later, degraded) and a span of a new trace that is not ragtrail's (its
+    fingerprint is kept, and the lookback leaves it out)."""
     line = sorted(store.glob("*.jsonl"))[0].read_bytes().splitlines()[0]
     request = json.loads(b'{"resourceSpans":[' + line[line.index(b"[") + 1 : line.rindex(b"]")] + b"]}")
     scope = request["resourceSpans"][0]["scopeSpans"][0]
@@ -195,14 +196,16 @@ def _late_span(store: Path) -> tuple[str, bytes]:
     late["endTimeUnixNano"] = str(int(span["endTimeUnixNano"]) + 1000)
     late["attributes"] = [a for a in span["attributes"] if a["key"] != "ragtrail.stage.status"]
     late["attributes"].append({"key": "ragtrail.stage.status", "value": {"stringValue": "degraded"}})
-    scope["spans"] = [late]
+    foreign = {**late, "traceId": "ab" * 16, "spanId": "00000000000000fe", "parentSpanId": "", "attributes": []}  # no ragtrail span
+    scope["spans"] = [late, foreign]
     return span["traceId"], json.dumps(request).encode()
 
 
 def test_compare_from_kept_records_follows_late_spans_and_recomputes_nothing_else(binaries: dict[str, Path], loaded: Loaded) -> None:
     """``--keep-records`` on copies of both databases: the first compare computes every trace's record
     into the copies' tables, the second none (no new part), and after the Collector exports a late
-    span of one trace the third recomputes that trace alone and equals the Python path again."""
+    span of one trace (and a trace that is not ragtrail's) the third recomputes those two alone and
+    equals the Python path again."""
     for side in ("a", "b"):
         chb.sql(loaded.clickhouse.url, f"CREATE DATABASE kept_{side}")
         chb.sql(loaded.clickhouse.url, f"CREATE TABLE kept_{side}.otel_traces AS side_{side}.otel_traces")
@@ -228,13 +231,13 @@ def test_compare_from_kept_records_follows_late_spans_and_recomputes_nothing_els
         )
         with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback only
             assert response.status == 200
-        assert chb.wait_for_spans(loaded.clickhouse, "kept_b", spans + 1)[0] == spans + 1, collector.log_tail()
+        assert chb.wait_for_spans(loaded.clickhouse, "kept_b", spans + 2)[0] == spans + 2, collector.log_tail()
     finally:
         assert collector.stop() == 0, collector.log_tail()
     third, said = _kept_compare(loaded, "kept_a", "kept_b")
     assert said == [
         f"ragtrail: compare records kept in kept_a: 0 of {TRACES} traces recomputed",
-        f"ragtrail: compare records kept in kept_b: 1 of {TRACES} traces recomputed",
+        f"ragtrail: compare records kept in kept_b: 2 of {TRACES + 1} traces recomputed",
     ]
     sources = (loaded.clickhouse.source("kept_a"), loaded.clickhouse.source("kept_b"))
     python = _named(_json("compare", *sources, "--lookback", "24h", "--engine", "python"), sources)
