@@ -647,6 +647,10 @@ def _kept_records(*sides: Any) -> bool:
             note = f"compare records not kept in {side.database} ({exc}); computed in this session instead"
             stderr().print(f"ragtrail: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
             return False
+        if not done.whole:
+            note = f"compare records in {side.database} hold a trace twice (another compare --keep-records at the same time?); computed in this session instead"
+            stderr().print(f"ragtrail: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
+            return False
         note = f"compare records kept in {side.database}: {done.recomputed} of {done.traces} traces recomputed"
         stderr().print(f"ragtrail: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
     return True

@@ -11,6 +11,9 @@ whose spans left the table. A trace is recomputed from all its spans, as one rea
 taken from that same read, so a record never claims spans it was not computed from. The writes come
 before anything is read for the comparison; stopped between them, a trace is left with no
 fingerprint (recomputed next time) or a record and no fingerprint (deleted and recomputed next time).
+Two compares refreshing one database at the same time are not serialized: a trace either holds twice
+is recomputed by the next refresh, and a refresh that still finds one twice reads nothing kept (the
+session path instead, said in one line); run one ``--keep-records`` compare per database at a time.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ class Refreshed:
 
     traces: int
     recomputed: int
+    # each trace's record and fingerprint held once after the refresh: ``False`` when another compare
+    # refreshing the same database at the same time left one twice (the caller then reads nothing kept)
+    whole: bool = True
 
 
 def refresh(runner: PairingRunner, database: str, raw: str) -> Refreshed:
@@ -57,13 +63,25 @@ def refresh(runner: PairingRunner, database: str, raw: str) -> Refreshed:
     changed = (
         f"SELECT if(n.TraceId != '', n.TraceId, k.TraceId) AS TraceId FROM ({now}) AS n"
         f" FULL OUTER JOIN {SEEN} AS k ON n.TraceId = k.TraceId WHERE n.spans != k.spans OR n.end_ns != k.end_ns"
+        f" UNION DISTINCT {_twice(SEEN)} UNION DISTINCT {_twice(per_trace.TABLE)}"
         " SETTINGS join_use_nulls = 0"
     )
     with scratch_table(runner, changed, None, "TABLE", COMPACT) as stale:
         recomputed = int(runner.run_sql(f"SELECT count() FROM {stale}")[0][0])
         if recomputed:
             _recompute(runner, raw, f"{database}.{stale}")
-    return Refreshed(int(runner.run_sql(f"SELECT count() FROM {SEEN}")[0][0]), recomputed)
+    traces, repeats = (int(v) for v in runner.run_sql(f"SELECT count(), ({_repeats(SEEN)}) + ({_repeats(per_trace.TABLE)}) FROM {SEEN}")[0])
+    return Refreshed(traces, recomputed, repeats == 0)
+
+
+def _twice(table: str) -> str:
+    """The traces ``table`` holds more than once (two compares refreshing one database at the same
+    time can each insert a trace's record): recomputed, so they hold it once again."""
+    return f"SELECT TraceId FROM {table} GROUP BY TraceId HAVING count() > 1"
+
+
+def _repeats(table: str) -> str:
+    return f"SELECT count() - uniqExact(TraceId) FROM {table}"
 
 
 def _recompute(runner: PairingRunner, raw: str, stale: str) -> None:
