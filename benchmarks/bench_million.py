@@ -293,6 +293,13 @@ def main() -> None:
             steps: list[tuple[str, str, list[str], dict[str, str], int | None]] = [
                 ("clickhouse: stats", f"{args.traces:,}", ["stats", "--source", src_b, *lb, "--engine", "columnar"], env, server),
                 ("clickhouse: compare A B", f"{args.traces:,} a side", ["compare", src_a, src_b, *lb, "--engine", "columnar"], env, server),
+                (
+                    "clickhouse: compare A B --keep-records",
+                    f"{args.traces:,} a side",
+                    ["compare", src_a, src_b, *lb, "--engine", "columnar", "--keep-records"],
+                    env,
+                    server,
+                ),
                 ("embedded: stats", f"{args.traces:,}", ["stats", "--source", str(seed_b), "--engine", "columnar"], env, None),
                 ("embedded: compare A B", f"{args.traces:,} a side", ["compare", str(seed_a), str(seed_b), "--engine", "columnar"], env, None),
             ]

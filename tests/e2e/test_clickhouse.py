@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,14 +107,18 @@ def test_compare_pushed_down_to_clickhouse_equals_the_python_path(loaded: Loaded
     whole JSON equals the Python path's on the local stores (but the names)."""
     a, b = loaded.clickhouse.source("side_a"), loaded.clickhouse.source("side_b")
     pushed = _json("compare", a, b, "--lookback", "24h", "--engine", "columnar")
-    local = _json("compare", str(loaded.a), str(loaded.b), "--engine", "python")
-    for side, name, store in (("a", a, loaded.a), ("b", b, loaded.b)):
-        assert pushed[side].pop("name") == name
-        assert local[side].pop("name") == str(store)
-    for key in ("questions", "only_in_a", "only_in_b"):  # newest first from a server, file order from a store
-        pushed[key].sort(key=lambda q: q["query_sha256"])
-        local[key].sort(key=lambda q: q["query_sha256"])
-    assert pushed == local
+    assert _named(pushed, (a, b)) == _named(_json("compare", str(loaded.a), str(loaded.b), "--engine", "python"), (str(loaded.a), str(loaded.b)))
+
+
+def _named(result: dict[str, Any], names: tuple[str, str]) -> dict[str, Any]:
+    """A comparison without its sides' names (checked to be ``names``) and server reads, its lists by
+    question (newest first from a server, file order from a store)."""
+    for side, name in zip("ab", names, strict=True):
+        assert result[side].pop("name") == name
+        result[side].pop("server_read", None)
+    for key in ("questions", "only_in_a", "only_in_b"):
+        result[key].sort(key=lambda q: q["query_sha256"])
+    return result
 
 
 def test_ls_limit_reads_that_many_traces_and_says_so(loaded: Loaded) -> None:
@@ -160,3 +165,107 @@ def test_a_search_pages_through_every_trace_by_keyset(loaded: Loaded) -> None:
         assert source.search_all(450, None, "24h").trace_ids == found.trace_ids[:450]
     finally:
         source.close()
+
+
+def _parts(loaded: Loaded, database: str) -> list[tuple[str, str]]:
+    """The active parts of ``database``'s kept-record tables (a write makes a new part)."""
+    rows = chb.sql(
+        loaded.clickhouse.url,
+        f"SELECT table, name FROM system.parts WHERE database = '{database}' AND active AND table LIKE 'ragtrail_compare_v1%' ORDER BY table, name",
+    )
+    return [tuple(line.split("\t")) for line in rows.splitlines()]  # type: ignore[misc]
+
+
+def _kept_compare(loaded: Loaded, a: str, b: str) -> tuple[dict[str, Any], list[str]]:
+    """``compare --keep-records`` of two databases: its JSON (without names) and its stderr lines."""
+    sources = (loaded.clickhouse.source(a), loaded.clickhouse.source(b))
+    result = rb.ragtrail_cli("compare", *sources, "--lookback", "24h", "--engine", "columnar", "--keep-records", "--json", timeout=600)
+    assert result.returncode == 0, result.stderr
+    return _named(json.loads(result.stdout), sources), result.stderr.splitlines()
+
+
+def _late_span(store: Path) -> tuple[str, bytes]:
+    """One trace of ``store`` and an OTLP body with a late span of it (a copy of its first stage span,
+    a new span id, 1 us later, degraded) and a span of a new trace that is not ragtrail's (its
+    fingerprint is kept, and the lookback leaves it out)."""
+    line = sorted(store.glob("*.jsonl"))[0].read_bytes().splitlines()[0]
+    request = json.loads(b'{"resourceSpans":[' + line[line.index(b"[") + 1 : line.rindex(b"]")] + b"]}")
+    scope = request["resourceSpans"][0]["scopeSpans"][0]
+    span = next(s for s in scope["spans"] if any(a["key"] == "ragtrail.stage.kind" for a in s["attributes"]))
+    late = {**span, "spanId": "00000000000000ff", "startTimeUnixNano": str(int(span["startTimeUnixNano"]) + 1000)}
+    late["endTimeUnixNano"] = str(int(span["endTimeUnixNano"]) + 1000)
+    late["attributes"] = [a for a in span["attributes"] if a["key"] != "ragtrail.stage.status"]
+    late["attributes"].append({"key": "ragtrail.stage.status", "value": {"stringValue": "degraded"}})
+    foreign = {**late, "traceId": "ab" * 16, "spanId": "00000000000000fe", "parentSpanId": "", "attributes": []}  # no ragtrail span
+    scope["spans"] = [late, foreign]
+    return span["traceId"], json.dumps(request).encode()
+
+
+def test_compare_from_kept_records_follows_late_spans_and_recomputes_nothing_else(binaries: dict[str, Path], loaded: Loaded) -> None:
+    """``--keep-records`` on copies of both databases: the first compare computes every trace's record
+    into the copies' tables, the second none (no new part), and after the Collector exports a late
+    span of one trace (and a trace that is not ragtrail's) the third recomputes those two alone and
+    equals the Python path again."""
+    for side in ("a", "b"):
+        chb.sql(loaded.clickhouse.url, f"CREATE DATABASE kept_{side}")
+        chb.sql(loaded.clickhouse.url, f"CREATE TABLE kept_{side}.otel_traces AS side_{side}.otel_traces")
+        chb.sql(loaded.clickhouse.url, f"INSERT INTO kept_{side}.otel_traces SELECT * FROM side_{side}.otel_traces")
+    local = _named(_json("compare", str(loaded.a), str(loaded.b), "--engine", "python"), (str(loaded.a), str(loaded.b)))
+    first, said = _kept_compare(loaded, "kept_a", "kept_b")
+    assert (first, said) == (local, [f"ragtrail: compare records kept in kept_{s}: {TRACES} of {TRACES} traces recomputed" for s in "ab"])
+    parts = [_parts(loaded, "kept_a"), _parts(loaded, "kept_b")]
+    second, said = _kept_compare(loaded, "kept_a", "kept_b")
+    assert (second, said) == (local, [f"ragtrail: compare records kept in kept_{s}: 0 of {TRACES} traces recomputed" for s in "ab"])
+    assert [_parts(loaded, "kept_a"), _parts(loaded, "kept_b")] == parts and all(parts)
+
+    trace_id, body = _late_span(loaded.b)
+    spans = loaded.clickhouse.count("kept_b")[0]
+    tmp = Path(loaded.a).parent
+    collector = rb.Collector(
+        binaries[rb.OTELCOL_BIN], rb.CONFIG_DIR / "clickhouse.yaml", tmp, env=chb.collector_env(loaded.clickhouse, "kept_b"), name="collector-late"
+    )
+    collector.start()
+    try:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{collector.otlp_http_port}/v1/traces", data=body, headers={"Content-Type": "application/json"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback only
+            assert response.status == 200
+        assert chb.wait_for_spans(loaded.clickhouse, "kept_b", spans + 2)[0] == spans + 2, collector.log_tail()
+    finally:
+        assert collector.stop() == 0, collector.log_tail()
+    third, said = _kept_compare(loaded, "kept_a", "kept_b")
+    assert said == [
+        f"ragtrail: compare records kept in kept_a: 0 of {TRACES} traces recomputed",
+        f"ragtrail: compare records kept in kept_b: 2 of {TRACES + 1} traces recomputed",
+    ]
+    sources = (loaded.clickhouse.source("kept_a"), loaded.clickhouse.source("kept_b"))
+    python = _named(_json("compare", *sources, "--lookback", "24h", "--engine", "python"), sources)
+    assert third == python and third != local
+    assert [q["b"] for q in third["questions"] if q not in first["questions"]] == [trace_id]
+
+    # a record held twice (two compares refreshing one database at once can each insert it) is
+    # recomputed, so it counts once: the output is the Python path's again
+    chb.sql(loaded.clickhouse.url, "INSERT INTO kept_a.ragtrail_compare_v1 SELECT * FROM kept_a.ragtrail_compare_v1 ORDER BY TraceId LIMIT 1")
+    fourth, said = _kept_compare(loaded, "kept_a", "kept_b")
+    assert said == [
+        f"ragtrail: compare records kept in kept_a: 1 of {TRACES} traces recomputed",
+        f"ragtrail: compare records kept in kept_b: 0 of {TRACES + 1} traces recomputed",
+    ]
+    assert fourth == python
+
+
+def test_compare_keep_records_as_a_read_only_user_computes_in_the_session(loaded: Loaded) -> None:
+    """The server refuses the tables (``readonly = 2``, ClickHouse's read-only profile, set for the
+    test server's one session, so this test runs last): one line says so and the comparison is the
+    session's, equal to the Python path's; nothing was created."""
+    chb.sql(loaded.clickhouse.url, "SET readonly = 2")
+    a, b = loaded.clickhouse.source("side_a"), loaded.clickhouse.source("side_b")
+    result = rb.ragtrail_cli("compare", a, b, "--lookback", "24h", "--engine", "columnar", "--keep-records", "--json", timeout=600)
+    assert result.returncode == 0, result.stderr
+    said = result.stderr.splitlines()
+    assert len(said) == 1 and said[0].startswith("ragtrail: compare records not kept in side_a (ClickHouse at ") and "(READONLY)" in said[0], said
+    assert said[0].endswith("); computed in this session instead")
+    local = _named(_json("compare", str(loaded.a), str(loaded.b), "--engine", "python"), (str(loaded.a), str(loaded.b)))
+    assert _named(json.loads(result.stdout), (a, b)) == local
+    assert chb.sql(loaded.clickhouse.url, "SELECT count() FROM system.tables WHERE database LIKE 'side_%' AND name LIKE 'ragtrail%'") == "0\n"

@@ -529,6 +529,15 @@ def _read_side(
         " (auto: local stores from RAGTRAIL_COLUMNAR_MIN_BYTES, default 64 MiB)."
     ),
 )
+@click.option(
+    "--keep-records",
+    is_flag=True,
+    help=(
+        "clickhouse+http sides with --engine columnar: keep one compare record per trace in tables of each side's"
+        " database (ragtrail_compare_v1, ragtrail_compare_v1_seen; created there, the only ragtrail write to it),"
+        " recomputing only the traces whose spans changed since; a user who cannot write them: computed per run, as without it."
+    ),
+)
 @gc_paused()
 def compare_cmd(
     side_a: str,
@@ -542,6 +551,7 @@ def compare_cmd(
     show_n: int,
     key_file: str | None,
     engine: str,
+    keep_records: bool,
 ) -> int:
     """Compare two runs question by question, paired by the receipt of the question (hop 0).
 
@@ -558,8 +568,11 @@ def compare_cmd(
     reads: dict[str, list[ServerRead]] = {"A": [], "B": []}
     server = {"timeout": timeout, "lookback": lookback, "limit": limit}
     stores = _compare_stores(side_a, side_b, source, engine, narrowed=key is not None or limit is not None)
+    if keep_records and (stores is None or not isinstance(stores[0], str)):
+        raise errors.UsageError("--keep-records keeps records on a ClickHouse server", "compare two clickhouse+http sides with --engine columnar")
     if stores is not None:
-        return _columnar_compare(stores, (side_a, side_b), timeout, lookback, "json" if as_json else "markdown" if as_markdown else "", show_n)
+        form = "json" if as_json else "markdown" if as_markdown else ""
+        return _columnar_compare(stores, (side_a, side_b), (timeout, lookback, keep_records), form, show_n)
     # A is held (one compact record per question); B streams past it, each trace paired as it is read
     a = _read_side("A", side_a, source, SideSummary, key, reads["A"], server)
     b = _read_side("B", side_b, source, lambda label: StreamedSide(label, against=a), key, reads["B"], server)
@@ -576,13 +589,13 @@ def compare_cmd(
     return errors.EXIT_OK
 
 
-def _columnar_compare(stores: tuple[Any, Any], names: tuple[str, str], timeout: float, lookback: str, form: str, show_n: int) -> int:
+def _columnar_compare(stores: tuple[Any, Any], names: tuple[str, str], server: tuple[float, str, bool], form: str, show_n: int) -> int:
     """``compare`` paired in SQL (``inspect.columnar.paired``): two local stores through the embedded
     engine, or two ``clickhouse+`` databases by their server; printed as the Python path prints it,
     the lists streamed from the engine."""
     from ragtrail.inspect.compare import markdown
 
-    with _paired(stores, names, timeout, lookback) as paired:
+    with _paired(stores, names, *server) as paired:
         result = paired.result
         for name, side in (("A", "a"), ("B", "b")):
             if not result[side]["traces"]:
@@ -596,8 +609,9 @@ def _columnar_compare(stores: tuple[Any, Any], names: tuple[str, str], timeout: 
     return errors.EXIT_OK
 
 
-def _paired(stores: tuple[Any, Any], names: tuple[str, str], timeout: float, lookback: str) -> Any:
-    """The SQL comparison's context: two local stores, or two ``clickhouse+`` specs of one server."""
+def _paired(stores: tuple[Any, Any], names: tuple[str, str], timeout: float, lookback: str, keep_records: bool) -> Any:
+    """The SQL comparison's context: two local stores, or two ``clickhouse+`` specs of one server
+    (``keep_records``: from the records kept in their databases, :func:`_kept_records`)."""
     from ragtrail.inspect.columnar.paired import servers_compared
     from ragtrail.inspect.columnar.store import stores_compared
     from ragtrail.inspect.sources import open_source
@@ -609,7 +623,37 @@ def _paired(stores: tuple[Any, Any], names: tuple[str, str], timeout: float, loo
     assert isinstance(a, ClickHouseSource) and isinstance(b, ClickHouseSource)
     if a.base_url != b.base_url:
         raise errors.UsageError("--engine columnar compares two databases of one ClickHouse server", "name one server, or use --engine python")
-    return servers_compared(a, (a.window_table(lookback), b.window_table(lookback)), (a.recency_order(), b.recency_order()), names)
+    orders = (a.recency_order(), b.recency_order())
+    if keep_records and _kept_records(a, b):
+        from ragtrail.inspect.columnar import kept
+        from ragtrail.inspect.columnar.paired import records_compared
+
+        windows = (kept.window(a, a.database, a.window_start_ns(lookback)), kept.window(b, b.database, b.window_start_ns(lookback)))
+        return records_compared(a, windows, orders, names)
+    return servers_compared(a, (a.window_table(lookback), b.window_table(lookback)), orders, names)
+
+
+def _kept_records(*sides: Any) -> bool:
+    """Each side's kept compare records brought up to its ``otel_traces`` (``inspect.columnar.kept``),
+    one line each on stderr; ``False`` with one line saying why when the server refuses the writes (a
+    read-only user): the records are then computed in the session, as without ``--keep-records``."""
+    from ragtrail.inspect.columnar import kept
+
+    for side in sides:
+        side.check_schema()
+        try:
+            done = kept.refresh(side, side.database, side.table)
+        except errors.HttpStatusError as exc:
+            note = f"compare records not kept in {side.database} ({exc}); computed in this session instead"
+            stderr().print(f"ragtrail: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
+            return False
+        if not done.whole:
+            note = f"compare records in {side.database} hold a trace twice (another compare --keep-records at the same time?); computed in this session instead"
+            stderr().print(f"ragtrail: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
+            return False
+        note = f"compare records kept in {side.database}: {done.recomputed} of {done.traces} traces recomputed"
+        stderr().print(f"ragtrail: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
+    return True
 
 
 def _json_streamed(result: dict[str, Any]) -> None:

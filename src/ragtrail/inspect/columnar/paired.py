@@ -129,15 +129,47 @@ def servers_compared(runner: PairingRunner, windows: tuple[str, str], orders: tu
     """``compare`` of two ``otel_traces`` windows of one ClickHouse server (``windows``: ``FROM``
     targets; ``orders``: each side's reading order), computed by that server in its session's
     temporary tables: each side's slim spans once (in memory: the maps parsed once), then its
-    per-trace records, its questions and the traces kept for them (compressed on disk, as the pairs are)."""
+    per-trace records (compressed on disk), then :func:`records_compared`."""
     with contextlib.ExitStack() as stack:
-        kept, records = [], []
-        for window, order in zip(windows, orders, strict=True):
+        records = []
+        for window in windows:
             with runner.temporary_table(select_sql(window)) as slim:
                 records.append(stack.enter_context(runner.temporary_table(per_trace.select_sql(slim), None, COMPACT)))
-            with runner.temporary_table(pairing.winners_query(records[-1], order), None, COMPACT) as w:
-                kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(records[-1], w), None, COMPACT)))
+        yield stack.enter_context(records_compared(runner, (records[0], records[1]), orders, names))
+
+
+@contextlib.contextmanager
+def records_compared(runner: PairingRunner, records: tuple[str, str], orders: tuple[str, str], names: tuple[str, str]) -> Iterator[Paired]:
+    """``compare`` of two sides' per-trace records (``records``: tables or ``FROM`` targets of
+    :data:`.per_trace.COLUMNS`, computed in the session or kept by :mod:`.kept`): their questions and
+    the traces kept for them, joined, in the session's temporary tables (the questions' winners in
+    memory, the rest compressed on disk), each written by as many insert streams as the server's
+    queries read with (one stream unless told)."""
+    runner = _Threaded(runner, int(runner.run_sql("SELECT toUInt64(getSetting('max_threads'))")[0][0]))
+    with contextlib.ExitStack() as stack:
+        kept = []
+        for table, order in zip(records, orders, strict=True):
+            with runner.temporary_table(pairing.winners_query(table, order), None, "ENGINE = Memory") as w:
+                kept.append(stack.enter_context(runner.temporary_table(pairing.kept_query(table, w), None, COMPACT)))
         joined = stack.enter_context(runner.temporary_table(pairing.joined_query(kept[0], kept[1]), None, COMPACT))
         heavy = tuple(pairing.heavy_query(r, pairing.differing_query(joined, side)) for r, side in zip(records, "ab", strict=True))
         with compared(runner, (kept[0], kept[1]), joined, (heavy[0], heavy[1]), names) as paired:
             yield paired
+
+
+@dataclass
+class _Threaded:
+    """A runner whose scratch tables are filled by ``threads`` insert streams (``max_insert_threads``
+    on each statement: a server's HTTP requests share no ``SET`` outside a session)."""
+
+    runner: PairingRunner
+    threads: int
+
+    def run_sql(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        return self.runner.run_sql(sql, params)
+
+    def stream_tuples(self, sql: str, params: Any = None) -> Iterator[tuple[Any, ...]]:
+        return self.runner.stream_tuples(sql, params)
+
+    def temporary_table(self, select: str, params: Any = None, engine: str = COMPACT) -> contextlib.AbstractContextManager[str]:
+        return self.runner.temporary_table(f"{select} SETTINGS max_insert_threads = {self.threads}", params, engine)

@@ -125,10 +125,11 @@ class ClickHouseSource(HttpSource):
             **({"session_id": self._session} if self._session else {}),
             "database": self.database,
             "output_format_json_quote_64bit_integers": "0",  # counts as numbers, as the embedded engine answers them
+            "default_format": fmt,  # not a FORMAT clause: a DELETE takes none
             **{f"param_{k}": _param_text(v) for k, v in (params or {}).items()},
         }
         try:
-            with self.client.stream("POST", "/", params=query, content=f"{sql}\nFORMAT {fmt}".encode()) as response:
+            with self.client.stream("POST", "/", params=query, content=sql.encode()) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise HttpStatusError(
@@ -187,15 +188,24 @@ class ClickHouseSource(HttpSource):
         (every span of each trace carrying ``ragtrail.schema`` with a span in the lookback), as a
         ``FROM`` target for pushdown SQL (``inspect.columnar.spans.subquery``). The schema is checked
         first; the database name was validated and the bound is an integer, so nothing typed is pasted."""
-        self.check_schema()
-        seconds = lookback_seconds(lookback or "1h")
-        lo = time.time_ns() - seconds * 1_000_000_000 if seconds else 0
-        table = f"{self.database}.{TABLE}"
+        lo = self.window_start_ns(lookback)
+        table = self.table
         ids = (
             f"SELECT TraceId FROM {table} WHERE toUnixTimestamp64Nano(Timestamp) >= {int(lo)} AND TraceId != '' "
             f"AND mapContains(SpanAttributes, '{sc.SCHEMA}')"
         )
         return f"{table} WHERE TraceId IN ({ids})"
+
+    def window_start_ns(self, lookback: str | None = "1h") -> int:
+        """Where :meth:`window_table`'s lookback starts (ns; 0: no bound), the schema checked first."""
+        self.check_schema()
+        seconds = lookback_seconds(lookback or "1h")
+        return time.time_ns() - seconds * 1_000_000_000 if seconds else 0
+
+    @property
+    def table(self) -> str:
+        """The exporter's ``otel_traces`` of this source's database, qualified."""
+        return f"{self.database}.{TABLE}"
 
     def recency_order(self) -> str:
         """``TraceId, OrderKey`` per trace, newest first as :meth:`search_all` reads them (the order
@@ -203,7 +213,7 @@ class ClickHouseSource(HttpSource):
         from ragtrail.inspect.columnar.pairing import order_key, signed_key
 
         newest = order_key((signed_key("-max(toUnixTimestamp64Nano(Timestamp))"), 16))
-        return f"SELECT TraceId, {newest} AS OrderKey FROM {self.database}.{TABLE} GROUP BY TraceId"
+        return f"SELECT TraceId, {newest} AS OrderKey FROM {self.table} GROUP BY TraceId"
 
     # --- reading traces -----------------------------------------------------------------------------
     def traces(self, trace_ids: list[str]) -> Iterator[Trace]:
