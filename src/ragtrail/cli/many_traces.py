@@ -648,7 +648,10 @@ def _kept_records(*sides: Any) -> bool:
             stderr().print(f"ragtrail: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
             return False
         if not done.whole:
-            note = f"compare records in {side.database} hold a trace twice (another compare --keep-records at the same time?); computed in this session instead"
+            note = (
+                f"compare records in {side.database} hold a trace twice (another compare --keep-records at the same time?);"
+                " computed in this session instead"
+            )
             stderr().print(f"ragtrail: {plain(note)}", highlight=False, markup=False, soft_wrap=True)
             return False
         note = f"compare records kept in {side.database}: {done.recomputed} of {done.traces} traces recomputed"
