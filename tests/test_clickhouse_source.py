@@ -190,6 +190,17 @@ def test_the_pushdown_takes_no_filter_but_the_lookback() -> None:
     )
 
 
+def test_keep_records_without_the_columnar_server_path_is_a_usage_error() -> None:
+    """``--keep-records`` writes to a ClickHouse server only on the path that reads it: elsewhere it is
+    refused before anything is read, never silently ignored."""
+    a, b = "clickhouse+http://127.0.0.1:1/a", "clickhouse+http://127.0.0.1:1/b"
+    result = _cli("compare", a, b, "--engine", "python", "--keep-records")
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr == (
+        "ragtrail: error: --keep-records keeps records on a ClickHouse server: compare two clickhouse+http sides with --engine columnar\n"
+    )
+
+
 def test_a_database_name_that_is_not_a_name_is_a_usage_error() -> None:
     result = _cli("ls", "--source", "clickhouse+http://127.0.0.1:8123/otel;DROP")
     assert result.returncode == EXIT_USAGE
