@@ -14,8 +14,9 @@ Per round, interleaved (every encoder once per round, so a change in machine loa
   ragtrail-32  ``encode_spans(batch, chunk=32)``, what the exporters run (yields the GIL every 32 spans)
   native       ``ragtrail_native.encode_spans(batch)``, the optional native encoder (native/ragtrail-encoder),
                when importable (``pip install ./native/ragtrail-encoder``); it must answer every batch itself
-  native-32    the same in 32-span chunks (what the exporters run when it is installed)
-  native-16, native-8  (--host only) the native encoder yielding every 16 / 8 spans (finer yields, measured)
+  native-8     the same in 8-span chunks (what the exporters run when it is installed:
+               ``otlp_encode.NATIVE_CHUNK_SPANS``)
+  native-32, native-16  the native encoder yielding every 32 / 16 spans (coarser yields, measured)
 The ``ragtrail*`` rows are the pure-Python encoder (``encode_spans_python``) whether or not the native
 one is installed.
 Every batch is checked byte-identical to the stock first. Figures: µs per span and per value (every
@@ -27,7 +28,7 @@ With ``--host``: the host's latency while an exporter thread encodes. The main t
 ``--batch``-span batches back to back (the worst case: an exporter that never idles; ``--idle-ms``
 makes it rest between batches), with the stock
 encoder, ragtrail's in one hold, or ragtrail's in 32-span chunks (``time.sleep(0)`` between), or the
-native one in 32-span chunks when installed. Figures:
+native one in 32-, 16- or 8-span chunks when installed (8: what the exporters run). Figures:
 the host's p50 / p95 per query (ms) and its p95 against no exporter, per mode, interleaved rounds.
 
     .venv/bin/python benchmarks/bench_encoder.py --queries 20 --rounds 7
@@ -62,7 +63,7 @@ def native_available() -> bool:
     return True
 
 
-ENCODERS = ("stock", "ragtrail", "ragtrail-cold", "ragtrail-32") + (("native", "native-32") if native_available() else ())
+ENCODERS = ("stock", "ragtrail", "ragtrail-cold", "ragtrail-32") + (("native", "native-32", "native-8") if native_available() else ())
 
 
 def capture(framework: str, mode: str, queries: int, chunks: int) -> list[Any]:
@@ -120,8 +121,8 @@ def encoders() -> dict[str, Callable[[Sequence[Any]], bytes]]:
         native = importlib.import_module("ragtrail_native").encode_spans
         run["native"] = lambda batch: native(batch, 0)  # None (declined) fails the byte check below
         run["native-32"] = lambda batch: native(batch, 32)
-        run["native-16"] = lambda batch: native(batch, 16)  # finer yields: measured, not the default
-        run["native-8"] = lambda batch: native(batch, 8)
+        run["native-16"] = lambda batch: native(batch, 16)
+        run["native-8"] = lambda batch: native(batch, 8)  # NATIVE_CHUNK_SPANS: what the exporters run
     return run
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
-import os
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +35,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
+from nativeutil import native_module
 from ragtrail.export import encode_spans
 from ragtrail.export.otlp_encode import NATIVE_ENV, encode_spans_python, native_encoder
 
@@ -51,17 +51,6 @@ def _outcome(encode: Callable[[], bytes]) -> tuple[str, Any]:
 
 Encode = Callable[..., bytes]
 ENCODERS = ["python", "native"]
-
-
-def native_module() -> Any:
-    """``ragtrail_native``, or a loud skip (a failure in CI, where scripts/test.sh builds it)."""
-    try:
-        return importlib.import_module("ragtrail_native")
-    except ImportError:
-        message = "the native encoder (ragtrail_native) is not installed: pip install ./native/ragtrail-encoder"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 def encoder(name: str) -> Encode:

@@ -11,6 +11,8 @@
 //! Protobuf is written by hand (varints and length-delimited fields); field numbers follow
 //! opentelemetry-proto's trace.proto / common.proto / resource.proto.
 
+mod receipts;
+
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -564,9 +566,14 @@ fn encode_spans<'py>(
 #[pymodule]
 fn ragtrail_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_spans, m)?)?;
+    m.add_function(wrap_pyfunction!(receipts::field_json, m)?)?;
+    m.add_function(wrap_pyfunction!(receipts::stage_receipt, m)?)?;
+    m.add_function(wrap_pyfunction!(receipts::stage_receipt_of, m)?)?;
+    m.add_function(wrap_pyfunction!(receipts::records_digest, m)?)?;
     m.add(
         "__doc__",
-        "ragtrail's optional native OTLP span encoder (see ragtrail.export.otlp_encode)",
+        "ragtrail's optional native code: the OTLP span encoder (see ragtrail.export.otlp_encode) and \
+         the stage receipt's costly steps (see ragtrail.contract.receipts.digests)",
     )?;
     Ok(())
 }

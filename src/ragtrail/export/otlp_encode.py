@@ -34,9 +34,7 @@ here. This module stays the reference: tests/test_otlp_encoder.py checks both ag
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
-import os
 import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +42,8 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
+
+from ragtrail import native
 
 # the stock encoder's logger: whoever silences or collects its "Failed to encode key" keeps doing so
 _logger = logging.getLogger("opentelemetry.exporter.otlp.proto.common._internal")
@@ -513,16 +513,17 @@ def _scope_spans(scope: Any, bodies: list[bytes], parts: list[bytes]) -> int:
     return sum(map(len, pieces))
 
 
-def encode_spans(spans: Sequence[ReadableSpan], *, chunk: int = 0) -> bytes:
+def encode_spans(spans: Sequence[ReadableSpan], *, chunk: int = 0, native_chunk: int | None = None) -> bytes:
     """The serialized ``ExportTraceServiceRequest`` of ``spans``: the stock encoder's exact bytes.
 
     Through the native encoder when it is installed and not switched off (:func:`native_encoder`);
     a batch it declines (anything the pure-Python encoder would drop, log or raise on, or a value
     type it does not handle) is encoded by :func:`encode_spans_python`, the reference.
-    ``chunk``: when positive, release the GIL after every ``chunk`` spans."""
+    ``chunk``: when positive, release the GIL after every ``chunk`` spans (``native_chunk``, when
+    given, for the native encoder)."""
     native = native_encoder()
     if native is not None:
-        encoded = native(spans, chunk)
+        encoded = native(spans, chunk if native_chunk is None else native_chunk)
         if encoded is not None:
             return encoded
     return encode_spans_python(spans, chunk=chunk)
@@ -536,13 +537,7 @@ NativeEncode = Callable[[Sequence[ReadableSpan], int], bytes | None]
 def native_encoder() -> NativeEncode | None:
     """``ragtrail_native.encode_spans`` (the optional package native/ragtrail-encoder) when importable
     and not switched off by RAGTRAIL_NATIVE_ENCODER; one import attempt per process."""
-    if os.environ.get(NATIVE_ENV, "").strip().lower() in ("off", "0", "false", "no"):
-        return None
-    try:
-        module = importlib.import_module("ragtrail_native")
-    except ImportError:
-        return None
-    encode: NativeEncode = module.encode_spans
+    encode: NativeEncode | None = native.function("encode_spans", NATIVE_ENV)
     return encode
 
 
@@ -568,12 +563,17 @@ def encode_spans_python(spans: Sequence[ReadableSpan], *, chunk: int = 0) -> byt
     return b"".join(out)
 
 
-CHUNK_SPANS = 32  # spans an exporter encodes per hold of the GIL (then time.sleep(0))
+CHUNK_SPANS = 32  # spans the pure-Python encoder encodes per hold of the GIL (then time.sleep(0))
+# the native encoder's: it holds the GIL for the whole of a chunk (it reads the spans' Python objects);
+# 8 kept the host's p95 within 10 % of no exporter on a quiet machine where 32 did not always
+# (benchmarks/README.md, "the host while the exporter encodes")
+NATIVE_CHUNK_SPANS = 8
 
 
 def encode_request(spans: Sequence[ReadableSpan]) -> bytes:
-    """What ragtrail's OTLP exporters send: :func:`encode_spans` in chunks of CHUNK_SPANS spans."""
-    return encode_spans(spans, chunk=CHUNK_SPANS)
+    """What ragtrail's OTLP exporters send: :func:`encode_spans` in chunks of CHUNK_SPANS spans
+    (NATIVE_CHUNK_SPANS through the native encoder)."""
+    return encode_spans(spans, chunk=CHUNK_SPANS, native_chunk=NATIVE_CHUNK_SPANS)
 
 
 def clear_caches() -> None:
@@ -583,4 +583,14 @@ def clear_caches() -> None:
     _ENCODED = _Encoded()
 
 
-__all__ = ["encode_spans", "encode_spans_python", "encode_span", "encode_request", "clear_caches", "native_encoder", "CHUNK_SPANS", "NATIVE_ENV"]
+__all__ = [
+    "encode_spans",
+    "encode_spans_python",
+    "encode_span",
+    "encode_request",
+    "clear_caches",
+    "native_encoder",
+    "CHUNK_SPANS",
+    "NATIVE_CHUNK_SPANS",
+    "NATIVE_ENV",
+]

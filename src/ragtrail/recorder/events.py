@@ -22,7 +22,15 @@ from opentelemetry.trace import SpanKind
 
 from ragtrail.contract import columns as codec
 from ragtrail.contract import semconv as sc
-from ragtrail.contract.receipts import StageReceipt, digest_item, keyed_receipt, sorted_events_digest, sorted_keys_digest, stage_fields, stage_receipt
+from ragtrail.contract.receipts import (
+    StageReceipt,
+    digest_item,
+    keyed_receipt,
+    records_digest,
+    sorted_events_digest,
+    sorted_keys_digest,
+    stage_receipt_of,
+)
 from ragtrail.recorder.candidates import Candidate
 from ragtrail.recorder.exclusions import Exclusion
 from ragtrail.recorder.pipeline import PipelineState, QueryRecord
@@ -194,6 +202,9 @@ def digest(items: Sequence[Records]) -> str:
     in sorted order, so a backend that reorders events does not change it). The groups' items as the
     NUL-joined texts the contract's fast path sorts, made as strings (no tuple per record) when every
     part is a string; else, or when the fast path declines, the items themselves."""
+    made = records_digest(items)
+    if made is not None:
+        return made
     keys: list[str] | None = []
     for name, ids, shas in items:
         if keys is not None and set(map(type, ids)) <= _STR and set(map(type, shas)) <= _STR and len(ids) <= len(shas):
@@ -213,7 +224,7 @@ _NUL = "\x00"
 def receipt(span_attributes: Any, events: Sequence[Event], key: bytes | None) -> StageReceipt:
     """The stage receipt (``ragtrail.stage.receipt`` and ``.fields``) over the stage's span
     attributes as written and its events (the contract's stage-field rule)."""
-    return stage_receipt(stage_fields(span_attributes, events), key)
+    return stage_receipt_of(span_attributes, events, key)
 
 
 def capacity(configured: int | None, limits: Any) -> int | None:

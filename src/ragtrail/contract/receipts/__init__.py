@@ -48,10 +48,12 @@ from ragtrail.contract.receipts.digests import (
     keyed_receipt,
     parse_field_digests,
     receipt_algorithm,
+    records_digest,
     sorted_events_digest,
     sorted_keys_digest,
     stage_fields,
     stage_receipt,
+    stage_receipt_of,
 )
 from ragtrail.contract.receipts.rules import (
     BUDGET_TRIM_RULE,
@@ -131,8 +133,10 @@ __all__ = [
     "keyed_receipt",
     "parse_field_digests",
     "receipt_algorithm",
+    "records_digest",
     "sorted_events_digest",
     "sorted_keys_digest",
     "stage_fields",
     "stage_receipt",
+    "stage_receipt_of",
 ]

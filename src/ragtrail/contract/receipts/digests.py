@@ -3,6 +3,10 @@ and ``.fields``): what covers a stage's records and every semantic field of it (
 
 The recorder stamps them on the host's thread (the fast paths below: pinned to the general rule by
 tests/test_write_fast_paths.py) and ``verify`` recomputes them over what arrived, by the same functions.
+Two steps, a column's field text and the receipt over a stage's field texts, run in the optional
+native package when it is installed (``ragtrail_native``; ``RAGTRAIL_NATIVE_RECEIPTS=off`` keeps them
+here): it returns the same text or declines, and this module stays the rule
+(tests/test_native_receipts.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from ragtrail import native
 from ragtrail.contract import semconv
 from ragtrail.contract.receipts.canonical import LEAF_TYPES, MAX_CHARS, MAX_ITEMS, canonical_bytes, canonical_json, dumps
 from ragtrail.contract.receipts.stamp import Receipt, is_sha256_hex, sha256_hex, stamp
@@ -34,10 +39,13 @@ __all__ = [
     "keyed_receipt",
     "parse_field_digests",
     "receipt_algorithm",
+    "records_digest",
     "sorted_events_digest",
     "sorted_keys_digest",
     "stage_fields",
+    "event_fields",
     "stage_receipt",
+    "stage_receipt_of",
 ]
 
 
@@ -141,6 +149,14 @@ def sorted_keys_digest(keys: list[str]) -> str | None:
     return sha256_hex(text.encode("utf-8")) if text is not None else None
 
 
+def records_digest(groups: Sequence[tuple[str, Sequence[Any], Sequence[Any]]]) -> str | None:
+    """:func:`sorted_keys_digest` of the items ``(name, id, sha)`` that record groups ``(name, ids,
+    shas)`` zip, made in one call of the optional native package; ``None`` when it is not installed
+    or declines (a part that is not plain printable ASCII, more ids than shas, no items): the caller
+    then takes the rule's other paths."""
+    return _native_records_digest(groups) if _native_records_digest is not None else None
+
+
 def _plain_sorted_keys(keys: list[str]) -> str | None:
     """The compact JSON of the sorted items that ``keys`` join on NUL (three parts each). NUL sorts
     below every character the parts hold, so the joined texts sort as the tuples do (a string sorts
@@ -154,6 +170,12 @@ def _plain_sorted_keys(keys: list[str]) -> str | None:
     keys.sort()
     return '[["' + '"],["'.join(keys).replace(_NUL, '","') + '"]]'
 
+
+NATIVE_ENV = "RAGTRAIL_NATIVE_RECEIPTS"  # "off" (or 0, false, no): the receipts computed here only
+_native_field_json = native.function("field_json", NATIVE_ENV)
+_native_stage_receipt = native.function("stage_receipt", NATIVE_ENV)
+_native_receipt_of = native.function("stage_receipt_of", NATIVE_ENV)
+_native_records_digest = native.function("records_digest", NATIVE_ENV)
 
 _NUL = "\x00"
 _THREE = {3}
@@ -218,7 +240,9 @@ def field_json(value: Any) -> str:
     if t is int:
         return int.__repr__(value)
     if t is tuple or t is list:
-        text = _quoted_array(value)
+        text = _native_field_json(value, MAX_ITEMS, MAX_CHARS) if _native_field_json is not None else None
+        if text is None:
+            text = _quoted_array(value)
         if text is not None:
             return text
     return json_leaf(field_value(value))
@@ -259,7 +283,10 @@ def float_json(number: float) -> str:
     """``dumps(number)`` for one float, a recent score's text read from the same memory as the
     columns' (a mirror writes the scores a column of the same stage wrote)."""
     text = _FLOAT_TEXTS.get(number)
-    return text if text is not None else _floats_json((number,))[1:-1]
+    if text is not None:
+        return text
+    # not a recent column's (the native path fills no memory): float.__repr__ for a finite one
+    return float.__repr__(number) if type(number) is float and number - number == 0.0 else dumps(number)
 
 
 def _floats_json(values: Sequence[float]) -> str:
@@ -300,7 +327,8 @@ def stage_fields(span_attributes: Mapping[str, Any], events: Iterable[tuple[str,
     The span's own ``ragtrail.*`` attributes are one field each. Each event attribute is a column:
     the sorted ``[event name, id (or hop:<n>), value]`` triples of the events that carry it (so the
     column does not depend on event order, and moving a score to another candidate changes it);
-    the ``candidate.meta.*`` keys share one column. Stamps made after the producer are left out."""
+    the ``candidate.meta.*`` keys share one column (:func:`event_fields`). Stamps made after the
+    producer are left out."""
     # attribute values are OTel primitives (or arrays of them): plain JSON, so json.dumps directly
     fields: dict[str, str] = {}
     uncovered = _UNCOVERED
@@ -308,6 +336,12 @@ def stage_fields(span_attributes: Mapping[str, Any], events: Iterable[tuple[str,
     for key in filter(_is_ragtrail, span_attributes):
         if key not in uncovered:
             fields[key[start:]] = field_json(span_attributes[key])
+    fields.update(event_fields(events))
+    return fields
+
+
+def event_fields(events: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
+    """The events' part of :func:`stage_fields`: one column per event attribute key."""
     # each cell is the JSON text of [name, id, value] (or [name, id, value, key]), written piecewise:
     # the same text as encoding the list, without building one per cell (this runs on the host's thread)
     encode = dumps
@@ -326,10 +360,22 @@ def stage_fields(span_attributes: Mapping[str, Any], events: Iterable[tuple[str,
             if cells is None:
                 cells = columns[column] = []
             cells.append(cell)
+    fields: dict[str, str] = {}
     for column, cells in columns.items():
         cells.sort()
         fields[column] = "[" + ",".join(cells) + "]"
     return fields
+
+
+def stage_receipt_of(span_attributes: Mapping[str, Any], events: Sequence[tuple[str, Mapping[str, Any]]], key: bytes | None = None) -> StageReceipt:
+    """``stage_receipt(stage_fields(span_attributes, events), key)``: what the recorder stamps. Unkeyed
+    over a plain dict (what the SDK holds), the optional native package makes the span's fields and
+    the receipt in one call (the events' columns made here), or declines."""
+    if key is None and _native_receipt_of is not None and type(span_attributes) is dict:
+        made = _native_receipt_of(span_attributes, _PREFIX, _UNCOVERED, event_fields(events), MAX_ITEMS, MAX_CHARS, FIELD_DIGEST_HEX)
+        if made is not None:
+            return StageReceipt(*made)
+    return stage_receipt(stage_fields(span_attributes, events), key)
 
 
 def _mac(text: str, key: bytes | None) -> str:
@@ -370,6 +416,10 @@ class StageReceipt(NamedTuple):
 
 def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageReceipt:
     """The stage receipt over :func:`stage_fields`: sha256, or HMAC-SHA256 when a key is given."""
+    if key is None and _native_stage_receipt is not None:
+        made = _native_stage_receipt(fields, MAX_ITEMS, MAX_CHARS, FIELD_DIGEST_HEX)
+        if made is not None:
+            return StageReceipt(*made)
     ordered = sorted(fields.items())
     # fields are text: their canonical JSON is json.dumps of the [name, text] pairs (a tuple is encoded
     # as the array its list would be) unless the bound would cut it
