@@ -348,19 +348,17 @@ def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 
 def verdict(results: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    """Issue 11's targets, stated plainly per framework (no tuning: the figures as measured)."""
+    """Issue 25's targets, stated plainly per framework (no tuning: the figures as measured): ragtrail's
+    added p50 no more than OpenInference's, its p95 (x the bare pipeline) no more, its CPU per query
+    no more. Issue 25 asks for the median of at least three invocations: one line per invocation here."""
     out = []
     for framework, modes in results.items():
         rt, oi = modes.get("ragtrail"), modes.get("openinference")
         if not rt or not oi or "added_p50_ms" not in rt:
             continue
         checks = [
-            (
-                "added p50 <= half of OpenInference's",
-                rt["added_p50_ms"] <= 0.5 * oi["added_p50_ms"],
-                f"{rt['added_p50_ms']:.2f} vs {oi['added_p50_ms']:.2f} ms",
-            ),
-            ("p95 no worse", rt["p95_ms"] <= oi["p95_ms"], f"{rt['p95_ms']:.2f} vs {oi['p95_ms']:.2f} ms"),
+            ("added p50 no more", rt["added_p50_ms"] <= oi["added_p50_ms"], f"+{rt['added_p50_ms']:.2f} vs +{oi['added_p50_ms']:.2f} ms"),
+            ("p95 x none no more", rt["p95_x_none"] <= oi["p95_x_none"], f"x{rt['p95_x_none']:.2f} vs x{oi['p95_x_none']:.2f}"),
             (
                 "CPU/query no more",
                 rt["cpu_ms_per_query"] <= oi["cpu_ms_per_query"],
