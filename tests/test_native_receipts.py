@@ -279,3 +279,13 @@ def test_a_recorded_pipelines_receipts_are_the_same_without_the_native_package(s
         stamped = (attributes[sc.STAGE_RECEIPT], attributes[sc.STAGE_RECEIPT_FIELDS])
         wire_events = [(e.name, dict(e.attributes)) for e in span.events]
         assert digests.stage_receipt(digests.stage_fields(attributes, wire_events)) == stamped
+
+
+def test_a_mapping_that_is_not_a_dict_takes_the_rule() -> None:
+    # the native functions take a dict: any other mapping (a reader's proxy) goes to the rule, never raises
+    from types import MappingProxyType
+
+    fields = {"stage.kind": '"rerank"', "candidates.ids": '"[\\"c1\\"]"'}
+    assert digests.stage_receipt(MappingProxyType(fields)) == digests.stage_receipt(fields) == _python_stage_receipt(fields)
+    attributes = {sc.STAGE_KIND: "rerank", sc.COLUMN_IDS: ("c1",)}
+    assert digests.stage_receipt_of(MappingProxyType(attributes), []) == digests.stage_receipt_of(attributes, [])

@@ -521,9 +521,9 @@ def encode_spans(spans: Sequence[ReadableSpan], *, chunk: int = 0, native_chunk:
     type it does not handle) is encoded by :func:`encode_spans_python`, the reference.
     ``chunk``: when positive, release the GIL after every ``chunk`` spans (``native_chunk``, when
     given, for the native encoder)."""
-    native = native_encoder()
-    if native is not None:
-        encoded = native(spans, chunk if native_chunk is None else native_chunk)
+    encode_natively = native_encoder()
+    if encode_natively is not None:
+        encoded = encode_natively(spans, chunk if native_chunk is None else native_chunk)
         if encoded is not None:
             return encoded
     return encode_spans_python(spans, chunk=chunk)

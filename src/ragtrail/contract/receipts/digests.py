@@ -416,7 +416,7 @@ class StageReceipt(NamedTuple):
 
 def stage_receipt(fields: Mapping[str, str], key: bytes | None = None) -> StageReceipt:
     """The stage receipt over :func:`stage_fields`: sha256, or HMAC-SHA256 when a key is given."""
-    if key is None and _native_stage_receipt is not None:
+    if key is None and _native_stage_receipt is not None and type(fields) is dict:
         made = _native_stage_receipt(fields, MAX_ITEMS, MAX_CHARS, FIELD_DIGEST_HEX)
         if made is not None:
             return StageReceipt(*made)
