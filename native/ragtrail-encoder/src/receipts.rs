@@ -198,25 +198,32 @@ fn array_json<'py>(items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>, max_
         if index > 0 {
             out.push(',');
         }
-        match this {
-            Kind::Str => {
-                let text = item.downcast::<PyString>().ok()?.to_str().ok()?; // a lone surrogate: declined
-                chars += text.len(); // UTF-8 bytes: never fewer than the characters Python counts
-                if chars > max_chars {
-                    return None;
-                }
-                json_str(&mut out, text);
-            }
-            Kind::Float => float_json(&mut out, item.downcast::<PyFloat>().ok()?.value()),
-            Kind::Bool => out.push_str(if item.is_truthy().ok()? { "true" } else { "false" }),
-            Kind::Int => {
-                let number: i64 = item.extract().ok()?;
-                let _ = write!(out, "{}", number);
-            }
+        chars += scalar_json(&mut out, &item, this)?; // UTF-8 bytes: never fewer than the characters Python counts
+        if chars > max_chars {
+            return None;
         }
     }
     out.push(']');
     Some(out)
+}
+
+/// A scalar of `kind` as `json` writes it; returns the UTF-8 bytes of a str's text (0 for the others:
+/// what the canonical form's character bound counts). `None` for a lone surrogate or an int past 64 bits.
+fn scalar_json(out: &mut String, item: &Bound<'_, PyAny>, kind: Kind) -> Option<usize> {
+    match kind {
+        Kind::Str => {
+            let text = item.downcast::<PyString>().ok()?.to_str().ok()?;
+            json_str(out, text);
+            return Some(text.len());
+        }
+        Kind::Float => float_json(out, item.downcast::<PyFloat>().ok()?.value()),
+        Kind::Bool => out.push_str(if item.is_truthy().ok()? { "true" } else { "false" }),
+        Kind::Int => {
+            let number: i64 = item.extract().ok()?;
+            let _ = write!(out, "{}", number);
+        }
+    }
+    Some(0)
 }
 
 /// `digests.field_json(value)` for a list or tuple of one exact scalar type (a schema 3 column,
@@ -297,17 +304,11 @@ pub fn stage_receipt(fields: &Bound<'_, PyDict>, max_items: usize, max_chars: us
 
 /// One span attribute's field text: `digests.field_json(value)` for the values the SDK holds.
 fn value_json(value: &Bound<'_, PyAny>, max_items: usize, max_chars: usize) -> Option<String> {
+    let Some(kind) = kind_of(value) else {
+        return field_json(value, max_items, max_chars);
+    };
     let mut out = String::new();
-    match kind_of(value) {
-        Some(Kind::Str) => json_str(&mut out, value.downcast::<PyString>().ok()?.to_str().ok()?),
-        Some(Kind::Int) => {
-            let number: i64 = value.extract().ok()?;
-            let _ = write!(out, "{}", number);
-        }
-        Some(Kind::Bool) => out.push_str(if value.is_truthy().ok()? { "true" } else { "false" }),
-        Some(Kind::Float) => float_json(&mut out, value.downcast::<PyFloat>().ok()?.value()),
-        None => return field_json(value, max_items, max_chars),
-    }
+    scalar_json(&mut out, value, kind)?;
     Some(out)
 }
 
