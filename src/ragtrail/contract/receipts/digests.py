@@ -329,6 +329,11 @@ def stage_fields(span_attributes: Mapping[str, Any], events: Iterable[tuple[str,
     column does not depend on event order, and moving a score to another candidate changes it);
     the ``candidate.meta.*`` keys share one column (:func:`event_fields`). Stamps made after the
     producer are left out."""
+    return _with_event_fields(span_attributes, event_fields(events))
+
+
+def _with_event_fields(span_attributes: Mapping[str, Any], columns: dict[str, str]) -> dict[str, str]:
+    """The span's fields, then the events' ``columns`` (:func:`event_fields`) over them."""
     # attribute values are OTel primitives (or arrays of them): plain JSON, so json.dumps directly
     fields: dict[str, str] = {}
     uncovered = _UNCOVERED
@@ -336,7 +341,7 @@ def stage_fields(span_attributes: Mapping[str, Any], events: Iterable[tuple[str,
     for key in filter(_is_ragtrail, span_attributes):
         if key not in uncovered:
             fields[key[start:]] = field_json(span_attributes[key])
-    fields.update(event_fields(events))
+    fields.update(columns)
     return fields
 
 
@@ -371,11 +376,12 @@ def stage_receipt_of(span_attributes: Mapping[str, Any], events: Sequence[tuple[
     """``stage_receipt(stage_fields(span_attributes, events), key)``: what the recorder stamps. Unkeyed
     over a plain dict (what the SDK holds), the optional native package makes the span's fields and
     the receipt in one call (the events' columns made here), or declines."""
+    columns = event_fields(events)
     if key is None and _native_receipt_of is not None and type(span_attributes) is dict:
-        made = _native_receipt_of(span_attributes, _PREFIX, _UNCOVERED, event_fields(events), MAX_ITEMS, MAX_CHARS, FIELD_DIGEST_HEX)
+        made = _native_receipt_of(span_attributes, _PREFIX, _UNCOVERED, columns, MAX_ITEMS, MAX_CHARS, FIELD_DIGEST_HEX)
         if made is not None:
             return StageReceipt(*made)
-    return stage_receipt(stage_fields(span_attributes, events), key)
+    return stage_receipt(_with_event_fields(span_attributes, columns), key)
 
 
 def _mac(text: str, key: bytes | None) -> str:
