@@ -27,8 +27,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_users_pipeline as users  # noqa: E402
 
-_NATIVE = ("_native_field_json", "_native_stage_receipt", "_native_receipt_of", "_native_records_digest")
-
 
 def capture(queries: int, chunks: int) -> list[tuple[dict[str, Any], list[Any], list[Any]]]:
     """Each stage's (span attributes as held, events, record groups) as the writer stamps them."""
@@ -72,14 +70,8 @@ def both_ways(stages: list[tuple[dict[str, Any], list[Any], list[Any]]]) -> dict
     from ragtrail.recorder import events
 
     def python() -> list[Any]:
-        saved = {name: getattr(digests, name) for name in _NATIVE}
-        for name in _NATIVE:
-            setattr(digests, name, None)
-        try:
+        with digests.rule_only():
             return [(digests.stage_receipt(digests.stage_fields(a, e)), events.digest(g)) for a, e, g in stages]
-        finally:
-            for name, value in saved.items():
-                setattr(digests, name, value)
 
     def native() -> list[Any]:
         return [(digests.stage_receipt_of(a, e), events.digest(g)) for a, e, g in stages]

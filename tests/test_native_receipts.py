@@ -153,12 +153,8 @@ def test_stage_receipt_is_the_rule_or_declined(fields: dict[str, str]) -> None:
 
 
 def _python_stage_receipt(fields: dict[str, str]) -> digests.StageReceipt:
-    saved = digests._native_stage_receipt
-    digests._native_stage_receipt = None
-    try:
+    with digests.rule_only():
         return digests.stage_receipt(fields)
-    finally:
-        digests._native_stage_receipt = saved
 
 
 ATTRIBUTE = st.one_of(
@@ -188,12 +184,8 @@ def test_a_stage_receipt_in_one_call_is_the_rule(attributes: dict[str, Any], wit
             (sc.EVENT_EXCLUSION, {sc.EXCLUSION_REASON: "below_threshold", sc.COLUMN_IDS: ("c1", "c2"), sc.COLUMN_SCORES: (0.5, 0.25)})
         )
     made = digests.stage_receipt_of(attributes, stage_events)
-    saved = digests._native_receipt_of, digests._native_stage_receipt, digests._native_field_json
-    digests._native_receipt_of = digests._native_stage_receipt = digests._native_field_json = None
-    try:
+    with digests.rule_only():
         expected = digests.stage_receipt(digests.stage_fields(attributes, stage_events))
-    finally:
-        digests._native_receipt_of, digests._native_stage_receipt, digests._native_field_json = saved
     assert made == expected
 
 
@@ -242,7 +234,7 @@ def test_the_records_digest_is_the_rule_or_declined(groups: list[tuple[str, list
     assert events.digest(records) == digests.sorted_events_digest(items)
 
 
-def test_a_recorded_pipelines_receipts_are_the_same_without_the_native_package(span_exporter: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_recorded_pipelines_receipts_are_the_same_without_the_native_package(span_exporter: Any) -> None:
     # the recorder's own stages (LangChain's compression pipeline, as the users' benchmark runs it):
     # every stage receipt and events digest on the wire is what the rule alone computes from the spans
     from langchain_classic.retrievers import ContextualCompressionRetriever
@@ -271,14 +263,12 @@ def test_a_recorded_pipelines_receipts_are_the_same_without_the_native_package(s
         instrumentor.uninstrument()
     spans = [s for s in span_exporter.get_finished_spans() if sc.STAGE_RECEIPT in (s.attributes or {})]
     assert len(spans) == 3
-    monkeypatch.setattr(digests, "_native_receipt_of", None)
-    monkeypatch.setattr(digests, "_native_stage_receipt", None)
-    monkeypatch.setattr(digests, "_native_field_json", None)
     for span in spans:
         attributes = dict(span.attributes)
         stamped = (attributes[sc.STAGE_RECEIPT], attributes[sc.STAGE_RECEIPT_FIELDS])
         wire_events = [(e.name, dict(e.attributes)) for e in span.events]
-        assert digests.stage_receipt(digests.stage_fields(attributes, wire_events)) == stamped
+        with digests.rule_only():
+            assert digests.stage_receipt(digests.stage_fields(attributes, wire_events)) == stamped
 
 
 def test_a_mapping_that_is_not_a_dict_takes_the_rule() -> None:
@@ -289,3 +279,12 @@ def test_a_mapping_that_is_not_a_dict_takes_the_rule() -> None:
     assert digests.stage_receipt(MappingProxyType(fields)) == digests.stage_receipt(fields) == _python_stage_receipt(fields)
     attributes = {sc.STAGE_KIND: "rerank", sc.COLUMN_IDS: ("c1",)}
     assert digests.stage_receipt_of(MappingProxyType(attributes), []) == digests.stage_receipt_of(attributes, [])
+
+
+def test_the_rule_alone_is_what_the_comparisons_above_compute() -> None:
+    # rule_only must switch every native step off (else a comparison above compares native with native)
+    installed = [digests._native_field_json, digests._native_stage_receipt, digests._native_receipt_of, digests._native_records_digest]
+    assert all(step is not None for step in installed)
+    with digests.rule_only():
+        assert [digests._native_field_json, digests._native_stage_receipt, digests._native_receipt_of, digests._native_records_digest] == [None] * 4
+    assert [digests._native_field_json, digests._native_stage_receipt, digests._native_receipt_of, digests._native_records_digest] == installed

@@ -14,12 +14,12 @@ import os
 from types import ModuleType
 from typing import Any
 
-__all__ = ["function", "switched_off"]
+__all__ = ["function"]
 
 _OFF = ("off", "0", "false", "no")
 
 
-def switched_off(env: str) -> bool:
+def _switched_off(env: str) -> bool:
     """Whether the variable ``env`` says ``off`` (or ``0``, ``false``, ``no``)."""
     return os.environ.get(env, "").strip().lower() in _OFF
 
@@ -35,6 +35,6 @@ def _module() -> ModuleType | None:
 def function(name: str, env: str) -> Any | None:
     """``ragtrail_native.<name>``, or ``None`` when the package is not installed, was built without
     it (an older build), or ``env`` switches this part off."""
-    if switched_off(env):
+    if _switched_off(env):
         return None
     return getattr(_module(), name, None)

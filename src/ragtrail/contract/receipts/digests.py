@@ -11,12 +11,13 @@ here): it returns the same text or declines, and this module stays the rule
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ragtrail import native
@@ -40,6 +41,7 @@ __all__ = [
     "parse_field_digests",
     "receipt_algorithm",
     "records_digest",
+    "rule_only",
     "sorted_events_digest",
     "sorted_keys_digest",
     "stage_fields",
@@ -176,6 +178,20 @@ _native_field_json = native.function("field_json", NATIVE_ENV)
 _native_stage_receipt = native.function("stage_receipt", NATIVE_ENV)
 _native_receipt_of = native.function("stage_receipt_of", NATIVE_ENV)
 _native_records_digest = native.function("records_digest", NATIVE_ENV)
+_NATIVE_NAMES = ("_native_field_json", "_native_stage_receipt", "_native_receipt_of", "_native_records_digest")
+
+
+@contextlib.contextmanager
+def rule_only() -> Iterator[None]:
+    """Within it, this module computes everything itself, as a process without the native package
+    does (tests and benchmarks compare the two; not for the host's threads: it swaps module state)."""
+    saved = {name: globals()[name] for name in _NATIVE_NAMES}
+    globals().update(dict.fromkeys(_NATIVE_NAMES))
+    try:
+        yield
+    finally:
+        globals().update(saved)
+
 
 _NUL = "\x00"
 _THREE = {3}
